@@ -1,0 +1,1 @@
+"""The ``ckptstore`` command line: the demo job and the operator tools."""

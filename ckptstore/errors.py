@@ -1,0 +1,285 @@
+"""Every error ckptstore raises.
+
+Each error derives from :class:`CkptStoreError` and from the built-in exception a
+caller would already catch for that situation, so ``except FileNotFoundError`` keeps
+working for a missing checkpoint and ``except KeyError`` for a missing blob. Every
+message says what to do next.
+
+Example::
+
+    try:
+        manager.load_blobs_from_checkpoint(["w"], epoch=7)
+    except CheckpointNotFoundError as err:
+        print(err.url, err.epoch)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+class CkptStoreError(Exception):
+    """Root of every ckptstore error.
+
+    Example::
+
+        try:
+            runner.train(session)
+        except CkptStoreError as err:
+            log.error("checkpointing failed: %s", err)
+    """
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; every ckptstore error prints its message as is.
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+# --- configuration and plugins -------------------------------------------------------
+
+
+class PluginError(CkptStoreError):
+    """A plugin could not be found, loaded or registered.
+
+    Example::
+
+        except PluginError as err: print(err)
+    """
+
+
+class UnknownPluginError(PluginError, KeyError):
+    """No installed plugin provides the requested name.
+
+    Example::
+
+        get_registry().db_type("lmdb")  # UnknownPluginError: ... pip install ckptstore[lmdb]
+    """
+
+    def __init__(self, kind: str, name: str, installed: Iterable[str], hint: str | None) -> None:
+        self.kind = kind
+        self.name = name
+        self.installed = tuple(sorted(installed))
+        listing = ", ".join(self.installed) or "none"
+        fix = hint or "install a plugin that provides it (see `ckptstore plugins`)"
+        super().__init__(f"unknown {kind} {name!r}; installed: {listing}. To use {name!r}, {fix}.")
+
+
+class DuplicatePluginError(PluginError, ValueError):
+    """Two plugins claim the same name for one extension point.
+
+    Example::
+
+        except DuplicatePluginError as err: print(err.providers)
+    """
+
+    def __init__(self, kind: str, name: str, providers: Iterable[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.providers = tuple(providers)
+        super().__init__(
+            f"{kind} {name!r} is provided by more than one plugin ({', '.join(self.providers)}); "
+            "uninstall one of them or block it with CKPTSTORE_DISABLE_PLUGINS."
+        )
+
+
+class InvalidPluginError(PluginError, TypeError):
+    """A plugin returned something that does not honour its extension point's contract.
+
+    Example::
+
+        except InvalidPluginError as err: print(err)
+    """
+
+
+class InvalidNameError(CkptStoreError, ValueError):
+    """A node, blob or storage key name could escape the checkpoint prefix or is malformed.
+
+    Example::
+
+        validate_blob_name("../etc/passwd")  # InvalidNameError
+    """
+
+    def __init__(self, what: str, name: object, reason: str) -> None:
+        self.what = what
+        self.name = name
+        super().__init__(f"invalid {what} {name!r}: {reason}.")
+
+
+class JobConfigurationError(CkptStoreError, ValueError):
+    """A job, runner or manager was set up in a way that cannot work.
+
+    Example::
+
+        JobRunner(job, resume_from_epoch=3).train(session)  # no manager to resume from
+    """
+
+
+class FrozenGroupError(CkptStoreError, RuntimeError):
+    """A task was added to a group that has already been compiled or run.
+
+    Example::
+
+        with job.init_group: Task(fn)  # after job.compile(...): FrozenGroupError
+    """
+
+
+class NotRunError(CkptStoreError, RuntimeError):
+    """A task output was fetched before any session ran the task.
+
+    Example::
+
+        Task(fn, outputs=["x"]).outputs()[0].fetch()  # NotRunError
+    """
+
+
+# --- blobs ----------------------------------------------------------------------------
+
+
+class UnsupportedBlobError(CkptStoreError, TypeError):
+    """A blob cannot be checkpointed safely (object arrays, structured dtypes...).
+
+    Example::
+
+        workspace["names"] = np.array(["a", None], dtype=object)  # UnsupportedBlobError
+    """
+
+    def __init__(self, blob: str, reason: str) -> None:
+        self.blob = blob
+        super().__init__(f"blob {blob!r} cannot be checkpointed: {reason}.")
+
+
+class BlobNotFoundError(CkptStoreError, KeyError):
+    """A requested blob is neither in the workspace nor in any checkpoint searched.
+
+    Example::
+
+        except BlobNotFoundError as err: print(err.blobs)
+    """
+
+    def __init__(self, blobs: Iterable[str], where: str, fix: str) -> None:
+        self.blobs = tuple(blobs)
+        super().__init__(f"blob(s) {', '.join(map(repr, self.blobs))} not found in {where}; {fix}.")
+
+
+# --- checkpoints ----------------------------------------------------------------------
+
+
+class CheckpointNotFoundError(CkptStoreError, FileNotFoundError):
+    """No committed checkpoint exists for that node and epoch.
+
+    Example::
+
+        except CheckpointNotFoundError as err: print(err.url, err.node, err.epoch)
+    """
+
+    def __init__(self, url: str, node: str | None, epoch: int | None, detail: str) -> None:
+        self.url = url
+        self.node = node
+        self.epoch = epoch
+        super().__init__(detail)
+
+
+class CorruptCheckpointError(CkptStoreError, ValueError):
+    """Stored bytes do not match the checksum or layout recorded when they were written.
+
+    Example::
+
+        except CorruptCheckpointError as err: print(err.blob, err.chunk, err.file)
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        url: str,
+        file: str | None = None,
+        blob: str | None = None,
+        chunk: int | None = None,
+    ) -> None:
+        self.url = url
+        self.file = file
+        self.blob = blob
+        self.chunk = chunk
+        where = [f"in {url}"]
+        if blob is not None:
+            where.append(f"blob {blob!r}")
+        if chunk is not None:
+            where.append(f"chunk {chunk}")
+        if file is not None:
+            where.append(f"file {file!r}")
+        super().__init__(
+            f"corrupt checkpoint ({', '.join(where)}): {detail}. The data on storage changed "
+            "after it was written; restore from another epoch or tier (`ckptstore verify` "
+            "lists every damaged blob)."
+        )
+
+
+class StorageError(CkptStoreError, OSError):
+    """A read or write on a path type failed after its retries.
+
+    Example::
+
+        except StorageError as err: print(err.url, err.key)
+    """
+
+    def __init__(self, url: str, key: str | None, action: str, cause: BaseException) -> None:
+        self.url = url
+        self.key = key
+        self.action = action
+        target = f"{url.rstrip('/')}/{key}" if key else url
+        super().__init__(
+            f"could not {action} {target}: {type(cause).__name__}: {cause}. Check that the "
+            "location exists, is reachable and that your credentials allow it."
+        )
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """A key that should exist under a path type's root does not.
+
+    Example::
+
+        except ObjectNotFoundError as err: print(err.url, err.key)
+    """
+
+
+class SaveFailedError(CkptStoreError, OSError):
+    """A checkpoint save failed on one or more nodes; the epoch was not committed.
+
+    ``node_errors`` maps each failed node to what went wrong there.
+
+    Example::
+
+        except SaveFailedError as err: print(err.epoch, err.failed_nodes)
+    """
+
+    def __init__(self, epoch: int, url: str, node_errors: Mapping[str, str]) -> None:
+        self.epoch = epoch
+        self.url = url
+        self.node_errors = dict(node_errors)
+        causes = "; ".join(f"node {node!r}: {error}" for node, error in self.node_errors.items())
+        super().__init__(
+            f"epoch {epoch} was not committed under {url}: the save failed on "
+            f"{len(self.node_errors)} node(s) ({causes}). Check that every node can write "
+            "there; the job resumes from the last committed epoch."
+        )
+
+    @property
+    def failed_nodes(self) -> tuple[str, ...]:
+        return tuple(self.node_errors)
+
+
+class TooManySaveFailuresError(CkptStoreError, RuntimeError):
+    """The job stopped because ``max_consecutive_save_failures`` saves in a row failed.
+
+    Example::
+
+        JobRunner(job, mgr, max_consecutive_save_failures=2).train(session)
+    """
+
+    def __init__(self, failures: int, last_error: BaseException) -> None:
+        self.failures = failures
+        self.last_error = last_error
+        super().__init__(
+            f"{failures} consecutive checkpoint saves failed (last: {last_error}); the job "
+            "stopped so that it does not run on without a usable checkpoint. Fix the storage "
+            "problem and re-run: the job resumes from the last committed epoch."
+        )

@@ -1,0 +1,66 @@
+"""Tuning knobs of the I/O engine."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["IOSettings"]
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class IOSettings:
+    """How a save or load cuts blobs into chunks and how many it moves at once.
+
+    * ``chunk_bytes``: target size of one chunk; large blobs are cut into chunks of
+      about this size, smaller blobs are never split.
+    * ``concurrency``: chunks read or written at the same time.
+    * ``memory_budget``: most bytes held in flight at once (copies, downloads,
+      compression buffers) above the live state, whatever the checkpoint's size.
+    * ``verify``: check every chunk's CRC-32C on load.
+
+    Each path type brings defaults measured for it (local disk, object store); a
+    manager's ``io=`` or the ``CKPTSTORE_IO_*`` environment variables override them.
+
+    Example::
+
+        CheckpointManager("/ckpt", "trainer_0", "zarr",
+                          io=IOSettings(concurrency=8, chunk_bytes=32 << 20))
+    """
+
+    chunk_bytes: int = 16 * MiB
+    concurrency: int = 4
+    memory_budget: int = 256 * MiB
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk_bytes < 4096:
+            raise ValueError(f"chunk_bytes must be at least 4096, got {self.chunk_bytes}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.memory_budget < self.chunk_bytes:
+            raise ValueError(
+                f"memory_budget ({self.memory_budget}) must hold at least one chunk "
+                f"({self.chunk_bytes}); raise memory_budget or lower chunk_bytes"
+            )
+
+    def merged(self, **overrides: Any) -> IOSettings:
+        """A copy with the non-None ``overrides`` applied."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def with_environment(self) -> IOSettings:
+        """A copy with ``CKPTSTORE_IO_CHUNK_BYTES`` / ``_CONCURRENCY`` / ``_MEMORY_BUDGET``
+        / ``_VERIFY`` applied when set."""
+        env = os.environ
+        overrides: dict[str, Any] = {}
+        for field in ("chunk_bytes", "concurrency", "memory_budget"):
+            raw = env.get(f"CKPTSTORE_IO_{field.upper()}")
+            if raw:
+                overrides[field] = int(raw)
+        verify = env.get("CKPTSTORE_IO_VERIFY")
+        if verify:
+            overrides["verify"] = verify.lower() not in ("0", "false", "no", "off")
+        return self.merged(**overrides)

@@ -1,0 +1,106 @@
+"""Checkpoint naming: Caffe2's ``db_name`` helpers and the rules that keep every name
+inside its checkpoint prefix.
+
+Example::
+
+    >>> db_name(5, "trainer_0", "/tmp/x")
+    '/tmp/x/trainer_0.5'
+    >>> validate_blob_name("trainer_1/total")
+    'trainer_1/total'
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from ckptstore.errors import InvalidNameError
+
+__all__ = [
+    "db_name",
+    "get_ckpt_filename",
+    "join_url",
+    "validate_blob_name",
+    "validate_key",
+    "validate_node_name",
+]
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:\-.]{0,199}")
+_MAX_BLOB_NAME = 1024
+_FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def get_ckpt_filename(node_name: str, epoch: int) -> str:
+    """Name of one node's checkpoint for one epoch: ``"trainer_0.5"``."""
+    return f"{node_name}.{epoch}"
+
+
+def join_url(prefix: str, name: str) -> str:
+    """Join a local path or URL prefix and a relative name with exactly one ``/``."""
+    if "://" in prefix:
+        return prefix.rstrip("/") + "/" + name if prefix.rstrip("/") else name
+    return posixpath.join(prefix, name)
+
+
+def db_name(epoch: int, node_name: str, db_prefix: str, path_prefix: str | None = None) -> str:
+    """Where a node's checkpoint for ``epoch`` lives, exactly as Caffe2 computes it.
+
+    With a non-empty ``path_prefix`` the result is plain concatenation (no separator);
+    otherwise it is ``db_prefix`` joined with ``get_ckpt_filename(node_name, epoch)``.
+    """
+    if path_prefix:
+        return path_prefix + get_ckpt_filename(node_name, epoch)
+    return join_url(db_prefix, get_ckpt_filename(node_name, epoch))
+
+
+def validate_node_name(name: object) -> str:
+    """Return ``name`` if it is a safe node name, else raise :class:`InvalidNameError`.
+
+    Node names become file and object names, so they are limited to letters, digits and
+    ``_ : - .``, may not start with ``.`` (hidden and staging names) and hold no ``/``.
+    """
+    if not isinstance(name, str):
+        raise InvalidNameError("node name", name, "node names are strings")
+    if not _NODE_NAME.fullmatch(name):
+        raise InvalidNameError(
+            "node name",
+            name,
+            "use 1-200 letters, digits or '_:-.', not starting with '.' or '-'",
+        )
+    return name
+
+
+def _check_segments(what: str, name: str) -> None:
+    if name.startswith("/"):
+        raise InvalidNameError(what, name, "it must be relative, without a leading '/'")
+    for segment in name.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidNameError(
+                what, name, "empty, '.' and '..' path segments could escape the prefix"
+            )
+
+
+def validate_blob_name(name: object) -> str:
+    """Return ``name`` if it is a safe blob name, else raise :class:`InvalidNameError`.
+
+    Blob names may use ``/`` to form a hierarchy (``"trainer_1/total"``); no segment
+    may be empty, ``.`` or ``..``, and control characters and backslashes are refused.
+    """
+    if not isinstance(name, str):
+        raise InvalidNameError("blob name", name, "blob names are strings")
+    if not name or len(name) > _MAX_BLOB_NAME:
+        raise InvalidNameError("blob name", name, f"use 1-{_MAX_BLOB_NAME} characters")
+    if _FORBIDDEN_CHARS.search(name):
+        raise InvalidNameError("blob name", name, "control characters and '\\' are not allowed")
+    _check_segments("blob name", name)
+    return name
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is a safe storage key relative to a checkpoint root."""
+    if not isinstance(key, str) or not key:
+        raise InvalidNameError("storage key", key, "keys are non-empty strings")
+    if _FORBIDDEN_CHARS.search(key):
+        raise InvalidNameError("storage key", key, "control characters and '\\' are not allowed")
+    _check_segments("storage key", key)
+    return key

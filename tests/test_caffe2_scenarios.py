@@ -1,0 +1,246 @@
+"""Caffe2's checkpoint_test.py, test by test, with its original numbers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+from caffe2_pipeline import EXPECTED_TOTALS, build_pipeline, total_fetcher
+
+from ckptstore import (
+    CheckpointManager,
+    Job,
+    JobRunner,
+    LocalSession,
+    MultiNodeCheckpointManager,
+    Node,
+    Task,
+    TaskGroup,
+    UploadTaskGroupBuilder,
+    Workspace,
+    WorkspaceType,
+    db_name,
+    epoch_limiter,
+)
+from ckptstore.manager import ManagerBase
+
+Builder = Callable[[], tuple[LocalSession, ManagerBase]]
+
+
+def fetch_total(session: LocalSession, fetcher: Task) -> int:
+    session.run(fetcher)
+    return int(fetcher.outputs()[0].fetch()[0])
+
+
+def run_with(builder: Builder) -> None:
+    with Job() as job:
+        build_pipeline(0)
+    fetcher = total_fetcher(0)
+    job.compile(LocalSession)
+
+    session, manager = builder()
+    assert JobRunner(job, manager).train(session) == 4
+    assert fetch_total(session, fetcher) == 145
+
+    for epoch in range(1, 5):
+        session, manager = builder()
+        JobRunner(job, manager, resume_from_epoch=epoch).train(session)
+        assert fetch_total(session, fetcher) == 145
+
+    for epoch in range(1, 5):
+        session.run(manager.load(epoch))
+        assert fetch_total(session, fetcher) == EXPECTED_TOTALS[epoch - 1]
+
+
+def test_single_checkpoint_with_single_node_manager(tmp_path: Path) -> None:
+    run_with(lambda: (LocalSession(), CheckpointManager(str(tmp_path), "temp_node", "npz")))
+    for epoch in range(5):  # files are named after the manager's node, not the job's
+        assert (tmp_path / f"temp_node.{epoch}").is_dir()
+    assert not list(tmp_path.glob("trainer_0.*"))
+
+
+def test_single_checkpoint_with_multi_node_manager(tmp_path: Path) -> None:
+    run_with(lambda: (LocalSession(), MultiNodeCheckpointManager(str(tmp_path), "npz")))
+    assert sorted(p.name for p in tmp_path.glob("trainer_0.*")) == [
+        f"trainer_0.{epoch}"
+        for epoch in range(6)  # resume from 4 ran and saved epoch 5
+    ]
+
+
+def test_checkpoint_k_holds_the_total_after_epoch_k(tmp_path: Path) -> None:
+    with Job() as job:
+        build_pipeline(0)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    for epoch, expected in enumerate([100, *EXPECTED_TOTALS]):
+        with np.load(tmp_path / f"trainer_0.{epoch}" / "blobs.npz", allow_pickle=False) as npz:
+            assert npz["trainer_0/total"].tolist() == [expected]
+
+
+def test_resume_from_4_runs_one_more_epoch(tmp_path: Path) -> None:
+    with Job() as job:
+        build_pipeline(0)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    session = LocalSession()
+    runner = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz"), resume_from_epoch=4)
+    assert runner.train(session) == 5
+    assert session.workspace("trainer_0")["trainer_0/total"].tolist() == [145]
+
+
+def test_ckpt_name_and_load_model_from_ckpts(tmp_path: Path) -> None:
+    with Job() as job:
+        for node_id in range(3):
+            build_pipeline(node_id)
+    job.compile(LocalSession)
+    names_dir = tmp_path / "names"
+    manager = MultiNodeCheckpointManager(str(names_dir), "npz")
+    manager.init(job.nodes_to_checkpoint())
+    for node_id in range(3):
+        assert (
+            manager.get_ckpt_db_name(f"trainer_{node_id}", 5) == f"{names_dir}/trainer_{node_id}.5"
+        )
+
+    ckpt_dir = str(tmp_path / "ckpt")
+    for node_id in range(3):
+        session = LocalSession()
+        with Job() as node_job:
+            build_pipeline(node_id)
+        node_job.compile(LocalSession)
+        assert JobRunner(node_job, MultiNodeCheckpointManager(ckpt_dir, "npz")).train(session) == 4
+        # only the state init created is checkpointed, plus the epoch's declared output
+        node = f"trainer_{node_id}"
+        assert sorted(session.workspace(node)) == [
+            f"{node}/cursor",
+            f"{node}/data_finished",
+            f"{node}/dataset",
+            f"{node}/total",
+        ]
+
+    session = LocalSession()
+    assert len(session.workspace()) == 0
+    with Job() as job:
+        for node_id in range(3):
+            build_pipeline(node_id)
+    job.compile(LocalSession)
+    manager = MultiNodeCheckpointManager(ckpt_dir, "npz")
+    runner = JobRunner(job, manager)
+    model_blob_names = ["trainer_1/total", "trainer_2/total"]
+    for epoch in range(1, 5):
+        assert runner.load_blobs_from_checkpoints(model_blob_names, epoch, session)
+        workspace = session.workspace()  # they land on the current node ("local")
+        for name in model_blob_names:
+            assert name in workspace
+            assert np.array_equal(workspace[name], np.array([EXPECTED_TOTALS[epoch - 1]]))
+    assert not runner.load_blobs_from_checkpoints(model_blob_names, 5, session)
+
+
+class UploadToLocalFile(UploadTaskGroupBuilder):
+    """The Caffe2 test double: copy each node's final checkpoint to dest/<node>."""
+
+    name = "upload_to_local_file"
+
+    def __init__(self, dest_dir: str) -> None:
+        self.dest_dir = dest_dir
+
+    def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
+        assert isinstance(checkpoint_manager, MultiNodeCheckpointManager)
+        group = TaskGroup(WorkspaceType.GLOBAL)
+        for node, manager in checkpoint_manager.node_managers():
+            source = db_name(epoch, manager.node_name, manager.db_prefix)
+            with Node(node), group:
+                Task(partial(_copy_tree, source, os.path.join(self.dest_dir, node)))
+        return group
+
+
+def _copy_tree(source: str, dest: str, ws: Workspace) -> None:
+    shutil.copytree(source, dest)
+
+
+def test_upload_checkpoint(tmp_path: Path) -> None:
+    upload_dir = tmp_path / "upload"
+    for node_id in range(3):
+        assert not (upload_dir / f"trainer_{node_id}").exists()
+    ckpt_dir = str(tmp_path / "ckpt")
+    for node_id in range(3):
+        with Job() as job:
+            build_pipeline(node_id)
+        job.compile(LocalSession)
+        runner = JobRunner(
+            job,
+            MultiNodeCheckpointManager(ckpt_dir, "npz"),
+            upload_task_group_builder=UploadToLocalFile(str(upload_dir)),
+        )
+        assert runner.train(LocalSession()) == 4
+    for node_id in range(3):
+        uploaded = upload_dir / f"trainer_{node_id}"
+        original = Path(ckpt_dir) / f"trainer_{node_id}.4"
+        assert uploaded.is_dir()
+        for file in original.iterdir():
+            assert (uploaded / file.name).read_bytes() == file.read_bytes()
+
+
+def test_ckpt_save_failure(tmp_path: Path) -> None:
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("a file where the checkpoint directory should be")
+    for node_id in range(3):
+        with Job() as job:
+            build_pipeline(node_id)
+        job.compile(LocalSession)
+        manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), "npz")
+        runner = JobRunner(job, manager, retry_backoff=0)
+        assert runner.train(LocalSession()) == 4
+        assert [failure.epoch for failure in runner.save_failures] == [0, 1, 2, 3, 4]
+        assert runner.committed_epochs == []
+
+
+def test_download_group_simple() -> None:
+    session = LocalSession()
+    with Job() as job, Node("trainer:0"):
+
+        def param_init(ws: Workspace) -> None:
+            for name in ("input1", "input2", "output", "download_result"):
+                ws[name] = np.ones(8, dtype=np.float32)
+
+        with job.init_group:
+            Task(param_init, name="param_init")
+        Task(lambda ws: ws.update(output=ws["input1"] + ws["input2"]), name="epoch")
+        with job.download_group:
+            Task(lambda ws: ws.update(download_result=ws["output"].copy()), name="download")
+        epoch_limiter(job, 1)
+    JobRunner(job).train(session)
+    workspace = session.workspace("trainer:0")
+    expected = np.full(8, 2.0, dtype=np.float32)
+    assert np.array_equal(workspace["output"], expected)
+    assert np.array_equal(workspace["download_result"], expected)
+    assert workspace["download_result"].dtype == np.float32
+
+
+def test_reuse_checkpoint_manager(tmp_path: Path) -> None:
+    session = LocalSession()
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz")
+    with Job() as job:
+        build_pipeline(0)
+    fetcher = total_fetcher(0)
+    job.compile(LocalSession)
+    assert JobRunner(job, manager).train(session) == 4
+    for epoch in range(1, 5):
+        JobRunner(job, manager, resume_from_epoch=epoch).train(session)
+        assert fetch_total(session, fetcher) == 145
+
+
+@pytest.mark.parametrize("epoch", [1, 2, 3])
+def test_resume_into_an_empty_workspace_restores_the_cursor(tmp_path: Path, epoch: int) -> None:
+    with Job() as job:
+        build_pipeline(0)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    session = LocalSession()
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz"), resume_from_epoch=epoch).train(
+        session
+    )
+    workspace = session.workspace("trainer_0")
+    assert workspace["trainer_0/cursor"].item() == 10
+    assert workspace["trainer_0/total"].tolist() == [145]

@@ -9,17 +9,23 @@ Example::
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from ckptstore.cli import demo_command, plugins_command
+import ckptstore.cli
 from ckptstore.errors import CkptStoreError
 
 __all__ = ["main"]
 
 EXIT_OK = 0
+"""Success."""
 EXIT_ERROR = 1
+"""A ckptstore error (message on stderr)."""
 EXIT_USAGE = 2
+"""Bad command line (argparse's convention)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,9 +34,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Checkpoint ML training state to local disk and object stores.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo_command, plugins_command):
+    for module in command_modules():
         module.register(commands)
     return parser
+
+
+def command_modules() -> list[Any]:
+    """Every ``ckptstore.cli.*_command`` module: each adds one sub-command with
+    ``register(subparsers)`` and sets ``run(args) -> exit code`` as its default."""
+    names = sorted(
+        info.name
+        for info in pkgutil.iter_modules(ckptstore.cli.__path__)
+        if info.name.endswith("_command")
+    )
+    return [importlib.import_module(f"ckptstore.cli.{name}") for name in names]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,7 +50,7 @@ class DemoConfig:
     directory: str = "./ckptstore-demo"
     epochs: int = 6
     nodes: int = 3
-    db_type: str = "npz"
+    db_type: str = "zarr"
     fresh: bool = False
 
 

@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_DB_TYPE", "CheckpointManager", "CheckpointSettings", "Manage
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DB_TYPE = "npz"
+DEFAULT_DB_TYPE = "zarr"
 
 
 class CheckpointSettings:

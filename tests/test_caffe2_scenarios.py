@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 from caffe2_pipeline import EXPECTED_TOTALS, build_pipeline, total_fetcher
 
 from ckptstore import (
@@ -30,6 +31,13 @@ from ckptstore import (
 from ckptstore.manager import ManagerBase
 
 Builder = Callable[[], tuple[LocalSession, ManagerBase]]
+FORMATS = ["zarr", "npz"]
+
+
+@pytest.fixture(params=FORMATS)
+def db_type(request: pytest.FixtureRequest) -> str:
+    """Every scenario runs once per built-in DB type."""
+    return str(request.param)
 
 
 def fetch_total(session: LocalSession, fetcher: Task) -> int:
@@ -57,47 +65,55 @@ def run_with(builder: Builder) -> None:
         assert fetch_total(session, fetcher) == EXPECTED_TOTALS[epoch - 1]
 
 
-def test_single_checkpoint_with_single_node_manager(tmp_path: Path) -> None:
-    run_with(lambda: (LocalSession(), CheckpointManager(str(tmp_path), "temp_node", "npz")))
+def test_single_checkpoint_with_single_node_manager(tmp_path: Path, db_type: str) -> None:
+    run_with(lambda: (LocalSession(), CheckpointManager(str(tmp_path), "temp_node", db_type)))
     for epoch in range(5):  # files are named after the manager's node, not the job's
         assert (tmp_path / f"temp_node.{epoch}").is_dir()
     assert not list(tmp_path.glob("trainer_0.*"))
 
 
-def test_single_checkpoint_with_multi_node_manager(tmp_path: Path) -> None:
-    run_with(lambda: (LocalSession(), MultiNodeCheckpointManager(str(tmp_path), "npz")))
+def test_single_checkpoint_with_multi_node_manager(tmp_path: Path, db_type: str) -> None:
+    run_with(lambda: (LocalSession(), MultiNodeCheckpointManager(str(tmp_path), db_type)))
     assert sorted(p.name for p in tmp_path.glob("trainer_0.*")) == [
         f"trainer_0.{epoch}"
         for epoch in range(6)  # resume from 4 ran and saved epoch 5
     ]
 
 
-def test_checkpoint_k_holds_the_total_after_epoch_k(tmp_path: Path) -> None:
+def read_without_ckptstore(db_path: Path, db_type: str, blob: str) -> np.ndarray:
+    """Read a blob with the format's own library only (zarr or numpy)."""
+    if db_type == "zarr":
+        return np.asarray(zarr.open_group(str(db_path), mode="r")[blob][...])
+    with np.load(db_path / "blobs.npz", allow_pickle=False) as npz:
+        return np.asarray(npz[blob])
+
+
+def test_checkpoint_k_holds_the_total_after_epoch_k(tmp_path: Path, db_type: str) -> None:
     with Job() as job:
         build_pipeline(0)
-    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type)).train(LocalSession())
     for epoch, expected in enumerate([100, *EXPECTED_TOTALS]):
-        with np.load(tmp_path / f"trainer_0.{epoch}" / "blobs.npz", allow_pickle=False) as npz:
-            assert npz["trainer_0/total"].tolist() == [expected]
+        total = read_without_ckptstore(tmp_path / f"trainer_0.{epoch}", db_type, "trainer_0/total")
+        assert total.tolist() == [expected]
 
 
-def test_resume_from_4_runs_one_more_epoch(tmp_path: Path) -> None:
+def test_resume_from_4_runs_one_more_epoch(tmp_path: Path, db_type: str) -> None:
     with Job() as job:
         build_pipeline(0)
-    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type)).train(LocalSession())
     session = LocalSession()
-    runner = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz"), resume_from_epoch=4)
+    runner = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type), resume_from_epoch=4)
     assert runner.train(session) == 5
     assert session.workspace("trainer_0")["trainer_0/total"].tolist() == [145]
 
 
-def test_ckpt_name_and_load_model_from_ckpts(tmp_path: Path) -> None:
+def test_ckpt_name_and_load_model_from_ckpts(tmp_path: Path, db_type: str) -> None:
     with Job() as job:
         for node_id in range(3):
             build_pipeline(node_id)
     job.compile(LocalSession)
     names_dir = tmp_path / "names"
-    manager = MultiNodeCheckpointManager(str(names_dir), "npz")
+    manager = MultiNodeCheckpointManager(str(names_dir), db_type)
     manager.init(job.nodes_to_checkpoint())
     for node_id in range(3):
         assert (
@@ -110,7 +126,9 @@ def test_ckpt_name_and_load_model_from_ckpts(tmp_path: Path) -> None:
         with Job() as node_job:
             build_pipeline(node_id)
         node_job.compile(LocalSession)
-        assert JobRunner(node_job, MultiNodeCheckpointManager(ckpt_dir, "npz")).train(session) == 4
+        assert (
+            JobRunner(node_job, MultiNodeCheckpointManager(ckpt_dir, db_type)).train(session) == 4
+        )
         # only the state init created is checkpointed, plus the epoch's declared output
         node = f"trainer_{node_id}"
         assert sorted(session.workspace(node)) == [
@@ -126,7 +144,7 @@ def test_ckpt_name_and_load_model_from_ckpts(tmp_path: Path) -> None:
         for node_id in range(3):
             build_pipeline(node_id)
     job.compile(LocalSession)
-    manager = MultiNodeCheckpointManager(ckpt_dir, "npz")
+    manager = MultiNodeCheckpointManager(ckpt_dir, db_type)
     runner = JobRunner(job, manager)
     model_blob_names = ["trainer_1/total", "trainer_2/total"]
     for epoch in range(1, 5):
@@ -160,7 +178,7 @@ def _copy_tree(source: str, dest: str, ws: Workspace) -> None:
     shutil.copytree(source, dest)
 
 
-def test_upload_checkpoint(tmp_path: Path) -> None:
+def test_upload_checkpoint(tmp_path: Path, db_type: str) -> None:
     upload_dir = tmp_path / "upload"
     for node_id in range(3):
         assert not (upload_dir / f"trainer_{node_id}").exists()
@@ -171,7 +189,7 @@ def test_upload_checkpoint(tmp_path: Path) -> None:
         job.compile(LocalSession)
         runner = JobRunner(
             job,
-            MultiNodeCheckpointManager(ckpt_dir, "npz"),
+            MultiNodeCheckpointManager(ckpt_dir, db_type),
             upload_task_group_builder=UploadToLocalFile(str(upload_dir)),
         )
         assert runner.train(LocalSession()) == 4
@@ -179,18 +197,20 @@ def test_upload_checkpoint(tmp_path: Path) -> None:
         uploaded = upload_dir / f"trainer_{node_id}"
         original = Path(ckpt_dir) / f"trainer_{node_id}.4"
         assert uploaded.is_dir()
-        for file in original.iterdir():
-            assert (uploaded / file.name).read_bytes() == file.read_bytes()
+        files = [path for path in original.rglob("*") if path.is_file()]
+        assert files
+        for file in files:
+            assert (uploaded / file.relative_to(original)).read_bytes() == file.read_bytes()
 
 
-def test_ckpt_save_failure(tmp_path: Path) -> None:
+def test_ckpt_save_failure(tmp_path: Path, db_type: str) -> None:
     blocker = tmp_path / "not_a_directory"
     blocker.write_text("a file where the checkpoint directory should be")
     for node_id in range(3):
         with Job() as job:
             build_pipeline(node_id)
         job.compile(LocalSession)
-        manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), "npz")
+        manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), db_type)
         runner = JobRunner(job, manager, retry_backoff=0)
         assert runner.train(LocalSession()) == 4
         assert [failure.epoch for failure in runner.save_failures] == [0, 1, 2, 3, 4]
@@ -219,9 +239,9 @@ def test_download_group_simple() -> None:
     assert workspace["download_result"].dtype == np.float32
 
 
-def test_reuse_checkpoint_manager(tmp_path: Path) -> None:
+def test_reuse_checkpoint_manager(tmp_path: Path, db_type: str) -> None:
     session = LocalSession()
-    manager = MultiNodeCheckpointManager(str(tmp_path), "npz")
+    manager = MultiNodeCheckpointManager(str(tmp_path), db_type)
     with Job() as job:
         build_pipeline(0)
     fetcher = total_fetcher(0)
@@ -233,14 +253,16 @@ def test_reuse_checkpoint_manager(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("epoch", [1, 2, 3])
-def test_resume_into_an_empty_workspace_restores_the_cursor(tmp_path: Path, epoch: int) -> None:
+def test_resume_into_an_empty_workspace_restores_the_cursor(
+    tmp_path: Path, db_type: str, epoch: int
+) -> None:
     with Job() as job:
         build_pipeline(0)
-    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type)).train(LocalSession())
     session = LocalSession()
-    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz"), resume_from_epoch=epoch).train(
-        session
-    )
+    JobRunner(
+        job, MultiNodeCheckpointManager(str(tmp_path), db_type), resume_from_epoch=epoch
+    ).train(session)
     workspace = session.workspace("trainer_0")
     assert workspace["trainer_0/cursor"].item() == 10
     assert workspace["trainer_0/total"].tolist() == [145]

@@ -19,7 +19,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--dir", default="./ckptstore-demo", help="checkpoint directory")
     parser.add_argument("--epochs", type=int, default=6, help="train up to this epoch")
     parser.add_argument("--nodes", type=int, default=3, help="number of nodes (classes)")
-    parser.add_argument("--db-type", default="npz", help="checkpoint format")
+    parser.add_argument("--db-type", default="zarr", help="checkpoint format (zarr, npz...)")
     parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
     parser.set_defaults(run=run)
 

@@ -26,7 +26,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io.budget import MemoryBudget
 from ckptstore.io.checksum import crc32c_of
 from ckptstore.io.settings import IOSettings
-from ckptstore.types import Buffer
+from ckptstore.types import Buffer, byte_view
 
 if TYPE_CHECKING:
     from ckptstore.path_type import PathType
@@ -39,7 +39,8 @@ Parts = Sequence[Buffer]
 
 @dataclass
 class WriteRequest:
-    """Store the concatenation of ``parts`` as the object ``key`` (``nbytes`` long).
+    """Store the concatenation of ``parts`` as the object ``key`` (about ``nbytes`` long:
+    the budget counts that much; the result reports the exact length).
 
     ``parts`` may be a callable producing them inside a worker, so that copies (for a
     non-contiguous array, or compression) are made only once the budget allows it;
@@ -112,9 +113,10 @@ class ParallelIO:
 
         def perform(request: WriteRequest) -> WriteResult:
             parts = request.parts() if callable(request.parts) else request.parts
-            crc = crc32c_of(parts)
-            storage.write_parts(request.key, parts)
-            return WriteResult(request.key, request.nbytes, crc)
+            views = [byte_view(part) for part in parts]
+            crc = crc32c_of(views)
+            storage.write_parts(request.key, views)
+            return WriteResult(request.key, sum(view.nbytes for view in views), crc)
 
         return self._run(requests, cost, perform)
 

@@ -46,6 +46,7 @@ BUILTIN_PLUGINS = (
     "ckptstore.builtin.local_path",
     "ckptstore.builtin.fsspec_path",
     "ckptstore.builtin.npz_db",
+    "ckptstore.builtin.zarr_db",
     "ckptstore.builtin.json_catalog",
     "ckptstore.builtin.copy_upload",
 )

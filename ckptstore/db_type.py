@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar
 
 import numpy as np
@@ -60,9 +60,7 @@ class DBLocation:
 
     def write(self, requests: Iterable[WriteRequest]) -> list[WriteResult]:
         """Write through the engine; keys in requests and results are relative."""
-        results = self.io.write(self.storage, (replace(r, key=self.key(r.key)) for r in requests))
-        cut = len(self.root) + 1
-        return [replace(result, key=result.key[cut:]) for result in results]
+        return self.io.write(self.storage, requests, prefix=self.root)
 
     def read(
         self,
@@ -72,12 +70,7 @@ class DBLocation:
         on_error: Callable[[ReadRequest, Exception], None] | None = None,
     ) -> None:
         """Read through the engine (see :meth:`ParallelIO.read`); keys are relative."""
-        self.io.read(
-            self.storage,
-            (replace(r, key=self.key(r.key), file=r.file or self.key(r.key)) for r in requests),
-            verify=verify,
-            on_error=on_error,
-        )
+        self.io.read(self.storage, requests, prefix=self.root, verify=verify, on_error=on_error)
 
     def open_write(self, relative: str) -> IO[bytes]:
         """A stream creating ``relative``, for formats that write sequentially."""

@@ -283,3 +283,28 @@ class TooManySaveFailuresError(CkptStoreError, RuntimeError):
             "stopped so that it does not run on without a usable checkpoint. Fix the storage "
             "problem and re-run: the job resumes from the last committed epoch."
         )
+
+
+# --- distributed sessions -------------------------------------------------------------
+
+
+class NodeLostError(CkptStoreError, RuntimeError):
+    """A node's in-memory workspace is gone: the worker holding it died or restarted.
+
+    Example::
+
+        except NodeLostError as err: print(err.node, err.worker)
+    """
+
+    def __init__(self, node: str, worker: str, detail: str) -> None:
+        self.node = node
+        self.worker = worker
+        self.detail = detail
+        super().__init__(
+            f"node {node!r} lost its workspace: {detail} (worker {worker}). Its in-memory state "
+            "cannot be recovered; close this session and re-run the job in a new one: it "
+            "resumes from the last epoch committed on all nodes."
+        )
+
+    def __reduce__(self) -> tuple[type[NodeLostError], tuple[str, str, str], dict[str, object]]:
+        return type(self), (self.node, self.worker, self.detail), dict(self.__dict__)

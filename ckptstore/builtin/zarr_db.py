@@ -54,7 +54,7 @@ def _fill_value(dtype: np.dtype[Any]) -> Any:
 
 
 def _document(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, indent=2).encode()
+    return json.dumps(body).encode()
 
 
 def _group_document() -> bytes:

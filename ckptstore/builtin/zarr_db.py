@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -227,7 +228,7 @@ class ZarrDB(DBType):
         if self.compression is None:
             return lambda data: data
         codec = _numcodec(self.compression, self.level)
-        return lambda data: codec.encode(data.view(dtype))  # type: ignore[no-any-return]
+        return lambda data: codec.encode(data.view(dtype))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -278,7 +279,7 @@ def _read_compressed(
                 yield ReadRequest(
                     chunk.key,
                     chunk.offset,
-                    lambda stored=chunk.stored: [memoryview(bytearray(stored))],
+                    partial(_scratch, chunk.stored),
                     chunk.stored,
                     crc32c=chunk.crc32c,
                     holds=chunk.stored + chunk.size,
@@ -290,6 +291,10 @@ def _read_compressed(
 
     db.read(requests())
     return arrays
+
+
+def _scratch(nbytes: int) -> list[memoryview]:
+    return [memoryview(bytearray(nbytes))]
 
 
 def _decoder(codec: Any, dest: np.ndarray[Any, Any]) -> Callable[[Sequence[memoryview]], None]:

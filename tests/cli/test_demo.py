@@ -1,0 +1,105 @@
+"""`ckptstore demo`: the main job trains, checkpoints every epoch and resumes."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore.demo import DemoConfig, run_demo
+from ckptstore.errors import JobConfigurationError
+
+
+def ckptstore(*args: str) -> str:
+    result = subprocess.run(
+        [shutil.which("ckptstore") or "ckptstore", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return result.stdout
+
+
+def test_console_script_trains_then_resumes_then_stops(tmp_path: Path) -> None:
+    directory = str(tmp_path / "demo")
+    first = ckptstore("demo", "--dir", directory, "--epochs", "2")
+    assert "starting from scratch" in first
+    assert "epoch   2/2" in first
+    assert "checkpoint saved: 3 nodes" in first
+
+    second = ckptstore("demo", "--dir", directory, "--epochs", "4")
+    assert "resuming after epoch 2" in second
+    assert "resumed from epoch 2" in second
+    assert "epoch   1/" not in second
+    assert "epoch   4/4" in second
+
+    third = ckptstore("demo", "--dir", directory, "--epochs", "4")
+    assert "already trained to epoch 4" in third
+
+    fresh = ckptstore("demo", "--dir", directory, "--epochs", "1", "--fresh")
+    assert "starting from scratch" in fresh
+    assert "epoch   1/1" in fresh
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_resumed_training_reaches_the_same_weights(tmp_path: Path, db_type: str) -> None:
+    out = io.StringIO()
+    straight = run_demo(DemoConfig(str(tmp_path / "a"), epochs=4, db_type=db_type), out)
+    run_demo(DemoConfig(str(tmp_path / "b"), epochs=2, db_type=db_type), out)
+    resumed = run_demo(DemoConfig(str(tmp_path / "b"), epochs=4, db_type=db_type), out)
+    assert straight is not None
+    assert resumed is not None
+    assert resumed.resumed_from == 2
+    assert resumed.last_epoch == 4
+    assert straight.weights.keys() == resumed.weights.keys()
+    for name, weights in straight.weights.items():
+        assert np.array_equal(weights, resumed.weights[name]), name
+    assert straight.accuracy == resumed.accuracy > 0.5
+
+
+def test_demo_checkpoints_are_plain_zarr(tmp_path: Path) -> None:
+    import zarr
+
+    run_demo(DemoConfig(str(tmp_path), epochs=1), io.StringIO())
+    group = zarr.open_group(str(tmp_path / "trainer_1.1"), mode="r")
+    assert group["trainer_1/weights"].shape == (32,)
+    assert int(group["trainer_1/epoch"][...]) == 1
+
+
+def test_demo_refuses_a_job_it_cannot_run(tmp_path: Path) -> None:
+    with pytest.raises(JobConfigurationError, match="--nodes >= 2"):
+        run_demo(DemoConfig(str(tmp_path), nodes=1), io.StringIO())
+
+
+def test_plugins_command_lists_the_built_ins() -> None:
+    listing = ckptstore("plugins")
+    for provided in ("db types: zarr", "db types: npz", "metadata handlers: json", "copy"):
+        assert provided in listing
+    assert "local (local paths, file, local)" in listing
+
+
+def test_errors_exit_with_a_message(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ckptstore.cli.main",
+            "demo",
+            "--dir",
+            str(tmp_path),
+            "--nodes",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "ckptstore: error:" in result.stderr
+    assert "--nodes >= 2" in result.stderr

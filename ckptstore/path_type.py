@@ -148,8 +148,9 @@ class PathType(ABC):
         raise TypeError(f"path type {self.name!r} cannot rename; set supports_rename=False")
 
     def staging_keys(self, db_key: str) -> list[str]:
-        """Leftover staging prefixes of ``db_key`` from interrupted saves (renaming
-        path types only)."""
+        """Leftovers of interrupted saves of ``db_key``: staging prefixes, and older
+        copies set aside while a new one was renamed into place (renaming path types
+        only). The next save of ``db_key`` deletes them."""
         return []
 
     def close(self) -> None:

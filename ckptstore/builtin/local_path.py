@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
 from ckptstore.io.settings import IOSettings
-from ckptstore.layout import STAGING_MARK, retired_key
+from ckptstore.layout import RETIRED_MARK, STAGING_MARK, retired_key
 from ckptstore.names import validate_key
 from ckptstore.path_type import PathType
 from ckptstore.plugin.markers import hookimpl
@@ -257,12 +257,12 @@ class LocalPath(PathType):
                 _fsync_dir(os.path.dirname(target_path))
 
     def staging_keys(self, db_key: str) -> list[str]:
-        start = f".{db_key}{STAGING_MARK}"
+        starts = (f".{db_key}{STAGING_MARK}", f".{db_key}{RETIRED_MARK}")
         try:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return []
-        return sorted(name for name in names if name.startswith(start))
+        return sorted(name for name in names if name.startswith(starts))
 
 
 class _SyncingFileIO(io.FileIO):

@@ -1,0 +1,66 @@
+"""Run the demo training job and SIGKILL this process at the K-th file-system call.
+
+    python crash_child.py DIR DB_TYPE EPOCHS K
+
+K = 0 never kills; then the number of counted calls is printed at exit as
+``calls=<n>``. Counted: opening, writing, syncing, renaming, creating and deleting
+files and directories, including the buffered writes of sequential formats, so a kill
+can land anywhere inside a save: data, manifest, durability barrier, rename, commit
+record or catalog.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ckptstore.builtin import local_path
+from ckptstore.demo import DemoConfig, run_demo
+
+calls = 0
+
+
+def counted(function: Callable[..., Any], kill_at: int) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        global calls
+        calls += 1
+        if calls == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def main() -> None:
+    directory, db_type, epochs, kill_at = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+    )
+    for name in (
+        "open",
+        "write",
+        "writev",
+        "fsync",
+        "rename",
+        "replace",
+        "mkdir",
+        "unlink",
+        "rmdir",
+    ):
+        setattr(os, name, counted(getattr(os, name), kill_at))
+    os.makedirs = counted(os.makedirs, kill_at)
+    shutil.rmtree = counted(shutil.rmtree, kill_at)
+    local_path._SyncingFileIO.write = counted(io.FileIO.write, kill_at)  # type: ignore[method-assign]
+    run_demo(DemoConfig(directory, epochs=epochs, db_type=db_type), io.StringIO())
+    print(f"calls={calls}")
+
+
+if __name__ == "__main__":
+    main()

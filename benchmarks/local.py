@@ -1,0 +1,259 @@
+"""Local-disk benchmark: ckptstore against the tools users would pick instead.
+
+    python -m benchmarks.local                       # 1 GiB mix, disk and /dev/shm
+    python -m benchmarks.local --workload mixed-4g   # the 4 GiB variant
+    python -m benchmarks.local --smoke               # seconds; what CI runs
+    python -m benchmarks.local --docs                # also update docs/benchmarks.md
+
+Every tool saves the same blobs durably (fsync or syncfs) and restores them, each
+operation in a fresh process (so peak memory is the operation's own), repeated
+``--repeat`` times (the median is reported). Before each restore from disk the page
+cache is dropped when the process may do so (root), so restores read the device.
+The table gives GiB/s, the ratio to the raw disk limit measured in the same run,
+ckptstore's ratio to each tool, and the peak memory above the state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.measure import measure
+from benchmarks.peers import remove, tools
+from benchmarks.report import update_docs_section
+from benchmarks.workload import MiB, make_workload, nbytes
+
+GiB = 1 << 30
+DISK_LIMIT = "disk (raw write/read)"
+OURS = "ckptstore zarr"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Row:
+    tool: str
+    save: list[float] = field(default_factory=list)
+    load: list[float] = field(default_factory=list)
+    save_peak: int = 0
+    load_peak: int = 0
+
+    def save_rate(self, size: int) -> float:
+        return size / statistics.median(self.save) / GiB
+
+    def load_rate(self, size: int) -> float:
+        return size / statistics.median(self.load) / GiB
+
+
+def drop_caches() -> bool:
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3")
+    except OSError:
+        return False
+    return True
+
+
+def run_location(
+    location: Path, workload: str, names: list[str], repeat: int, cold: bool
+) -> dict[str, Row]:
+    size = nbytes(make_workload(workload))
+    rows = {name: Row(name) for name in names}
+    for _ in range(repeat):
+        for name in names:  # interleaved, so drifts of a shared machine hit every tool
+            target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
+            try:
+                saved = measure(name, "save", workload, target)
+                if cold:
+                    drop_caches()
+                loaded = measure(name, "load", workload, target)
+            finally:
+                remove(target)
+            row = rows[name]
+            row.save.append(saved["seconds"])
+            row.load.append(loaded["seconds"])
+            row.save_peak = max(row.save_peak, saved["peak_above_state"])
+            row.load_peak = max(row.load_peak, max(0, loaded["peak_above_state"] - size))
+    return rows
+
+
+def partial_reads(location: Path, workload: str) -> dict[str, int]:
+    """Bytes read to load one ~1 MiB blob from each ckptstore format's checkpoint."""
+    result = {}
+    for name in (tool for tool in tools() if tool.startswith("ckptstore") and "verify" not in tool):
+        target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
+        try:
+            measure(name, "save", workload, target)
+            result[name] = int(measure(name, "partial", workload, target)["bytes_read"])
+        finally:
+            remove(target)
+    return result
+
+
+def table(rows: dict[str, Row], size: int) -> str:
+    disk = rows.get(DISK_LIMIT)
+    ours = rows.get(OURS)
+    lines = [
+        "| tool | save GiB/s | x disk | ckptstore zarr is | restore GiB/s | x disk "
+        "| ckptstore zarr is | peak MiB above state (save / restore) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows.values():
+        save, load = row.save_rate(size), row.load_rate(size)
+        save_disk = f"{save / disk.save_rate(size):.2f}" if disk else "-"
+        load_disk = f"{load / disk.load_rate(size):.2f}" if disk else "-"
+        save_vs = f"{ours.save_rate(size) / save:.2f}x" if ours and row is not ours else ""
+        load_vs = f"{ours.load_rate(size) / load:.2f}x" if ours and row is not ours else ""
+        lines.append(
+            f"| {row.tool} | {save:.2f} | {save_disk} | {save_vs} | {load:.2f} | {load_disk} "
+            f"| {load_vs} | {row.save_peak / MiB:.0f} / {row.load_peak / MiB:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(
+    rows: dict[str, Row], size: int, partial: dict[str, int]
+) -> list[tuple[str, bool, str]]:
+    """The issue's targets, each with whether it is met and the measured value."""
+    checks: list[tuple[str, bool, str]] = []
+    ours, disk = rows.get(OURS), rows.get(DISK_LIMIT)
+    if ours is None:
+        return checks
+
+    def ratio(name: str, what: str) -> float | None:
+        other = rows.get(name)
+        if other is None:
+            return None
+        if what == "save":
+            return ours.save_rate(size) / other.save_rate(size)
+        return ours.load_rate(size) / other.load_rate(size)
+
+    for label, name, what, goal in (
+        ("save >= 0.85x the raw fsync'd write", DISK_LIMIT, "save", 0.85),
+        ("save >= 2x torch.distributed.checkpoint", "torch.distributed.checkpoint", "save", 2.0),
+        ("save >= 0.95x safetensors", "safetensors", "save", 0.95),
+        ("restore >= 2x torch.distributed.checkpoint", "torch.distributed.checkpoint", "load", 2.0),
+        ("restore >= 0.8x the raw read", DISK_LIMIT, "load", 0.8),
+        ("save >= 25x plain zarr-python", "zarr-python", "save", 25.0),
+    ):
+        value = ratio(name, what)
+        if value is not None:
+            checks.append((label, value >= goal, f"{value:.2f}x"))
+    unverified = rows.get("ckptstore zarr, no verify")
+    if unverified is not None:
+        slower = unverified.load_rate(size) / ours.load_rate(size) - 1
+        checks.append(
+            ("checksums on < 10% slower than off (restore)", slower < 0.10, f"{slower:+.1%}")
+        )
+    for name, read in partial.items():
+        checks.append(
+            (
+                f"partial load of one 1 MiB blob reads < 4 MiB ({name})",
+                read < 4 * MiB,
+                f"{read / MiB:.2f} MiB",
+            )
+        )
+    _ = disk
+    return checks
+
+
+def plot(results: dict[str, dict[str, Row]], size: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 5), squeeze=False)
+    for axis, (location, rows) in zip(axes[0], results.items(), strict=True):
+        names = list(rows)
+        positions = range(len(names))
+        axis.barh(
+            [p + 0.2 for p in positions],
+            [rows[n].save_rate(size) for n in names],
+            0.4,
+            label="save (durable)",
+        )
+        axis.barh(
+            [p - 0.2 for p in positions],
+            [rows[n].load_rate(size) for n in names],
+            0.4,
+            label="restore",
+        )
+        axis.set_yticks(list(positions), names)
+        axis.invert_yaxis()
+        axis.set_xlabel("GiB/s (higher is better)")
+        axis.set_title(location)
+        axis.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workload", default="mixed-1g", choices=("mixed-1g", "mixed-4g", "tiny"))
+    parser.add_argument(
+        "--disk", default=str(RESULTS / "scratch"), help="directory on the real disk"
+    )
+    parser.add_argument("--shm", default="/dev/shm", help="directory in memory (tmpfs)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tools", nargs="*", help="subset of tools (default: all)")
+    parser.add_argument("--smoke", action="store_true", help="tiny workload, one repeat, few tools")
+    parser.add_argument("--docs", action="store_true", help="write the table and plot into docs/")
+    args = parser.parse_args(argv)
+
+    names = args.tools or list(tools())
+    if args.smoke:
+        args.workload, args.repeat = "tiny", 1
+        names = [n for n in names if n in (DISK_LIMIT, OURS, "ckptstore npz", "np.savez")]
+    size = nbytes(make_workload(args.workload))
+    Path(args.disk).mkdir(parents=True, exist_ok=True)
+    cold = drop_caches()
+    results = {
+        f"disk ({args.disk})": run_location(
+            Path(args.disk), args.workload, names, args.repeat, cold
+        ),
+        f"memory ({args.shm})": run_location(
+            Path(args.shm), args.workload, names, args.repeat, False
+        ),
+    }
+    partial = partial_reads(Path(args.shm), args.workload)
+    report = [
+        f"Workload `{args.workload}`: {size / GiB:.2f} GiB in {len(make_workload(args.workload))} blobs; "
+        f"median of {args.repeat}; restores from disk {'cold (page cache dropped)' if cold else 'warm'}."
+    ]
+    for location, rows in results.items():
+        report += ["", f"**{location}**", "", table(rows, size)]
+        checks = targets(rows, size, partial)
+        if checks:
+            report += ["", "| target | met | measured |", "|---|---|---|"]
+            report += [
+                f"| {label} | {'yes' if ok else 'NO'} | {value} |" for label, ok, value in checks
+            ]
+    text = "\n".join(report)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"local-{args.workload}.md").write_text(text + "\n")
+    (RESULTS / f"local-{args.workload}.json").write_text(
+        json.dumps(
+            {loc: {n: r.__dict__ for n, r in rows.items()} for loc, rows in results.items()},
+            indent=1,
+        )
+    )
+    if args.docs:
+        docs = Path(__file__).resolve().parent.parent / "docs"
+        image = f"benchmarks-local-{args.workload}.png"
+        plot(results, size, docs / image)
+        update_docs_section(
+            docs / "benchmarks.md",
+            f"local-{args.workload}",
+            text + f"\n\n![{args.workload}]({image})",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Run one save or load in a fresh process and report its time and memory.
+
+    python -m benchmarks.measure TOOL OP WORKLOAD DIR
+
+prints one JSON line: ``seconds``, ``peak_above_state`` (the most resident memory
+above what the process held just before the operation; the peak counter is reset
+through ``/proc/self/clear_refs``), ``bytes_read`` (``rchar`` of ``/proc/self/io``).
+OP is ``save``, ``load`` or ``partial`` (load one ~1 MiB blob, ckptstore tools only).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers import tools
+from benchmarks.workload import make_workload
+
+PARTIAL_BLOB = "mid/0/weight"
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _rchar() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    return 0
+
+
+def prepare(tool: str) -> None:
+    """Import what the tool needs before the clock starts (imports are not I/O)."""
+    import ckptstore
+
+    ckptstore.get_registry()
+    if "torch" in tool:
+        import torch.distributed.checkpoint  # noqa: F401
+    if "zarr" in tool:
+        import zarr  # noqa: F401
+    if "safetensors" in tool:
+        import safetensors.numpy  # noqa: F401
+
+
+def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
+    save, load = tools()[tool]
+    blobs = make_workload(workload)
+    prepare(tool)
+    before = _status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    read_before = _rchar()
+    started = time.perf_counter()
+    if op == "save":
+        save(blobs, directory)
+    elif op == "load":
+        state = load(blobs, directory)
+        assert len(state) == len(blobs)
+    elif op == "partial":
+        from benchmarks.peers import ckptstore_partial_load
+
+        assert ckptstore_partial_load(PARTIAL_BLOB, directory).shape == blobs[PARTIAL_BLOB].shape
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": seconds,
+        "peak_above_state": max(0, _status("VmHWM") - before),
+        "bytes_read": _rchar() - read_before,
+    }
+
+
+def measure(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
+    """Run :func:`run` in a fresh interpreter (clean memory accounting)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.measure", tool, op, workload, str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{tool} {op} failed:\n{result.stderr}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+if __name__ == "__main__":
+    tool_name, operation, workload_name, target = sys.argv[1:5]
+    print(json.dumps(run(tool_name, operation, workload_name, Path(target))))

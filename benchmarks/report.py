@@ -1,0 +1,19 @@
+"""Writing benchmark results into docs/benchmarks.md, between named markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def update_docs_section(path: Path, name: str, body: str) -> None:
+    """Replace the text between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
+    (appending the markers at the end of the file if they are missing)."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n{body}\n{end}{tail}"
+    else:
+        text = f"{text.rstrip()}\n\n{start}\n{body}\n{end}\n"
+    path.write_text(text)

@@ -15,7 +15,8 @@ from functools import partial
 from typing import Any
 
 from ckptstore.db_type import DBType
-from ckptstore.errors import JobConfigurationError, NotRunError
+from ckptstore.commit import open_node, verify_node
+from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
 from ckptstore.io.settings import IOSettings
 from ckptstore.metadata import MetadataHandler
 from ckptstore.names import db_name, validate_node_name
@@ -234,6 +235,24 @@ class ManagerBase(ABC):
         if self._metadata_handler is not None:
             return bool(self._metadata_handler.cp_accessible(epoch))
         return self.location.storage.accessible()
+
+    def verify(self, epoch: int) -> list[CorruptCheckpointError]:
+        """Check every stored byte of ``epoch``'s checkpoints, on every node, against
+        the checksums recorded when they were written, without loading anything into a
+        workspace. Returns one error per damaged chunk or file (empty: intact); raises
+        :class:`~ckptstore.errors.CheckpointNotFoundError` if the epoch is not committed.
+        """
+        location = self.location
+        problems: list[CorruptCheckpointError] = []
+        for node in self.node_names():
+            try:
+                manifest = open_node(location.storage, node, epoch)
+            except CorruptCheckpointError as error:
+                problems.append(error)
+                continue
+            reader = location.reader_for(manifest)
+            problems.extend(verify_node(location.storage, node, epoch, reader, location.engine()))
+        return problems
 
 
 class CheckpointManager(ManagerBase):

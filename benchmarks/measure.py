@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.peers import tools
 from benchmarks.workload import make_workload
 
-PARTIAL_BLOB = "mid/0/weight"
+PARTIAL_BLOB = "mid.0.weight"
 
 
 def _status(field: str) -> int:

@@ -23,12 +23,12 @@ def make_workload(name: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(20261122)
     blobs: dict[str, np.ndarray] = {}
     for i in range(big):
-        blobs[f"layers/{i}/weight"] = rng.random(big_size // 4, dtype=np.float32)
+        blobs[f"layers.{i}.weight"] = rng.random(big_size // 4, dtype=np.float32)
     for i in range(mid):
         size = (MiB if name != "tiny" else 64 << 10) // 4 + int(rng.integers(0, 1024))
-        blobs[f"mid/{i}/weight"] = rng.random(size, dtype=np.float32)
+        blobs[f"mid.{i}.weight"] = rng.random(size, dtype=np.float32)
     for i in range(small):
-        blobs[f"small/{i}/bias"] = rng.random(int(rng.integers(256, 4096)), dtype=np.float32)
+        blobs[f"small.{i}.bias"] = rng.random(int(rng.integers(256, 4096)), dtype=np.float32)
     return blobs
 
 

@@ -23,6 +23,8 @@ from ckptstore.builtin.fsspec_path import FsspecPath
 from ckptstore.builtin.json_catalog import JsonCatalog
 from ckptstore.builtin.local_path import LocalPath
 from ckptstore.builtin.npz_db import NpzDB
+from ckptstore.builtin.sqlite_catalog import SqliteCatalog
+from ckptstore.builtin.zarr_db import ZarrDB
 from ckptstore.db_type import DBLocation, DBType, WrittenDB
 from ckptstore.errors import (
     BlobNotFoundError,
@@ -48,6 +50,7 @@ from ckptstore.names import db_name, get_ckpt_filename
 from ckptstore.node import Node
 from ckptstore.path_type import PathType
 from ckptstore.plugin import get_registry, hookimpl
+from ckptstore.retention import KeepLast, RetentionPolicy
 from ckptstore.runner import JobRunner
 from ckptstore.session import LocalSession, Session
 from ckptstore.stats import NodeStats
@@ -76,6 +79,7 @@ __all__ = [
     "JobConfigurationError",
     "JobRunner",
     "JsonCatalog",
+    "KeepLast",
     "LocalPath",
     "LocalSession",
     "MetadataHandler",
@@ -85,8 +89,10 @@ __all__ = [
     "NodeStats",
     "NpzDB",
     "PathType",
+    "RetentionPolicy",
     "SaveFailedError",
     "Session",
+    "SqliteCatalog",
     "StorageError",
     "Task",
     "TaskGroup",
@@ -98,6 +104,7 @@ __all__ = [
     "Workspace",
     "WorkspaceType",
     "WrittenDB",
+    "ZarrDB",
     "__version__",
     "db_name",
     "epoch_limiter",

@@ -234,7 +234,12 @@ def _unpublish_in_place(storage: PathType, db_key: str) -> None:
 
 def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
     """Remove ``nodes`` from ``epoch``'s commit record before they are saved again."""
-    record = read_commit(storage, epoch)
+    try:
+        record = read_commit(storage, epoch)
+    except CorruptCheckpointError:
+        # unreadable, so none of its nodes is visible: clear it so the epoch can be saved
+        storage.delete([commit_record_key(epoch)])
+        return
     if record is None:
         return
     remaining = {name: c for name, c in record.nodes.items() if name not in set(nodes)}
@@ -250,7 +255,10 @@ def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
 def commit_epoch(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -> EpochCommit:
     """Step 5: record that these nodes' saves of ``epoch`` are complete (merged with
     nodes committed earlier by other jobs sharing the prefix)."""
-    existing = read_commit(storage, epoch)
+    try:
+        existing = read_commit(storage, epoch)
+    except CorruptCheckpointError:
+        existing = None  # unreadable: none of its nodes was visible, it is replaced
     nodes = dict(existing.nodes) if existing is not None else {}
     nodes.update({commit.node: commit for commit in commits})
     record = EpochCommit(epoch, nodes, datetime.now(UTC).isoformat())

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from ckptstore.db_type import DBType
 from ckptstore.commit import open_node, verify_node
+from ckptstore.db_type import DBType
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
 from ckptstore.io.settings import IOSettings
 from ckptstore.metadata import MetadataHandler

@@ -117,6 +117,10 @@ class BlobRecord:
             layout=dict(raw.get("layout", {})),
         )
         record.numpy_dtype()
+        if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
+            # a raw chunk stores its bytes plus padding: never fewer (readers would
+            # otherwise take the difference as negative padding and skip the CRC check)
+            raise ValueError("a raw chunk stores fewer bytes than it supplies")
         if record.codec == "raw" and sum(c.size for c in record.chunks) != record.nbytes:
             raise ValueError(
                 f"chunks supply {sum(c.size for c in record.chunks)} bytes, "

@@ -38,7 +38,9 @@ def get_ckpt_filename(node_name: str, epoch: int) -> str:
 def join_url(prefix: str, name: str) -> str:
     """Join a local path or URL prefix and a relative name with exactly one ``/``."""
     if "://" in prefix:
-        return prefix.rstrip("/") + "/" + name if prefix.rstrip("/") else name
+        scheme, _, path = prefix.partition("://")
+        # a root with no path ("memory://", "file:///") keeps its slashes
+        return f"{scheme}://{path.rstrip('/')}/{name}" if path.rstrip("/") else prefix + name
     return posixpath.join(prefix, name)
 
 

@@ -28,6 +28,7 @@ from ckptstore.errors import (
 from ckptstore.job import Job
 from ckptstore.manager import ManagerBase
 from ckptstore.plugin.registry import get_registry
+from ckptstore.retention import RetentionPolicy, retain_after_save
 from ckptstore.session import Session
 from ckptstore.upload import UploadTaskGroupBuilder
 
@@ -52,6 +53,8 @@ class JobRunner:
     as ``checkpoint_save_failed`` and never committed; with
     ``max_consecutive_save_failures`` the job stops after that many failed epochs in a
     row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
+    ``retention`` (e.g. :class:`~ckptstore.retention.KeepLast`) deletes older committed
+    epochs after each committed save (see :mod:`ckptstore.retention`).
 
     Example::
 
@@ -70,6 +73,7 @@ class JobRunner:
         save_retries: int = 2,
         retry_backoff: float = 0.5,
         max_consecutive_save_failures: int | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
@@ -82,6 +86,7 @@ class JobRunner:
         self.save_retries = save_retries
         self.retry_backoff = retry_backoff
         self.max_consecutive_save_failures = max_consecutive_save_failures
+        self.retention = retention
         self.save_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
         self._consecutive_failures = 0
@@ -167,6 +172,8 @@ class JobRunner:
         self._consecutive_failures = 0
         self.committed_epochs.append(epoch)
         manager.report_checkpoint_stats("checkpoint_save")
+        if self.retention is not None:
+            retain_after_save(manager, self.retention, epoch)
         return True
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:
@@ -201,7 +208,9 @@ class JobRunner:
         manager.report_checkpoint_stats("checkpoint_partial_load")
         return result
 
-    def _upload(self, session: Session, epoch: int, resumed_from: int | None) -> OSError | None:
+    def _upload(
+        self, session: Session, epoch: int, resumed_from: int | None
+    ) -> OSError | CorruptCheckpointError | None:
         builder = self.upload_task_group_builder
         if builder is None:
             return None
@@ -220,7 +229,8 @@ class JobRunner:
             )
         try:
             session.run(builder.build(committed, manager))
-        except OSError as error:
+        except (OSError, CorruptCheckpointError) as error:
+            # raised once download and exit ran; a corrupt source is an upload failure too
             log.error("Upload of epoch %d failed: %s", committed, error)
             return error
         return None

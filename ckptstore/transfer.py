@@ -121,9 +121,11 @@ def _copy_request(chunk: ChunkRecord, target: DBLocation) -> ReadRequest:
 def _stream_file(
     src: DBLocation, target: DBLocation, key: str, records: Sequence[ChunkRecord]
 ) -> None:
-    """Copy a file recorded as consecutive pieces (an archive), piece by piece."""
+    """Copy a file recorded as consecutive pieces (an archive), checking each piece;
+    neighbouring pieces are read together, up to a chunk's worth per request."""
     with target.open_write(key) as out:
-        for data, chunk in zip(_read_pieces(src, key, records), records, strict=True):
+        span = src.io.settings.chunk_bytes
+        for data, chunk in zip(_read_pieces(src, key, records, span), records, strict=True):
             if crc32c_of([data]) != chunk.crc32c:
                 raise CorruptCheckpointError(
                     f"CRC-32C mismatch in the {chunk.stored} bytes at offset {chunk.offset}",
@@ -133,7 +135,11 @@ def _stream_file(
             out.write(data)
 
 
-def _read_pieces(src: DBLocation, key: str, records: Sequence[ChunkRecord]) -> Iterator[bytes]:
+def _read_pieces(
+    src: DBLocation, key: str, records: Sequence[ChunkRecord], span: int
+) -> Iterator[memoryview]:
+    """Each piece's bytes, in order; one read covers consecutive pieces up to ``span``
+    bytes (a larger piece is read alone)."""
     position = 0
     for chunk in records:
         if chunk.offset != position:
@@ -143,5 +149,16 @@ def _read_pieces(src: DBLocation, key: str, records: Sequence[ChunkRecord]) -> I
                 url=src.storage.display_url,
                 file=src.key(key),
             )
-        yield src.storage.read_bytes(src.key(key), chunk.offset, chunk.stored)
         position = chunk.offset + chunk.stored
+    index = 0
+    while index < len(records):
+        first = index
+        end = records[index].offset + records[index].stored
+        index += 1
+        while index < len(records) and end + records[index].stored - records[first].offset <= span:
+            end += records[index].stored
+            index += 1
+        start = records[first].offset
+        data = memoryview(src.storage.read_bytes(src.key(key), start, end - start))
+        for chunk in records[first:index]:
+            yield data[chunk.offset - start : chunk.offset - start + chunk.stored]

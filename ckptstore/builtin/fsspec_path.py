@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import fsspec
 
@@ -37,7 +37,7 @@ class FsspecPath(PathType):
     """
 
     name = "fsspec"
-    protocols = ("*",)
+    protocols: ClassVar[tuple[str, ...]] = ("*",)
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=16, memory_budget=256 << 20)
 
     def __init__(self, url: str, **storage_options: Any) -> None:

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ckptstore import commit as protocol
@@ -100,9 +101,22 @@ class JsonCatalog(MetadataHandler):
                 )
             return user_epoch
         for epoch, entry in sorted(self.epochs().items(), reverse=True):
-            if nodes <= set(entry["nodes"]) and nodes <= protocol.committed_nodes(storage, epoch):
+            if not nodes <= set(entry["nodes"]):
+                continue
+            try:
+                committed = protocol.committed_nodes(storage, epoch)
+            except CorruptCheckpointError as error:
+                log.warning("skipping epoch %d: %s", epoch, error)
+                continue
+            if nodes <= committed:
                 return epoch
         return None
+
+    def forget(self, epochs: Sequence[int]) -> None:
+        """Drop deleted ``epochs`` from the catalog (retention calls this)."""
+        current = self.epochs()
+        if any(epoch in current for epoch in epochs):
+            self._store({e: entry for e, entry in current.items() if e not in set(epochs)})
 
     def write(self, epoch: int) -> None:
         storage = self.require_storage()

@@ -22,7 +22,7 @@ import secrets
 import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
 from ckptstore.io.settings import IOSettings
@@ -62,7 +62,7 @@ class LocalPath(PathType):
     """
 
     name = "local"
-    protocols = ("", "file", "local")
+    protocols: ClassVar[tuple[str, ...]] = ("", "file", "local")
     supports_rename = True
     copies_on_write = False
     copies_on_read = False

@@ -29,6 +29,7 @@ from ckptstore.db_type import DBLocation, DBType, WrittenDB, read_raw_blobs
 from ckptstore.errors import UnsupportedBlobError
 from ckptstore.io.chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io.engine import ReadRequest, WriteRequest
+from ckptstore.layout import MANIFEST_NAME
 from ckptstore.manifest import BlobRecord, ChunkRecord
 from ckptstore.plugin.markers import hookimpl
 from ckptstore.types import Buffer
@@ -112,6 +113,10 @@ class ZarrDB(DBType):
                 raise UnsupportedBlobError(
                     name, f"zarr reserves the name {segment!r}; rename the blob or use 'npz'"
                 )
+        if name.split("/", 1)[0] == MANIFEST_NAME:
+            raise UnsupportedBlobError(
+                name, f"ckptstore writes its manifest as {MANIFEST_NAME!r}; rename the blob"
+            )
 
     # -- writing ----------------------------------------------------------------------
 

@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ckptstore: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`ckptstore ls | head`): stop quietly, as Unix tools do
+        sys.stderr.close()
+        return EXIT_OK
     return code
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io.budget import MemoryBudget
@@ -188,16 +188,18 @@ class ParallelIO:
         budget = MemoryBudget(settings.memory_budget)
         slots = threading.BoundedSemaphore(settings.concurrency * 2)
         futures: list[Future[list[R]]] = []
+        submitted: list[list[RequestT]] = []
+        positions: dict[int, int] = {}  # id(request) -> its place in `requests`
         failed = threading.Event()
 
         def run_batch(batch: list[RequestT]) -> list[R]:
             return [_annotated(perform, request) for request in batch]
 
         def done(future: Future[list[R]], *, nbytes: int) -> None:
+            if future.exception() is not None:
+                failed.set()  # before the slot is freed: no new batch starts after a failure
             budget.release(nbytes)
             slots.release()
-            if future.exception() is not None:
-                failed.set()
 
         with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="ckptstore-io") as pool:
 
@@ -211,11 +213,13 @@ class ParallelIO:
                 future = pool.submit(run_batch, batch)
                 future.add_done_callback(partial(done, nbytes=nbytes))
                 futures.append(future)
+                submitted.append(batch)
                 return True
 
             small: list[RequestT] = []
             small_cost = small_bytes = 0
-            for request in requests:
+            for position, request in enumerate(requests):
+                positions[id(request)] = position
                 if request.nbytes > self.SMALL_REQUEST:
                     if not submit([request], cost(request)):
                         small = []
@@ -236,7 +240,14 @@ class ParallelIO:
             error = future.exception()
             if error is not None:
                 raise error
-        return [result for future in futures for result in future.result()]
+        # large requests are submitted at once, small ones batched: restore request order
+        order = [positions[id(request)] for batch in submitted for request in batch]
+        results = [result for future in futures for result in future.result()]
+        return [result for _, result in sorted(zip(order, results, strict=True), key=_first)]
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 def _join(prefix: str, key: str) -> str:

@@ -48,6 +48,7 @@ BUILTIN_PLUGINS = (
     "ckptstore.builtin.npz_db",
     "ckptstore.builtin.zarr_db",
     "ckptstore.builtin.json_catalog",
+    "ckptstore.builtin.sqlite_catalog",
     "ckptstore.builtin.copy_upload",
 )
 DISABLE_ENV = "CKPTSTORE_DISABLE_PLUGINS"
@@ -163,8 +164,14 @@ class Registry:
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register an in-process plugin (an object or module with hook functions)."""
         self.plugin_manager.register(plugin, name=name)
-        self.plugin_manager.check_pending()
-        self._gather()
+        try:
+            self.plugin_manager.check_pending()
+            self._gather()
+        except Exception:
+            # a refused plugin must not stay registered (nor leave the maps half-updated)
+            self.plugin_manager.unregister(plugin)
+            self._gather()
+            raise
 
     def unregister(self, plugin: object) -> None:
         """Remove a plugin registered with :meth:`register`."""
@@ -225,7 +232,8 @@ class Registry:
         hint = INSTALL_HINTS.get(("path type", protocol))
         if fallback is not None and hint is None and _fsspec_knows(protocol):
             return fallback
-        raise UnknownPluginError("path type", protocol, self.protocols, hint)
+        installed = (p or "local paths" for p in self.protocols)
+        raise UnknownPluginError("path type", protocol, installed, hint)
 
     def open_path(self, url: str, path_type: str | None = None, **options: Any) -> PathType:
         """A path type instance rooted at ``url``; ``options`` go to its constructor."""

@@ -1,0 +1,177 @@
+"""What the operator commands share: exit codes, opening URLs, output and errors.
+
+Exit codes scripts can rely on (also in ``docs/cli.md``)::
+
+    0  success
+    1  error (storage unreachable, unknown plugin, bad option...)
+    2  bad command line
+    3  verification failed: corrupt or missing data (the message names the blob)
+    4  not found: the epoch or checkpoint asked for is not committed
+    130 interrupted
+
+Example::
+
+    storage = open_storage(args.url, args)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ckptstore.cli.main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
+from ckptstore.path_type import PathType
+from ckptstore.plugin.registry import get_registry
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "add_json_flag",
+    "add_progress_flag",
+    "add_storage_options",
+    "format_bytes",
+    "guarded",
+    "open_storage",
+    "print_json",
+]
+
+EXIT_CORRUPT = 3
+"""Verification failed: corrupt or missing data."""
+EXIT_NOT_FOUND = 4
+"""The epoch or checkpoint asked for is not committed."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C)."""
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+def guarded(run: Runner) -> Runner:
+    """Wrap a command so ckptstore errors become a message on stderr and an exit code."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except CheckpointNotFoundError as error:
+            return _fail(error, EXIT_NOT_FOUND)
+        except CorruptCheckpointError as error:
+            return _fail(error, EXIT_CORRUPT)
+        except CkptStoreError as error:
+            return _fail(error, EXIT_ERROR)
+        except ValueError as error:  # bad option values (IOSettings, path type options)
+            return _fail(error, EXIT_ERROR)
+        except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+
+    return wrapper
+
+
+def _fail(error: Exception, code: int) -> int:
+    print(f"ckptstore: error: {error}", file=sys.stderr)
+    return code
+
+
+def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """``--path-type`` and ``-o KEY=VALUE`` options for each URL argument in ``names``
+    (one URL: plain ``-o``; several: ``--<name>-option``)."""
+    for name in names or ("",):
+        prefix = f"{name}-" if name else ""
+        short = ["-o"] if not name else []
+        parser.add_argument(
+            *short,
+            f"--{prefix}option",
+            dest=f"{prefix.replace('-', '_')}options",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"storage option for the {name or 'URL'}'s path type (values are parsed as "
+            "JSON when they can be: -o anon=true); repeatable",
+        )
+        parser.add_argument(
+            f"--{prefix}path-type",
+            dest=f"{prefix.replace('-', '_')}path_type",
+            metavar="NAME",
+            help="use this path type instead of the one the URL's scheme selects",
+        )
+
+
+def open_storage(url: str, args: argparse.Namespace, name: str = "") -> PathType:
+    """The path type instance for ``url`` with the options given for it."""
+    attribute = f"{name}_" if name else ""
+    options = _parse_options(getattr(args, f"{attribute}options", []))
+    path_type = getattr(args, f"{attribute}path_type", None)
+    return get_registry().open_path(url, path_type, **options)
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, separator, raw = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"storage option {pair!r} is not KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
+
+
+def add_progress_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def format_bytes(count: int | None) -> str:
+    """``1536`` → ``'1.5 KiB'``; ``None`` → ``'-'``."""
+    if count is None:
+        return "-"
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def parse_epochs(values: list[int] | None, committed: list[int], *, latest: bool) -> list[int]:
+    """The epochs a command acts on: those given, the newest with ``latest``, else all
+    committed ones."""
+    if values:
+        return sorted(set(values))
+    if latest:
+        return committed[-1:]
+    return committed
+
+
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "error: storage unreachable, unknown plugin, bad option...",
+    EXIT_USAGE: "bad command line",
+    EXIT_CORRUPT: "verification failed: corrupt or missing data (the message names the blob)",
+    EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed",
+    EXIT_INTERRUPTED: "interrupted",
+}
+"""Every exit code of the operator commands and its meaning."""

@@ -1,0 +1,148 @@
+"""The ``copy`` upload builder: a second checkpoint tier, restorable with
+``manager.load(epoch, path_prefix=...)``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ckpt_helpers import build_counter_job, files_under, flip_byte, memory_keys, memory_root
+
+from ckptstore import (
+    CheckpointNotFoundError,
+    CopyUpload,
+    CorruptCheckpointError,
+    FsspecPath,
+    JobRunner,
+    LocalPath,
+    LocalSession,
+    MultiNodeCheckpointManager,
+)
+from ckptstore import commit as protocol
+from ckptstore.path_type import PathType
+
+NODES = ("trainer_0", "trainer_1")
+FORMATS = ["npz", "zarr"]
+
+
+@pytest.fixture(params=["local", "memory"])
+def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The upload tier: another local directory, or a memory:// bucket."""
+    if request.param == "local":
+        yield str(tmp_path / "upload")
+    else:
+        with memory_root("upload") as url:
+            yield url
+
+
+def open_dest(url: str) -> PathType:
+    return FsspecPath(url) if url.startswith("memory://") else LocalPath(url)
+
+
+def train_with_upload(source: Path, dest: str, db_type: str) -> MultiNodeCheckpointManager:
+    job, _ = build_counter_job(nodes=NODES, epochs=3)
+    manager = MultiNodeCheckpointManager(str(source), db_type)
+    runner = JobRunner(job, manager, upload_task_group_builder=CopyUpload(dest))
+    assert runner.train(LocalSession()) == 3
+    return manager
+
+
+@pytest.mark.parametrize("db_type", FORMATS)
+def test_the_final_epoch_is_copied_and_committed_in_the_upload_tier(
+    tmp_path: Path, dest: str, db_type: str
+) -> None:
+    source = tmp_path / "ckpt"
+    train_with_upload(source, dest, db_type)
+    target = open_dest(dest)
+    record = protocol.read_commit(target, 3)
+    assert record is not None
+    assert sorted(record.nodes) == list(NODES)
+    assert [e for e in range(4) if protocol.read_commit(target, e)] == [3]
+    source_record = protocol.read_commit(LocalPath(str(source)), 3)
+    assert source_record is not None
+    for node in NODES:
+        assert record.nodes[node].manifest_crc32c == source_record.nodes[node].manifest_crc32c
+        for name in files_under(source / f"{node}.3"):
+            key = f"{node}.3/{name}"
+            assert target.read_bytes(key) == (source / key).read_bytes()
+    if isinstance(target, FsspecPath):
+        assert all(".staging-" not in key for key in memory_keys(dest))
+
+
+@pytest.mark.parametrize("db_type", FORMATS)
+def test_restore_from_the_upload_tier(tmp_path: Path, dest: str, db_type: str) -> None:
+    source = tmp_path / "ckpt"
+    train_with_upload(source, dest, db_type)
+    shutil.rmtree(source)  # the first tier is lost
+    manager = MultiNodeCheckpointManager(str(source), db_type)
+    session = LocalSession()
+    session.run(manager.init(list(NODES), retrieve_from_epoch=3, path_prefix=dest))
+    session.run(manager.load(3, path_prefix=dest))
+    for node in NODES:
+        ws = session.workspace(node)
+        assert ws[f"{node}/w"].tolist() == [3.0] * 4
+        assert ws[f"{node}/step"].item() == 3
+
+
+def test_a_corrupt_source_chunk_aborts_the_copy_without_committing(
+    tmp_path: Path, dest: str
+) -> None:
+    source = tmp_path / "ckpt"
+    job, _ = build_counter_job(nodes=NODES, epochs=1)
+    manager = MultiNodeCheckpointManager(str(source), "zarr")
+    JobRunner(job, manager).train(LocalSession())
+    flip_byte(source / "trainer_1.1" / "trainer_1" / "w" / "c.0", 3)
+    upload = CopyUpload(dest)
+    with pytest.raises(CorruptCheckpointError) as info:
+        LocalSession().run(upload.build(1, manager))
+    assert info.value.file is not None
+    assert info.value.file.endswith("trainer_1.1/trainer_1/w/c.0")
+    target = open_dest(dest)
+    assert protocol.read_commit(target, 1) is None
+    keys = memory_keys(dest) if dest.startswith("memory://") else files_under(Path(dest))
+    assert not any(".staging-" in key for key in keys)
+    assert not any(key.startswith("trainer_1.1/") for key in keys if key.endswith("c.0"))
+
+
+def test_a_corrupt_archive_aborts_the_streamed_copy(tmp_path: Path) -> None:
+    source = tmp_path / "ckpt"
+    job, _ = build_counter_job(nodes=NODES, epochs=1)
+    manager = MultiNodeCheckpointManager(str(source), "npz")
+    JobRunner(job, manager).train(LocalSession())
+    flip_byte(source / "trainer_0.1" / "blobs.npz", 10)  # a zip header byte
+    dest = tmp_path / "upload"
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C mismatch"):
+        LocalSession().run(CopyUpload(str(dest)).build(1, manager))
+    assert protocol.read_commit(LocalPath(str(dest)), 1) is None
+    assert not (dest / "trainer_0.1").exists()
+
+
+def test_uploading_an_uncommitted_epoch_fails(tmp_path: Path) -> None:
+    job, _ = build_counter_job(nodes=NODES, epochs=1)
+    manager = MultiNodeCheckpointManager(str(tmp_path / "ckpt"), "npz")
+    JobRunner(job, manager).train(LocalSession())
+    with pytest.raises(CheckpointNotFoundError):
+        LocalSession().run(CopyUpload(str(tmp_path / "up")).build(5, manager))
+
+
+def test_a_reupload_replaces_the_epoch(tmp_path: Path) -> None:
+    source, dest = tmp_path / "ckpt", tmp_path / "upload"
+    job, _ = build_counter_job(nodes=NODES, epochs=1)
+    manager = MultiNodeCheckpointManager(str(source), "npz")
+    JobRunner(job, manager).train(LocalSession())
+    upload = CopyUpload(str(dest))
+    LocalSession().run(upload.build(1, manager))
+    LocalSession().run(upload.build(1, manager))
+    assert sorted(p.name for p in dest.iterdir()) == ["_ckptstore", "trainer_0.1", "trainer_1.1"]
+    assert protocol.committed_nodes(LocalPath(str(dest)), 1) == set(NODES)
+
+
+def test_the_builder_opens_its_destination_lazily(tmp_path: Path) -> None:
+    upload = CopyUpload(str(tmp_path / "later"), verify=False)
+    assert not (tmp_path / "later").exists()
+    assert repr(upload) == f"CopyUpload({str(tmp_path / 'later')!r})"
+    assert isinstance(upload.storage, LocalPath)
+    assert upload.storage is upload.storage
+    assert upload.verify is False

@@ -1,0 +1,148 @@
+"""The ``json`` metadata handler: a catalog of committed epochs beside the checkpoints."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from ckpt_helpers import build_counter_job
+
+from ckptstore import (
+    CheckpointNotFoundError,
+    JobConfigurationError,
+    JobRunner,
+    JsonCatalog,
+    LocalPath,
+    LocalSession,
+    MultiNodeCheckpointManager,
+)
+from ckptstore.builtin.json_catalog import CATALOG_KEY
+from ckptstore.layout import commit_record_key
+from ckptstore.plugin.registry import Registry
+
+NODES = ["trainer_0", "trainer_1"]
+
+
+def run_jobs(prefix: Path, epochs: dict[str, int]) -> None:
+    """One single-node job per node, sharing ``prefix``, each running its epochs."""
+    for node, count in epochs.items():
+        job, _ = build_counter_job(nodes=(node,), epochs=count)
+        manager = MultiNodeCheckpointManager(str(prefix), "npz", metadata_handler="json")
+        JobRunner(job, manager).train(LocalSession())
+
+
+def catalog_for(prefix: Path, nodes: list[str]) -> JsonCatalog:
+    handler = JsonCatalog()
+    handler.set_params(str(prefix), "npz", nodes, storage=LocalPath(str(prefix)))
+    return handler
+
+
+def test_the_catalog_lists_every_committed_epoch(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 2})
+    epochs = catalog_for(tmp_path, ["trainer_0"]).epochs()
+    assert sorted(epochs) == [0, 1, 2]
+    assert epochs[2]["nodes"] == ["trainer_0"]
+    assert epochs[2]["db_types"] == ["npz"]
+    assert epochs[2]["nbytes"] == 4 * 8 + 8 + 8  # w, step and the epoch limiter
+    assert (tmp_path / CATALOG_KEY).is_file()
+
+
+def test_last_epoch_is_the_newest_complete_on_every_node(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 3, "trainer_1": 1})
+    assert catalog_for(tmp_path, NODES).last_epoch() == 1
+    assert catalog_for(tmp_path, ["trainer_0"]).last_epoch() == 3
+    assert catalog_for(tmp_path, ["trainer_1"]).last_epoch() == 1
+
+
+def test_a_users_epoch_is_validated_never_replaced(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 3, "trainer_1": 1})
+    handler = catalog_for(tmp_path, NODES)
+    assert handler.last_epoch(user_epoch=0) == 0
+    assert handler.last_epoch(user_epoch=1) == 1
+    with pytest.raises(CheckpointNotFoundError) as info:
+        handler.last_epoch(user_epoch=3)
+    message = str(info.value)
+    assert "not committed for nodes ['trainer_1']" in message
+    assert "Complete epochs: [0, 1]" in message
+    assert info.value.epoch == 3
+
+
+def test_a_newest_epoch_whose_commit_record_is_gone_is_skipped(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 3})
+    os.unlink(tmp_path / commit_record_key(3))
+    handler = catalog_for(tmp_path, ["trainer_0"])
+    assert 3 in handler.epochs()  # the catalog still lists it...
+    assert handler.last_epoch() == 2  # ...but the commit record decides
+
+
+def test_a_corrupt_catalog_is_rebuilt_from_the_commit_records(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_jobs(tmp_path, {"trainer_0": 2})
+    handler = catalog_for(tmp_path, ["trainer_0"])
+    before = handler.epochs()
+    (tmp_path / CATALOG_KEY).write_bytes(b'{"crc32c":1,"garbage":true}')
+    (tmp_path / "_ckptstore" / "unrelated.txt").write_text("ignored")
+    assert handler.epochs() == before
+    assert "rebuilding it" in caplog.text
+    caplog.clear()
+    assert handler.epochs() == before
+    assert "rebuilding" not in caplog.text  # the rebuilt catalog was stored
+    assert handler.last_epoch() == 2
+
+
+def test_write_refuses_an_epoch_not_committed_on_every_node(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 1})
+    handler = catalog_for(tmp_path, NODES)
+    with pytest.raises(CheckpointNotFoundError, match=r"lacks nodes \['trainer_1'\]"):
+        handler.write(1)
+    with pytest.raises(CheckpointNotFoundError, match="refusing to catalog epoch 7"):
+        handler.write(7)
+    assert sorted(handler.epochs()) == [0, 1]
+
+
+def test_without_checkpoints_there_is_nothing_to_resume(tmp_path: Path) -> None:
+    handler = catalog_for(tmp_path, NODES)
+    assert handler.epochs() == {}
+    assert handler.last_epoch() is None
+    assert handler.cp_accessible() is True
+
+
+def test_the_catalog_needs_set_params_first() -> None:
+    with pytest.raises(JobConfigurationError, match="set_params"):
+        JsonCatalog().last_epoch()
+
+
+def test_json_is_the_registered_name(registry: Registry) -> None:
+    assert isinstance(registry.metadata_handler("json"), JsonCatalog)
+    assert registry.metadata_handler(None) is None
+
+
+def test_a_rerun_with_no_arguments_resumes_from_the_newest_complete_epoch(tmp_path: Path) -> None:
+    run_jobs(tmp_path, {"trainer_0": 3, "trainer_1": 1})
+    job, _ = build_counter_job(nodes=tuple(NODES), epochs=3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(job, manager)
+    session = LocalSession()
+    runner.train(session)
+    assert runner.committed_epochs[0] == 2  # resumed from 1, the newest complete on both
+
+
+def test_a_corrupt_newest_commit_record_falls_back_and_is_replaced_by_the_next_save(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_jobs(tmp_path, {"trainer_0": 3})
+    record = tmp_path / commit_record_key(3)
+    data = bytearray(record.read_bytes())
+    data[25] ^= 0x01
+    record.write_bytes(bytes(data))
+    assert catalog_for(tmp_path, ["trainer_0"]).last_epoch() == 2
+    assert "epoch 3" in caplog.text
+    job, _ = build_counter_job(nodes=("trainer_0",), epochs=3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(job, manager, save_retries=0)
+    assert runner.train(LocalSession()) == 3  # resumed from 2: epoch 3 runs again
+    assert runner.save_failures == []
+    assert runner.committed_epochs == [3]
+    assert catalog_for(tmp_path, ["trainer_0"]).last_epoch() == 3

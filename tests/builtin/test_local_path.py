@@ -1,0 +1,176 @@
+"""The ``local`` path type, on real files."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ckpt_helpers import files_under
+
+from ckptstore import CorruptCheckpointError, LocalPath, StorageError
+from ckptstore.builtin.local_path import DURABILITY_MODES
+from ckptstore.errors import ObjectNotFoundError
+from ckptstore.plugin.registry import Registry
+
+
+def test_round_trip_of_parts_and_ranges(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    array = np.arange(10, dtype=np.int32)
+    storage.write_parts("a/b/c", [b"head", array, memoryview(b"tail")])
+    expected = b"head" + array.tobytes() + b"tail"
+    assert (tmp_path / "a" / "b" / "c").read_bytes() == expected
+    assert storage.read_bytes("a/b/c") == expected
+    assert storage.read_bytes("a/b/c", 4, 8) == array[:2].tobytes()
+    assert storage.size("a/b/c") == len(expected)
+    first, second = bytearray(3), np.zeros(2, dtype=np.int32)
+    storage.read_into("a/b/c", 2, [memoryview(first), second.data])
+    assert bytes(first) == b"ad\x00"
+    assert second.tobytes() == expected[5:13]
+
+
+def test_writes_of_many_parts(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    parts = [bytes([i % 256]) * 3 for i in range(1500)]  # more than one writev batch
+    storage.write_parts("many", parts)
+    assert storage.read_bytes("many") == b"".join(parts)
+    targets = [memoryview(bytearray(3)) for _ in range(1500)]
+    storage.read_into("many", 0, targets)
+    assert b"".join(bytes(t) for t in targets) == b"".join(parts)
+
+
+def test_a_rewrite_truncates(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes("k", b"long content")
+    storage.write_bytes("k", b"short")
+    assert storage.read_bytes("k") == b"short"
+
+
+def test_missing_and_short_objects(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    with pytest.raises(ObjectNotFoundError) as info:
+        storage.read_bytes("absent")
+    assert isinstance(info.value, FileNotFoundError)
+    assert info.value.key == "absent"
+    with pytest.raises(ObjectNotFoundError):
+        storage.read_into("absent", 0, [memoryview(bytearray(1))])
+    with pytest.raises(StorageError):
+        storage.size("absent")
+    assert storage.get_document("absent") is None
+    assert not storage.exists("absent")
+    storage.write_bytes("short", b"abc")
+    with pytest.raises(CorruptCheckpointError, match="ends 2 bytes before"):
+        storage.read_into("short", 1, [memoryview(bytearray(4))])
+
+
+def test_delete_list_and_delete_tree(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    for key in ("d/x", "d/sub/y", "e", "d2/z"):
+        storage.write_bytes(key, b"1")
+    assert storage.list_keys() == ["d/sub/y", "d/x", "d2/z", "e"]
+    assert storage.list_keys("d") == ["d/sub/y", "d/x"]
+    assert storage.list_keys("nothing") == []
+    storage.delete(["e", "never-existed"])
+    storage.delete_tree("d")
+    storage.delete_tree("d2/z")  # a single object
+    storage.delete_tree("not-there")
+    assert storage.list_keys() == []
+
+
+def test_open_write_streams_a_new_object(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path), durability="fsync")
+    with storage.open_write("dir/stream") as stream:
+        stream.write(b"abc")
+        stream.write(b"def")
+    assert storage.read_bytes("dir/stream") == b"abcdef"
+
+
+def test_put_document_is_atomic_and_leaves_no_temporary(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.put_document("_ckptstore/doc.json", b"{1}")
+    storage.put_document("_ckptstore/doc.json", b"{2}")
+    assert storage.get_document("_ckptstore/doc.json") == b"{2}"
+    assert files_under(tmp_path) == ["_ckptstore/doc.json"]
+
+
+@pytest.mark.parametrize("mode", DURABILITY_MODES)
+def test_every_durability_mode_syncs(tmp_path: Path, mode: str) -> None:
+    storage = LocalPath(str(tmp_path), durability=mode)
+    assert storage.durability in DURABILITY_MODES
+    storage.write_bytes("a/b", b"x")
+    with storage.open_write("a/c") as stream:
+        stream.write(b"y")
+    storage.sync()
+    assert storage.read_bytes("a/c") == b"y"
+
+
+def test_durability_from_the_environment_and_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CKPTSTORE_DURABILITY", "none")
+    assert LocalPath(str(tmp_path)).durability == "none"
+    assert LocalPath(str(tmp_path), durability="fsync").durability == "fsync"
+    with pytest.raises(ValueError, match="durability"):
+        LocalPath(str(tmp_path), durability="sometimes")
+    with pytest.raises(TypeError, match="only 'durability'"):
+        LocalPath(str(tmp_path), key="secret")
+
+
+def test_roots_from_urls_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LocalPath(f"file://{tmp_path}").root == str(tmp_path)
+    assert LocalPath(f"local://{tmp_path}").root == str(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert LocalPath("~/ckpt").root == str(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    assert LocalPath("relative").root == str(tmp_path / "relative")
+
+
+def test_accessible_creates_the_root_or_says_no(tmp_path: Path) -> None:
+    assert LocalPath(str(tmp_path / "new" / "root")).accessible()
+    assert (tmp_path / "new" / "root").is_dir()
+    (tmp_path / "file").write_text("")
+    assert not LocalPath(str(tmp_path / "file" / "root")).accessible()
+
+
+def test_writes_under_a_file_fail_as_storage_errors(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    storage = LocalPath(str(tmp_path / "file"))
+    with pytest.raises(StorageError) as info:
+        storage.write_bytes("k", b"x")
+    assert isinstance(info.value, OSError)
+    assert str(tmp_path / "file") in str(info.value)
+
+
+def test_replace_tree_and_staging_keys(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes(".n.1.staging-aa/x", b"new")
+    storage.write_bytes(".n.1.staging-bb/x", b"other")
+    storage.write_bytes(".n.12.staging-cc/x", b"not ours")
+    assert storage.staging_keys("n.1") == [".n.1.staging-aa", ".n.1.staging-bb"]
+    storage.write_bytes("n.1/old", b"old")
+    storage.replace_tree(".n.1.staging-aa", "n.1")
+    assert storage.list_keys("n.1") == ["n.1/x"]
+    assert storage.read_bytes("n.1/x") == b"new"
+    assert not any(".retired-" in name for name in os.listdir(tmp_path))
+    storage.replace_tree(".n.1.staging-bb", "n.2")
+    assert storage.read_bytes("n.2/x") == b"other"
+    assert LocalPath(str(tmp_path / "missing")).staging_keys("n.1") == []
+
+
+def test_local_paths_pickle(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path), durability="fsync")
+    storage.write_bytes("k", b"v")
+    copy = pickle.loads(pickle.dumps(storage))
+    assert copy.root == storage.root
+    assert copy.durability == "fsync"
+    assert copy.read_bytes("k") == b"v"
+    copy.write_bytes("k2", b"w")
+    copy.sync()
+
+
+def test_the_registry_serves_plain_paths_and_file_urls(registry: Registry, tmp_path: Path) -> None:
+    for url in (str(tmp_path), f"file://{tmp_path}", f"local://{tmp_path}"):
+        assert type(registry.open_path(url)) is LocalPath
+    assert repr(LocalPath(str(tmp_path))) == f"LocalPath({str(tmp_path)!r})"

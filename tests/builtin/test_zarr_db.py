@@ -1,0 +1,191 @@
+"""The ``zarr`` DB type: groups plain zarr reads, compression, names and dtypes it
+refuses, edge-chunk padding, and partial loads that read only what they need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from ckpt_helpers import CountingLocalPath, flip_byte, memory_root, register_storage
+
+from ckptstore import (
+    CheckpointManager,
+    CorruptCheckpointError,
+    FsspecPath,
+    LocalPath,
+    LocalSession,
+    Node,
+    UnsupportedBlobError,
+)
+from ckptstore import commit as protocol
+from ckptstore.builtin.zarr_db import ZarrDB
+from ckptstore.io.engine import ParallelIO
+from ckptstore.io.settings import IOSettings
+from ckptstore.path_type import PathType
+from ckptstore.plugin.registry import Registry
+
+NODE = "trainer_0"
+SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)
+
+
+def engine() -> ParallelIO:
+    return ParallelIO(SMALL_CHUNKS)
+
+
+def zarr_blobs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    return {
+        "model/layer1/w": rng.normal(size=(37, 29)),  # several padded chunks
+        "model/layer1/b": np.zeros(29, dtype=np.float32),
+        "model/w_fortran": np.asfortranarray(rng.normal(size=(8, 6))),
+        "strided": np.arange(300, dtype=np.int16)[::3],
+        "big_endian": np.arange(6, dtype=">i8").reshape(3, 2),
+        "half": np.linspace(0, 1, 5, dtype=np.float16),
+        "complex": np.array([1 + 2j, 3 - 4j], dtype=np.complex64),
+        "flags": np.array([True, False, True]),
+        "counts": np.arange(4, dtype=np.uint64),
+        "scalar": np.array(42, dtype=np.int64),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+    }
+
+
+def save(storage: PathType, values: dict[str, np.ndarray], db: ZarrDB | None = None) -> None:
+    commit = protocol.write_node(storage, NODE, 1, values, db or ZarrDB(), engine())
+    protocol.commit_epoch(storage, 1, [commit])
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "blosc"])
+def test_groups_open_with_plain_zarr(tmp_path: Path, compression: str | None) -> None:
+    values = zarr_blobs()
+    save(LocalPath(str(tmp_path)), values, ZarrDB(compression=compression))
+    group = zarr.open_group(str(tmp_path / "trainer_0.1"), mode="r")
+    for name, value in values.items():
+        array = group[name]
+        assert isinstance(array, zarr.Array)
+        assert array.dtype == value.dtype.newbyteorder("=")  # zarr reads native order
+        np.testing.assert_array_equal(array[...], value)
+    model = group["model"]
+    assert isinstance(model, zarr.Group)
+    assert sorted(model.group_keys()) == ["layer1"]
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "blosc"])
+def test_ckptstore_reads_back_every_dtype_and_layout(compression: str | None) -> None:
+    values = zarr_blobs()
+    with memory_root() as url:
+        storage = FsspecPath(url)
+        db = ZarrDB(compression=compression, level=5)
+        save(storage, values, db)
+        manifest = protocol.open_node(storage, NODE, 1)
+        loaded = protocol.read_blobs(storage, manifest, None, db, engine())
+    for name, value in values.items():
+        assert loaded[name].dtype == value.dtype
+        np.testing.assert_array_equal(loaded[name], value)
+    codecs = {record.codec for record in manifest.blobs.values()}
+    assert codecs == {compression or "raw"}
+
+
+def test_compression_shrinks_compressible_data(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, {"zeros": np.zeros(10_000)}, ZarrDB(compression="zstd"))
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert manifest.blobs["zeros"].stored_bytes < manifest.blobs["zeros"].nbytes / 10
+    assert protocol.verify_node(storage, NODE, 1, ZarrDB(), engine()) == []
+
+
+def test_unknown_compressions_are_refused() -> None:
+    with pytest.raises(ValueError, match="compression"):
+        ZarrDB(compression="lz4")
+    assert repr(ZarrDB("zstd", 7)) == "ZarrDB(compression='zstd', level=7)"
+
+
+def test_edge_chunks_are_padded_and_the_padding_is_checksummed(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    values = np.arange(1000, dtype=np.float64)  # 512 items a chunk: the second is short
+    save(storage, {"w": values})
+    chunk_file = tmp_path / "trainer_0.1" / "w" / "c.1"
+    assert chunk_file.stat().st_size == 4096
+    record = protocol.open_node(storage, NODE, 1).blobs["w"]
+    assert [(c.size, c.stored) for c in record.chunks] == [(4096, 4096), (3904, 4096)]
+    array = zarr.open_group(str(tmp_path / "trainer_0.1"))["w"]
+    assert isinstance(array, zarr.Array)
+    np.testing.assert_array_equal(array[:], values)
+    flip_byte(chunk_file, 4000)  # in the padding
+    (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
+    assert (problem.blob, problem.chunk) == ("w", 1)
+    manifest = protocol.open_node(storage, NODE, 1)
+    with pytest.raises(CorruptCheckpointError):
+        protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())
+    unverified = ParallelIO(IOSettings(chunk_bytes=4096, memory_budget=1 << 20, verify=False))
+    loaded = protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), unverified)
+    np.testing.assert_array_equal(loaded["w"], values)
+
+
+def test_every_format_file_is_checksummed(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, {"a/b": np.zeros(3)})
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert sorted(f.key for f in manifest.files) == ["a/b/zarr.json", "a/zarr.json", "zarr.json"]
+    flip_byte(tmp_path / "trainer_0.1" / "a" / "zarr.json", 5)
+    (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
+    assert problem.file is not None
+    assert problem.file.endswith("a/zarr.json")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"a": np.zeros(1), "a/b": np.zeros(1)}, "'a' is an array"),
+        ({"x/y": np.zeros(1), "x/y/z/w": np.zeros(1)}, "'x/y' is an array"),
+        ({"text": np.array(["a"])}, "db_type='npz'"),
+        ({"raw": np.array([b"a"])}, "db_type='npz'"),
+        ({"when": np.array([1], dtype="M8[s]")}, "db_type='npz'"),
+        ({"__hidden": np.zeros(1)}, "reserves"),
+        ({"a/zarr.json": np.zeros(1)}, "reserves"),
+        ({"ckptstore.manifest.json": np.zeros(1)}, "manifest"),
+        ({"ckptstore.manifest.json/x": np.zeros(1)}, "manifest"),
+    ],
+)
+def test_blobs_zarr_cannot_hold_are_refused_clearly(
+    tmp_path: Path, values: dict[str, np.ndarray], message: str
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    with pytest.raises(UnsupportedBlobError, match=message):
+        protocol.write_node(storage, NODE, 1, values, ZarrDB(), engine())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_blob_may_be_named_like_the_manifest_below_the_top_level(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, {"sub/ckptstore.manifest.json": np.ones(2)})
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert list(manifest.blobs) == ["sub/ckptstore.manifest.json"]
+
+
+def test_partial_loads_read_only_the_requested_blobs_bytes(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, CountingLocalPath)
+    session = LocalSession()
+    ws = session.workspace(NODE)
+    ws["a"] = np.zeros(5000)
+    ws["b"] = np.arange(10, dtype=np.int32)
+    ws["c"] = np.ones((300, 2), dtype=np.float32)
+    manager = CheckpointManager(
+        str(tmp_path), NODE, "zarr", path_type="counting_local", io=SMALL_CHUNKS
+    )
+    session.run(manager.init([NODE]))
+    session.run(manager.save(1))
+    storage = manager.location.storage
+    assert isinstance(storage, CountingLocalPath)
+    storage.reset()
+    with Node("reader"):
+        session.run(manager.load_blobs_from_checkpoint(["b", "c"], 1))
+    assert session.workspace("reader")["b"].tolist() == list(range(10))
+    assert storage.chunk_reads == {"trainer_0.1/b/c.0": 40, "trainer_0.1/c/c.0.0": 2400}
+    assert sorted(storage.document_reads) == [
+        "_ckptstore/epoch-1.commit.json",
+        "trainer_0.1/ckptstore.manifest.json",
+    ]

@@ -1,0 +1,314 @@
+"""Shared helpers for the core's unit tests: small jobs, storages that count or record
+what they do, and plugin objects that register them."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+import fsspec
+import numpy as np
+
+from ckptstore import Job, Node, Task, TaskOutput, Workspace, epoch_limiter, hookimpl
+from ckptstore.builtin.fsspec_path import FsspecPath
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.db_type import DBType
+from ckptstore.errors import StorageError
+from ckptstore.metadata import MetadataHandler
+from ckptstore.path_type import PathType
+from ckptstore.plugin.registry import Registry
+from ckptstore.stats import NodeStats
+from ckptstore.types import Buffer
+
+# -- storages ----------------------------------------------------------------------------
+
+
+class CountingLocalPath(LocalPath):
+    """Local disk that counts the bytes moved by bulk reads (``read_into``) and by
+    document reads (``read_bytes``), per key."""
+
+    name = "counting_local"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.chunk_reads: dict[str, int] = {}
+        self.document_reads: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        del state["_count_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._count_lock = threading.Lock()
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        super().read_into(key, offset, targets)
+        with self._count_lock:
+            self.chunk_reads[key] = self.chunk_reads.get(key, 0) + sum(t.nbytes for t in targets)
+
+    def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        data = super().read_bytes(key, offset, length)
+        with self._count_lock:
+            self.document_reads[key] = self.document_reads.get(key, 0) + len(data)
+        return data
+
+    def reset(self) -> None:
+        self.chunk_reads.clear()
+        self.document_reads.clear()
+
+
+class RecordingMemoryPath(FsspecPath):
+    """An fsspec storage (use it with ``memory://`` URLs) that records every mutating
+    call, in order: ``("write", key)``, ``("delete", key)``, ``("put", key)``."""
+
+    name = "recording_memory"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.calls: list[tuple[str, str]] = []
+        self._record_lock = threading.Lock()
+
+    def _record(self, action: str, key: str) -> None:
+        with self._record_lock:
+            self.calls.append((action, key))
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        self._record("write", key)
+        super().write_parts(key, parts)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        for key in keys:
+            self._record("delete", key)
+        super().delete(keys)
+
+    def put_document(self, key: str, data: bytes) -> None:
+        self._record("put", key)
+        super().put_document(key, data)
+
+    def open_write(self, key: str) -> Any:
+        self._record("write", key)
+        return super().open_write(key)
+
+
+class PathTypesPlugin:
+    """A plugin object providing the given path types."""
+
+    def __init__(self, *classes: type[PathType]) -> None:
+        self.classes = list(classes)
+
+    @hookimpl
+    def ckptstore_path_types(self) -> list[type[PathType]]:
+        return self.classes
+
+
+class DBTypesPlugin:
+    """A plugin object providing the given DB types."""
+
+    def __init__(self, *classes: type[DBType]) -> None:
+        self.classes = list(classes)
+
+    @hookimpl
+    def ckptstore_db_types(self) -> list[type[DBType]]:
+        return self.classes
+
+
+class ReportRecorder:
+    """A ``ckptstore_report`` plugin keeping every report it hears."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, dict[str, NodeStats]]] = []
+
+    @hookimpl
+    def ckptstore_report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
+        self.reports.append((action_name, dict(stats)))
+
+    def actions(self) -> list[str]:
+        return [action for action, _ in self.reports]
+
+
+def register_storage(registry: Registry, *classes: type[PathType]) -> None:
+    registry.register(PathTypesPlugin(*classes))
+
+
+# -- metadata handlers ---------------------------------------------------------------------
+
+
+class RecordingHandler(MetadataHandler):
+    """A metadata handler that records every call; ``last_epoch`` returns ``answer``
+    (the user's epoch when ``answer`` is ``...``)."""
+
+    name = "recording"
+
+    def __init__(self, answer: Any = ..., accessible: bool = True) -> None:
+        super().__init__()
+        self.answer = answer
+        self.accessible = accessible
+        self.calls: list[tuple[str, Any]] = []
+        self.reports: list[tuple[str, dict[str, NodeStats]]] = []
+
+    def set_params(self, *args: Any, **kwargs: Any) -> None:
+        super().set_params(*args, **kwargs)
+        self.calls.append(("set_params", dict(kwargs)))
+
+    def last_epoch(self, user_epoch: int | None = None) -> int | None:
+        self.calls.append(("last_epoch", user_epoch))
+        return user_epoch if self.answer is ... else self.answer
+
+    def write(self, epoch: int) -> None:
+        self.calls.append(("write", epoch))
+
+    def cp_accessible(self, epoch: int | None = None) -> bool:
+        self.calls.append(("cp_accessible", epoch))
+        return self.accessible
+
+    def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
+        self.reports.append((action_name, dict(stats)))
+
+    def written(self) -> list[int]:
+        return [epoch for call, epoch in self.calls if call == "write"]
+
+
+# -- memory:// roots -------------------------------------------------------------------------
+
+
+@contextmanager
+def memory_root(name: str = "ckpt") -> Iterator[str]:
+    """A fresh ``memory://`` root, removed afterwards (the memory filesystem is global)."""
+    url = f"memory://{name}-{uuid.uuid4().hex}"
+    try:
+        yield url
+    finally:
+        fs = fsspec.filesystem("memory")
+        path = url[len("memory://") :]
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def memory_keys(url: str) -> list[str]:
+    """Every key under a ``memory://`` root, relative to it."""
+    fs = fsspec.filesystem("memory")
+    root = "/" + url[len("memory://") :]
+    return sorted(path[len(root) + 1 :] for path in fs.find(root))
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def flip_byte(path: Path | str, offset: int, mask: int = 0xFF) -> None:
+    """XOR one byte of a file in place."""
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        value = file.read(1)[0]
+        file.seek(offset)
+        file.write(bytes([value ^ mask]))
+
+
+def files_under(root: Path) -> list[str]:
+    """Every file under ``root``, relative and sorted."""
+    return sorted(
+        os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+        for d, _, fs in os.walk(root)
+        for f in fs
+    )
+
+
+# -- a small job ---------------------------------------------------------------------------
+
+
+def _init_counter(ws: Workspace, *, node: str, size: int) -> None:
+    ws[f"{node}/w"] = np.zeros(size, dtype=np.float64)
+    ws[f"{node}/step"] = np.array(0, dtype=np.int64)
+
+
+def _train(ws: Workspace, *, node: str) -> None:
+    ws[f"{node}/w"] += 1.0
+    ws[f"{node}/step"] += 1
+    ws[f"{node}/scratch"] = np.ones(3)  # private: vanishes after the epoch
+
+
+def build_counter_job(
+    nodes: Sequence[str] = ("trainer_0",), epochs: int = 3, size: int = 4
+) -> tuple[Job, list[TaskOutput]]:
+    """A job whose nodes each add 1 to ``<node>/w`` and ``<node>/step`` every epoch,
+    stopped by ``epoch_limiter`` after ``epochs`` epochs; returns the job and each
+    node's ``w`` output."""
+    outputs = []
+    with Job() as job:
+        for node in nodes:
+            with Node(node):
+                with job.init_group:
+                    init = Task(
+                        partial(_init_counter, node=node, size=size),
+                        outputs=[f"{node}/w"],
+                        name=f"{node}/init",
+                    )
+                Task(partial(_train, node=node), name=f"{node}/train")
+                outputs.append(init.outputs()[0])
+        with Node(nodes[0]):
+            epoch_limiter(job, epochs)
+    return job, outputs
+
+
+# -- storages that fail --------------------------------------------------------------------
+
+
+def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
+    """A local path type (registered name ``failing_local``) whose writes of keys for
+    which ``should_fail(key)`` is true fail like a full disk."""
+
+    class FailingLocalPath(LocalPath):
+        name = "failing_local"
+        protocols: ClassVar[tuple[str, ...]] = ()
+
+        def _check(self, key: str) -> None:
+            if should_fail(key):
+                cause = OSError(errno.ENOSPC, "No space left on device (simulated)")
+                raise StorageError(self.display_url, key, "write", cause)
+
+        def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+            self._check(key)
+            super().write_parts(key, parts)
+
+        def open_write(self, key: str) -> Any:
+            self._check(key)
+            return super().open_write(key)
+
+    return FailingLocalPath
+
+
+def fail_first(count: int) -> Callable[[str], bool]:
+    """``should_fail`` for :func:`failing_local_path`: the first ``count`` writes fail."""
+    remaining = [count]
+
+    def should_fail(key: str) -> bool:
+        if remaining[0] > 0:
+            remaining[0] -= 1
+            return True
+        return False
+
+    return should_fail
+
+
+def fail_epochs(*epochs: int) -> Callable[[str], bool]:
+    """``should_fail`` for :func:`failing_local_path`: writes of these epochs' data fail."""
+
+    def should_fail(key: str) -> bool:
+        head = key.split("/", 1)[0]
+        if ".staging-" in head:
+            head = head[1:].split(".staging-", 1)[0]
+        return any(head.endswith(f".{epoch}") for epoch in epochs)
+
+    return should_fail

@@ -1,0 +1,280 @@
+"""The parallel chunk mover: order, memory budget, errors, batching, verification."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from ckpt_helpers import memory_root
+
+from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
+from ckptstore.io.checksum import crc32c_of
+from ckptstore.io.engine import ParallelIO, ReadRequest, WriteRequest
+from ckptstore.io.settings import IOSettings
+from ckptstore.types import Buffer, byte_view
+
+KiB = 1 << 10
+LARGE = 300 * KiB  # above ParallelIO.SMALL_REQUEST: never batched
+
+
+class GatedMemoryPath(FsspecPath):
+    """A copying storage (memory://) that records how many bytes its transfers hold at
+    once. With a ``gate``, transfers wait at a barrier until ``gate`` of them are in
+    progress together, which pushes the engine to its limit without timing games."""
+
+    name = "gated_memory"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.barrier: threading.Barrier | None = None
+        self.held = 0
+        self.peak = 0
+        self.held_by_others: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def set_gate(self, gate: int) -> None:
+        self.barrier = threading.Barrier(gate)
+        self.peak = 0
+
+    @contextmanager
+    def _transfer(self, key: str, nbytes: int) -> Iterator[None]:
+        with self._lock:
+            self.held_by_others[key] = self.held
+            self.held += nbytes
+            self.peak = max(self.peak, self.held)
+        try:
+            if self.barrier is not None:
+                self.barrier.wait(timeout=30)
+            yield
+        finally:
+            with self._lock:
+                self.held -= nbytes
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        with self._transfer(key, sum(byte_view(p).nbytes for p in parts)):
+            super().write_parts(key, parts)
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        with self._transfer(key, sum(t.nbytes for t in targets)):
+            super().read_into(key, offset, targets)
+
+
+def payload(index: int, size: int) -> np.ndarray:
+    return np.full(size, index % 251, dtype=np.uint8)
+
+
+def test_writes_return_results_in_request_order_with_crcs() -> None:
+    with memory_root() as url:
+        storage = FsspecPath(url)
+        sizes = [10, LARGE, 20, LARGE + 1, 30, 40]  # small ones are batched, large are not
+        requests = [WriteRequest(f"k{i}", [payload(i, size)], size) for i, size in enumerate(sizes)]
+        results = ParallelIO(IOSettings(concurrency=3)).write(storage, requests, prefix="p")
+        assert [r.key for r in results] == [f"k{i}" for i in range(len(sizes))]
+        assert [r.nbytes for r in results] == sizes
+        for i, result in enumerate(results):
+            data = storage.read_bytes(f"p/k{i}")
+            assert data == payload(i, sizes[i]).tobytes()
+            assert result.crc32c == crc32c_of([data])
+
+
+def test_many_small_requests_are_batched_and_keep_their_order() -> None:
+    calls: list[str] = []
+
+    class Counting(LocalPath):
+        def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+            calls.append(threading.current_thread().name)
+            super().write_parts(key, parts)
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        storage = Counting(root)
+        requests = [WriteRequest(f"k/{i:03d}", [bytes([i % 256]) * 8], 8) for i in range(100)]
+        results = ParallelIO(IOSettings(concurrency=4)).write(storage, requests)
+        assert [r.key for r in results] == [f"k/{i:03d}" for i in range(100)]
+        assert storage.read_bytes("k/042") == bytes([42]) * 8
+    assert len(calls) == 100
+
+
+def test_write_parts_may_be_produced_in_the_worker() -> None:
+    produced: list[str] = []
+
+    def produce() -> list[Buffer]:
+        produced.append(threading.current_thread().name)
+        return [b"abc", np.arange(2, dtype=np.uint8)]
+
+    with memory_root() as url:
+        storage = FsspecPath(url)
+        (result,) = ParallelIO().write(storage, [WriteRequest("k", produce, 5, holds=5)])
+        assert storage.read_bytes("k") == b"abc\x00\x01"
+        assert result.nbytes == 5
+    assert produced[0].startswith("ckptstore-io")
+
+
+@pytest.mark.parametrize("direction", ["write", "read"])
+def test_bytes_in_flight_never_exceed_the_budget(direction: str) -> None:
+    allowed = 3
+    settings = IOSettings(chunk_bytes=4096, concurrency=8, memory_budget=allowed * LARGE)
+    with memory_root() as url:
+        storage = GatedMemoryPath(url)
+        data = [payload(i, LARGE) for i in range(4 * allowed)]
+        if direction == "write":
+            storage.set_gate(allowed)
+        engine = ParallelIO(settings)
+        engine.write(storage, [WriteRequest(f"k{i}", [d], LARGE) for i, d in enumerate(data)])
+        if direction == "read":
+            storage.set_gate(allowed)
+            targets = [bytearray(LARGE) for _ in data]
+            requests = [
+                ReadRequest(f"k{i}", 0, [memoryview(t)], LARGE, crc32c=crc32c_of([d]))
+                for i, (t, d) in enumerate(zip(targets, data, strict=True))
+            ]
+            engine.read(storage, requests)
+            assert all(bytes(t) == d.tobytes() for t, d in zip(targets, data, strict=True))
+        assert storage.peak == allowed * LARGE  # the gate proves the engine got there
+        assert engine.peak_in_flight == allowed * LARGE
+
+
+def test_an_oversize_request_goes_through_alone() -> None:
+    settings = IOSettings(chunk_bytes=4096, concurrency=4, memory_budget=2 * LARGE)
+    sizes = [LARGE, LARGE, 5 * LARGE, LARGE, LARGE, LARGE]
+    with memory_root() as url:
+        storage = GatedMemoryPath(url)
+        engine = ParallelIO(settings)
+        results = engine.write(
+            storage, [WriteRequest(f"k{i}", [payload(i, s)], s) for i, s in enumerate(sizes)]
+        )
+        assert [r.nbytes for r in results] == sizes
+        assert storage.held_by_others["k2"] == 0  # it waited for the others to finish
+        others = [held for key, held in storage.held_by_others.items() if key != "k2"]
+        assert max(others) < 5 * LARGE  # and nothing started while it was in flight
+        assert storage.peak == 5 * LARGE
+        assert engine.peak_in_flight == 5 * LARGE
+
+
+def test_the_first_error_stops_the_operation_and_names_the_blob() -> None:
+    pulled: list[int] = []
+
+    class Failing(FsspecPath):
+        def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+            if key.endswith("k3"):
+                raise StorageError(self.display_url, key, "write", OSError("disk on fire"))
+            super().write_parts(key, parts)
+
+    def requests() -> Iterator[WriteRequest]:
+        for i in range(200):
+            pulled.append(i)
+            yield WriteRequest(f"k{i}", [b"x" * 16], 16, blob=f"b{i}", chunk=0)
+
+    engine = ParallelIO(IOSettings(concurrency=1))
+    engine.SMALL_REQUEST = 0  # one request per hand-off, so the stop is visible
+    with memory_root() as url, pytest.raises(StorageError, match="disk on fire") as info:
+        engine.write(Failing(url), requests(), prefix="root")
+    assert "while moving blob 'b3' chunk 0 (k3)" in info.value.__notes__
+    assert len(pulled) < 50
+
+
+def _reads(data: list[bytes], crcs: list[int]) -> tuple[list[bytearray], list[ReadRequest]]:
+    targets = [bytearray(len(d)) for d in data]
+    requests = [
+        ReadRequest(f"k{i}", 0, [memoryview(t)], len(t), crc32c=crc, blob=f"b{i}", chunk=i)
+        for i, (t, crc) in enumerate(zip(targets, crcs, strict=True))
+    ]
+    return targets, requests
+
+
+def stored(url: str, count: int) -> tuple[FsspecPath, list[bytes]]:
+    storage = FsspecPath(url)
+    data = [bytes([i]) * (10 + i) for i in range(count)]
+    for i, d in enumerate(data):
+        storage.write_bytes(f"k{i}", d)
+    return storage, data
+
+
+def test_reads_are_verified_and_a_mismatch_names_blob_chunk_and_file() -> None:
+    with memory_root() as url:
+        storage, data = stored(url, 4)
+        crcs = [crc32c_of([d]) for d in data]
+        crcs[2] ^= 1
+        _, requests = _reads(data, crcs)
+        with pytest.raises(CorruptCheckpointError) as info:
+            ParallelIO().read(storage, requests)
+        assert (info.value.blob, info.value.chunk, info.value.file) == ("b2", 2, "k2")
+        assert not hasattr(info.value, "__notes__")  # already says where
+
+
+def test_verification_can_be_turned_off() -> None:
+    with memory_root() as url:
+        storage, data = stored(url, 3)
+        wrong = [0, 0, 0]
+        targets, requests = _reads(data, wrong)
+        ParallelIO().read(storage, requests, verify=False)
+        assert [bytes(t) for t in targets] == data
+        targets, requests = _reads(data, wrong)
+        ParallelIO(IOSettings(verify=False)).read(storage, requests)
+        assert [bytes(t) for t in targets] == data
+        targets, requests = _reads(data, wrong)
+        with pytest.raises(CorruptCheckpointError):
+            ParallelIO(IOSettings(verify=False)).read(storage, requests, verify=True)
+
+
+def test_on_error_collects_every_failure_and_the_rest_complete() -> None:
+    with memory_root() as url:
+        storage, data = stored(url, 6)
+        crcs = [crc32c_of([d]) for d in data]
+        crcs[1] ^= 1
+        crcs[4] ^= 1
+        targets, requests = _reads(data, crcs)
+        requests.append(ReadRequest("absent", 0, [memoryview(bytearray(1))], 1, blob="gone"))
+        failures: list[tuple[str, type[Exception]]] = []
+        ParallelIO().read(
+            storage, requests, on_error=lambda r, e: failures.append((r.key, type(e)))
+        )
+        assert sorted(failures, key=str) == sorted(
+            [
+                ("k1", CorruptCheckpointError),
+                ("k4", CorruptCheckpointError),
+                ("absent", type(_missing(storage))),
+            ],
+            key=str,
+        )
+        for i in (0, 2, 3, 5):
+            assert bytes(targets[i]) == data[i]
+
+
+def _missing(storage: FsspecPath) -> Exception:
+    try:
+        storage.read_bytes("absent")
+    except Exception as error:
+        return error
+    raise AssertionError("expected a missing key")
+
+
+def test_reads_may_allocate_in_the_worker_and_finish_there() -> None:
+    finished: list[bytes] = []
+    with memory_root() as url:
+        storage, data = stored(url, 2)
+        request = ReadRequest(
+            "k1",
+            2,
+            lambda: [memoryview(bytearray(5)), memoryview(bytearray(4))],
+            9,
+            crc32c=crc32c_of([data[1][2:11]]),
+            holds=9,
+            finish=lambda buffers: finished.append(b"".join(bytes(b) for b in buffers)),
+        )
+        ParallelIO().read(storage, [request])
+    assert finished == [data[1][2:11]]
+
+
+def test_a_short_object_is_reported_as_corrupt(tmp_path: Any) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes("k", b"12345")
+    target = memoryview(bytearray(10))
+    with pytest.raises(CorruptCheckpointError, match="ends 5 bytes before"):
+        ParallelIO().read(storage, [ReadRequest("k", 0, [target], 10)])

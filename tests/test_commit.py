@@ -1,0 +1,366 @@
+"""The commit protocol: staging and rename on local disk, in-place writes on object
+stores, commit records, and what readers accept."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from ckpt_helpers import RecordingMemoryPath, files_under, flip_byte, memory_keys, memory_root
+
+from ckptstore import (
+    BlobNotFoundError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    JobConfigurationError,
+    LocalPath,
+    NpzDB,
+    Workspace,
+)
+from ckptstore import commit as protocol
+from ckptstore.builtin.zarr_db import ZarrDB
+from ckptstore.db_type import DBLocation, DBType, WrittenDB
+from ckptstore.io.engine import ParallelIO
+from ckptstore.io.settings import IOSettings
+from ckptstore.layout import commit_record_key, manifest_key
+from ckptstore.node_ops import CheckpointLocation, load_node
+from ckptstore.path_type import PathType
+
+NODE = "trainer_0"
+IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
+
+
+def engine() -> ParallelIO:
+    return ParallelIO(IO)
+
+
+def blobs() -> dict[str, np.ndarray]:
+    return {"w": np.arange(1500, dtype=np.float64), "step": np.array(3, dtype=np.int64)}
+
+
+def save(
+    storage: PathType,
+    epoch: int,
+    values: Mapping[str, Any] | None = None,
+    db_type: DBType | None = None,
+    node: str = NODE,
+) -> protocol.NodeCommit:
+    commit = protocol.write_node(
+        storage, node, epoch, values or blobs(), db_type or ZarrDB(), engine()
+    )
+    protocol.commit_epoch(storage, epoch, [commit])
+    return commit
+
+
+# -- staging and rename on local disk --------------------------------------------------------
+
+
+class ObservingZarr(ZarrDB):
+    """A zarr DB type that looks at the checkpoint root while it writes."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+        self.seen: list[tuple[str, list[str]]] = []
+
+    def write(self, db: DBLocation, values: Mapping[str, np.ndarray]) -> WrittenDB:
+        written = super().write(db, values)
+        self.seen.append((db.root, sorted(os.listdir(self.root))))
+        return written
+
+
+def test_a_local_save_is_written_under_a_staging_name_then_renamed(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    observer = ObservingZarr(tmp_path)
+    commit = protocol.write_node(storage, NODE, 1, blobs(), observer, engine())
+    (root, listing), *_ = observer.seen
+    assert root.startswith(".trainer_0.1.staging-")
+    assert listing == [root]  # nothing under the final name while the data is written
+    assert not (tmp_path / root / "ckptstore.manifest.json").exists()  # manifest comes last
+    assert sorted(os.listdir(tmp_path)) == ["trainer_0.1"]
+    assert (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").is_file()
+    with pytest.raises(CheckpointNotFoundError, match="no save of this epoch completed"):
+        protocol.open_node(storage, NODE, 1)  # published, but not committed yet
+    protocol.commit_epoch(storage, 1, [commit])
+    assert protocol.open_node(storage, NODE, 1).node == NODE
+
+
+def test_leftover_staging_of_a_crashed_save_is_cleaned_by_the_next_save(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    for leftover in (".trainer_0.1.staging-dead", ".trainer_0.2.staging-dead"):
+        (tmp_path / leftover / "w").mkdir(parents=True)
+        (tmp_path / leftover / "w" / "c.0").write_bytes(b"torn")
+    (tmp_path / ".trainer_0.10.staging-dead").mkdir()
+    save(storage, 1)
+    assert sorted(os.listdir(tmp_path)) == [
+        ".trainer_0.10.staging-dead",  # another epoch's: not this save's to clean
+        ".trainer_0.2.staging-dead",
+        "_ckptstore",
+        "trainer_0.1",
+    ]
+
+
+class ExplodingZarr(ZarrDB):
+    """Writes the first blob, then fails like a crash in the middle of a save."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, db: DBLocation, values: Mapping[str, np.ndarray]) -> WrittenDB:
+        first = dict(list(values.items())[:1])
+        super().write(db, first)
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_an_exception_mid_write_leaves_no_epoch_and_no_staging(
+    tmp_path: Path, error: BaseException
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    with pytest.raises(type(error)):
+        protocol.write_node(storage, NODE, 1, blobs(), ExplodingZarr(error), engine())
+    assert os.listdir(tmp_path) == []
+    assert protocol.read_commit(storage, 1) is None
+
+
+def test_a_resave_replaces_the_old_checkpoint_whole(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, {"old": np.zeros(3), "kept": np.zeros(2)})
+    save(storage, 1, {"kept": np.ones(2)})
+    assert files_under(tmp_path / "trainer_0.1") == [
+        "ckptstore.manifest.json",
+        "kept/c.0",
+        "kept/zarr.json",
+        "zarr.json",
+    ]
+    assert not any(".retired-" in name for name in os.listdir(tmp_path))
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert list(manifest.blobs) == ["kept"]
+    loaded = protocol.read_blobs(storage, manifest, None, ZarrDB(), engine())
+    assert loaded["kept"].tolist() == [1.0, 1.0]
+
+
+def test_control_documents_are_replaced_atomically_without_temporaries(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    save(storage, 1, node="trainer_1")
+    assert os.listdir(tmp_path / "_ckptstore") == ["epoch-1.commit.json"]
+
+
+# -- commit records --------------------------------------------------------------------------
+
+
+def test_commit_records_merge_across_jobs_sharing_a_prefix(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    first = save(storage, 2, node="trainer_0")
+    second = save(storage, 2, node="trainer_1")
+    record = protocol.read_commit(storage, 2)
+    assert record is not None
+    assert dict(record.nodes) == {"trainer_0": first, "trainer_1": second}
+    assert record.nbytes == 2 * sum(a.nbytes for a in blobs().values())
+    assert protocol.committed_nodes(storage, 2) == {"trainer_0", "trainer_1"}
+    assert protocol.committed_nodes(storage, 3) == set()
+
+
+def test_retract_removes_only_the_nodes_being_saved(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, node="trainer_0")
+    save(storage, 1, node="trainer_1")
+    key = tmp_path / commit_record_key(1)
+    before = key.read_bytes()
+    protocol.retract_epoch(storage, 1, ["trainer_9"])
+    assert key.read_bytes() == before  # nothing to retract: not rewritten
+    protocol.retract_epoch(storage, 1, ["trainer_0"])
+    assert protocol.committed_nodes(storage, 1) == {"trainer_1"}
+    with pytest.raises(CheckpointNotFoundError, match=r"committed only for \['trainer_1'\]"):
+        protocol.open_node(storage, "trainer_0", 1)
+    protocol.retract_epoch(storage, 1, ["trainer_1"])
+    assert not key.exists()
+    protocol.retract_epoch(storage, 1, ["trainer_1"])  # no record: nothing to do
+    protocol.retract_epoch(storage, 7, ["trainer_1"])
+
+
+def test_retract_then_commit_makes_the_new_save_visible(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, {"w": np.zeros(2)})
+    protocol.retract_epoch(storage, 1, [NODE])
+    assert protocol.read_commit(storage, 1) is None
+    save(storage, 1, {"w": np.ones(2)})
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].tolist() == [
+        1.0,
+        1.0,
+    ]
+
+
+def test_a_corrupt_commit_record_is_reported(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    flip_byte(tmp_path / commit_record_key(1), 20)
+    with pytest.raises(CorruptCheckpointError, match=r"epoch-1\.commit\.json"):
+        protocol.read_commit(storage, 1)
+    with pytest.raises(CorruptCheckpointError):
+        protocol.open_node(storage, NODE, 1)
+
+
+def test_a_corrupt_commit_record_does_not_block_saving_the_epoch_again(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    flip_byte(tmp_path / commit_record_key(1), 20)
+    protocol.retract_epoch(storage, 1, [NODE])
+    assert not (tmp_path / commit_record_key(1)).exists()
+    save(storage, 1)
+    assert protocol.committed_nodes(storage, 1) == {NODE}
+    flip_byte(tmp_path / commit_record_key(1), 20)
+    save(storage, 1, node="trainer_1")  # commit_epoch replaces what it cannot read
+    assert protocol.committed_nodes(storage, 1) == {"trainer_1"}
+
+
+# -- the in-place protocol on object stores --------------------------------------------------
+
+
+def test_in_place_saves_delete_the_old_manifest_first_and_stale_chunks() -> None:
+    with memory_root() as url:
+        storage = RecordingMemoryPath(url)
+        assert not storage.supports_rename
+        save(storage, 1, {"w": np.arange(1500.0), "gone": np.zeros(600)})
+        old_keys = memory_keys(url)
+        assert "trainer_0.1/gone/c.0" in old_keys
+        assert "trainer_0.1/w/c.2" in old_keys  # 12000 bytes in 4096-byte chunks
+        storage.calls.clear()
+        save(storage, 1, {"w": np.arange(10.0)})
+        first_call = storage.calls[0]
+        assert first_call == ("delete", "trainer_0.1/ckptstore.manifest.json")
+        writes = [i for i, (action, _) in enumerate(storage.calls) if action == "write"]
+        deletes = [key for action, key in storage.calls if action == "delete"]
+        assert max(i for i, (a, _) in enumerate(storage.calls) if a == "delete") < writes[0]
+        assert "trainer_0.1/gone/c.0" in deletes
+        assert "trainer_0.1/w/c.2" in deletes
+        manifest_write = storage.calls.index(("write", "trainer_0.1/ckptstore.manifest.json"))
+        commit_put = storage.calls.index(("put", "_ckptstore/epoch-1.commit.json"))
+        assert writes[-2] == manifest_write < commit_put  # data, manifest, then the commit
+        assert memory_keys(url) == [
+            "_ckptstore/epoch-1.commit.json",
+            "trainer_0.1/ckptstore.manifest.json",
+            "trainer_0.1/w/c.0",
+            "trainer_0.1/w/zarr.json",
+            "trainer_0.1/zarr.json",
+        ]
+        manifest = protocol.open_node(storage, NODE, 1)
+        assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].size == 10
+
+
+def test_an_in_place_save_that_fails_midway_leaves_the_epoch_invisible() -> None:
+    with memory_root() as url:
+        storage = RecordingMemoryPath(url)
+        save(storage, 1)
+        protocol.retract_epoch(storage, 1, [NODE])
+        with pytest.raises(RuntimeError):
+            protocol.write_node(storage, NODE, 1, blobs(), ExplodingZarr(RuntimeError()), engine())
+        assert protocol.read_commit(storage, 1) is None
+        assert not storage.exists(manifest_key("trainer_0.1"))
+
+
+def test_rename_only_formats_are_refused_on_object_stores() -> None:
+    class RenameOnly(NpzDB):
+        name = "rename_only"
+        needs_rename = True
+
+    with memory_root() as url:
+        with pytest.raises(JobConfigurationError, match="only on local disk"):
+            protocol.write_node(RecordingMemoryPath(url), NODE, 1, blobs(), RenameOnly(), engine())
+        assert memory_keys(url) == []
+
+
+# -- readers ---------------------------------------------------------------------------------
+
+
+def test_open_node_refuses_a_committed_epoch_whose_manifest_is_missing(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    os.unlink(tmp_path / "trainer_0.1" / "ckptstore.manifest.json")
+    with pytest.raises(CorruptCheckpointError, match="manifest is missing"):
+        protocol.open_node(storage, NODE, 1)
+
+
+def test_open_node_refuses_a_manifest_whose_crc_differs_from_the_commit(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    flip_byte(tmp_path / "trainer_0.1" / "ckptstore.manifest.json", 40, mask=0x01)
+    with pytest.raises(CorruptCheckpointError, match="differs from the one in the commit"):
+        protocol.open_node(storage, NODE, 1)
+
+
+def test_open_node_refuses_the_manifest_of_another_node(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, node="trainer_0")
+    other = save(storage, 1, node="trainer_1")
+    stolen = (tmp_path / "trainer_1.1" / "ckptstore.manifest.json").read_bytes()
+    (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").write_bytes(stolen)
+    forged = protocol.NodeCommit(
+        NODE, 1, other.db_type, other.manifest_crc32c, other.nbytes, other.stored_bytes, 2
+    )
+    protocol.commit_epoch(storage, 1, [forged])
+    with pytest.raises(CorruptCheckpointError, match=r"belongs to trainer_1\.1"):
+        protocol.open_node(storage, NODE, 1)
+
+
+def test_loads_are_all_or_nothing(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    values = {"a": np.arange(4.0), "b": np.arange(4.0) + 10}
+    save(storage, 1, values)
+    flip_byte(tmp_path / "trainer_0.1" / "b" / "c.0", 5)
+    location = CheckpointLocation(storage, ZarrDB(), IO)
+    ws = Workspace({"a": np.zeros(4), "b": np.zeros(4)})
+    with pytest.raises(CorruptCheckpointError) as info:
+        load_node(ws, location=location, node=NODE, epoch=1, names=["a", "b"])
+    assert info.value.blob == "b"
+    assert ws["a"].tolist() == [0.0] * 4  # "a" was read fine, but not assigned
+    assert ws["b"].tolist() == [0.0] * 4
+
+
+def test_read_blobs_reads_what_is_asked(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    manifest = protocol.open_node(storage, NODE, 1)
+    everything = protocol.read_blobs(storage, manifest, None, ZarrDB(), engine())
+    assert sorted(everything) == ["step", "w"]
+    with pytest.raises(BlobNotFoundError, match="nope"):
+        protocol.read_blobs(storage, manifest, ["w", "nope"], ZarrDB(), engine())
+    some = protocol.read_blobs(
+        storage, manifest, ["nope", "step"], ZarrDB(), engine(), missing_ok=True
+    )
+    assert list(some) == ["step"]
+
+
+def test_verify_node_reports_every_damaged_or_missing_piece(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1)
+    assert protocol.verify_node(storage, NODE, 1, ZarrDB(), engine()) == []
+    flip_byte(tmp_path / "trainer_0.1" / "w" / "c.1", 0)
+    os.unlink(tmp_path / "trainer_0.1" / "step" / "c")
+    problems = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
+    assert sorted((p.blob, p.chunk) for p in problems) == [("step", 0), ("w", 1)]
+    assert any("missing" in str(p) for p in problems)
+    flip_byte(tmp_path / "trainer_0.1" / "ckptstore.manifest.json", 30)
+    (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
+    assert "commit record" in str(problem)
+
+
+def test_node_commit_accounts_for_data_and_manifest(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    commit = save(storage, 1)
+    manifest_size = (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").stat().st_size
+    data_size = sum(
+        (tmp_path / "trainer_0.1" / name).stat().st_size
+        for name in files_under(tmp_path / "trainer_0.1")
+    )
+    assert commit.nbytes == 1500 * 8 + 8
+    assert commit.nblobs == 2
+    assert commit.stored_bytes == data_size
+    assert commit.stored_bytes > commit.nbytes + manifest_size - 1

@@ -1,0 +1,115 @@
+"""Control documents: canonical JSON carrying its own CRC-32C."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
+from ckptstore.commit import EpochCommit, NodeCommit
+from ckptstore.documents import decode_document, encode_document
+from ckptstore.io.checksum import crc32c_of
+
+KIND = "ckptstore.test"
+
+
+def decode(data: bytes, kind: str = KIND) -> dict[str, object]:
+    return decode_document(data, kind, url="/ckpt", key="doc.json")
+
+
+def commit_document() -> bytes:
+    node = NodeCommit("trainer_0", 4, "zarr", 123456789, 4096, 5000, 3, 17)
+    return EpochCommit(4, {"trainer_0": node}, "2026-01-01T00:00:00+00:00").encode()
+
+
+def test_round_trip_and_shape() -> None:
+    body = {"epoch": 3, "nodes": {"b": [1, 2], "a": "x"}, "text": "é"}
+    data = encode_document(KIND, body)
+    assert data.startswith(b'{"crc32c":')
+    assert b" " not in data
+    decoded = decode(data)
+    assert decoded == {"kind": KIND, "version": 1, **body}
+    assert json.loads(data)["crc32c"] == crc32c_of(
+        [json.dumps(decoded, sort_keys=True, separators=(",", ":")).encode()]
+    )
+
+
+def test_the_checksum_key_is_reserved() -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        encode_document(KIND, {"crc32c": 1})
+
+
+def manifest_document() -> bytes:
+    chunk = ChunkRecord("w/c.0", 0, 32, 24, 99)
+    record = BlobRecord("w", "<f8", (3,), (chunk,), layout={"chunk_shape": [4]})
+    return NodeManifest("trainer_0", 4, "zarr", {"w": record}, created="2026").encode()
+
+
+def catalog_document() -> bytes:
+    entry = {"nodes": ["trainer_0"], "nbytes": 10, "committed_at": "2026", "db_types": ["npz"]}
+    return encode_document("ckptstore.catalog", {"epochs": {"3": entry}})
+
+
+DOCUMENTS = {
+    "ckptstore.commit": commit_document,
+    "ckptstore.manifest": manifest_document,
+    "ckptstore.catalog": catalog_document,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DOCUMENTS))
+def test_every_flipped_bit_of_a_control_document_is_detected(kind: str) -> None:
+    data = DOCUMENTS[kind]()
+    decode(data, kind)
+    undetected = []
+    for offset in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[offset] ^= 1 << bit
+            try:
+                decode(bytes(damaged), kind)
+            except CorruptCheckpointError:
+                continue
+            undetected.append((offset, bit))
+    assert undetected == []
+
+
+def test_every_flipped_byte_of_a_commit_record_is_detected() -> None:
+    data = commit_document()
+    for offset in range(len(data)):
+        damaged = bytearray(data)
+        damaged[offset] ^= 0xFF
+        with pytest.raises(CorruptCheckpointError) as info:
+            decode(bytes(damaged), "ckptstore.commit")
+        assert info.value.file == "doc.json"
+
+
+def test_truncation_and_garbage_are_detected() -> None:
+    data = commit_document()
+    for cut in (0, 1, len(data) // 2, len(data) - 1):
+        with pytest.raises(CorruptCheckpointError):
+            decode(data[:cut], "ckptstore.commit")
+    for garbage in (b"\xff\xfe", b"[1, 2]", b'"text"', b"{}", b"null"):
+        with pytest.raises(CorruptCheckpointError):
+            decode(garbage)
+
+
+def test_a_document_of_another_kind_is_refused() -> None:
+    with pytest.raises(CorruptCheckpointError, match=r"expected a 'ckptstore\.manifest'"):
+        decode(commit_document(), "ckptstore.manifest")
+
+
+def test_a_newer_version_asks_for_an_upgrade() -> None:
+    body = {"kind": KIND, "version": 2, "x": 1}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    data = b'{"crc32c":%d,%s' % (crc32c_of([canonical]), canonical[1:])
+    with pytest.raises(CorruptCheckpointError, match="upgrade ckptstore"):
+        decode(data)
+
+
+def test_the_checksum_does_not_depend_on_key_order() -> None:
+    data = encode_document(KIND, {"b": 1, "a": 2})
+    document = json.loads(data)
+    reordered = json.dumps(dict(reversed(list(document.items())))).encode()
+    assert decode(reordered)["a"] == 2

@@ -1,0 +1,139 @@
+"""Node manifests: round trips, and everything a malformed manifest could smuggle in."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
+from ckptstore.documents import encode_document
+from ckptstore.errors import UnsupportedBlobError
+from ckptstore.manifest import MANIFEST_KIND, safe_dtype
+
+
+def manifest() -> NodeManifest:
+    w = BlobRecord(
+        "trainer_0/w",
+        "<f4",
+        (2, 3),
+        (
+            ChunkRecord("trainer_0/w/c.0", 0, 16, 12, 11),
+            ChunkRecord("trainer_0/w/c.1", 0, 12, 12, 22),
+        ),
+        layout={"chunk_shape": [1, 3]},
+    )
+    step = BlobRecord("step", "<i8", (), (ChunkRecord("blobs.npz", 100, 8, 8, 33),))
+    name = BlobRecord("name", "<U4", (1,), (ChunkRecord("blobs.npz", 200, 16, 16, 44),))
+    return NodeManifest(
+        "trainer_0",
+        5,
+        "zarr",
+        {"trainer_0/w": w, "step": step, "name": name},
+        (ChunkRecord("zarr.json", 0, 50, 50, 55),),
+        created="2026-01-01T00:00:00+00:00",
+    )
+
+
+def decode(data: bytes) -> NodeManifest:
+    return NodeManifest.decode(data, url="/ckpt", key="trainer_0.5/ckptstore.manifest.json")
+
+
+def body() -> dict[str, Any]:
+    original = manifest()
+    return {
+        "node": original.node,
+        "epoch": original.epoch,
+        "db_type": original.db_type,
+        "checksum": "crc32c",
+        "created": original.created,
+        "blobs": {name: record.encode() for name, record in original.blobs.items()},
+        "files": [chunk.encode() for chunk in original.files],
+    }
+
+
+def test_round_trip() -> None:
+    original = manifest()
+    decoded = decode(original.encode())
+    assert decoded == original
+    assert decoded.nbytes == 24 + 8 + 16
+    assert decoded.stored_bytes == 16 + 12 + 8 + 16 + 50
+    assert decoded.blobs["trainer_0/w"].numpy_dtype() == np.dtype("<f4")
+    assert decoded.blobs["trainer_0/w"].stored_bytes == 28
+
+
+def test_encoding_is_deterministic() -> None:
+    assert manifest().encode() == manifest().encode()
+
+
+@pytest.mark.parametrize("text", ["<f8", "|b1", "<c16", "|S3", "<U3", "<M8[ns]", "<m8[s]", ">i2"])
+def test_plain_dtypes_are_safe(text: str) -> None:
+    assert safe_dtype(text, "x") == np.dtype(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["O", "|O", "V8", "i4,f8", "i4,O", "(2,)i4", "bogus", "[('a', '<i4')]"]
+)
+def test_object_structured_void_and_unknown_dtypes_are_refused(text: str) -> None:
+    with pytest.raises(UnsupportedBlobError):
+        safe_dtype(text, "x")
+
+
+def edit(change: Callable[[dict[str, Any]], None]) -> bytes:
+    document = copy.deepcopy(body())
+    change(document)
+    return encode_document(MANIFEST_KIND, document)
+
+
+def set_chunk(field: int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(document: dict[str, Any]) -> None:
+        document["blobs"]["step"]["chunks"][0][field] = value
+
+    return change
+
+
+MALFORMED: dict[str, Callable[[dict[str, Any]], None]] = {
+    "object dtype": lambda d: d["blobs"]["step"].update(dtype="|O"),
+    "structured dtype": lambda d: d["blobs"]["step"].update(dtype="i4,i4"),
+    "subarray dtype": lambda d: d["blobs"]["step"].update(dtype="(1,)i8"),
+    "negative offset": set_chunk(1, -1),
+    "negative stored": set_chunk(2, -8),
+    "negative size": set_chunk(3, -8),
+    "negative crc": set_chunk(4, -1),
+    "boolean size": set_chunk(3, True),
+    "float size": set_chunk(3, 8.0),
+    "escaping chunk key": set_chunk(0, "../../etc/passwd"),
+    "absolute chunk key": set_chunk(0, "/etc/passwd"),
+    "backslash chunk key": set_chunk(0, "..\\x"),
+    "escaping file key": lambda d: d["files"][0].__setitem__(0, "../zarr.json"),
+    "short chunk record": lambda d: d["blobs"]["step"]["chunks"][0].pop(),
+    "escaping blob name": lambda d: d["blobs"].update({"../x": d["blobs"].pop("step")}),
+    "escaping node name": lambda d: d.update(node="../trainer_0"),
+    "negative epoch": lambda d: d.update(epoch=-1),
+    "text epoch": lambda d: d.update(epoch="5"),
+    "negative dimension": lambda d: d["blobs"]["name"].update(shape=[-1]),
+    "text dimension": lambda d: d["blobs"]["name"].update(shape=["1"]),
+    "shape not a list": lambda d: d["blobs"]["name"].update(shape=1),
+    "chunks short of the shape": lambda d: d["blobs"]["name"].update(shape=[2]),
+    "stored shorter than size": lambda d: d["blobs"]["trainer_0/w"]["chunks"][0].__setitem__(2, 4),
+    "missing dtype": lambda d: d["blobs"]["step"].pop("dtype"),
+    "missing files": lambda d: d.pop("files"),
+    "blobs not a mapping": lambda d: d.update(blobs=[1, 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_manifests_are_refused(case: str) -> None:
+    with pytest.raises(CorruptCheckpointError, match="manifest is malformed") as info:
+        decode(edit(MALFORMED[case]))
+    assert info.value.file == "trainer_0.5/ckptstore.manifest.json"
+
+
+def test_a_damaged_manifest_is_refused_before_it_is_parsed() -> None:
+    data = bytearray(manifest().encode())
+    data[30] ^= 0x04
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
+        decode(bytes(data))

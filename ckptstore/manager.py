@@ -182,17 +182,29 @@ class ManagerBase(ABC):
 
     def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
         """Send ``stats`` to the metadata handler (if any) and to every
-        ``ckptstore_report`` plugin."""
-        if self._metadata_handler is not None and hasattr(self._metadata_handler, "report"):
-            self._metadata_handler.report(action_name, stats)
+        ``ckptstore_report`` plugin. A failing report is logged, never raised: it comes
+        after the operation it describes, which succeeded or failed on its own."""
+        handler = self._metadata_handler
+        if handler is not None and hasattr(handler, "report"):
+            try:
+                handler.report(action_name, stats)
+            except Exception:
+                log.warning(
+                    "metadata handler %r failed to report %s", handler, action_name, exc_info=True
+                )
         get_registry().report(action_name, stats)
 
-    def failure_stats(self, epoch: int, node_errors: Mapping[str, str]) -> dict[str, NodeStats]:
-        """Stats describing a failed save of ``epoch`` (for ``checkpoint_save_failed``)."""
+    def failure_stats(
+        self,
+        epoch: int,
+        node_errors: Mapping[str, str],
+        action: str = "checkpoint_save_failed",
+    ) -> dict[str, NodeStats]:
+        """Stats describing a failed operation on ``epoch`` (by default a save)."""
         stats = {}
         for node, error in node_errors.items():
             path = self._settings.db_path(node, epoch)
-            stats[path] = NodeStats(node, epoch, path, "checkpoint_save_failed", error=error)
+            stats[path] = NodeStats(node, epoch, path, action, error=error)
         return stats
 
     def write_checkpoint_metadata(self, epoch: int) -> None:
@@ -422,7 +434,12 @@ class CheckpointManager(ManagerBase):
     def check_db_exists(self, epoch: int) -> Task:
         """A task whose output is whether this node's checkpoint of ``epoch`` is committed."""
         return Task(
-            partial(node_exists, location=self.location, node=self._node_name, epoch=epoch),
+            partial(
+                node_exists,
+                location=self._read_location(None, None),
+                node=self._node_name,
+                epoch=epoch,
+            ),
             name="check_db_exists",
             result_is_output=True,
         )

@@ -164,7 +164,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         that epoch is not committed; raises if a requested blob is found nowhere."""
         self._create_managers(nodes)
         names = self.node_names()
-        location = self.location
+        location = self._read_location(None, None)
         committed = protocol.committed_nodes(location.storage, epoch)
         self._stats_outputs = []
         absent = [node for node in names if node not in committed]

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ckptstore.commit import committed_nodes
 from ckptstore.errors import (
     CorruptCheckpointError,
     JobConfigurationError,
+    ObjectNotFoundError,
     SaveFailedError,
     TooManySaveFailuresError,
 )
@@ -39,10 +41,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SaveFailure:
-    """An epoch whose checkpoint could not be committed, and why."""
+    """An epoch whose checkpoint could not be committed (or restored), and why."""
 
     epoch: int
     error: BaseException
+
+
+def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
+    """The newest epoch before ``epoch`` committed on every node of ``manager`` (reads
+    commit records one by one, newest first: the rare path after a damaged epoch)."""
+    storage = manager.location.storage
+    nodes = set(manager.node_names())
+    for older in range(epoch - 1, -1, -1):
+        if nodes <= committed_nodes(storage, older):
+            return older
+    return None
 
 
 class JobRunner:
@@ -88,6 +101,7 @@ class JobRunner:
         self.max_consecutive_save_failures = max_consecutive_save_failures
         self.retention = retention
         self.save_failures: list[SaveFailure] = []
+        self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
         self._consecutive_failures = 0
 
@@ -118,12 +132,11 @@ class JobRunner:
         if from_scratch:
             session.run(job.init_group)
         if manager is not None:
-            session.run(manager.init(job.nodes_to_checkpoint(), retrieve_from_epoch=resume))
             if resume is None:
+                session.run(manager.init(job.nodes_to_checkpoint()))
                 self.save_checkpoints(0, session)
             else:
-                session.run(manager.load(resume))
-                manager.report_checkpoint_stats("checkpoint_load")
+                resume = self._restore(session, manager, resume)
         epoch = 1 if resume is None else resume + 1
         while True:
             session.run(job.epoch_group)
@@ -139,6 +152,42 @@ class JobRunner:
         if upload_error is not None:
             raise upload_error
         return epoch
+
+    def _restore(self, session: Session, manager: ManagerBase, epoch: int) -> int:
+        """Load ``epoch`` on every node. If the epoch was chosen by the catalog (not by
+        the user) and its data turns out to be damaged or missing, fall back to the
+        newest older epoch committed on every node, loudly; returns the epoch loaded."""
+        nodes = self.job.nodes_to_checkpoint()
+        while True:
+            try:
+                session.run(manager.init(nodes, retrieve_from_epoch=epoch))
+                session.run(manager.load(epoch))
+            except (CorruptCheckpointError, ObjectNotFoundError) as error:
+                older = (
+                    None if self.resume_from_epoch is not None else _older_complete(manager, epoch)
+                )
+                manager.report(
+                    "checkpoint_load_failed",
+                    manager.failure_stats(
+                        epoch,
+                        {node: f"{type(error).__name__}: {error}" for node in manager.node_names()},
+                        action="checkpoint_load_failed",
+                    ),
+                )
+                if older is None:
+                    raise
+                log.error(
+                    "Epoch %d cannot be restored (%s); resuming from epoch %d, the newest "
+                    "older epoch committed on every node",
+                    epoch,
+                    error,
+                    older,
+                )
+                self.restore_failures.append(SaveFailure(epoch, error))
+                epoch = older
+                continue
+            manager.report_checkpoint_stats("checkpoint_load")
+            return epoch
 
     def save_checkpoints(self, epoch: int, session: Session) -> bool:
         """Save and commit ``epoch`` on every node; True if it was committed."""

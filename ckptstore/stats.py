@@ -22,6 +22,7 @@ ACTIONS = (
     "checkpoint_load",
     "checkpoint_partial_load",
     "checkpoint_save_failed",
+    "checkpoint_load_failed",
     "checkpoint_upload",
 )
 """The action names reports carry (Caffe2's three, plus failures and uploads)."""

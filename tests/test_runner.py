@@ -42,6 +42,7 @@ from ckptstore import (
     epoch_limiter,
 )
 from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
 from ckptstore.errors import InvalidPluginError
 from ckptstore.manager import ManagerBase
 from ckptstore.plugin.registry import Registry
@@ -473,3 +474,79 @@ def test_train_is_also_the_runner_call() -> None:
     session = LocalSession()
     assert JobRunner(job)(session) == 2
     assert session.workspace(NODE)["trainer_0/step"].item() == 2
+
+
+# -- restoring: a damaged newest epoch, a failing handler report --------------------------
+
+
+def trained(tmp_path: Path, epochs: int = 3) -> str:
+    root = str(tmp_path / "ckpt")
+    job, _ = build_counter_job(epochs=epochs)
+    JobRunner(job, MultiNodeCheckpointManager(root, "npz", metadata_handler="json")).train(
+        LocalSession()
+    )
+    return root
+
+
+def damage_data(root: str, epoch: int) -> None:
+    archive = Path(root) / f"{NODE}.{epoch}" / "blobs.npz"
+    manifest = protocol.open_node(LocalPath(root), NODE, epoch)
+    chunk = manifest.blobs[f"{NODE}/w"].chunks[0]
+    flip_byte(archive, chunk.offset)
+
+
+def test_a_damaged_newest_epoch_falls_back_to_the_previous_complete_one(
+    tmp_path: Path, registry: Registry
+) -> None:
+    root = trained(tmp_path)
+    damage_data(root, 3)
+    recorder = ReportRecorder()
+    registry.register(recorder, name="recorder")
+    job, _ = build_counter_job(epochs=3)
+    session = LocalSession()
+    runner = JobRunner(job, MultiNodeCheckpointManager(root, "npz", metadata_handler="json"))
+    # the catalog picks epoch 3; it is damaged, so epoch 2 is restored and one more epoch
+    # runs (the limiter's counter, restored from epoch 2, allows one)
+    assert runner.train(session) == 3
+    assert [failure.epoch for failure in runner.restore_failures] == [3]
+    assert session.workspace(NODE)[f"{NODE}/w"].tolist() == [3.0] * 4
+    assert "checkpoint_load_failed" in [action for action, _ in recorder.reports]
+    assert protocol.open_node(LocalPath(root), NODE, 3)  # re-saved, whole again
+    assert LocalPath(root).exists(f"{NODE}.3/blobs.npz")
+
+
+def test_a_damaged_epoch_the_user_asked_for_is_an_error(tmp_path: Path) -> None:
+    root = trained(tmp_path)
+    damage_data(root, 2)
+    job, _ = build_counter_job(epochs=3)
+    runner = JobRunner(job, MultiNodeCheckpointManager(root, "npz"), resume_from_epoch=2)
+    with pytest.raises(CorruptCheckpointError, match="blob 'trainer_0/w'"):
+        runner.train(LocalSession())
+
+
+def test_with_no_intact_epoch_left_the_damage_is_raised(tmp_path: Path) -> None:
+    root = trained(tmp_path, epochs=1)
+    damage_data(root, 0)
+    damage_data(root, 1)
+    job, _ = build_counter_job(epochs=1)
+    with pytest.raises(CorruptCheckpointError):
+        JobRunner(job, MultiNodeCheckpointManager(root, "npz", metadata_handler="json")).train(
+            LocalSession()
+        )
+
+
+class ReportFailingHandler(RecordingHandler):
+    name = "report_failing"
+
+    def report(self, action_name: str, stats: Any) -> None:
+        raise RuntimeError("the reporting backend is down")
+
+
+def test_a_handler_whose_report_fails_does_not_stop_the_job(tmp_path: Path) -> None:
+    job, _ = build_counter_job(epochs=2)
+    handler = ReportFailingHandler()
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler=handler)
+    runner = JobRunner(job, manager)
+    assert runner.train(LocalSession()) == 2
+    assert runner.committed_epochs == [0, 1, 2]
+    assert handler.written() == [0, 1, 2]

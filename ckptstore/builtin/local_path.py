@@ -262,6 +262,8 @@ class LocalPath(PathType):
             names = os.listdir(self.root)
         except FileNotFoundError:
             return []
+        except OSError as error:
+            raise StorageError(self.display_url, None, "list", error) from error
         return sorted(name for name in names if name.startswith(starts))
 
 

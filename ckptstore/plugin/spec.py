@@ -50,7 +50,7 @@ def ckptstore_report(action_name: str, stats: Mapping[str, NodeStats]) -> None:
     """Observe a finished checkpoint operation.
 
     :param action_name: ``"checkpoint_save"``, ``"checkpoint_load"``,
-        ``"checkpoint_partial_load"``, ``"checkpoint_save_failed"`` or
-        ``"checkpoint_upload"``.
+        ``"checkpoint_partial_load"``, ``"checkpoint_save_failed"``,
+        ``"checkpoint_load_failed"`` or ``"checkpoint_upload"``.
     :param stats: maps each node checkpoint's path to its :class:`ckptstore.NodeStats`.
     """

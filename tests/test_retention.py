@@ -1,0 +1,155 @@
+"""Retention: which epochs are kept, what is deleted, and what is never touched."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.builtin.npz_db import NpzDB
+from ckptstore.documents import encode_document
+from ckptstore.errors import JobConfigurationError
+from ckptstore.inventory import committed_epochs
+from ckptstore.io.engine import ParallelIO
+from ckptstore.multinode import MultiNodeCheckpointManager
+from ckptstore.retention import TOMBSTONE_KIND, KeepLast, enforce, plan_retention, tombstone_key
+from ckptstore.runner import JobRunner
+from ckptstore.session import LocalSession
+from ckptstore.testing.conformance import NODES, counting_job
+
+
+def save(
+    storage: LocalPath, epoch: int, nodes: tuple[str, ...] = NODES, commit: bool = True
+) -> None:
+    commits = [
+        protocol.write_node(storage, node, epoch, {"w": np.full(4, epoch)}, NpzDB(), ParallelIO())
+        for node in nodes
+    ]
+    if commit:
+        protocol.commit_epoch(storage, epoch, commits)
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> LocalPath:
+    storage = LocalPath(str(tmp_path / "run"))
+    for epoch in range(8):
+        save(storage, epoch)
+    return storage
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept"),
+    [
+        (KeepLast(3), {5, 6, 7}),
+        (KeepLast(1), {7}),
+        (KeepLast(2, every=3), {0, 3, 6, 7}),
+        (KeepLast(10), set(range(8))),
+    ],
+)
+def test_keep_last_and_every(policy: KeepLast, kept: set[int]) -> None:
+    assert policy.keep(list(range(8))) == kept
+
+
+@pytest.mark.parametrize(("last", "every"), [(0, None), (2, 0)])
+def test_nonsense_policies_are_refused(last: int, every: int | None) -> None:
+    with pytest.raises(JobConfigurationError, match="at least 1"):
+        KeepLast(last, every)
+
+
+def test_dry_run_plans_without_deleting(storage: LocalPath) -> None:
+    plan = enforce(storage, KeepLast(2), dry_run=True)
+    assert [removal.epoch for removal in plan.delete] == [0, 1, 2, 3, 4, 5]
+    assert plan.keep == (6, 7)
+    records = [protocol.read_commit(storage, epoch) for epoch in range(6)]
+    assert plan.freed_bytes == sum(
+        node.stored_bytes for record in records if record for node in record.nodes.values()
+    )
+    assert committed_epochs(storage) == list(range(8))
+
+
+def test_deletes_only_what_commit_records_own(storage: LocalPath, tmp_path: Path) -> None:
+    save(storage, 9, commit=False)  # a save in progress: never committed
+    save(storage, 3, nodes=("trainer_9",), commit=False)  # a node the record of 3 lacks
+    storage.write_bytes(".trainer_0.10.staging-abc/blobs.npz", b"in flight")
+    storage.write_bytes("notes/readme.txt", b"not ours")
+
+    plan = enforce(storage, KeepLast(2))
+    assert [removal.epoch for removal in plan.delete] == [0, 1, 2, 3, 4, 5]
+    assert committed_epochs(storage) == [6, 7]
+    left = sorted(path.name for path in (tmp_path / "run").iterdir())
+    assert left == [
+        ".trainer_0.10.staging-abc",
+        "_ckptstore",
+        "notes",
+        "trainer_0.6",
+        "trainer_0.7",
+        "trainer_0.9",
+        "trainer_1.6",
+        "trainer_1.7",
+        "trainer_1.9",
+        "trainer_9.3",
+    ]
+    assert not any("deleting" in key for key in storage.list_keys("_ckptstore"))
+
+
+def test_epochs_newer_than_upto_are_left_alone(storage: LocalPath) -> None:
+    plan = enforce(storage, KeepLast(2), upto=4, protect={4})
+    assert [removal.epoch for removal in plan.delete] == [0, 1, 2]
+    assert committed_epochs(storage) == [3, 4, 5, 6, 7]
+
+
+def crash_mid_deletion(storage: LocalPath, epoch: int) -> None:
+    """What a deletion interrupted after its commit-record step leaves behind."""
+    document = encode_document(TOMBSTONE_KIND, {"nodes": list(NODES)})
+    storage.put_document(tombstone_key(epoch), document)
+    protocol.retract_epoch(storage, epoch, NODES)
+
+
+def test_an_interrupted_deletion_is_finished_next_time(storage: LocalPath) -> None:
+    crash_mid_deletion(storage, 2)
+    plan = plan_retention(storage, KeepLast(100))
+    assert [(r.epoch, r.resumed) for r in plan.delete] == [(2, True)]
+    enforce(storage, KeepLast(100))
+    assert not storage.exists("trainer_0.2/ckptstore.manifest.json")
+    assert not storage.exists(tombstone_key(2))
+    assert committed_epochs(storage) == [0, 1, 3, 4, 5, 6, 7]
+
+
+def test_resuming_a_deletion_spares_an_epoch_committed_again(storage: LocalPath) -> None:
+    crash_mid_deletion(storage, 5)
+    save(storage, 5)  # the epoch was saved and committed again since
+    enforce(storage, KeepLast(100))
+    assert protocol.committed_nodes(storage, 5) == set(NODES)
+    assert storage.exists("trainer_1.5/ckptstore.manifest.json")
+
+
+def test_the_runner_applies_retention_after_each_committed_save(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    manager = MultiNodeCheckpointManager(url, "npz", metadata_handler="json")
+    runner = JobRunner(counting_job(epochs=6), manager, retention=KeepLast(2, every=4))
+    assert runner.train(LocalSession()) == 6
+    assert runner.committed_epochs == [0, 1, 2, 3, 4, 5, 6]
+    assert committed_epochs(LocalPath(url)) == [0, 4, 5, 6]
+    resumed = MultiNodeCheckpointManager(url, "npz", metadata_handler="json")
+    resumed.set_params(list(NODES))
+    assert resumed.get_resume_from_epoch_id(None) == 6
+    assert sorted(resumed.metadata_handler.epochs()) == [0, 4, 5, 6]  # the catalog forgot too
+
+
+def test_a_failing_deletion_never_fails_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(self: LocalPath, prefix: str) -> None:
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(LocalPath, "delete_tree", refuse)
+    manager = MultiNodeCheckpointManager(str(tmp_path / "run"), "npz")
+    runner = JobRunner(counting_job(epochs=2), manager, retention=KeepLast(1))
+    with caplog.at_level(logging.WARNING, logger="ckptstore.retention"):
+        assert runner.train(LocalSession()) == 2
+    assert runner.committed_epochs == [0, 1, 2]
+    assert "Retention after epoch 1 failed" in caplog.text

@@ -34,6 +34,7 @@ from ckptstore.errors import (
     DuplicatePluginError,
     InvalidNameError,
     JobConfigurationError,
+    NodeLostError,
     SaveFailedError,
     StorageError,
     TooManySaveFailuresError,
@@ -85,6 +86,7 @@ __all__ = [
     "MetadataHandler",
     "MultiNodeCheckpointManager",
     "Node",
+    "NodeLostError",
     "NodeManifest",
     "NodeStats",
     "NpzDB",
@@ -112,3 +114,13 @@ __all__ = [
     "get_registry",
     "hookimpl",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``ckptstore.DaskSession``, imported only when asked for (it needs Dask:
+    ``pip install 'ckptstore[dask]'``)."""
+    if name == "DaskSession":
+        from ckptstore.dask_session import DaskSession
+
+        return DaskSession
+    raise AttributeError(f"module 'ckptstore' has no attribute {name!r}")

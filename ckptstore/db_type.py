@@ -59,7 +59,11 @@ class DBLocation:
         return f"{self.root}/{relative}"
 
     def write(self, requests: Iterable[WriteRequest]) -> list[WriteResult]:
-        """Write through the engine; keys in requests and results are relative."""
+        """Write through the engine; keys in requests and results are relative.
+        A list of requests is announced to the storage first (see
+        :meth:`PathType.prepare_keys`)."""
+        if isinstance(requests, list):
+            self.storage.prepare_keys(self.key(request.key) for request in requests)
         return self.io.write(self.storage, requests, prefix=self.root)
 
     def read(

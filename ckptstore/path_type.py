@@ -133,6 +133,14 @@ class PathType(ABC):
         except ObjectNotFoundError:
             return None
 
+    def prepare_keys(self, keys: Iterable[str]) -> None:
+        """Get ready to write ``keys`` (called before a batch of parallel writes).
+
+        Storages with directories create the parents here, once each and in order,
+        instead of letting parallel writers race to create them; the default does
+        nothing.
+        """
+
     def sync(self) -> None:
         """Make everything written through this object so far durable (a barrier)."""
 

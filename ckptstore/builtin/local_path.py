@@ -136,6 +136,14 @@ class LocalPath(PathType):
 
     # -- contract ---------------------------------------------------------------------
 
+    def prepare_keys(self, keys: Iterable[str]) -> None:
+        directories = sorted({os.path.dirname(self._path(key)) for key in keys})
+        with self._errors("create directories for", None):
+            for directory in directories:
+                os.makedirs(directory, exist_ok=True)
+                self._note_dir(directory)  # its entry in the parent
+                self._note_dir(os.path.join(directory, ""))  # the entries it will hold
+
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         path = self._path(key)
         with self._errors("write", key):

@@ -129,13 +129,14 @@ class ZarrDB(DBType):
             chunks = tuple(array_chunks(array.shape, array.dtype.itemsize, chunk_shape))
             plans.append(_Plan(name, array, chunk_shape, chunks))
         documents = self._documents(plans)
-        # large chunks first, so the small-file tail overlaps with their write-back
+        # small files first: creating files is cheap before gigabytes are dirty, and
+        # slow after (ext4's ordered mode makes each create wait on data write-back)
         order = sorted(
             ((plan, chunk) for plan in plans for chunk in plan.chunks),
-            key=lambda pair: -pair[1].padded,
+            key=lambda pair: pair[1].padded,
         )
-        requests = [self._chunk_request(plan, chunk) for plan, chunk in order]
-        requests.extend(WriteRequest(key, [data], len(data)) for key, data in documents.items())
+        requests = [WriteRequest(key, [data], len(data)) for key, data in documents.items()]
+        requests.extend(self._chunk_request(plan, chunk) for plan, chunk in order)
         results = {result.key: result for result in db.write(requests)}
         records = {}
         for plan in plans:

@@ -1,0 +1,158 @@
+"""Conformance tests for metadata handlers (catalogs of committed epochs).
+
+Subclass :class:`MetadataHandlerConformance` and give it a ``make_handler`` fixture
+returning a factory: each call builds a new handler, as a new process would.
+
+Example::
+
+    class TestMyCatalog(MetadataHandlerConformance):
+        @pytest.fixture
+        def make_handler(self, tmp_path):
+            return lambda: MyCatalog(tmp_path / "catalog.db")
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore import commit as protocol
+from ckptstore.errors import CheckpointNotFoundError, CkptStoreError
+from ckptstore.metadata import MetadataHandler
+from ckptstore.multinode import MultiNodeCheckpointManager
+from ckptstore.runner import JobRunner
+from ckptstore.session import LocalSession
+from ckptstore.stats import ACTIONS, NodeStats
+from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
+from ckptstore.testing.conformance.samples import assert_same_blob
+
+__all__ = ["HandlerFactory", "MetadataHandlerConformance"]
+
+HandlerFactory = Callable[[], MetadataHandler]
+
+
+class MetadataHandlerConformance:
+    """The contract every metadata handler honours. Needs ``make_handler``; override
+    ``checkpoint_url`` to keep the checkpoints elsewhere than a local directory.
+
+    Example::
+
+        class TestJson(MetadataHandlerConformance):
+            @pytest.fixture
+            def make_handler(self) -> HandlerFactory:
+                return JsonCatalog
+    """
+
+    db_type = "npz"
+
+    @pytest.fixture
+    def checkpoint_url(self, tmp_path: Path) -> str:
+        return str(tmp_path / "checkpoints")
+
+    def manager(self, url: str, make_handler: HandlerFactory) -> MultiNodeCheckpointManager:
+        """A manager for the test job's nodes, with a new handler, parameters set."""
+        manager = MultiNodeCheckpointManager(url, self.db_type, metadata_handler=make_handler())
+        manager.set_params(list(NODES))
+        return manager
+
+    def train(self, url: str, make_handler: HandlerFactory, epochs: int = 3) -> JobRunner:
+        runner = JobRunner(counting_job(epochs=epochs), self.manager(url, make_handler))
+        assert runner.train(LocalSession()) == epochs
+        return runner
+
+    def test_nothing_saved_means_start_from_scratch(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) is None
+
+    def test_resumes_from_the_newest_complete_epoch(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        self.train(checkpoint_url, make_handler)
+        manager = self.manager(checkpoint_url, make_handler)
+        assert manager.get_resume_from_epoch_id(None) == 3
+        session = LocalSession()
+        runner = JobRunner(counting_job(epochs=3), manager)
+        assert runner.train(session) == 4  # the loaded counter had run out: one more epoch
+        assert runner.committed_epochs == [4]
+        for node in NODES:
+            for name, blob in expected_state(node, 4).items():
+                assert_same_blob(session.workspace(node)[name].copy(), blob)
+
+    def test_a_chosen_epoch_must_be_committed_everywhere(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        self.train(checkpoint_url, make_handler)
+        manager = self.manager(checkpoint_url, make_handler)
+        assert manager.get_resume_from_epoch_id(2) == 2
+        with pytest.raises(CheckpointNotFoundError, match="7"):
+            manager.get_resume_from_epoch_id(7)
+
+    def test_an_epoch_whose_commit_is_gone_is_never_chosen(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        runner = self.train(checkpoint_url, make_handler)
+        assert runner.checkpoint_manager is not None
+        storage = runner.checkpoint_manager.location.storage
+        protocol.retract_epoch(storage, 3, NODES)  # as a crashed re-save of epoch 3 leaves it
+        assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) == 2
+
+    def test_an_epoch_committed_on_some_nodes_only_is_skipped(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        runner = self.train(checkpoint_url, make_handler)
+        assert runner.checkpoint_manager is not None
+        storage = runner.checkpoint_manager.location.storage
+        protocol.retract_epoch(storage, 3, [NODES[1]])
+        manager = self.manager(checkpoint_url, make_handler)
+        assert manager.get_resume_from_epoch_id(None) == 2
+        with pytest.raises(CheckpointNotFoundError):
+            manager.get_resume_from_epoch_id(3)
+
+    def test_writing_an_uncommitted_epoch_never_makes_it_resumable(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        self.train(checkpoint_url, make_handler, epochs=1)
+        manager = self.manager(checkpoint_url, make_handler)
+        with contextlib.suppress(CkptStoreError):
+            manager.write_checkpoint_metadata(9)
+        assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) == 1
+
+    def test_reports_of_every_action_are_accepted(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        self.train(checkpoint_url, make_handler, epochs=1)
+        manager = self.manager(checkpoint_url, make_handler)
+        for action in ACTIONS:
+            error = "disk full" if action == "checkpoint_save_failed" else None
+            stats = {
+                f"{checkpoint_url}/{node}.1": NodeStats(
+                    node, 1, f"{checkpoint_url}/{node}.1", action, 1000, 256, 300, 2, error=error
+                )
+                for node in NODES
+            }
+            manager.report(action, stats)
+        manager.report("checkpoint_save", {})
+        assert manager.get_resume_from_epoch_id(None) == 1
+
+    def test_checkpoints_are_accessible_on_a_writable_root(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        assert self.manager(checkpoint_url, make_handler).cp_accessible(None) is True
+
+    def test_the_handler_sees_every_saved_epoch(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        self.train(checkpoint_url, make_handler, epochs=2)
+        manager = self.manager(checkpoint_url, make_handler)
+        for epoch in (0, 1, 2):
+            assert manager.get_resume_from_epoch_id(epoch) == epoch
+        loaded = LocalSession()
+        manager.init(list(NODES))
+        loaded.run(manager.init(list(NODES), retrieve_from_epoch=1))
+        loaded.run(manager.load(1))
+        assert np.all(loaded.workspace(NODES[1])[f"{NODES[1]}/w"] == 2.0)

@@ -174,3 +174,28 @@ def test_the_registry_serves_plain_paths_and_file_urls(registry: Registry, tmp_p
     for url in (str(tmp_path), f"file://{tmp_path}", f"local://{tmp_path}"):
         assert type(registry.open_path(url)) is LocalPath
     assert repr(LocalPath(str(tmp_path))) == f"LocalPath({str(tmp_path)!r})"
+
+
+def test_prepare_keys_creates_each_parent_once_and_fsync_mode_syncs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LocalPath(str(tmp_path), durability="fsync")
+    storage.prepare_keys(["a/b/c.0", "a/b/zarr.json", "a/zarr.json", "d/c"])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "a",
+        "a/b",
+        "d",
+    ]
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    storage.sync()
+    # every created directory, and the parents holding their entries
+    assert {str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a/b"), str(tmp_path / "d")} <= set(
+        synced
+    )

@@ -57,25 +57,34 @@ def drop_caches() -> bool:
 
 
 def run_location(
-    location: Path, workload: str, names: list[str], repeat: int, cold: bool
+    location: Path, workload: str, names: list[str], repeat: int, cold: bool, keep: bool
 ) -> dict[str, Row]:
+    """Every tool, ``repeat`` times, interleaved (so drifts of a shared machine hit every
+    tool). With ``keep``, checkpoints stay until the end: deleting thousands of files
+    between runs would make the next run pay for the deletion (on disks mounted with
+    ``discard``, freed blocks are trimmed at the next journal commits)."""
     size = nbytes(make_workload(workload))
     rows = {name: Row(name) for name in names}
+    written: list[Path] = []
     for _ in range(repeat):
-        for name in names:  # interleaved, so drifts of a shared machine hit every tool
+        for name in names:
             target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
+            written.append(target)
             try:
                 saved = measure(name, "save", workload, target)
                 if cold:
                     drop_caches()
                 loaded = measure(name, "load", workload, target)
             finally:
-                remove(target)
+                if not keep:
+                    remove(target)
             row = rows[name]
             row.save.append(saved["seconds"])
             row.load.append(loaded["seconds"])
             row.save_peak = max(row.save_peak, saved["peak_above_state"])
             row.load_peak = max(row.load_peak, max(0, loaded["peak_above_state"] - size))
+    for target in written:
+        remove(target)
     return rows
 
 
@@ -214,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     cold = drop_caches()
     results = {
         f"disk ({args.disk})": run_location(
-            Path(args.disk), args.workload, names, args.repeat, cold
+            Path(args.disk), args.workload, names, args.repeat, cold, keep=True
         ),
         f"memory ({args.shm})": run_location(
-            Path(args.shm), args.workload, names, args.repeat, False
+            Path(args.shm), args.workload, names, args.repeat, False, keep=False
         ),
     }
     partial = partial_reads(Path(args.shm), args.workload)

@@ -57,7 +57,9 @@ def main() -> None:
         setattr(os, name, counted(getattr(os, name), kill_at))
     os.makedirs = counted(os.makedirs, kill_at)
     shutil.rmtree = counted(shutil.rmtree, kill_at)
-    local_path._SyncingFileIO.write = counted(io.FileIO.write, kill_at)  # type: ignore[method-assign]
+    local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
+        local_path._SyncingFileIO.write, kill_at
+    )
     run_demo(DemoConfig(directory, epochs=epochs, db_type=db_type), io.StringIO())
     print(f"calls={calls}")
 

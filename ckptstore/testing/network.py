@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from types import TracebackType
+from typing import Self
 
 from ckptstore.testing.servers import LOOPBACK, free_port, wait_for
 
@@ -51,8 +52,21 @@ def netem_available() -> bool:
         return False
     try:
         probe = subprocess.run(
-            ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "netem",
-             "delay", "1ms"],
+            [
+                "ip",
+                "netns",
+                "exec",
+                name,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "netem",
+                "delay",
+                "1ms",
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -66,7 +80,8 @@ def netem_available() -> bool:
 class NetworkNamespace:
     """A network namespace reachable from this one over a veth pair.
 
-    ``inner_address`` is the namespace's end, ``outer_address`` this one's. With
+    ``inner_address`` is the namespace's end, ``outer_address`` this one's (in
+    ``subnet``/24, by default one derived from the process id). With
     ``delay_ms`` and a kernel that has netem, packets leaving the namespace are delayed
     by that much (``netem`` is then true).
 
@@ -76,8 +91,10 @@ class NetworkNamespace:
             subprocess.run([*ns.exec_prefix, "ip", "addr"])
     """
 
-    def __init__(self, name: str, *, delay_ms: float = 0.0, subnet: str = "10.213.47") -> None:
+    def __init__(self, name: str, *, delay_ms: float = 0.0, subnet: str | None = None) -> None:
         self.name = f"{name}{os.getpid()}"
+        if subnet is None:  # one per process, so that two runs never share a route
+            subnet = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"
         self.delay_ms = delay_ms
         self.outer_address = f"{subnet}.1"
         self.inner_address = f"{subnet}.2"
@@ -105,8 +122,18 @@ class NetworkNamespace:
         _ip(*inside, "link", "set", "lo", "up")
         if self.delay_ms:
             result = subprocess.run(
-                [*self.exec_prefix, "tc", "qdisc", "add", "dev", self._inner, "root", "netem",
-                 "delay", f"{self.delay_ms}ms"],
+                [
+                    *self.exec_prefix,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    self._inner,
+                    "root",
+                    "netem",
+                    "delay",
+                    f"{self.delay_ms}ms",
+                ],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -121,7 +148,7 @@ class NetworkNamespace:
             _ip("netns", "del", self.name, check=False)
             self._created = False
 
-    def __enter__(self) -> NetworkNamespace:
+    def __enter__(self) -> Self:
         try:
             self.create()
         except BaseException:
@@ -161,8 +188,16 @@ class LatencyRelay:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ckptstore.testing.network", "relay", str(self.port),
-             self.upstream_host, str(self.upstream_port), str(self.delay_ms)],
+            [
+                sys.executable,
+                "-m",
+                "ckptstore.testing.network",
+                "relay",
+                str(self.port),
+                self.upstream_host,
+                str(self.upstream_port),
+                str(self.delay_ms),
+            ],
             stdin=subprocess.DEVNULL,
         )
 
@@ -179,7 +214,7 @@ class LatencyRelay:
             process.terminate()
             process.wait(timeout=10)
 
-    def __enter__(self) -> LatencyRelay:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -192,9 +227,7 @@ class LatencyRelay:
         self.stop()
 
 
-async def _pump(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
-) -> None:
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
     """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived."""
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=64)
 
@@ -234,23 +267,34 @@ async def _pump(
 async def _relay(port: int, host: str, upstream_port: int, delay_ms: float) -> None:
     one_way = delay_ms / 2000
 
-    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(delay_ms / 1000)  # the connection's own round trip
+    async def handle(
+        client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
+        writers = [client_writer]
         try:
+            await asyncio.sleep(delay_ms / 1000)  # the connection's own round trip
             server_reader, server_writer = await asyncio.open_connection(host, upstream_port)
-        except OSError:
-            client_writer.close()
-            return
-        try:
+            writers.append(server_writer)
             await asyncio.gather(
                 _pump(client_reader, server_writer, one_way),
                 _pump(server_reader, client_writer, one_way),
             )
+        except Exception as error:  # one broken connection must not stop the relay
+            print(f"latency relay: connection dropped ({error!r})", file=sys.stderr)
         finally:
-            for writer in (client_writer, server_writer):
+            for writer in writers:
                 writer.close()
 
-    server = await asyncio.start_server(handle, LOOPBACK, port, backlog=1024)
+    running: set[asyncio.Task[None]] = set()
+
+    def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # keep a strong reference: asyncio holds tasks weakly, and a connection's task
+        # collected while it waits would drop the connection
+        task = asyncio.ensure_future(handle(reader, writer))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    server = await asyncio.start_server(accept, LOOPBACK, port, backlog=1024)
     async with server:
         await server.serve_forever()
 

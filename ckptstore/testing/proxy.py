@@ -12,9 +12,9 @@ Point a client at :attr:`FaultProxy.endpoint_url` instead of the server's. Then:
   the N-th matching request arrives.
 
 A fault applies to requests of the given ``methods`` whose target (path and query,
-URL-decoded) contains ``path`` (all, by default); ``after=K`` lets K matching requests through first. Every request is recorded
-(:attr:`FaultProxy.requests`), so a test can count them by method or check that no
-listing happened (:meth:`FaultProxy.listings`).
+URL-decoded) contains ``path`` (all, by default); ``after=K`` lets K matching requests
+through first. Every request is recorded (:attr:`FaultProxy.requests`), so a test can
+count them by method or check that no listing happened (:meth:`FaultProxy.listings`).
 
 Example::
 
@@ -39,7 +39,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 from ckptstore.testing.servers import LOOPBACK, wait_for
 
@@ -168,7 +168,7 @@ class FaultProxy:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         """Start listening on a free port of ``host``."""
         if self._server is None:
             self._stopping.clear()
@@ -202,7 +202,7 @@ class FaultProxy:
             raise RuntimeError("the fault proxy is not running; call start()")
         return f"http://{self.host}:{self._server.server_address[1]}"
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -470,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            pieces = []
+            pieces: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -536,26 +536,26 @@ class _Handler(BaseHTTPRequestHandler):
         if body or method in ("PUT", "POST", "PATCH"):
             headers["Content-Length"] = str(len(body))
         for attempt in range(2):
-            if self._upstream is None:
-                self._upstream = http.client.HTTPConnection(
-                    proxy.upstream_host, proxy.upstream_port, timeout=300
-                )
+            upstream = self._upstream or http.client.HTTPConnection(
+                proxy.upstream_host, proxy.upstream_port, timeout=300
+            )
+            self._upstream = upstream
             try:
-                self._upstream.request(method, self.path, body=body or None, headers=headers)
-                response = self._upstream.getresponse()
+                upstream.request(method, self.path, body=body or None, headers=headers)
+                response = upstream.getresponse()
                 data = response.read()
                 if response.will_close:
-                    self._upstream.close()
+                    upstream.close()
                     self._upstream = None
                 return response.status, response.reason, response.getheaders(), data
             except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
                 # a kept-alive upstream connection went stale: retry once on a new one
-                self._upstream.close()
+                upstream.close()
                 self._upstream = None
                 if attempt == 1:
                     raise
             except OSError:
-                self._upstream.close()
+                upstream.close()
                 self._upstream = None
                 raise
         raise AssertionError("unreachable")  # pragma: no cover

@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ElementTree
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import IO, ClassVar
+from typing import IO, ClassVar, Self
 
 __all__ = ["GcsEmulator", "MotoServer", "ServerProcess", "free_port", "wait_for"]
 
@@ -109,8 +109,8 @@ class ServerProcess(ABC):
             if self.host != LOOPBACK:
                 raise ValueError(f"give the {self.kind} server a port to listen on {self.host}")
             self.port = free_port(self.host)
-        if self._log is None:
-            self._log = tempfile.TemporaryFile(prefix=f"ckptstore-{self.kind}-")
+        if self._log is None:  # kept open across restarts; closed by __exit__
+            self._log = tempfile.TemporaryFile(prefix=f"ckptstore-{self.kind}-")  # noqa: SIM115
         environment = {**os.environ, **self.env}
         self.process = subprocess.Popen(
             [*self.command_prefix, *self.command()],
@@ -194,7 +194,7 @@ class ServerProcess(ABC):
         finally:
             connection.close()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -119,7 +119,7 @@ class LocalPath(PathType):
     # -- helpers ----------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, validate_key(key))
+        return f"{self.root}/{validate_key(key)}"
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str | None) -> Iterator[None]:

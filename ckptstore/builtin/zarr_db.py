@@ -59,6 +59,13 @@ def _document(body: dict[str, Any]) -> bytes:
     return json.dumps(body).encode()
 
 
+_SHAPE, _CHUNKS = "@@shape@@", "@@chunks@@"  # placeholders in array document templates
+
+
+def _json_list(values: tuple[int, ...]) -> bytes:
+    return b"[" + b",".join(b"%d" % value for value in values) + b"]"
+
+
 def _group_document() -> bytes:
     return _document({"zarr_format": 3, "node_type": "group", "attributes": {}})
 
@@ -97,6 +104,7 @@ class ZarrDB(DBType):
             )
         self.compression = compression
         self.level = level
+        self._templates: dict[np.dtype[Any], bytes] = {}
 
     def __repr__(self) -> str:
         return f"ZarrDB(compression={self.compression!r}, level={self.level})"
@@ -171,7 +179,14 @@ class ZarrDB(DBType):
         return documents
 
     def _array_document(self, plan: _Plan) -> bytes:
-        dtype = plan.array.dtype
+        """The array's ``zarr.json``: a per-dtype template with the shapes filled in
+        (thousands of small blobs make this a hot path)."""
+        template = self._templates.get(plan.array.dtype)
+        if template is None:
+            template = self._templates[plan.array.dtype] = self._array_template(plan.array.dtype)
+        return template % (_json_list(plan.array.shape), _json_list(plan.chunk_shape))
+
+    def _array_template(self, dtype: np.dtype[Any]) -> bytes:
         bytes_codec: dict[str, Any] = {"name": "bytes"}
         if dtype.itemsize > 1:
             big = dtype.byteorder == ">" or (dtype.byteorder == "=" and np.little_endian is False)
@@ -194,16 +209,13 @@ class ZarrDB(DBType):
                     },
                 }
             )
-        return _document(
+        document = _document(
             {
                 "zarr_format": 3,
                 "node_type": "array",
-                "shape": list(plan.array.shape),
+                "shape": _SHAPE,
                 "data_type": _zarr_data_type(dtype),
-                "chunk_grid": {
-                    "name": "regular",
-                    "configuration": {"chunk_shape": list(plan.chunk_shape)},
-                },
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": _CHUNKS}},
                 "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
                 "fill_value": _fill_value(dtype),
                 "codecs": codecs,
@@ -211,6 +223,10 @@ class ZarrDB(DBType):
                 "storage_transformers": [],
             }
         )
+        document = document.replace(b"%", b"%%")
+        for placeholder in (_SHAPE, _CHUNKS):
+            document = document.replace(f'"{placeholder}"'.encode(), b"%s")
+        return document
 
     def _chunk_request(self, plan: _Plan, chunk: ArrayChunk) -> WriteRequest:
         key = f"{plan.name}/{_chunk_key(chunk.index)}"

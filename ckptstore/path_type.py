@@ -46,6 +46,9 @@ class PathType(ABC):
     * ``copies_on_write`` / ``copies_on_read``: whether a transfer copies the bytes
       (object stores do); the I/O engine counts those copies against its budget.
     * ``default_io``: the I/O engine settings measured to suit this storage.
+    * ``batches_small_requests``: whether the engine may run small requests one after
+      another on a worker (cheap local calls), or must give each its own slot (network
+      round trips: object stores set it to False).
 
     Example::
 
@@ -60,6 +63,7 @@ class PathType(ABC):
     copies_on_write: ClassVar[bool] = True
     copies_on_read: ClassVar[bool] = True
     default_io: ClassVar[IOSettings] = IOSettings()
+    batches_small_requests: ClassVar[bool] = True
 
     def __init__(self, url: str, **options: Any) -> None:
         self.url = url

@@ -93,7 +93,8 @@ class ParallelIO:
 
     Requests of at most ``SMALL_REQUEST`` bytes are grouped into batches run by one
     worker each, so thousands of tiny blobs cost a few hundred thread hand-offs, not
-    thousands. Keys are relative to ``prefix`` when one is given.
+    thousands (unless the path type says each request is a round trip:
+    ``batches_small_requests = False``). Keys are relative to ``prefix`` when given.
 
     Example::
 
@@ -129,7 +130,7 @@ class ParallelIO:
             storage.write_parts(_join(prefix, request.key), views)
             return WriteResult(request.key, sum(view.nbytes for view in views), crc)
 
-        return self._run(requests, cost, perform)
+        return self._run(requests, cost, perform, batch=storage.batches_small_requests)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -174,7 +175,7 @@ class ParallelIO:
                     raise
                 on_error(request, error)
 
-        self._run(requests, cost, perform)
+        self._run(requests, cost, perform, batch=storage.batches_small_requests)
 
     # -- shared scheduling ------------------------------------------------------------
 
@@ -183,6 +184,8 @@ class ParallelIO:
         requests: Iterable[RequestT],
         cost: Callable[[RequestT], int],
         perform: Callable[[RequestT], R],
+        *,
+        batch: bool = True,
     ) -> list[R]:
         settings = self.settings
         budget = MemoryBudget(settings.memory_budget)
@@ -220,7 +223,7 @@ class ParallelIO:
             small_cost = small_bytes = 0
             for position, request in enumerate(requests):
                 positions[id(request)] = position
-                if request.nbytes > self.SMALL_REQUEST:
+                if not batch or request.nbytes > self.SMALL_REQUEST:
                     if not submit([request], cost(request)):
                         small = []
                         break

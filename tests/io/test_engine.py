@@ -278,3 +278,31 @@ def test_a_short_object_is_reported_as_corrupt(tmp_path: Any) -> None:
     target = memoryview(bytearray(10))
     with pytest.raises(CorruptCheckpointError, match="ends 5 bytes before"):
         ParallelIO().read(storage, [ReadRequest("k", 0, [target], 10)])
+
+
+class RoundTripPath(FsspecPath):
+    """A memory root whose every call is a 'round trip': small requests must each get
+    their own worker slot, so ``concurrency`` of them meet at the barrier together."""
+
+    name = "round_trip"
+    protocols = ()
+    batches_small_requests = False
+
+    def __init__(self, url: str, barrier: threading.Barrier) -> None:
+        super().__init__(url)
+        self.barrier = barrier
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        self.barrier.wait(timeout=30)  # raises BrokenBarrierError if they run one by one
+        super().write_parts(key, parts)
+
+
+def test_object_stores_get_each_small_request_its_own_slot() -> None:
+    with memory_root() as url:
+        concurrency = 4
+        storage = RoundTripPath(url, threading.Barrier(concurrency))
+        engine = ParallelIO(IOSettings(concurrency=concurrency))
+        results = engine.write(
+            storage, [WriteRequest(f"k{i}", [b"x" * 10], 10) for i in range(concurrency * 3)]
+        )
+        assert [result.key for result in results] == [f"k{i}" for i in range(concurrency * 3)]

@@ -1,0 +1,75 @@
+"""Where GCS settings come from (keyword arguments, then environment variables, then
+defaults) and that credentials never show in ``repr`` or messages."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from ckptstore_gcs import GCSOptions, GCSPath
+
+SERVICE_ACCOUNT = {
+    "type": "service_account",
+    "client_email": "ckpt@example.iam.gserviceaccount.com",
+    "private_key_id": "0123456789abcdef0123456789abcdef01234567",
+    "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END",
+}
+
+
+def test_keyword_arguments_win_over_the_environment() -> None:
+    env = {
+        "STORAGE_EMULATOR_HOST": "127.0.0.1:9023",
+        "GOOGLE_CLOUD_PROJECT": "env-project",
+        "CKPTSTORE_GCS_PART_SIZE": str(4 << 20),
+        "CKPTSTORE_GCS_MAX_CONCURRENCY": "3",
+        "CKPTSTORE_GCS_RETRIES": "1",
+    }
+    from_env = GCSOptions.resolve({}, env)
+    assert from_env.endpoint_url == "http://127.0.0.1:9023"
+    assert from_env.token == "anon"  # emulators take no credentials
+    assert (from_env.project, from_env.part_size, from_env.max_concurrency) == (
+        "env-project",
+        4 << 20,
+        3,
+    )
+    assert from_env.retry.attempts == 2
+    given = GCSOptions.resolve(
+        {"endpoint_url": "http://given:1/", "project": "p", "token": "cloud", "retries": 0}, env
+    )
+    assert (given.endpoint_url, given.project, given.token) == ("http://given:1", "p", "cloud")
+    assert given.retry.attempts == 1
+
+
+def test_real_gcs_by_default() -> None:
+    options = GCSOptions.resolve({}, {})
+    assert options.endpoint_url == "https://storage.googleapis.com"
+    assert options.token is None
+    assert "endpoint_url" not in options.gcsfs_kwargs()
+
+
+def test_unknown_options_are_refused_with_the_accepted_list() -> None:
+    with pytest.raises(TypeError, match=r"unknown GCS storage option\(s\) \['endpoint'\]"):
+        GCSOptions.resolve({"endpoint": "x"}, {})
+    with pytest.raises(ValueError, match="at least 256 KiB"):
+        GCSOptions.resolve({"part_size": 1024}, {})
+
+
+def test_credentials_stay_out_of_repr_and_messages() -> None:
+    options = GCSOptions.resolve({"token": SERVICE_ACCOUNT}, {})
+    assert "credentials=explicit" in repr(options)
+    assert SERVICE_ACCOUNT["private_key"] not in repr(options)
+    text = f"key {SERVICE_ACCOUNT['private_key_id']} failed"
+    assert options.mask(text) == "key *** failed"
+    bearer = GCSOptions.resolve({"token": "ya29.a0AfH6SMBexampleAccessToken"}, {})
+    assert bearer.mask("Bearer ya29.a0AfH6SMBexampleAccessToken") == "Bearer ***"
+
+
+def test_path_repr_and_pickle() -> None:
+    storage = GCSPath("gs://bucket/run", endpoint_url="http://127.0.0.1:9", token="anon")
+    assert repr(storage) == "GCSPath('gs://bucket/run', endpoint_url='http://127.0.0.1:9')"
+    clone = pickle.loads(pickle.dumps(storage))
+    assert (clone.bucket, clone.prefix, clone.options.endpoint_url) == (
+        "bucket",
+        "run",
+        "http://127.0.0.1:9",
+    )

@@ -1,0 +1,233 @@
+"""The ``lmdb`` DB type: one LMDB database per node checkpoint, for many small blobs.
+
+``<node>.<epoch>/data.mdb`` is an ordinary LMDB environment (open it with
+``lmdb.open(path, readonly=True, lock=False)``). Each blob is stored as one value per
+chunk, under the key ``<blob name>\\0<chunk number, 4 bytes big-endian>`` (names too
+long for an LMDB key use ``\\x01`` + their SHA-256 in hex instead). Large blobs are cut
+into chunks of about ``IOSettings.chunk_bytes``.
+
+After the write transaction, the file's B-tree is walked (:mod:`ckptstore_lmdb.pages`)
+to find the byte range of every value; the manifest records each chunk as that range
+with its CRC-32C, and every other byte of the file (pages, keys, headers) as checksummed
+gap records. So loads read only the requested blobs' bytes, straight into place and
+verified, ``ckptstore verify`` checks every byte of the file, and ``ckptstore cp``
+copies a checkpoint to any storage, where it stays readable.
+
+Writing needs a local directory (``needs_rename``): LMDB memory-maps its file.
+
+Example::
+
+    CheckpointManager("/ckpt", "trainer_0", db_type="lmdb")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import mmap
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.db_type import DBLocation, DBType, WrittenDB
+from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
+from ckptstore.io.checksum import crc32c_of
+from ckptstore.io.chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
+from ckptstore.manifest import BlobRecord, ChunkRecord
+from ckptstore.names import validate_key
+from ckptstore.types import byte_view
+from ckptstore_lmdb.pages import LmdbFormatError, ValueSpan, value_spans
+
+__all__ = ["DATA_FILE", "LmdbDB", "lmdb_key"]
+
+DATA_FILE = "data.mdb"
+MAX_VALUE_BYTES = 1 << 30
+"""Largest chunk stored as one value (LMDB values are limited to 4 GiB)."""
+BATCH_BYTES = 256 << 20
+BATCH_VALUES = 50_000
+"""A write transaction is committed after this many bytes or values, so that LMDB's
+list of dirty pages never overflows, whatever the checkpoint's size."""
+_SEPARATOR = b"\x00"
+_HASHED = b"\x01"
+
+
+def lmdb_key(blob: str, chunk: int, max_key_size: int = 511) -> bytes:
+    """The LMDB key of chunk ``chunk`` of blob ``blob``.
+
+    Example::
+
+        >>> lmdb_key("w", 2)
+        b'w\\x00\\x00\\x00\\x00\\x02'
+    """
+    name = blob.encode()
+    if len(name) + 5 > max_key_size:
+        name = _HASHED + hashlib.sha256(name).hexdigest().encode()
+    return name + _SEPARATOR + chunk.to_bytes(4, "big")
+
+
+@dataclass(frozen=True)
+class _Value:
+    key: bytes
+    blob: str
+    number: int
+    chunk: ArrayChunk
+    chunk_shape: tuple[int, ...]
+
+
+class LmdbDB(DBType):
+    """Blobs as values of one LMDB database per node checkpoint (local disk only).
+
+    Example::
+
+        manager = MultiNodeCheckpointManager("/ckpt", db_type="lmdb")
+    """
+
+    name = "lmdb"
+    needs_rename = True
+
+    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+        directory = local_directory(db)
+        target = max(1, min(db.io.settings.chunk_bytes, MAX_VALUE_BYTES))
+        values = sorted(_plan(blobs, target), key=lambda value: value.key)
+        crcs = _store(directory, values, blobs, fsync=_durability(db) == "fsync")
+        path = os.path.join(directory, DATA_FILE)
+        with open(path, "rb") as file, _mapped(file.fileno()) as view:
+            try:
+                spans = value_spans(view)
+                gaps = _gap_records(view, [(span.offset, span.size) for span in spans.values()])
+            except LmdbFormatError as error:
+                raise CorruptCheckpointError(
+                    f"the LMDB file just written cannot be walked: {error}",
+                    url=db.storage.display_url,
+                    file=db.key(DATA_FILE),
+                ) from None
+        records = _blob_records(db, blobs, values, crcs, spans)
+        return WrittenDB(records, tuple(gaps))
+
+
+def local_directory(db: DBLocation) -> str:
+    """The local directory holding ``db`` (LMDB memory-maps its file)."""
+    storage = db.storage
+    if not isinstance(storage, LocalPath):
+        raise JobConfigurationError(
+            f"DB type 'lmdb' writes only to local directories, not to {storage.display_url}; "
+            "save locally and `ckptstore cp` the checkpoint, or use 'zarr' or 'npz'"
+        )
+    return os.path.join(storage.root, validate_key(db.root))
+
+
+def _durability(db: DBLocation) -> str:
+    durability: str = getattr(db.storage, "durability", "fsync")
+    return durability
+
+
+def _plan(blobs: Mapping[str, np.ndarray[Any, Any]], target: int) -> Iterator[_Value]:
+    for name, array in blobs.items():
+        itemsize = array.dtype.itemsize
+        chunk_shape = grid_chunk_shape(array.shape, itemsize, target)
+        for number, chunk in enumerate(array_chunks(array.shape, itemsize, chunk_shape)):
+            yield _Value(lmdb_key(name, number), name, number, chunk, chunk_shape)
+
+
+def _store(
+    directory: str,
+    values: list[_Value],
+    blobs: Mapping[str, np.ndarray[Any, Any]],
+    *,
+    fsync: bool,
+) -> dict[bytes, int]:
+    """Write every value in key order; returns each value's CRC-32C."""
+    page = mmap.PAGESIZE
+    pages = sum(math.ceil((value.chunk.nbytes + 64) / page) + 1 for value in values)
+    map_size = ((pages + 1024) * page + (1 << 20) - 1) >> 20 << 20
+    os.makedirs(directory, exist_ok=True)
+    env = lmdb.open(
+        directory, map_size=map_size, lock=False, sync=False, metasync=False, readahead=False
+    )
+    crcs: dict[bytes, int] = {}
+    try:
+        for batch in _batches(values):
+            with env.begin(write=True) as txn:
+                for value in batch:
+                    data = chunk_data(blobs[value.blob], value.chunk, value.chunk_shape)
+                    crcs[value.key] = crc32c_of([data])
+                    txn.put(value.key, byte_view(data), append=True)
+        if fsync:
+            env.sync(True)
+    finally:
+        env.close()
+    return crcs
+
+
+def _batches(values: list[_Value]) -> Iterator[list[_Value]]:
+    batch: list[_Value] = []
+    held = 0
+    for value in values:
+        batch.append(value)
+        held += value.chunk.nbytes
+        if len(batch) >= BATCH_VALUES or held >= BATCH_BYTES:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
+def _blob_records(
+    db: DBLocation,
+    blobs: Mapping[str, np.ndarray[Any, Any]],
+    values: list[_Value],
+    crcs: Mapping[bytes, int],
+    spans: Mapping[bytes, ValueSpan],
+) -> dict[str, BlobRecord]:
+    if set(spans) != set(crcs):
+        raise CorruptCheckpointError(
+            f"the LMDB file holds {len(spans)} values, {len(crcs)} were written",
+            url=db.storage.display_url,
+            file=db.key(DATA_FILE),
+        )
+    chunks: dict[str, list[ChunkRecord]] = {name: [] for name in blobs}
+    for value in sorted(values, key=lambda value: (value.blob, value.number)):
+        span = spans[value.key]
+        if span.size != value.chunk.nbytes:
+            raise CorruptCheckpointError(
+                f"value {value.key!r} holds {span.size} bytes, {value.chunk.nbytes} were written",
+                url=db.storage.display_url,
+                file=db.key(DATA_FILE),
+            )
+        chunks[value.blob].append(
+            ChunkRecord(DATA_FILE, span.offset, span.size, span.size, crcs[value.key])
+        )
+    return {
+        name: BlobRecord(name, array.dtype.str, array.shape, tuple(chunks[name]))
+        for name, array in blobs.items()
+    }
+
+
+def _gap_records(view: memoryview, ranges: list[tuple[int, int]]) -> list[ChunkRecord]:
+    """Checksummed records of every byte of the file outside ``ranges``."""
+    gaps: list[ChunkRecord] = []
+    position = 0
+    for offset, size in [*sorted(ranges), (view.nbytes, 0)]:
+        if offset < position:
+            raise LmdbFormatError(f"two values overlap at offset {offset}")
+        if offset > position:
+            crc = crc32c_of([view[position:offset]])
+            gaps.append(ChunkRecord(DATA_FILE, position, offset - position, offset - position, crc))
+        position = offset + size
+    return gaps
+
+
+@contextlib.contextmanager
+def _mapped(fd: int) -> Iterator[memoryview]:
+    mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    try:
+        with memoryview(mapping) as view:
+            yield view
+    finally:
+        mapping.close()

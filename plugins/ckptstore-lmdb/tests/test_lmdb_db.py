@@ -1,0 +1,127 @@
+"""What the ``lmdb`` format adds to the contract: a genuine LMDB file, values per chunk,
+every byte checksummed, registration through the entry point."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import numpy as np
+import pytest
+from ckptstore_lmdb import DATA_FILE, LmdbDB, lmdb_key
+
+from ckptstore import (
+    CheckpointManager,
+    Job,
+    JobRunner,
+    LocalSession,
+    MultiNodeCheckpointManager,
+    Node,
+    Task,
+    epoch_limiter,
+)
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.io.settings import IOSettings
+from ckptstore.plugin.registry import get_registry
+from ckptstore.testing.conformance import Checkpoints, assert_same_blob, dtype_sample
+
+Array = np.ndarray[Any, Any]
+
+
+@pytest.fixture
+def checkpoints(tmp_path: Path) -> Checkpoints:
+    settings = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
+    return Checkpoints(LocalPath(str(tmp_path)), LmdbDB(), settings)
+
+
+def open_values(path: Path) -> dict[bytes, bytes]:
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return {bytes(key): bytes(value) for key, value in txn.cursor()}
+    finally:
+        env.close()
+
+
+def test_registered_through_the_entry_point() -> None:
+    assert get_registry().db_types["lmdb"] is LmdbDB
+    plugin = {info.name: info for info in get_registry().plugins()}["lmdb"]
+    assert plugin.db_types == ("lmdb",)
+    assert str(plugin.distribution).startswith("ckptstore-lmdb")
+
+
+def test_the_checkpoint_is_a_plain_lmdb_database(checkpoints: Checkpoints, tmp_path: Path) -> None:
+    w = dtype_sample("<f8", (30, 30))  # 7200 bytes: two chunks of 4 KiB
+    checkpoints.save({"w": w, "step": np.array(7, dtype="<i8")})
+    values = open_values(tmp_path / "trainer_0.1")
+    assert sorted(values) == [lmdb_key("step", 0), lmdb_key("w", 0), lmdb_key("w", 1)]
+    assert values[lmdb_key("w", 0)] + values[lmdb_key("w", 1)] == w.tobytes()
+    assert np.frombuffer(values[lmdb_key("step", 0)], "<i8")[0] == 7
+    assert sorted(os.listdir(tmp_path / "trainer_0.1")) == ["ckptstore.manifest.json", DATA_FILE]
+
+
+def test_every_byte_of_the_file_is_covered_once(checkpoints: Checkpoints, tmp_path: Path) -> None:
+    checkpoints.save({f"b{i}": np.full(i * 37, i, "<i2") for i in range(60)})
+    manifest = checkpoints.manifest()
+    ranges = sorted(
+        [(c.offset, c.stored) for r in manifest.blobs.values() for c in r.chunks]
+        + [(f.offset, f.stored) for f in manifest.files]
+    )
+    position = 0
+    for offset, size in ranges:
+        assert offset == position
+        position += size
+    assert position == (tmp_path / "trainer_0.1" / DATA_FILE).stat().st_size
+
+
+def test_long_names_use_a_digest_key(checkpoints: Checkpoints, tmp_path: Path) -> None:
+    name = "n" * 600
+    checkpoints.save({name: np.arange(3)})
+    key = lmdb_key(name, 0)
+    assert key.startswith(b"\x01")
+    assert len(key) < 511
+    assert open_values(tmp_path / "trainer_0.1")[key] == np.arange(3).tobytes()
+
+
+def test_many_small_blobs_span_several_transactions(
+    checkpoints: Checkpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ckptstore_lmdb.db.BATCH_VALUES", 100)
+    blobs = {f"p/{i:05d}": np.array([i, -i], dtype="<i4") for i in range(2500)}
+    checkpoints.save(blobs)
+    loaded = checkpoints.load()
+    assert len(loaded) == 2500
+    for name in ("p/00000", "p/01234", "p/02499"):
+        assert_same_blob(loaded[name], blobs[name])
+    assert checkpoints.verify() == []
+
+
+def test_flipped_byte_in_lmdb_pages_is_reported(checkpoints: Checkpoints, tmp_path: Path) -> None:
+    checkpoints.save({"w": np.arange(100.0)})
+    manifest = checkpoints.manifest()
+    page_bytes = manifest.files[0]
+    data = tmp_path / "trainer_0.1" / DATA_FILE
+    raw = bytearray(data.read_bytes())
+    raw[page_bytes.offset + 3] ^= 0x40
+    data.write_bytes(bytes(raw))
+    problems = checkpoints.verify()
+    assert len(problems) == 1
+    assert str(problems[0].file).endswith(DATA_FILE)
+    assert_same_blob(checkpoints.load()["w"], np.arange(100.0))  # the blob's bytes are intact
+
+
+def test_jobs_checkpoint_and_resume_with_lmdb(tmp_path: Path) -> None:
+    with Job() as job, Node("trainer_0"):
+        with job.init_group:
+            Task(lambda ws: ws.update(total=np.array([100]), steps=np.zeros(2)), name="init")
+        Task(lambda ws: ws["total"].__iadd__(3), name="epoch")
+        epoch_limiter(job, 3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "lmdb", "json")
+    assert JobRunner(job, manager).train(LocalSession()) == 3
+    session = LocalSession()
+    single = CheckpointManager(str(tmp_path), "trainer_0", "lmdb")
+    session.run(single.init(["trainer_0"], retrieve_from_epoch=2))
+    session.run(single.load(2))
+    assert session.workspace("trainer_0")["total"].tolist() == [106]

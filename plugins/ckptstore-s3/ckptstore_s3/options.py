@@ -1,0 +1,226 @@
+"""S3 options: from keyword arguments (a URL's ``storage_options``), then the usual
+environment variables, then defaults measured for object stores.
+
+=====================  ==========================================  =====================
+option                 environment variable                        default
+=====================  ==========================================  =====================
+``endpoint_url``       ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``  AWS
+``region``             ``AWS_REGION``, ``AWS_DEFAULT_REGION``       botocore's choice
+``profile``            ``AWS_PROFILE``                             botocore's chain
+``key`` / ``secret``   ``AWS_ACCESS_KEY_ID`` / ``_SECRET_ACCESS_KEY``  botocore's chain
+``token``              ``AWS_SESSION_TOKEN``                       none
+``part_size``          ``CKPTSTORE_S3_PART_SIZE``                  16 MiB
+``max_concurrency``    ``CKPTSTORE_S3_MAX_CONCURRENCY``            16 parts per object
+``retries``            ``CKPTSTORE_S3_RETRIES``                    7 (8 attempts)
+=====================  ==========================================  =====================
+
+Credentials are kept out of ``repr`` and of every message; :meth:`S3Options.mask`
+removes them from any text.
+
+Example::
+
+    options = S3Options.resolve({"endpoint_url": "http://127.0.0.1:5000", "key": "k",
+                                 "secret": "s", "part_size": 8 << 20})
+    repr(options)  # no 'k' or 's' in it
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ckptstore_s3.retry import RetryPolicy, mask
+
+__all__ = ["MIN_PART_SIZE", "S3Options"]
+
+MiB = 1 << 20
+MIN_PART_SIZE = 5 * MiB
+"""S3 refuses multipart parts smaller than this (except the last)."""
+_MAX_PART_SIZE = 5 << 30
+
+_S3FS_PASSTHROUGH = frozenset(
+    {
+        "use_ssl",
+        "requester_pays",
+        "s3_additional_kwargs",
+        "version_aware",
+        "cache_regions",
+        "default_block_size",
+        "fixed_upload_size",
+        "session",
+    }
+)
+_ALIASES = {
+    "region_name": "region",
+    "aws_access_key_id": "key",
+    "aws_secret_access_key": "secret",
+    "aws_session_token": "token",
+    "username": "key",
+    "password": "secret",
+}
+
+
+@dataclass(frozen=True, repr=False)
+class S3Options:
+    """Resolved settings of one S3 checkpoint root.
+
+    Example::
+
+        S3Options.resolve({}, env={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"})
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    key: str | None = None
+    secret: str | None = None
+    token: str | None = None
+    anon: bool = False
+    part_size: int = 16 * MiB
+    multipart_threshold: int = 64 * MiB
+    max_concurrency: int = 16
+    max_connections: int = 128
+    buffer_bytes: int = 256 * MiB
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    client_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    config_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    passthrough: Mapping[str, Any] = field(default_factory=dict)
+    env_secrets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not MIN_PART_SIZE <= self.part_size <= _MAX_PART_SIZE:
+            raise ValueError(
+                f"part_size must be between 5 MiB and 5 GiB (S3's limits), got {self.part_size}"
+            )
+        if self.max_concurrency < 1 or self.max_connections < 1:
+            raise ValueError("max_concurrency and max_connections must be at least 1")
+        if self.buffer_bytes < self.part_size:
+            raise ValueError(
+                f"buffer_bytes ({self.buffer_bytes}) must hold at least one part "
+                f"({self.part_size}); raise buffer_bytes or lower part_size"
+            )
+
+    @classmethod
+    def resolve(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> S3Options:
+        """Options from keyword arguments first, then ``env`` (default: ``os.environ``).
+
+        Unknown names raise :class:`TypeError` listing the accepted ones.
+        """
+        env = os.environ if env is None else env
+        given = {_ALIASES.get(name, name): value for name, value in options.items()}
+        client_kwargs = dict(given.pop("client_kwargs", None) or {})
+        for name, target in (("endpoint_url", "endpoint_url"), ("region_name", "region")):
+            if name in client_kwargs and target not in given:
+                given[target] = client_kwargs.pop(name)
+        passthrough = {name: given.pop(name) for name in list(given) if name in _S3FS_PASSTHROUGH}
+        retries = given.pop("retries", None)
+        if retries is None:
+            retries = env.get("CKPTSTORE_S3_RETRIES") or 7
+        retry = RetryPolicy(
+            attempts=int(retries) + 1,
+            base_delay=float(given.pop("retry_base_delay", 0.1)),
+            max_delay=float(given.pop("retry_max_delay", 5.0)),
+        )
+        known = {f.name for f in fields(cls)} - {"retry", "passthrough", "env_secrets"}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            accepted = sorted(known | _S3FS_PASSTHROUGH | {"retries", "retry_base_delay"})
+            raise TypeError(
+                f"unknown S3 storage option(s) {unknown}; accepted: {', '.join(accepted)}"
+            )
+        values: dict[str, Any] = dict(given)
+        values.setdefault(
+            "endpoint_url", env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        )
+        values.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None)
+        values.setdefault("profile", env.get("AWS_PROFILE") or None)
+        for name, variable in (
+            ("part_size", "CKPTSTORE_S3_PART_SIZE"),
+            ("max_concurrency", "CKPTSTORE_S3_MAX_CONCURRENCY"),
+        ):
+            if name not in values and env.get(variable):
+                values[name] = int(env[variable])
+        for name in ("part_size", "multipart_threshold", "max_concurrency", "max_connections"):
+            if name in values:
+                values[name] = int(values[name])
+        env_secrets = tuple(
+            value
+            for value in (
+                env.get("AWS_ACCESS_KEY_ID"),
+                env.get("AWS_SECRET_ACCESS_KEY"),
+                env.get("AWS_SESSION_TOKEN"),
+            )
+            if value
+        )
+        return cls(
+            **values,
+            retry=retry,
+            client_kwargs=client_kwargs,
+            passthrough=passthrough,
+            env_secrets=env_secrets,
+        )
+
+    # -- secrets ----------------------------------------------------------------------
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every credential value known to these options (to mask in messages)."""
+        explicit = tuple(value for value in (self.key, self.secret, self.token) if value)
+        return explicit + self.env_secrets
+
+    def mask(self, text: str) -> str:
+        """``text`` with every credential value replaced by ``***``."""
+        return mask(text, self.secrets())
+
+    def __repr__(self) -> str:
+        credentials = (
+            "anonymous"
+            if self.anon
+            else "explicit"
+            if self.key or self.secret
+            else f"profile {self.profile!r}"
+            if self.profile
+            else "default chain"
+        )
+        return (
+            f"S3Options(endpoint_url={self.endpoint_url!r}, region={self.region!r}, "
+            f"credentials={credentials}, part_size={self.part_size}, "
+            f"max_concurrency={self.max_concurrency}, retries={self.retry.attempts - 1})"
+        )
+
+    # -- s3fs -------------------------------------------------------------------------
+
+    def s3fs_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`s3fs.S3FileSystem` (requests untouched by
+        botocore's own retries: :mod:`ckptstore_s3.retry` retries them)."""
+        config: dict[str, Any] = {
+            "max_pool_connections": self.max_connections,
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "retries": {"total_max_attempts": 1},
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+            "s3": {"payload_signing_enabled": False},
+        }
+        config.update(self.config_kwargs)
+        client_kwargs = dict(self.client_kwargs)
+        if self.region:
+            client_kwargs["region_name"] = self.region
+        kwargs: dict[str, Any] = {
+            "anon": self.anon,
+            "endpoint_url": self.endpoint_url,
+            "key": self.key,
+            "secret": self.secret,
+            "token": self.token,
+            "client_kwargs": client_kwargs,
+            "config_kwargs": config,
+            "skip_instance_cache": True,
+            "max_concurrency": self.max_concurrency,
+            **self.passthrough,
+        }
+        if self.profile:
+            kwargs["profile"] = self.profile
+        return kwargs

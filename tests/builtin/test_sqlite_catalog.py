@@ -1,0 +1,141 @@
+"""The ``sqlite`` metadata handler: the conformance kit, plus what a shared, queryable
+catalog adds (many runs in one file, nodes, sizes, checksums, durations, events)."""
+
+from __future__ import annotations
+
+import importlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.builtin.sqlite_catalog import DATABASE_ENV, SqliteCatalog
+from ckptstore.errors import JobConfigurationError
+from ckptstore.multinode import MultiNodeCheckpointManager
+from ckptstore.plugin.registry import Registry
+from ckptstore.retention import KeepLast
+from ckptstore.runner import JobRunner
+from ckptstore.session import LocalSession
+from ckptstore.testing.conformance import (
+    NODES,
+    HandlerFactory,
+    MetadataHandlerConformance,
+    counting_job,
+)
+
+
+@pytest.fixture(autouse=True)
+def sqlite_registered(registry: Registry) -> None:
+    """Until ``ckptstore.builtin.sqlite_catalog`` is in BUILTIN_PLUGINS, register it."""
+    if "sqlite" not in registry.metadata_handlers:
+        registry.register(importlib.import_module("ckptstore.builtin.sqlite_catalog"))
+
+
+class TestSqliteBesideTheCheckpoints(MetadataHandlerConformance):
+    @pytest.fixture
+    def make_handler(self) -> HandlerFactory:
+        return SqliteCatalog
+
+
+class TestSqliteInASharedDatabase(MetadataHandlerConformance):
+    @pytest.fixture
+    def make_handler(self, tmp_path: Path) -> HandlerFactory:
+        return lambda: SqliteCatalog(tmp_path / "shared" / "catalog.sqlite")
+
+
+def train(url: str, handler: SqliteCatalog | str, epochs: int = 2) -> JobRunner:
+    manager = MultiNodeCheckpointManager(url, "npz", metadata_handler=handler)
+    runner = JobRunner(counting_job(epochs=epochs), manager)
+    assert runner.train(LocalSession()) == epochs
+    return runner
+
+
+def test_default_database_lives_beside_local_checkpoints(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    train(url, "sqlite")
+    database = tmp_path / "run" / "_ckptstore" / "catalog.sqlite"
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT epoch, nnodes FROM epochs ORDER BY epoch").fetchall()
+    assert rows == [(0, 2), (1, 2), (2, 2)]
+
+
+def test_one_database_catalogs_many_runs(tmp_path: Path) -> None:
+    database = tmp_path / "team.sqlite"
+    for name, epochs in (("a", 1), ("b", 3)):
+        train(str(tmp_path / name), SqliteCatalog(database), epochs)
+    catalog = SqliteCatalog(database)
+    assert catalog.runs() == [str(tmp_path / "a"), str(tmp_path / "b")]
+    per_run = catalog.query(
+        "SELECT r.url, count(*), max(e.epoch) FROM epochs e JOIN runs r USING (run_id) "
+        "GROUP BY r.url ORDER BY r.url"
+    )
+    assert per_run == [(str(tmp_path / "a"), 2, 1), (str(tmp_path / "b"), 4, 3)]
+
+
+def test_nodes_hold_sizes_checksums_and_durations(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    catalog = SqliteCatalog(tmp_path / "c.sqlite")
+    train(url, catalog)
+    record = protocol.read_commit(LocalPath(url), 2)
+    assert record is not None
+    rows = catalog.query(
+        "SELECT node, db_type, nbytes, stored_bytes, nblobs, manifest_crc32c, save_duration_ns "
+        "FROM nodes WHERE epoch = 2 ORDER BY node"
+    )
+    assert rows == [
+        (
+            name,
+            "npz",
+            node.nbytes,
+            node.stored_bytes,
+            node.nblobs,
+            node.manifest_crc32c,
+            node.duration_ns,
+        )
+        for name, node in sorted(record.nodes.items())
+    ]
+    assert all(row[6] > 0 for row in rows)
+    assert catalog.epochs()[2]["nodes"] == list(NODES)
+
+
+def test_reports_and_failures_are_events(tmp_path: Path) -> None:
+    catalog = SqliteCatalog(tmp_path / "c.sqlite")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    train(str(tmp_path / "run"), catalog, epochs=1)
+    actions = catalog.query("SELECT action, count(*) FROM events GROUP BY action")
+    assert dict(actions) == {"checkpoint_save": 4}
+
+    failing = SqliteCatalog(tmp_path / "c.sqlite")
+    manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), "npz", metadata_handler=failing)
+    runner = JobRunner(counting_job(epochs=1), manager, retry_backoff=0)
+    runner.train(LocalSession())
+    errors = failing.query("SELECT node, error FROM events WHERE action = 'checkpoint_save_failed'")
+    assert len(errors) == 4
+    assert all(error for _, error in errors)
+
+
+def test_retention_makes_the_catalog_forget_deleted_epochs(tmp_path: Path) -> None:
+    catalog = SqliteCatalog(tmp_path / "c.sqlite")
+    manager = MultiNodeCheckpointManager(str(tmp_path / "run"), "npz", metadata_handler=catalog)
+    runner = JobRunner(counting_job(epochs=4), manager, retention=KeepLast(2))
+    runner.train(LocalSession())
+    assert sorted(catalog.epochs()) == [3, 4]
+    assert catalog.query("SELECT DISTINCT epoch FROM nodes ORDER BY epoch") == [(3,), (4,)]
+
+
+def test_object_store_roots_need_a_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(DATABASE_ENV, raising=False)
+    manager = MultiNodeCheckpointManager(
+        "memory://sqlite-test/run", "npz", metadata_handler="sqlite"
+    )
+    manager.set_params(list(NODES))
+    with pytest.raises(JobConfigurationError, match=DATABASE_ENV):
+        manager.get_resume_from_epoch_id(None)
+    monkeypatch.setenv(DATABASE_ENV, str(tmp_path / "env.sqlite"))
+    assert manager.get_resume_from_epoch_id(None) is None
+    assert (tmp_path / "env.sqlite").exists()

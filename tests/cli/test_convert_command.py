@@ -1,0 +1,64 @@
+"""`ckptstore convert`: rewrite committed epochs in another format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io.engine import ParallelIO
+from ckptstore.plugin.registry import get_registry
+from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state
+
+
+@pytest.mark.parametrize("target", ["zarr", "lmdb"])
+def test_converts_in_place(cli: Cli, run_url: str, target: str) -> None:
+    result = cli("convert", run_url, "--to", target, "--json")
+    assert result.code == 0
+    assert len(result.json()["converted"]) == 8
+    storage = LocalPath(run_url)
+    for node in NODES:
+        manifest = protocol.open_node(storage, node, 2)
+        assert manifest.db_type == target
+        blobs = protocol.read_blobs(
+            storage, manifest, None, get_registry().db_type(target), ParallelIO()
+        )
+        for name, blob in expected_state(node, 2).items():
+            assert_same_blob(blobs[name], blob)
+    assert cli("verify", run_url).code == 0
+    again = cli("convert", run_url, "--to", target, "--json").json()
+    assert again["converted"] == []
+    assert len(again["skipped"]) == 8
+
+
+def test_converts_into_another_root(cli: Cli, run_url: str, tmp_path: Path) -> None:
+    dest = str(tmp_path / "as-zarr")
+    assert cli("convert", run_url, "--to", "zarr", "--latest", "--dest", dest).code == 0
+    assert protocol.open_node(LocalPath(dest), "trainer_0", 3).db_type == "zarr"
+    assert protocol.open_node(LocalPath(run_url), "trainer_0", 3).db_type == "npz"
+
+
+def test_a_failed_rewrite_restores_the_original(
+    cli: Cli, run_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptstore_lmdb.db import LmdbDB
+
+    def broken(self: LmdbDB, db: object, blobs: object) -> None:
+        raise CorruptCheckpointError("simulated failure", url=run_url)
+
+    monkeypatch.setattr(LmdbDB, "write", broken)
+    result = cli("convert", run_url, "--to", "lmdb", "--epoch", "1")
+    assert result.code == 3
+    storage = LocalPath(run_url)
+    assert protocol.committed_nodes(storage, 1) == set(NODES)
+    assert protocol.open_node(storage, "trainer_0", 1).db_type == "npz"
+
+
+def test_an_unknown_format_is_an_error(cli: Cli, run_url: str) -> None:
+    result = cli("convert", run_url, "--to", "parquet")
+    assert result.code == 1
+    assert "unknown db type 'parquet'" in result.err

@@ -1,0 +1,80 @@
+"""`ckptstore cp`: any path type to any other, parallel, verified, resumable."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from cli_helpers import Cli
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.builtin.npz_db import NpzDB
+from ckptstore.io.engine import ParallelIO
+from ckptstore.plugin.registry import get_registry
+from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state, flip_byte
+
+
+def load(url: str, node: str, epoch: int) -> dict[str, Any]:
+    storage = get_registry().open_path(url)
+    manifest = protocol.open_node(storage, node, epoch)
+    return protocol.read_blobs(storage, manifest, None, NpzDB(), ParallelIO())
+
+
+def test_copies_every_committed_epoch_and_commits_it(
+    cli: Cli, run_url: str, tmp_path: Path
+) -> None:
+    dest = str(tmp_path / "copy")
+    result = cli("cp", run_url, dest, "--jobs", "2", "--json")
+    assert result.code == 0
+    report = result.json()
+    assert report["epochs"] == [0, 1, 2, 3]
+    assert len(report["copied"]) == 8
+    assert report["skipped"] == []
+    for node in NODES:
+        loaded = load(dest, node, 3)
+        for name, blob in expected_state(node, 3).items():
+            assert_same_blob(loaded[name], blob)
+    assert cli("verify", dest).code == 0
+
+
+def test_a_second_copy_skips_what_is_there(cli: Cli, run_url: str, tmp_path: Path) -> None:
+    dest = str(tmp_path / "copy")
+    assert cli("cp", run_url, dest, "--epoch", "1").code == 0
+    result = cli("cp", run_url, dest, "--json")
+    assert [d["epoch"] for d in result.json()["skipped"]] == [1, 1]
+    assert len(result.json()["copied"]) == 6
+    forced = cli("cp", run_url, dest, "--latest", "--force", "--json").json()
+    assert len(forced["copied"]) == 2
+
+
+def test_copies_between_path_types(cli: Cli, run_url: str) -> None:
+    memory = f"memory://cp-{uuid.uuid4().hex}"
+    assert cli("cp", run_url, memory, "--latest").code == 0
+    back = run_url + "-back"
+    assert cli("cp", memory, back).code == 0
+    assert protocol.committed_nodes(LocalPath(back), 3) == set(NODES)
+    assert cli("verify", memory).code == 0
+
+
+def test_a_corrupt_source_is_not_copied(cli: Cli, run_url: str, tmp_path: Path) -> None:
+    storage = LocalPath(run_url)
+    chunk = protocol.open_node(storage, "trainer_0", 3).blobs["trainer_0/w"].chunks[0]
+    flip_byte(storage, f"trainer_0.3/{chunk.key}", chunk.offset)
+    dest = tmp_path / "copy"
+    result = cli("cp", run_url, str(dest), "--latest")
+    assert result.code == 3
+    assert "trainer_0" in result.err
+    assert protocol.committed_nodes(LocalPath(str(dest)), 3) == set()
+
+
+def test_progress_bar_counts_bytes(cli: Cli, run_url: str, tmp_path: Path) -> None:
+    result = cli("cp", run_url, str(tmp_path / "copy"), "--progress")
+    assert result.code == 0
+    assert "copy [##############################] 100%" in result.err
+    assert "copied 8 node checkpoint(s)" in result.out
+
+
+def test_nothing_to_copy_exits_4(cli: Cli, tmp_path: Path) -> None:
+    assert cli("cp", str(tmp_path / "empty"), str(tmp_path / "copy")).code == 4

@@ -1,0 +1,63 @@
+"""`ckptstore ls`: runs and epochs, committed or not, with sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from cli_helpers import Cli, train
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.builtin.npz_db import NpzDB
+from ckptstore.io.engine import ParallelIO
+
+
+def test_lists_every_epoch_of_a_run(cli: Cli, run_url: str) -> None:
+    result = cli("ls", run_url, "--json")
+    assert result.code == 0
+    (run,) = result.json()["runs"]
+    assert run["prefix"] == ""
+    assert [e["epoch"] for e in run["epochs"]] == [0, 1, 2, 3]
+    assert {e["state"] for e in run["epochs"]} == {"committed"}
+    epoch = run["epochs"][3]
+    assert [n["node"] for n in epoch["nodes"]] == ["trainer_0", "trainer_1"]
+    assert epoch["nbytes"] == sum(n["nbytes"] for n in epoch["nodes"]) > 2 * 64 * 4
+    assert all(n["db_type"] == "npz" for n in epoch["nodes"])
+
+
+def test_lists_runs_below_a_prefix_and_uncommitted_epochs(cli: Cli, tmp_path: Path) -> None:
+    train(str(tmp_path / "runs" / "alpha"), epochs=1)
+    beta = LocalPath(str(tmp_path / "runs" / "team" / "beta"))
+    commit = protocol.write_node(beta, "trainer_0", 7, {"w": np.ones(3)}, NpzDB(), ParallelIO())
+    protocol.write_node(beta, "trainer_1", 7, {"w": np.ones(3)}, NpzDB(), ParallelIO())
+    protocol.commit_epoch(beta, 7, [commit])  # trainer_1 wrote but never committed
+    protocol.write_node(beta, "trainer_0", 8, {"w": np.ones(3)}, NpzDB(), ParallelIO())
+    beta.write_bytes(".trainer_0.9.staging-abc/blobs.npz", b"x" * 100)  # a save in progress
+
+    result = cli("ls", str(tmp_path / "runs"), "--json")
+    assert result.code == 0
+    runs = {run["prefix"]: run for run in result.json()["runs"]}
+    assert sorted(runs) == ["alpha", "team/beta"]
+    states = {e["epoch"]: e["state"] for e in runs["team/beta"]["epochs"]}
+    assert states == {7: "partial", 8: "uncommitted", 9: "uncommitted"}
+    nine = runs["team/beta"]["epochs"][2]["nodes"][0]
+    assert (nine["state"], nine["stored_bytes"]) == ("writing", 100)
+
+    text = cli("ls", str(tmp_path / "runs"), "--nodes").out
+    assert "team/beta" in text
+    assert "partial" in text
+    assert "writing" in text
+
+
+def test_an_empty_location_lists_nothing(cli: Cli, tmp_path: Path) -> None:
+    result = cli("ls", str(tmp_path))
+    assert result.code == 0
+    assert "no checkpoints" in result.out
+    assert cli("ls", str(tmp_path), "--json").json()["runs"] == []
+
+
+def test_an_unknown_scheme_is_an_error_with_a_hint(cli: Cli) -> None:
+    result = cli("ls", "nosuchscheme://bucket/x")
+    assert result.code == 1
+    assert "unknown path type 'nosuchscheme'" in result.err

@@ -1,0 +1,58 @@
+"""`ckptstore verify`: checksums; a non-zero exit naming the broken blob."""
+
+from __future__ import annotations
+
+from cli_helpers import Cli
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.local_path import LocalPath
+from ckptstore.testing.conformance import flip_byte
+
+
+def test_a_sound_run_verifies(cli: Cli, run_url: str) -> None:
+    result = cli("verify", run_url)
+    assert result.code == 0
+    assert "all 8 node checkpoint(s) of epochs [0, 1, 2, 3] verified" in result.out
+    report = cli("verify", run_url, "--latest", "--json").json()
+    assert report["ok"] is True
+    assert [(n["epoch"], n["node"]) for n in report["nodes"]] == [
+        (3, "trainer_0"),
+        (3, "trainer_1"),
+    ]
+
+
+def test_a_flipped_byte_exits_3_naming_the_blob(cli: Cli, run_url: str) -> None:
+    storage = LocalPath(run_url)
+    chunk = protocol.open_node(storage, "trainer_1", 2).blobs["trainer_1/w"].chunks[0]
+    flip_byte(storage, f"trainer_1.2/{chunk.key}", chunk.offset + 5)
+
+    result = cli("verify", run_url, "--epoch", "2")
+    assert result.code == 3
+    assert "BROKEN  epoch 2 node trainer_1: blob 'trainer_1/w', chunk 0" in result.out
+    assert "ok      epoch 2 node trainer_0" in result.out
+
+    report = cli("verify", run_url, "--json").json()
+    assert report["ok"] is False
+    broken = [n for n in report["nodes"] if not n["ok"]]
+    assert [(n["epoch"], n["node"]) for n in broken] == [(2, "trainer_1")]
+    assert broken[0]["problems"][0]["blob"] == "trainer_1/w"
+
+
+def test_a_missing_file_exits_3(cli: Cli, run_url: str) -> None:
+    LocalPath(run_url).delete(["trainer_0.1/blobs.npz"])
+    result = cli("verify", run_url, "--epoch", "1")
+    assert result.code == 3
+    assert "missing" in result.out
+
+
+def test_an_uncommitted_epoch_exits_4(cli: Cli, run_url: str) -> None:
+    assert cli("verify", run_url, "--epoch", "9").code == 4
+
+
+def test_progress_goes_to_stderr(cli: Cli, run_url: str) -> None:
+    result = cli("verify", run_url, "--progress")
+    assert result.code == 0
+    assert "verify [" in result.err
+    assert "100%" in result.err
+    assert "verify [" not in result.out
+    assert cli("verify", run_url, "--no-progress").err == ""

@@ -31,6 +31,7 @@ from ckptstore.node_ops import (
     save_node,
 )
 from ckptstore.plugin.registry import get_registry
+from ckptstore.retention import RetentionPolicy
 from ckptstore.stats import NodeStats
 from ckptstore.task import Task, TaskGroup, TaskOutput
 
@@ -101,9 +102,13 @@ class ManagerBase(ABC):
     """
 
     def __init__(
-        self, settings: CheckpointSettings, metadata_handler: str | MetadataHandler | Any | None
+        self,
+        settings: CheckpointSettings,
+        metadata_handler: str | MetadataHandler | Any | None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self._settings = settings
+        self.retention = retention
         self._db_prefix = settings.db_prefix
         self._db_type = settings.db_type
         self._metadata_handler = get_registry().metadata_handler(metadata_handler)
@@ -275,7 +280,8 @@ class CheckpointManager(ManagerBase):
     (``<db_prefix>/<node_name>.<epoch>``); the workspace saved is the one of the node
     passed to :meth:`init` (``JobRunner`` passes the job's node), else the current node.
 
-    ``io`` tunes the chunked I/O engine; ``path_type`` forces a path type instead of
+    ``retention`` (e.g. ``KeepLast(3)``) is applied by the runner after each committed
+    save. ``io`` tunes the chunked I/O engine; ``path_type`` forces a path type instead of
     choosing it from the URL; ``storage_options`` go to the path type (endpoint,
     credentials...).
 
@@ -300,6 +306,7 @@ class CheckpointManager(ManagerBase):
         path_type: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         settings: CheckpointSettings | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         super().__init__(
             settings
@@ -307,6 +314,7 @@ class CheckpointManager(ManagerBase):
                 db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
             ),
             metadata_handler,
+            retention,
         )
         self._node_name = validate_node_name(str(node_name))
         self._workspace_node: str | None = None

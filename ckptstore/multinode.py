@@ -23,6 +23,7 @@ from ckptstore.metadata import MetadataHandler
 from ckptstore.names import db_name, validate_node_name
 from ckptstore.node import Node
 from ckptstore.node_ops import commit_saves, partial_load
+from ckptstore.retention import RetentionPolicy
 from ckptstore.session import Session
 from ckptstore.task import Task, TaskGroup, WorkspaceType
 
@@ -55,11 +56,12 @@ class MultiNodeCheckpointManager(ManagerBase):
         io: IOSettings | None = None,
         path_type: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         settings = CheckpointSettings(
             db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
         )
-        super().__init__(settings, metadata_handler)
+        super().__init__(settings, metadata_handler, retention)
         self._node_managers: list[tuple[str, CheckpointManager]] | None = None
         self._node_names: list[str] = []
 

@@ -67,7 +67,8 @@ class JobRunner:
     ``max_consecutive_save_failures`` the job stops after that many failed epochs in a
     row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
     ``retention`` (e.g. :class:`~ckptstore.retention.KeepLast`) deletes older committed
-    epochs after each committed save (see :mod:`ckptstore.retention`).
+    epochs after each committed save (see :mod:`ckptstore.retention`); without it, the
+    manager's own ``retention`` applies.
 
     Example::
 
@@ -221,8 +222,9 @@ class JobRunner:
         self._consecutive_failures = 0
         self.committed_epochs.append(epoch)
         manager.report_checkpoint_stats("checkpoint_save")
-        if self.retention is not None:
-            retain_after_save(manager, self.retention, epoch)
+        policy = self.retention if self.retention is not None else manager.retention
+        if policy is not None:
+            retain_after_save(manager, policy, epoch)
         return True
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:

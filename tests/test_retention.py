@@ -153,3 +153,18 @@ def test_a_failing_deletion_never_fails_the_job(
         assert runner.train(LocalSession()) == 2
     assert runner.committed_epochs == [0, 1, 2]
     assert "Retention after epoch 1 failed" in caplog.text
+
+
+def test_retention_set_on_the_manager_is_applied_by_the_runner(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    manager = MultiNodeCheckpointManager(url, "npz", retention=KeepLast(2))
+    assert JobRunner(counting_job(epochs=4), manager).train(LocalSession()) == 4
+    assert committed_epochs(LocalPath(url)) == [3, 4]
+
+
+def test_the_runners_retention_wins_over_the_managers(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    manager = MultiNodeCheckpointManager(url, "npz", retention=KeepLast(1))
+    runner = JobRunner(counting_job(epochs=4), manager, retention=KeepLast(3))
+    assert runner.train(LocalSession()) == 4
+    assert committed_epochs(LocalPath(url)) == [2, 3, 4]

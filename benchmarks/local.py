@@ -101,6 +101,39 @@ def partial_reads(location: Path, workload: str) -> dict[str, int]:
     return result
 
 
+def sweep(location: Path, workload: str, cold: bool) -> str:
+    """zarr save and restore for each engine concurrency and chunk size: how the
+    defaults (``LocalPath.default_io``) were chosen."""
+    size = nbytes(make_workload(workload))
+    lines = [
+        "| concurrency | chunk MiB | save GiB/s | restore GiB/s |",
+        "|---:|---:|---:|---:|",
+    ]
+    written = []
+    for concurrency in (1, 2, 4, 8):
+        for chunk in (4, 16, 64):
+            env = {
+                "CKPTSTORE_IO_CONCURRENCY": str(concurrency),
+                "CKPTSTORE_IO_CHUNK_BYTES": str(chunk * MiB),
+                "CKPTSTORE_IO_MEMORY_BUDGET": str(max(256, 4 * chunk) * MiB),
+            }
+            target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
+            written.append(target)
+            saved = measure(OURS, "save", workload, target, env)
+            if cold:
+                drop_caches()
+            loaded = measure(OURS, "load", workload, target, env)
+            lines.append(
+                f"| {concurrency} | {chunk} | {size / saved['seconds'] / GiB:.2f} "
+                f"| {size / loaded['seconds'] / GiB:.2f} |"
+            )
+            if location.resolve().parts[:3] == ("/", "dev", "shm"):
+                remove(target)
+    for target in written:
+        remove(target)
+    return "\n".join(lines)
+
+
 def table(rows: dict[str, Row], size: int) -> str:
     disk = rows.get(DISK_LIMIT)
     ours = rows.get(OURS)
@@ -212,7 +245,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tools", nargs="*", help="subset of tools (default: all)")
     parser.add_argument("--smoke", action="store_true", help="tiny workload, one repeat, few tools")
     parser.add_argument("--docs", action="store_true", help="write the table and plot into docs/")
+    parser.add_argument(
+        "--sweep", action="store_true", help="only sweep ckptstore's concurrency and chunk size"
+    )
     args = parser.parse_args(argv)
+    if args.sweep:
+        Path(args.disk).mkdir(parents=True, exist_ok=True)
+        cold = drop_caches()
+        text = "\n".join(
+            [
+                f"Workload `{args.workload}`, ckptstore zarr, one run per cell.",
+                "",
+                f"**disk ({args.disk})**",
+                "",
+                sweep(Path(args.disk), args.workload, cold),
+                "",
+                f"**memory ({args.shm})**",
+                "",
+                sweep(Path(args.shm), args.workload, False),
+            ]
+        )
+        print(text)
+        if args.docs:
+            docs = Path(__file__).resolve().parent.parent / "docs"
+            update_docs_section(docs / "benchmarks.md", "local-sweep", text)
+        return 0
 
     names = args.tools or list(tools())
     if args.smoke:

@@ -11,6 +11,7 @@ OP is ``save``, ``load`` or ``partial`` (load one ~1 MiB blob, ckptstore tools o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -75,13 +76,17 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     }
 
 
-def measure(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
-    """Run :func:`run` in a fresh interpreter (clean memory accounting)."""
+def measure(
+    tool: str, op: str, workload: str, directory: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run :func:`run` in a fresh interpreter (clean memory accounting); ``env`` adds
+    environment variables (``CKPTSTORE_IO_*`` tune ckptstore's engine)."""
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.measure", tool, op, workload, str(directory)],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     if result.returncode != 0:
         raise RuntimeError(f"{tool} {op} failed:\n{result.stderr}")

@@ -83,20 +83,19 @@ def ckptstore_save(db_type: Any, blobs: Blobs, target: Path) -> None:
 
     storage = LocalPath(str(target))
     db = get_registry().db_type(db_type)
-    commit_epoch(
-        storage, 1, [write_node(storage, "node", 1, blobs, db, ParallelIO(storage.default_io))]
-    )
+    io = ParallelIO(storage.default_io.with_environment())
+    commit_epoch(storage, 1, [write_node(storage, "node", 1, blobs, db, io)])
 
 
 def ckptstore_load(template: Blobs, target: Path, verify: bool = True) -> Blobs:
     from ckptstore import LocalPath, get_registry
     from ckptstore.commit import open_node, read_blobs
-    from ckptstore.io import IOSettings, ParallelIO
+    from ckptstore.io import ParallelIO
 
     storage = LocalPath(str(target))
     manifest = open_node(storage, "node", 1)
     db = get_registry().db_type(manifest.db_type)
-    settings = IOSettings(**{**storage.default_io.__dict__, "verify": verify})
+    settings = storage.default_io.with_environment().merged(verify=verify)
     return read_blobs(storage, manifest, None, db, ParallelIO(settings))
 
 

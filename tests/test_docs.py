@@ -103,3 +103,18 @@ def test_the_example_plugin_checkpoints_and_resumes(registry: Registry) -> None:
     assert ("checkpoint_load", ["trainer_0"]) in module.REPORTS
     # resumed after epoch 3 with the counter restored, so one more epoch ran: 3 + 1
     assert resumed.workspace("trainer_0")["count"].tolist() == [4.0, 4.0, 4.0]
+
+
+def test_the_readme_example_trains_then_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    source = re.search(r"## In code\n\n```python\n(.*?)```", readme, re.S)
+    assert source, "README.md lost its '## In code' example"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(source.group(1), "README.md", "exec"), namespace)
+    assert (tmp_path / "ckpt" / "trainer_0.10").is_dir()
+    exec(compile(source.group(1), "README.md", "exec"), {})  # a second run resumes
+    assert (tmp_path / "ckpt" / "trainer_0.11").is_dir()
+    assert not (tmp_path / "ckpt" / "trainer_0.12").exists()

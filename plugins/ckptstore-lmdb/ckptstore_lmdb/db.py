@@ -95,7 +95,13 @@ class LmdbDB(DBType):
         directory = local_directory(db)
         target = max(1, min(db.io.settings.chunk_bytes, MAX_VALUE_BYTES))
         values = sorted(_plan(blobs, target), key=lambda value: value.key)
-        crcs = _store(directory, values, blobs, fsync=_durability(db) == "fsync")
+        crcs = _store(
+            directory,
+            values,
+            blobs,
+            fsync=_durability(db) == "fsync",
+            batch_bytes=min(BATCH_BYTES, db.io.settings.memory_budget // 2),
+        )
         path = os.path.join(directory, DATA_FILE)
         with open(path, "rb") as file, _mapped(file.fileno()) as view:
             try:
@@ -141,8 +147,11 @@ def _store(
     blobs: Mapping[str, np.ndarray[Any, Any]],
     *,
     fsync: bool,
+    batch_bytes: int = BATCH_BYTES,
 ) -> dict[bytes, int]:
-    """Write every value in key order; returns each value's CRC-32C."""
+    """Write every value in key order, in transactions of at most ``batch_bytes`` (LMDB
+    holds a transaction's pages in memory until it commits); returns each value's
+    CRC-32C."""
     page = mmap.PAGESIZE
     pages = sum(math.ceil((value.chunk.nbytes + 64) / page) + 1 for value in values)
     map_size = ((pages + 1024) * page + (1 << 20) - 1) >> 20 << 20
@@ -152,7 +161,7 @@ def _store(
     )
     crcs: dict[bytes, int] = {}
     try:
-        for batch in _batches(values):
+        for batch in _batches(values, batch_bytes):
             with env.begin(write=True) as txn:
                 for value in batch:
                     data = chunk_data(blobs[value.blob], value.chunk, value.chunk_shape)
@@ -165,13 +174,13 @@ def _store(
     return crcs
 
 
-def _batches(values: list[_Value]) -> Iterator[list[_Value]]:
+def _batches(values: list[_Value], batch_bytes: int) -> Iterator[list[_Value]]:
     batch: list[_Value] = []
     held = 0
     for value in values:
         batch.append(value)
         held += value.chunk.nbytes
-        if len(batch) >= BATCH_VALUES or held >= BATCH_BYTES:
+        if len(batch) >= BATCH_VALUES or held >= batch_bytes:
             yield batch
             batch, held = [], 0
     if batch:

@@ -125,3 +125,27 @@ def test_jobs_checkpoint_and_resume_with_lmdb(tmp_path: Path) -> None:
     session.run(single.init(["trainer_0"], retrieve_from_epoch=2))
     session.run(single.load(2))
     assert session.workspace("trainer_0")["total"].tolist() == [106]
+
+
+def test_transactions_stay_within_half_the_memory_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptstore_lmdb import db as lmdb_db
+
+    from ckptstore.commit import write_node
+    from ckptstore.io import IOSettings, ParallelIO
+
+    held: list[int] = []
+    batches = lmdb_db._batches
+
+    def recording(values: Any, batch_bytes: int) -> Any:
+        for batch in batches(values, batch_bytes):
+            held.append(sum(value.chunk.nbytes for value in batch))
+            yield batch
+
+    monkeypatch.setattr(lmdb_db, "_batches", recording)
+    blobs = {f"w{i}": np.ones(64 << 10, dtype=np.float32) for i in range(12)}  # 12 x 256 KiB
+    settings = IOSettings(chunk_bytes=256 << 10, memory_budget=1 << 20)
+    write_node(LocalPath(str(tmp_path)), "n", 1, blobs, LmdbDB(), ParallelIO(settings))
+    assert len(held) > 1
+    assert max(held) <= (1 << 20) // 2

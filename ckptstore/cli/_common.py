@@ -11,6 +11,9 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
 
 Example::
 
+    def register(commands):
+        add_command(commands, "ls", run, summary="list runs", description="...")
+
     storage = open_storage(args.url, args)
 """
 
@@ -21,11 +24,12 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptstore.cli.main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
+from ckptstore.inventory import committed_epochs
 from ckptstore.path_type import PathType
 from ckptstore.plugin.registry import get_registry
 
@@ -36,11 +40,15 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_USAGE",
+    "add_command",
+    "add_epoch_selection",
     "add_json_flag",
     "add_progress_flag",
     "add_storage_options",
+    "chosen_epochs",
     "format_bytes",
     "guarded",
+    "no_committed_epoch",
     "open_storage",
     "print_json",
 ]
@@ -53,6 +61,55 @@ EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
 
 Runner = Callable[[argparse.Namespace], int]
+ROOT = (("url", "checkpoint root"),)
+"""The URL argument of most commands: one checkpoint root."""
+
+
+def add_command(
+    commands: Any,
+    name: str,
+    run: Runner,
+    *,
+    summary: str,
+    description: str,
+    urls: Sequence[tuple[str, str]] = ROOT,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    progress: bool = True,
+) -> argparse.ArgumentParser:
+    """Add the operator command ``name`` running ``run``: its URL arguments (``(name,
+    help)`` pairs), its own ``arguments``, ``--json``, ``--progress`` (unless
+    ``progress`` is false) and the storage options of its URLs (``-o`` for one URL,
+    ``--<name>-option`` for several)."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=description
+    )
+    for dest, text in urls:
+        parser.add_argument(dest, help=text)
+    if arguments is not None:
+        arguments(parser)
+    add_json_flag(parser)
+    if progress:
+        add_progress_flag(parser)
+    add_storage_options(parser, *([dest for dest, _ in urls] if len(urls) > 1 else []))
+    parser.set_defaults(run=run)
+    return parser
+
+
+def add_epoch_selection(parser: argparse.ArgumentParser, epoch_help: str) -> None:
+    """``--epoch N`` (repeatable) and ``--latest``: the epochs a command acts on."""
+    parser.add_argument("--epoch", type=int, action="append", help=epoch_help)
+    parser.add_argument("--latest", action="store_true", help="only the newest committed epoch")
+
+
+def chosen_epochs(storage: PathType, args: argparse.Namespace) -> list[int]:
+    """The epochs ``--epoch``/``--latest`` select among those committed in ``storage``."""
+    return parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+
+
+def no_committed_epoch(storage: PathType) -> int:
+    """Say that ``storage`` has no (such) committed epoch; the exit code for it."""
+    print(f"ckptstore: no committed epoch under {storage.display_url}")
+    return EXIT_NOT_FOUND
 
 
 def guarded(run: Runner) -> Runner:

@@ -6,51 +6,39 @@ import argparse
 from typing import Any
 
 from ckptstore.checking import require_commit
-from ckptstore.cli._common import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    add_json_flag,
-    add_progress_flag,
-    add_storage_options,
-    guarded,
-    open_storage,
-    parse_epochs,
-    print_json,
-)
+from ckptstore.cli import _common as common
 from ckptstore.cli._progress import ProgressBar
-from ckptstore.inventory import committed_epochs
 from ckptstore.plugin.registry import get_registry
 from ckptstore.replication import NodeDone, convert_epochs
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    common.add_command(
+        commands,
         "convert",
-        help="rewrite committed epochs in another format (zarr, npz, lmdb...)",
+        run,
+        summary="rewrite committed epochs in another format (zarr, npz, lmdb...)",
         description="Read committed epochs (verified) and write them again in another DB "
         "type, in place or into --dest. In place, an epoch is briefly uncommitted while "
         "its nodes are rewritten; if a rewrite fails the original is written back.",
+        arguments=_arguments,
     )
-    parser.add_argument("url", help="checkpoint root")
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, metavar="FORMAT", help="target DB type")
-    parser.add_argument("--epoch", type=int, action="append", help="epoch (repeatable)")
-    parser.add_argument("--latest", action="store_true", help="only the newest committed epoch")
+    common.add_epoch_selection(parser, "epoch (repeatable)")
     parser.add_argument("--dest", help="write the converted epochs under this root instead")
-    add_json_flag(parser)
-    add_progress_flag(parser)
-    add_storage_options(parser)
-    parser.set_defaults(run=run)
 
 
-@guarded
+@common.guarded
 def run(args: argparse.Namespace) -> int:
     target_type = get_registry().db_type(args.to)
-    storage = open_storage(args.url, args)
-    dest = open_storage(args.dest, args) if args.dest else None
-    epochs = parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+    storage = common.open_storage(args.url, args)
+    dest = common.open_storage(args.dest, args) if args.dest else None
+    epochs = common.chosen_epochs(storage, args)
     if not epochs:
-        print(f"ckptstore: no committed epoch under {storage.display_url}")
-        return EXIT_NOT_FOUND
+        return common.no_committed_epoch(storage)
     nodes = sum(len(require_commit(storage, epoch).nodes) for epoch in epochs)
     with ProgressBar(
         nodes, f"convert to {target_type.name}", unit="nodes", enabled=args.progress
@@ -62,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         done = convert_epochs(storage, epochs, target_type, dest=dest, on_done=converted)
     rewritten = [d for d in done if not d.skipped]
     if args.json:
-        print_json(
+        common.print_json(
             {
                 "url": (dest or storage).display_url,
                 "to": target_type.name,
@@ -70,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
                 "skipped": [vars(d) for d in done if d.skipped],
             }
         )
-        return EXIT_OK
+        return common.EXIT_OK
     print(
         f"converted {len(rewritten)} node checkpoint(s) of epochs {epochs} to "
         f"{target_type.name}; {len(done) - len(rewritten)} already were"
     )
-    return EXIT_OK
+    return common.EXIT_OK

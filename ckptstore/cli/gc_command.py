@@ -5,41 +5,33 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ckptstore.cli._common import (
-    EXIT_OK,
-    add_json_flag,
-    add_progress_flag,
-    add_storage_options,
-    format_bytes,
-    guarded,
-    open_storage,
-    print_json,
-)
+from ckptstore.cli import _common as common
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.retention import EpochRemoval, KeepLast, enforce, plan_retention
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    common.add_command(
+        commands,
         "gc",
-        help="delete committed epochs a retention policy lets go",
+        run,
+        summary="delete committed epochs a retention policy lets go",
         description="Keep the newest N committed epochs (and every K-th), delete the other "
         "committed ones: commit record first, then exactly the node checkpoints it lists. "
         "Uncommitted epochs and saves in progress are never touched.",
+        arguments=_arguments,
     )
-    parser.add_argument("url", help="checkpoint root")
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-last", type=int, required=True, metavar="N")
-    parser.add_argument("--keep-every", type=int, metavar="K", help="also keep epochs % K == 0")
+    parser.add_argument("--keep-every", type=int, metavar="K", help="also keep epochs %% K == 0")
     parser.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
-    add_json_flag(parser)
-    add_progress_flag(parser)
-    add_storage_options(parser)
-    parser.set_defaults(run=run)
 
 
-@guarded
+@common.guarded
 def run(args: argparse.Namespace) -> int:
-    storage = open_storage(args.url, args)
+    storage = common.open_storage(args.url, args)
     policy = KeepLast(args.keep_last, every=args.keep_every)
     planned = plan_retention(storage, policy)
     if args.dry_run:
@@ -52,16 +44,16 @@ def run(args: argparse.Namespace) -> int:
 
             plan = enforce(storage, policy, on_removed=removed)
     if args.json:
-        print_json({**plan.to_json(), "dry_run": args.dry_run})
-        return EXIT_OK
+        common.print_json({**plan.to_json(), "dry_run": args.dry_run})
+        return common.EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
     for removal in plan.delete:
         print(
             f"{verb} epoch {removal.epoch} ({len(removal.nodes)} node(s), "
-            f"{format_bytes(removal.stored_bytes)})"
+            f"{common.format_bytes(removal.stored_bytes)})"
         )
     print(
-        f"{verb} {len(plan.delete)} epoch(s), {format_bytes(plan.freed_bytes)}; kept "
+        f"{verb} {len(plan.delete)} epoch(s), {common.format_bytes(plan.freed_bytes)}; kept "
         f"{list(plan.keep)}"
     )
-    return EXIT_OK
+    return common.EXIT_OK

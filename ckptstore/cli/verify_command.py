@@ -6,48 +6,33 @@ import argparse
 from typing import Any
 
 from ckptstore.checking import NodeCheck, problem_summary, require_commit, verify_epochs
-from ckptstore.cli._common import (
-    EXIT_CORRUPT,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    add_json_flag,
-    add_progress_flag,
-    add_storage_options,
-    guarded,
-    open_storage,
-    parse_epochs,
-    print_json,
-)
+from ckptstore.cli import _common as common
 from ckptstore.cli._progress import ProgressBar
-from ckptstore.inventory import committed_epochs
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    common.add_command(
+        commands,
         "verify",
-        help="check every byte of committed checkpoints against their checksums",
+        run,
+        summary="check every byte of committed checkpoints against their checksums",
         description="Re-read committed checkpoints and check every chunk and format file "
         "against the CRC-32C recorded when it was written. Exits 3 naming each broken "
         "blob, 4 if the epoch is not committed.",
+        arguments=_arguments,
     )
-    parser.add_argument("url", help="checkpoint root")
-    parser.add_argument(
-        "--epoch", type=int, action="append", help="epoch (repeatable; default: all)"
-    )
-    parser.add_argument("--latest", action="store_true", help="only the newest committed epoch")
-    add_json_flag(parser)
-    add_progress_flag(parser)
-    add_storage_options(parser)
-    parser.set_defaults(run=run)
 
 
-@guarded
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_epoch_selection(parser, "epoch (repeatable; default: all)")
+
+
+@common.guarded
 def run(args: argparse.Namespace) -> int:
-    storage = open_storage(args.url, args)
-    epochs = parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+    storage = common.open_storage(args.url, args)
+    epochs = common.chosen_epochs(storage, args)
     if not epochs:
-        print(f"ckptstore: no committed epoch under {storage.display_url}")
-        return EXIT_NOT_FOUND
+        return common.no_committed_epoch(storage)
     total = sum(record.nbytes for record in (require_commit(storage, e) for e in epochs))
     with ProgressBar(total, "verify", enabled=args.progress) as bar:
 
@@ -59,10 +44,12 @@ def run(args: argparse.Namespace) -> int:
         checks = verify_epochs(storage, epochs, on_checked=checked)
     ok = all(check.ok for check in checks)
     if args.json:
-        print_json({"url": storage.display_url, "ok": ok, "nodes": [c.to_json() for c in checks]})
+        common.print_json(
+            {"url": storage.display_url, "ok": ok, "nodes": [c.to_json() for c in checks]}
+        )
     elif ok:
         print(f"all {len(checks)} node checkpoint(s) of epochs {epochs} verified")
-    return EXIT_OK if ok else EXIT_CORRUPT
+    return common.EXIT_OK if ok else common.EXIT_CORRUPT
 
 
 def _print_check(check: NodeCheck) -> None:

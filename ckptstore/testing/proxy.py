@@ -78,6 +78,7 @@ _S3_LIST_PARAMS = frozenset(
     }
 )
 _GCS_LISTING = re.compile(r"^(/storage/v1)?/b/[^/]+/o/?$")
+_GCS_UPLOAD = re.compile(r"^/upload/storage/v1/b/([^/]+)/o/?$")
 _S3_CODES = {
     400: "BadRequest",
     403: "AccessDenied",
@@ -357,6 +358,20 @@ class FaultProxy:
             return bool(_GCS_LISTING.match(request.path))
         bucket_only = "/" not in request.path.strip("/")
         return bucket_only and set(request.params) <= _S3_LIST_PARAMS
+
+    def uploads(self) -> list[str]:
+        """Where each upload request (parts included) wrote, in arrival order, as
+        ``/bucket/key``: S3 PUTs, GCS media uploads."""
+        return [target for r in self.requests if (target := self.upload_target(r)) is not None]
+
+    def upload_target(self, request: RecordedRequest) -> str | None:
+        """``/bucket/key`` if ``request`` uploads an object (or a part of one)."""
+        if self.flavour == "gcs":
+            match = _GCS_UPLOAD.match(request.path)
+            if request.method != "POST" or match is None:
+                return None
+            return f"/{match.group(1)}/{request.params.get('name', [''])[0]}"
+        return request.path if request.method == "PUT" else None
 
     def wait_for_requests(
         self, count: int, *, method: str | None = None, timeout: float = 30.0

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckptstore.testing import FaultProxy, MotoServer, wait_for
+from ckptstore.testing import FaultProxy, MotoServer, RecordedRequest, wait_for
 
 AUTH = {
     "Authorization": "AWS4-HMAC-SHA256 Credential=k/20240101/us-east-1/s3/aws4_request, "
@@ -51,6 +51,7 @@ def test_requests_are_forwarded_and_recorded(proxy: FaultProxy) -> None:
         ("HEAD", "/proxied/a/b", 200, "forwarded"),
     ]
     assert proxy.methods() == {"PUT": 1, "GET": 1, "HEAD": 1}
+    assert proxy.uploads() == ["/proxied/a/b"]
     proxy.clear()
     assert proxy.requests == []
 
@@ -157,6 +158,31 @@ def test_listings_are_recognised(
         call(proxy, method, target)
         assert proxy.is_listing(proxy.requests[0]) is listing
         assert len(proxy.listings()) == int(listing)
+
+
+@pytest.mark.parametrize(
+    ("flavour", "method", "path", "query", "target"),
+    [
+        ("s3", "PUT", "/bucket/run/a", "", "/bucket/run/a"),
+        ("s3", "PUT", "/bucket/run/a", "partNumber=2&uploadId=u", "/bucket/run/a"),
+        ("s3", "POST", "/bucket/run/a", "uploads", None),
+        ("s3", "GET", "/bucket/run/a", "", None),
+        (
+            "gcs",
+            "POST",
+            "/upload/storage/v1/b/bucket/o",
+            "uploadType=media&name=run%2Fa",
+            "/bucket/run/a",
+        ),
+        ("gcs", "POST", "/storage/v1/b/bucket/o/run%2Fa/compose", "", None),
+        ("gcs", "GET", "/download/storage/v1/b/bucket/o/run%2Fa", "alt=media", None),
+    ],
+)
+def test_uploads_are_recognised(
+    flavour: str, method: str, path: str, query: str, target: str | None
+) -> None:
+    proxy = FaultProxy("http://127.0.0.1:9", flavour=flavour)  # type: ignore[arg-type]
+    assert proxy.upload_target(RecordedRequest(method, path, query, 200, "forwarded")) == target
 
 
 def test_bad_upstreams_and_counts_are_refused() -> None:

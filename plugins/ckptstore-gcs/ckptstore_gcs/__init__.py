@@ -10,9 +10,9 @@ Example::
                                 storage_options={"project": "my-project"})
 """
 
+from ckptstore.object_store import RequestError, RetryPolicy
 from ckptstore_gcs.options import GCSOptions
 from ckptstore_gcs.path import GCSPath
-from ckptstore_gcs.retry import RequestError, RetryPolicy
 
 __all__ = ["GCSOptions", "GCSPath", "RequestError", "RetryPolicy"]
 __version__ = "0.1.0"

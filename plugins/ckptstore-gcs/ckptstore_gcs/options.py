@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
-from ckptstore_gcs.retry import RetryPolicy, mask
+from gcsfs.core import GCSFileSystem
+
+from ckptstore.object_store.options import ObjectStoreOptions
 
 __all__ = ["GCSOptions"]
 
@@ -39,63 +41,38 @@ _SECRET_FIELDS = ("private_key", "private_key_id", "client_secret", "refresh_tok
 
 
 @dataclass(frozen=True, repr=False)
-class GCSOptions:
-    """Resolved settings of one GCS checkpoint root.
+class GCSOptions(ObjectStoreOptions):
+    """Resolved settings of one GCS checkpoint root (the shared ones are
+    :class:`~ckptstore.object_store.ObjectStoreOptions`'s).
 
     Example::
 
         GCSOptions.resolve({}, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"})
     """
 
+    STORE = "GCS"
+    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
+    ENV_PREFIX = "CKPTSTORE_GCS"
+    PASSTHROUGH = _GCSFS_PASSTHROUGH
+
     endpoint_url: str = DEFAULT_ENDPOINT
     project: str | None = None
     token: Any = None
-    part_size: int = 16 * MiB
     composite_threshold: int = 64 * MiB
-    max_concurrency: int = 16
-    buffer_bytes: int = 256 * MiB
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.part_size < _MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least 256 KiB, got {self.part_size}")
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
-        if self.buffer_bytes < self.part_size:
-            raise ValueError(
-                f"buffer_bytes ({self.buffer_bytes}) must hold at least one part "
-                f"({self.part_size}); raise buffer_bytes or lower part_size"
-            )
+        super().__post_init__()
+
+    @property
+    def parts_threshold(self) -> int:
+        return self.composite_threshold
 
     @classmethod
-    def resolve(
-        cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None
-    ) -> GCSOptions:
-        """Options from keyword arguments first, then ``env`` (default: ``os.environ``).
-
-        Unknown names raise :class:`TypeError` listing the accepted ones.
-        """
-        env = os.environ if env is None else env
-        given = dict(options)
-        passthrough = {name: given.pop(name) for name in list(given) if name in _GCSFS_PASSTHROUGH}
-        retries = given.pop("retries", None)
-        if retries is None:
-            retries = env.get("CKPTSTORE_GCS_RETRIES") or 7
-        retry = RetryPolicy(
-            attempts=int(retries) + 1,
-            base_delay=float(given.pop("retry_base_delay", 0.1)),
-            max_delay=float(given.pop("retry_max_delay", 5.0)),
-        )
-        known = {f.name for f in fields(cls)} - {"retry", "passthrough"}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            accepted = sorted(known | _GCSFS_PASSTHROUGH | {"retries", "retry_base_delay"})
-            raise TypeError(
-                f"unknown GCS storage option(s) {unknown}; accepted: {', '.join(accepted)}"
-            )
+    def _with_environment(cls, given: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         emulator = env.get("STORAGE_EMULATOR_HOST") or ""
         if emulator and "://" not in emulator:
             emulator = f"http://{emulator}"
@@ -107,13 +84,7 @@ class GCSOptions:
             values["project"] = env.get("GOOGLE_CLOUD_PROJECT") or env.get("GCLOUD_PROJECT")
         if values.get("token") is None and values["endpoint_url"] != DEFAULT_ENDPOINT:
             values["token"] = "anon"
-        for name, variable in (
-            ("part_size", "CKPTSTORE_GCS_PART_SIZE"),
-            ("max_concurrency", "CKPTSTORE_GCS_MAX_CONCURRENCY"),
-        ):
-            if name not in values and env.get(variable):
-                values[name] = int(env[variable])
-        return cls(**values, retry=retry, passthrough=passthrough)
+        return values
 
     def secrets(self) -> tuple[str, ...]:
         """Credential values known to these options (to mask in messages)."""
@@ -123,10 +94,6 @@ class GCSOptions:
         if isinstance(token, str) and token not in ("anon", "google_default", "cloud", "cache"):
             return () if os.path.exists(token) else (token,)
         return ()
-
-    def mask(self, text: str) -> str:
-        """``text`` with every credential value replaced by ``***``."""
-        return mask(text, self.secrets())
 
     def __repr__(self) -> str:
         token = self.token
@@ -146,6 +113,11 @@ class GCSOptions:
             f"credentials={credentials}, part_size={self.part_size}, "
             f"max_concurrency={self.max_concurrency}, retries={self.retry.attempts - 1})"
         )
+
+    def open_filesystem(self, url: str) -> tuple[Any, str]:
+        """gcsfs's plain filesystem: its default "extended" one asks a gRPC API for each
+        bucket's layout first (emulators lack it), and nothing here needs it."""
+        return GCSFileSystem(**self.gcsfs_kwargs()), str(GCSFileSystem._strip_protocol(url))
 
     def gcsfs_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`gcsfs.GCSFileSystem`."""

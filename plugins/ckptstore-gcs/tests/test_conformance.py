@@ -1,43 +1,37 @@
-"""The GCS path type passes the path-type conformance kit, and every DB type that works
-on object stores passes the DB-type kit on it, against a real GCS emulator."""
+"""GCS through the whole object-store kit (path-type and DB-type conformance, jobs, two
+tiers, faults) against a GCS emulator. Only GCS composes: large blobs go up as
+temporary part objects, composed, then cleaned up."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from ckptstore_gcs import GCSPath
 
-from ckptstore.db_type import DBType
-from ckptstore.path_type import PathType
-from ckptstore.plugin.registry import get_registry
-from ckptstore.testing.conformance import DBTypeConformance, PathTypeConformance
-
-OBJECT_STORE_DB_TYPES = sorted(
-    name for name, cls in get_registry().db_types.items() if not cls.needs_rename
-)
+from ckptstore import LocalSession
+from ckptstore.testing import GcsEmulator
+from ckptstore.testing.object_store import ObjectStoreKit, StoreUnderTest
+from ckptstore.testing.object_store.store import assert_blobs, reload, saver
 
 
-class TestGCSPathConformance(PathTypeConformance):
-    @pytest.fixture
-    def storage(self, gcs_url: str) -> Iterator[PathType]:
-        storage = GCSPath(gcs_url)
-        yield storage
-        storage.close()
+class TestGCS(ObjectStoreKit):
+    path_type = GCSPath
+    server = "gcs"
+    environment = ("STORAGE_EMULATOR_HOST",)
+    part_size = 1 << 20
+
+    def test_large_blobs_go_up_as_composite_uploads(self, store: StoreUnderTest) -> None:
+        session = LocalSession()
+        manager = saver(store, session)
+        session.run(manager.save(1))
+        assert len([r for r in store.faults.requests if r.path.endswith("/compose")]) == 1
+        leftovers = [key for key in GCSPath(store.url).list_keys() if "ckptstore-part" in key]
+        assert leftovers == []  # the temporary parts are cleaned up
+        assert_blobs(store, reload(manager, session, 1))
 
 
-class TestDBTypesOnGCS(DBTypeConformance):
-    @pytest.fixture(params=OBJECT_STORE_DB_TYPES)
-    def db_type(self, request: pytest.FixtureRequest) -> DBType:
-        return get_registry().db_type(str(request.param))
-
-    @pytest.fixture
-    def storage(self, gcs_url: str) -> Iterator[PathType]:
-        storage = GCSPath(gcs_url)
-        yield storage
-        storage.close()
-
-
-def test_the_urls_are_served_by_the_gcs_path_type() -> None:
-    assert get_registry().path_type_for("gs://bucket/x") is GCSPath
-    assert get_registry().path_type_for("gcs://bucket/x") is GCSPath
+def test_a_second_emulator_can_run_beside_the_session_one(gcs_server: GcsEmulator) -> None:
+    with GcsEmulator() as other:
+        assert other.port != gcs_server.port
+        other.create_bucket("side")
+        storage = GCSPath("gs://side/x", endpoint_url=other.endpoint_url)
+        storage.write_bytes("k", b"v")
+        assert other.object_keys("side") == ["x/k"]

@@ -10,9 +10,9 @@ Example::
                                 storage_options={"region": "eu-west-1"})
 """
 
+from ckptstore.object_store import RequestError, RetryPolicy
 from ckptstore_s3.options import S3Options
 from ckptstore_s3.path import S3Path
-from ckptstore_s3.retry import RequestError, RetryPolicy
 
 __all__ = ["RequestError", "RetryPolicy", "S3Options", "S3Path"]
 __version__ = "0.1.0"

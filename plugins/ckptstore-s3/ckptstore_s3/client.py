@@ -1,76 +1,46 @@
-"""The S3 requests a checkpoint needs, each retried on its own, on s3fs's event loop.
-
-Only object-level calls are made on the save and resume paths (PUT, GET with a range,
-HEAD, DELETE, multipart); listing is confined to :meth:`S3Client.list_keys`, which only
-operator tools reach.
+"""The S3 requests a checkpoint needs, made through s3fs's aiobotocore client on its
+event loop, each retried on its own (:class:`~ckptstore.object_store.ObjectStoreClient`
+supplies the retries and the reads built on :meth:`S3Client.ranged_get`).
 
 Example::
 
-    client = S3Client(fs, options, "bucket", "s3://bucket/run")
+    client = S3Client(fs, options, "bucket")
     client.run(lambda: client.put("run/a", b"data"))
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
-import fsspec.asyn
+from ckptstore.object_store.body import Body, PartsReader
+from ckptstore.object_store.client import ObjectInfo, ObjectStoreClient
+from ckptstore.object_store.failures import MissingObjectError, RequestError
+from ckptstore.object_store.ranged import Read
+from ckptstore_s3.errors import S3ErrorRules
+from ckptstore_s3.multipart import S3MultipartUpload
 
-from ckptstore_s3.body import PartsReader
-from ckptstore_s3.options import S3Options
-from ckptstore_s3.retry import RequestError, call_with_retries
-
-__all__ = ["MissingObjectError", "S3Client", "gather_all"]
+__all__ = ["S3Client"]
 
 T = TypeVar("T")
-Body = bytes | bytearray | PartsReader
-"""What a PUT sends: small bodies as bytes, large ones streamed from memory."""
 _DELETE_BATCH = 1000
-_READ_PIECE = 4 << 20
 
 
-class MissingObjectError(RequestError, FileNotFoundError):
-    """The object (not the bucket) does not exist.
-
-    Example::
-
-        except MissingObjectError: return None
-    """
-
-
-class S3Client:
-    """Retried S3 calls on one bucket through an s3fs filesystem's aiobotocore client.
+class S3Client(ObjectStoreClient):
+    """Requests made through the aiobotocore client of an s3fs filesystem.
 
     Example::
 
-        client.run(lambda: client.head("run/_ckptstore/catalog.json"))
+        client.run(lambda: client.call("head_bucket", "HEAD s3://bucket"))
     """
 
-    def __init__(self, fs: Any, options: S3Options, bucket: str, display_url: str) -> None:
-        self.fs = fs
-        self.options = options
-        self.bucket = bucket
-        self.display_url = display_url
-        self.endpoint = options.endpoint_url or "AWS S3"
-
-    def run(self, factory: Callable[[], Awaitable[T]]) -> T:
-        """Run ``factory()`` on the filesystem's event loop and wait for its result."""
-        result: T = fsspec.asyn.sync(self.fs.loop, factory)
-        return result
-
-    def submit(self, factory: Callable[[], Awaitable[T]]) -> Any:
-        """Start ``factory()`` on the event loop; returns a concurrent future."""
-        return asyncio.run_coroutine_threadsafe(_call(factory), self.fs.loop)
-
-    def describe(self, action: str, key: str) -> str:
-        return f"{action} s3://{self.bucket}/{key}"
+    rules = S3ErrorRules()
+    scheme = "s3"
+    head_action = "HEAD"
+    get_action = "GET"
 
     async def call(self, method: str, describe: str, **params: Any) -> dict[str, Any]:
         """One S3 API call on the bucket, retried by the options' policy."""
-
         body = params.get("Body")
 
         async def attempt() -> dict[str, Any]:
@@ -80,105 +50,27 @@ class S3Client:
             response: dict[str, Any] = await getattr(client, method)(Bucket=self.bucket, **params)
             return response
 
-        try:
-            return await call_with_retries(
-                attempt,
-                self.options.retry,
-                describe=describe,
-                endpoint=self.endpoint,
-                secrets=self.options.secrets(),
-            )
-        except RequestError as error:
-            if error.status == 404 and error.code in ("NoSuchKey", "404", "NoSuchUpload"):
-                raise MissingObjectError(
-                    str(error),
-                    status=error.status,
-                    code=error.code,
-                    attempts=error.attempts,
-                    retryable=False,
-                ) from None
-            raise
+        return await self.retried(attempt, describe)
 
     # -- objects ----------------------------------------------------------------------
 
     async def put(self, key: str, body: Body) -> None:
         await self.call("put_object", self.describe("PUT", key), Key=key, Body=body)
 
-    async def head(self, key: str) -> dict[str, Any] | None:
-        """The object's metadata, or ``None`` if it does not exist."""
+    async def head(self, key: str) -> ObjectInfo | None:
         try:
-            return await self.call("head_object", self.describe("HEAD", key), Key=key)
+            response = await self.call("head_object", self.describe("HEAD", key), Key=key)
         except MissingObjectError:
             return None
+        return ObjectInfo(size=int(response["ContentLength"]))
 
-    async def get(self, key: str, offset: int, length: int | None) -> bytes:
-        """``length`` bytes (all, if ``None``) of ``key`` from ``offset``."""
-        if length is None:
-            ranged = {"Range": f"bytes={offset}-"} if offset else {}
-        else:
-            ranged = {"Range": f"bytes={offset}-{offset + length - 1}"}
-
-        async def attempt() -> bytes:
-            response = await self._get_response(key, ranged)
-            async with response["Body"] as body:
-                data: bytes = await body.read()
-                return data
-
-        return await self._retried_read(key, attempt, b"")
-
-    async def get_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> int:
-        """Stream ``key`` from ``offset`` into ``targets``; returns the bytes received
-        (fewer than asked when the object is too short)."""
-        total = sum(target.nbytes for target in targets)
-        ranged = {"Range": f"bytes={offset}-{offset + total - 1}"}
-        flat = [t.cast("B") if t.format != "B" or t.ndim != 1 else t for t in targets]
-
-        async def attempt() -> int:
-            response = await self._get_response(key, ranged)
-            received = 0
-            async with response["Body"] as body:
-                for target in flat:
-                    filled = 0
-                    while filled < target.nbytes:
-                        piece = await body.read(min(_READ_PIECE, target.nbytes - filled))
-                        if not piece:
-                            return received
-                        target[filled : filled + len(piece)] = piece
-                        filled += len(piece)
-                        received += len(piece)
-            return received
-
-        return await self._retried_read(key, attempt, 0)
-
-    async def _get_response(self, key: str, ranged: dict[str, str]) -> dict[str, Any]:
+    async def ranged_get(
+        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+    ) -> T:
         client = await self.fs.set_session()
-        response: dict[str, Any] = await client.get_object(Bucket=self.bucket, Key=key, **ranged)
-        return response
-
-    async def _retried_read(self, key: str, attempt: Callable[[], Awaitable[T]], empty: T) -> T:
-        """A GET whose body is read inside the attempt, so that a connection dropped
-        mid-body is retried like any other transient failure. A range that starts past
-        the end of the object gives ``empty`` (the caller reports the object as short)."""
-        try:
-            return await call_with_retries(
-                attempt,
-                self.options.retry,
-                describe=self.describe("GET", key),
-                endpoint=self.endpoint,
-                secrets=self.options.secrets(),
-            )
-        except RequestError as error:
-            if error.code == "InvalidRange":
-                return empty
-            if error.status == 404 and error.code in ("NoSuchKey", "404"):
-                raise MissingObjectError(
-                    str(error),
-                    status=404,
-                    code=error.code,
-                    attempts=error.attempts,
-                    retryable=False,
-                ) from None
-            raise
+        response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
+        async with response["Body"] as body:
+            return await consume(body.read)
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` (missing ones are ignored), 1000 per request."""
@@ -210,65 +102,8 @@ class S3Client:
             return False
         return True
 
-    # -- multipart --------------------------------------------------------------------
-
-    async def create_upload(self, key: str) -> str:
-        response = await self.call(
-            "create_multipart_upload", self.describe("start multipart upload of", key), Key=key
-        )
-        return str(response["UploadId"])
-
-    async def upload_part(
-        self, key: str, upload_id: str, number: int, body: Body
-    ) -> dict[str, Any]:
-        response = await self.call(
-            "upload_part",
-            self.describe(f"PUT part {number} of", key),
-            Key=key,
-            UploadId=upload_id,
-            PartNumber=number,
-            Body=body,
-        )
-        return {"PartNumber": number, "ETag": response["ETag"]}
-
-    async def complete_upload(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> None:
-        await self.call(
-            "complete_multipart_upload",
-            self.describe("complete multipart upload of", key),
-            Key=key,
-            UploadId=upload_id,
-            MultipartUpload={"Parts": sorted(parts, key=lambda part: part["PartNumber"])},
-        )
-
-    async def abort_upload(self, key: str, upload_id: str) -> None:
-        """Abort a multipart upload; failures are ignored (the bucket's lifecycle rule
-        for incomplete uploads cleans up what this cannot)."""
-        try:
-            await self.call(
-                "abort_multipart_upload",
-                self.describe("abort multipart upload of", key),
-                Key=key,
-                UploadId=upload_id,
-            )
-        except RequestError:
-            return
-
-    async def upload_multipart(self, key: str, count: int, part: Callable[[int], Body]) -> None:
-        """Upload ``count`` parts (``part(i)`` builds part ``i``'s bytes when its turn
-        comes), at most ``max_concurrency`` at once, each retried on its own."""
-        upload_id = await self.create_upload(key)
-        limit = asyncio.Semaphore(self.options.max_concurrency)
-
-        async def one(index: int) -> dict[str, Any]:
-            async with limit:
-                return await self.upload_part(key, upload_id, index + 1, part(index))
-
-        try:
-            parts = await gather_all([partial(one, i) for i in range(count)])
-            await self.complete_upload(key, upload_id, parts)
-        except BaseException:
-            await asyncio.shield(self.abort_upload(key, upload_id))
-            raise
+    def multipart(self, key: str) -> S3MultipartUpload:
+        return S3MultipartUpload(self, key)
 
     # -- listing (operator tools only) ------------------------------------------------
 
@@ -288,18 +123,8 @@ class S3Client:
                 return keys
             token = response.get("NextContinuationToken")
 
-
-async def _call(factory: Callable[[], Awaitable[T]]) -> T:
-    return await factory()
-
-
-async def gather_all(factories: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run every coroutine; on the first failure cancel the others and raise it."""
-    tasks = [asyncio.ensure_future(factory()) for factory in factories]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    def close(self) -> None:
+        s3 = getattr(self.fs, "_s3", None)
+        if s3 is not None:
+            type(self.fs).close_session(self.fs.loop, s3)
+            self.fs._s3 = None

@@ -26,12 +26,14 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from ckptstore_s3.retry import RetryPolicy, mask
+import fsspec
+
+from ckptstore.object_store.options import ObjectStoreOptions
+from ckptstore_s3.redaction import protect
 
 __all__ = ["MIN_PART_SIZE", "S3Options"]
 
@@ -63,32 +65,31 @@ _ALIASES = {
 
 
 @dataclass(frozen=True, repr=False)
-class S3Options:
-    """Resolved settings of one S3 checkpoint root.
+class S3Options(ObjectStoreOptions):
+    """Resolved settings of one S3 checkpoint root (the shared ones are
+    :class:`~ckptstore.object_store.ObjectStoreOptions`'s).
 
     Example::
 
         S3Options.resolve({}, env={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"})
     """
 
-    endpoint_url: str | None = None
+    STORE = "S3"
+    DEFAULT_ENDPOINT = "AWS S3"
+    ENV_PREFIX = "CKPTSTORE_S3"
+    PASSTHROUGH = _S3FS_PASSTHROUGH
+    RESOLVED = ObjectStoreOptions.RESOLVED | {"env_secrets"}
+
     region: str | None = None
     profile: str | None = None
     key: str | None = None
     secret: str | None = None
     token: str | None = None
     anon: bool = False
-    part_size: int = 16 * MiB
     multipart_threshold: int = 64 * MiB
-    max_concurrency: int = 16
     max_connections: int = 128
-    buffer_bytes: int = 256 * MiB
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
     client_kwargs: Mapping[str, Any] = field(default_factory=dict)
     config_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
     env_secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -98,56 +99,36 @@ class S3Options:
             )
         if self.max_concurrency < 1 or self.max_connections < 1:
             raise ValueError("max_concurrency and max_connections must be at least 1")
-        if self.buffer_bytes < self.part_size:
-            raise ValueError(
-                f"buffer_bytes ({self.buffer_bytes}) must hold at least one part "
-                f"({self.part_size}); raise buffer_bytes or lower part_size"
-            )
+        super().__post_init__()
+
+    @property
+    def parts_threshold(self) -> int:
+        return self.multipart_threshold
 
     @classmethod
-    def resolve(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> S3Options:
-        """Options from keyword arguments first, then ``env`` (default: ``os.environ``).
-
-        Unknown names raise :class:`TypeError` listing the accepted ones.
-        """
-        env = os.environ if env is None else env
-        given = {_ALIASES.get(name, name): value for name, value in options.items()}
+    def _normalise(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """boto3's and s3fs's names under ours; endpoint and region out of
+        ``client_kwargs``."""
+        given = {_ALIASES.get(name, name): value for name, value in given.items()}
         client_kwargs = dict(given.pop("client_kwargs", None) or {})
         for name, target in (("endpoint_url", "endpoint_url"), ("region_name", "region")):
             if name in client_kwargs and target not in given:
                 given[target] = client_kwargs.pop(name)
-        passthrough = {name: given.pop(name) for name in list(given) if name in _S3FS_PASSTHROUGH}
-        retries = given.pop("retries", None)
-        if retries is None:
-            retries = env.get("CKPTSTORE_S3_RETRIES") or 7
-        retry = RetryPolicy(
-            attempts=int(retries) + 1,
-            base_delay=float(given.pop("retry_base_delay", 0.1)),
-            max_delay=float(given.pop("retry_max_delay", 5.0)),
-        )
-        known = {f.name for f in fields(cls)} - {"retry", "passthrough", "env_secrets"}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            accepted = sorted(known | _S3FS_PASSTHROUGH | {"retries", "retry_base_delay"})
-            raise TypeError(
-                f"unknown S3 storage option(s) {unknown}; accepted: {', '.join(accepted)}"
-            )
+        given["client_kwargs"] = client_kwargs
+        return given
+
+    @classmethod
+    def _with_environment(cls, given: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         values: dict[str, Any] = dict(given)
         values.setdefault(
             "endpoint_url", env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
         )
         values.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None)
         values.setdefault("profile", env.get("AWS_PROFILE") or None)
-        for name, variable in (
-            ("part_size", "CKPTSTORE_S3_PART_SIZE"),
-            ("max_concurrency", "CKPTSTORE_S3_MAX_CONCURRENCY"),
-        ):
-            if name not in values and env.get(variable):
-                values[name] = int(env[variable])
         for name in ("part_size", "multipart_threshold", "max_concurrency", "max_connections"):
             if name in values:
                 values[name] = int(values[name])
-        env_secrets = tuple(
+        values["env_secrets"] = tuple(
             value
             for value in (
                 env.get("AWS_ACCESS_KEY_ID"),
@@ -156,13 +137,7 @@ class S3Options:
             )
             if value
         )
-        return cls(
-            **values,
-            retry=retry,
-            client_kwargs=client_kwargs,
-            passthrough=passthrough,
-            env_secrets=env_secrets,
-        )
+        return values
 
     # -- secrets ----------------------------------------------------------------------
 
@@ -170,10 +145,6 @@ class S3Options:
         """Every credential value known to these options (to mask in messages)."""
         explicit = tuple(value for value in (self.key, self.secret, self.token) if value)
         return explicit + self.env_secrets
-
-    def mask(self, text: str) -> str:
-        """``text`` with every credential value replaced by ``***``."""
-        return mask(text, self.secrets())
 
     def __repr__(self) -> str:
         credentials = (
@@ -193,9 +164,15 @@ class S3Options:
 
     # -- s3fs -------------------------------------------------------------------------
 
+    def open_filesystem(self, url: str) -> tuple[Any, str]:
+        """An s3fs filesystem (credentials masked in botocore's logs from now on)."""
+        protect(self.secrets())
+        fs, root = fsspec.core.url_to_fs(url, **self.s3fs_kwargs())
+        return fs, str(root)
+
     def s3fs_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`s3fs.S3FileSystem` (requests untouched by
-        botocore's own retries: :mod:`ckptstore_s3.retry` retries them)."""
+        botocore's own retries: :mod:`ckptstore.object_store.retry` retries them)."""
         config: dict[str, Any] = {
             "max_pool_connections": self.max_connections,
             "connect_timeout": self.connect_timeout,

@@ -1,44 +1,35 @@
-"""The S3 path type passes the path-type conformance kit, and every DB type that works
-on object stores passes the DB-type kit on it, against a real moto server."""
+"""S3 through the whole object-store kit (path-type and DB-type conformance, jobs, two
+tiers, faults) against a moto server, plus what only S3 does: multipart parts, and
+AWS itself when nothing says otherwise."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 from ckptstore_s3 import S3Path
 
-from ckptstore.db_type import DBType
-from ckptstore.path_type import PathType
-from ckptstore.plugin.registry import get_registry
-from ckptstore.testing.conformance import DBTypeConformance, PathTypeConformance
-
-OBJECT_STORE_DB_TYPES = sorted(
-    name for name, cls in get_registry().db_types.items() if not cls.needs_rename
-)
+from ckptstore import LocalSession
+from ckptstore.testing.object_store import ObjectStoreKit, StoreUnderTest
+from ckptstore.testing.object_store.store import assert_blobs, reload, saver
 
 
-class TestS3PathConformance(PathTypeConformance):
-    @pytest.fixture
-    def storage(self, s3_url: str) -> Iterator[PathType]:
-        storage = S3Path(s3_url)
-        yield storage
-        storage.close()
+class TestS3(ObjectStoreKit):
+    path_type = S3Path
+    server = "s3"
+    environment = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID")
+    part_size = 5 << 20
 
+    def test_large_blobs_go_up_as_parallel_multipart_uploads(self, store: StoreUnderTest) -> None:
+        session = LocalSession()
+        manager = saver(store, session)
+        session.run(manager.save(1))
+        parts = [r for r in store.faults.requests if r.method == "PUT" and "partNumber" in r.params]
+        assert len(parts) == 3  # 12.5 MiB of data in 5 MiB parts
+        assert_blobs(store, reload(manager, session, 1))
 
-class TestDBTypesOnS3(DBTypeConformance):
-    @pytest.fixture(params=OBJECT_STORE_DB_TYPES)
-    def db_type(self, request: pytest.FixtureRequest) -> DBType:
-        return get_registry().db_type(str(request.param))
-
-    @pytest.fixture
-    def storage(self, s3_url: str) -> Iterator[PathType]:
-        storage = S3Path(s3_url)
-        yield storage
-        storage.close()
-
-
-def test_the_object_store_formats_are_covered() -> None:
-    assert "npz" in OBJECT_STORE_DB_TYPES
-    assert get_registry().path_type_for("s3://bucket/x") is S3Path
-    assert get_registry().path_type_for("s3a://bucket/x") is S3Path
+    def test_without_settings_a_url_means_aws_itself(
+        self, store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        for variable in store.environment:
+            monkeypatch.delenv(variable)
+        with pytest.raises(OSError, match="could not"):
+            S3Path(store.url, retries=0).read_bytes("anything")  # AWS itself: no credentials

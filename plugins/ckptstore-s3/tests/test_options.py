@@ -12,37 +12,21 @@ SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 
 
-def test_keyword_arguments_win_over_the_environment() -> None:
+def test_keyword_arguments_win_over_the_aws_variables() -> None:
     env = {
         "AWS_ENDPOINT_URL_S3": "http://from-env-s3:1",
         "AWS_ENDPOINT_URL": "http://from-env:1",
         "AWS_REGION": "eu-west-1",
         "AWS_PROFILE": "envprofile",
-        "CKPTSTORE_S3_PART_SIZE": str(8 << 20),
-        "CKPTSTORE_S3_MAX_CONCURRENCY": "3",
-        "CKPTSTORE_S3_RETRIES": "2",
     }
     from_env = S3Options.resolve({}, env)
     assert from_env.endpoint_url == "http://from-env-s3:1"
-    assert from_env.region == "eu-west-1"
-    assert from_env.profile == "envprofile"
-    assert (from_env.part_size, from_env.max_concurrency) == (8 << 20, 3)
-    assert from_env.retry.attempts == 3
-
+    assert (from_env.region, from_env.profile) == ("eu-west-1", "envprofile")
     given = S3Options.resolve(
-        {
-            "endpoint_url": "http://given:2",
-            "region": "us-west-2",
-            "profile": "mine",
-            "part_size": 6 << 20,
-            "max_concurrency": 5,
-            "retries": 0,
-        },
-        env,
+        {"endpoint_url": "http://given:2", "region": "us-west-2", "profile": "mine"}, env
     )
     assert given.endpoint_url == "http://given:2"
     assert (given.region, given.profile) == ("us-west-2", "mine")
-    assert (given.part_size, given.max_concurrency, given.retry.attempts) == (6 << 20, 5, 1)
 
 
 def test_generic_endpoint_variable_and_s3fs_style_names() -> None:
@@ -60,13 +44,6 @@ def test_generic_endpoint_variable_and_s3fs_style_names() -> None:
     assert S3Options.resolve({}, {"AWS_ENDPOINT_URL": "http://generic:1"}).endpoint_url == (
         "http://generic:1"
     )
-
-
-def test_unknown_options_are_refused_with_the_accepted_list() -> None:
-    with pytest.raises(
-        TypeError, match=r"unknown S3 storage option\(s\) \['endpoint'\].*endpoint_url"
-    ):
-        S3Options.resolve({"endpoint": "http://x:1"}, {})
 
 
 @pytest.mark.parametrize(

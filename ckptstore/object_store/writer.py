@@ -1,47 +1,54 @@
-"""A write stream that uploads an object as a parallel composite upload.
+"""A write stream that uploads an object in parts, in parallel, under a memory limit.
 
 Formats that write sequentially (``npz``) get their bytes cut into ``part_size`` parts;
-each full part is uploaded as a temporary object in the background (retried on its
-own) while the next one fills, with at most ``max_in_flight`` parts held at once. On
-close the parts are composed into the object and deleted. An object smaller than one
-part is a single upload. Leaving a ``with`` block on an exception deletes the parts:
+each full part is uploaded in the background (retried on its own) while the next one
+fills, with at most ``max_in_flight`` parts held at once, so memory stays bounded
+however large the object. An object smaller than one part is sent as a single upload
+on close. Leaving a ``with`` block on an exception, or any failure, aborts the upload:
 no partial object is ever created.
 
 Example::
 
-    with CompositeWriter(client, "run/trainer_0.3/blobs.npz", part_size=16 << 20,
+    with MultipartWriter(client, "run/trainer_0.3/blobs.npz", part_size=16 << 20,
                          max_in_flight=8) as out:
+        out.write(header)
         out.write(array_bytes)
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import io
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
+from ckptstore.object_store.body import PartsReader
+from ckptstore.object_store.client import ObjectStoreClient
+from ckptstore.object_store.multipart import MultipartUpload
 from ckptstore.types import byte_view
-from ckptstore_gcs.client import GCSClient
 
-__all__ = ["CompositeWriter"]
+__all__ = ["MultipartWriter"]
 
 
-class CompositeWriter(io.RawIOBase):
-    """Buffers ``part_size`` bytes at a time and uploads full parts concurrently.
+class MultipartWriter(io.RawIOBase):
+    """Buffers ``part_size`` bytes at a time and uploads full parts concurrently
+    through the client's :class:`~ckptstore.object_store.multipart.MultipartUpload`.
+
+    ``wrap_error`` turns a failed request into the error the caller raises (a
+    :class:`~ckptstore.errors.StorageError` naming the URL and key).
 
     Example::
 
-        writer = CompositeWriter(client, key, part_size=8 << 20, max_in_flight=4)
+        writer = MultipartWriter(client, key, part_size=8 << 20, max_in_flight=4)
         writer.write(b"..."); writer.close()  # the object exists once close returns
     """
 
     def __init__(
         self,
-        client: GCSClient,
+        client: ObjectStoreClient,
         key: str,
         *,
         part_size: int,
@@ -57,9 +64,9 @@ class CompositeWriter(io.RawIOBase):
         self._buffer = bytearray(part_size)
         self._filled = 0
         self._position = 0
-        self._token = client.new_token()
-        self._parts: list[str] = []
-        self._in_flight: deque[Future[None]] = deque()
+        self._upload: MultipartUpload | None = None
+        self._next_part = 0
+        self._in_flight: deque[concurrent.futures.Future[None]] = deque()
         self._failed = False
 
     def writable(self) -> bool:
@@ -84,7 +91,7 @@ class CompositeWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         with self._reported():
             if self.closed:
-                raise ValueError("write to a closed GCS object stream")
+                raise ValueError(f"write to a closed {self._client.options.STORE} object stream")
             view = byte_view(data)
             total = view.nbytes
             while view.nbytes:
@@ -98,18 +105,21 @@ class CompositeWriter(io.RawIOBase):
             return total
 
     def _send_part(self) -> None:
+        client = self._client
+        upload = self._upload
+        if upload is None:
+            upload = self._upload = client.multipart(self._key)
+            client.run(upload.start)
         while len(self._in_flight) >= self._max_in_flight:
             self._collect(self._in_flight.popleft())
-        client = self._client
-        name = client.part_name(self._key, self._token, len(self._parts))
-        full = self._filled == self._part_size
-        body = self._buffer if full else self._buffer[: self._filled]
-        self._parts.append(name)
-        self._in_flight.append(client.submit(lambda: client.put(name, body)))
+        body = PartsReader([memoryview(self._buffer)[: self._filled]])
+        index = self._next_part
+        self._in_flight.append(client.submit(lambda: upload.upload_part(index, body)))
+        self._next_part += 1
         self._buffer = bytearray(self._part_size)
         self._filled = 0
 
-    def _collect(self, future: Future[None]) -> None:
+    def _collect(self, future: concurrent.futures.Future[None]) -> None:
         try:
             future.result()
         except BaseException:
@@ -121,30 +131,34 @@ class CompositeWriter(io.RawIOBase):
             return
         with self._reported():
             try:
-                if self._failed:
-                    self._abort()
-                elif not self._parts:
-                    body = self._buffer[: self._filled]
-                    self._client.run(lambda: self._client.put(self._key, body))
-                else:
-                    if self._filled:
-                        self._send_part()
-                    try:
-                        while self._in_flight:
-                            self._collect(self._in_flight.popleft())
-                    except BaseException:
-                        self._abort()
-                        raise
-                    parts = list(self._parts)
-                    self._client.run(
-                        lambda: self._client.compose_parts(self._key, parts, self._token)
-                    )
+                self._finish()
             finally:
                 self._buffer = bytearray()
                 super().close()
 
+    def _finish(self) -> None:
+        """Abort after a failure, send a small object in one request, or send the last
+        part, wait for every part and complete the upload (aborting it on failure)."""
+        if self._failed:
+            self._abort()
+            return
+        upload = self._upload
+        if upload is None:
+            body = self._buffer[: self._filled]
+            self._client.run(lambda: self._client.put(self._key, body))
+            return
+        try:
+            if self._filled:
+                self._send_part()
+            while self._in_flight:
+                self._collect(self._in_flight.popleft())
+            self._client.run(upload.complete)
+        except BaseException:
+            self._abort()
+            raise
+
     def abort(self) -> None:
-        """Give up: delete the uploaded parts; the object is not created."""
+        """Give up: cancel the upload; the object is not created (or keeps its old value)."""
         if not self.closed:
             self._abort()
             self._buffer = bytearray()
@@ -154,13 +168,11 @@ class CompositeWriter(io.RawIOBase):
         for future in self._in_flight:
             future.cancel()
         for future in self._in_flight:
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(BaseException):  # a cancelled future raises here
                 future.exception()
         self._in_flight.clear()
-        parts = list(self._parts)
-        if parts:
-            with contextlib.suppress(OSError):
-                self._client.run(lambda: self._client.delete_many(parts))
+        if self._upload is not None:
+            self._client.run(self._upload.abort)
 
     def __exit__(
         self,

@@ -1,0 +1,87 @@
+"""The test kit of object-store path types: the path-type and DB-type conformance kits,
+the options' common rules, and the scenarios every object store must survive against a
+real server (from ``ckptstore.testing``) behind a fault proxy.
+
+A plugin's test module subclasses :class:`ObjectStoreKit` and names its path type, the
+``ckptstore.testing`` server it runs on and a few facts; its ``conftest.py`` imports
+:func:`pytest_configure` and :func:`registry` from here. Tests of its own can use the
+helpers of :mod:`ckptstore.testing.object_store.store` (``saver``, ``reload``...).
+
+Example::
+
+    # conftest.py
+    from ckptstore.testing.object_store import pytest_configure, registry
+
+    # test_conformance.py
+    class TestMyStore(ObjectStoreKit):
+        path_type = MyStorePath
+        server = "s3"  # an S3-compatible store: the s3_url, s3_faults... fixtures
+        environment = ("AWS_ENDPOINT_URL_S3",)
+        part_size = 5 << 20
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ckptstore.db_type import DBType
+from ckptstore.plugin.registry import Registry, get_registry, reset_registry
+from ckptstore.testing.conformance import DBTypeConformance, PathTypeConformance
+from ckptstore.testing.object_store.options import OptionsConformance
+from ckptstore.testing.object_store.scenarios import ObjectStoreScenarios
+from ckptstore.testing.object_store.store import (
+    OnObjectStore,
+    StoreUnderTest,
+    object_store_db_types,
+)
+
+__all__ = [
+    "ObjectStoreKit",
+    "ObjectStoreScenarios",
+    "OnObjectStore",
+    "OptionsConformance",
+    "StoreUnderTest",
+    "pytest_configure",
+    "registry",
+]
+
+
+class ObjectStoreKit(
+    ObjectStoreScenarios, OptionsConformance, PathTypeConformance, DBTypeConformance
+):
+    """Everything an object-store path type's tests run: the path-type conformance kit,
+    the DB-type conformance kit for every object-store DB type, the options' common
+    rules and the scenarios.
+
+    Example::
+
+        class TestS3(ObjectStoreKit):
+            path_type = S3Path
+            server = "s3"
+            environment = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID")
+            part_size = 5 << 20
+    """
+
+    @pytest.fixture(params=object_store_db_types())
+    def db_type(self, request: pytest.FixtureRequest) -> DBType:
+        return get_registry().db_type(str(request.param))
+
+
+# -- for conftest.py ----------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load the ``ckptstore.testing`` plugin (servers, buckets, fault proxy); installed,
+    ckptstore registers it through its pytest11 entry point and this does nothing."""
+    if not config.pluginmanager.has_plugin("ckptstore.testing"):
+        config.pluginmanager.import_plugin("ckptstore.testing")
+
+
+@pytest.fixture(autouse=True)
+def registry() -> Iterator[Registry]:
+    """A freshly built plugin registry, rebuilt again after the test."""
+    fresh = reset_registry()
+    yield fresh
+    reset_registry()

@@ -1,0 +1,111 @@
+"""The object-store path type on the in-memory fake: the whole path-type contract, one
+request or parallel parts by size, streamed bodies, no listing on the save path, errors
+that name the object, credential-free ``repr`` and pickling."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from object_store_fakes import (
+    FakeHttpError,
+    MemoryFilesystem,
+    MemoryStorePath,
+    new_filesystem,
+)
+
+from ckptstore import commit as protocol
+from ckptstore.builtin.npz_db import NpzDB
+from ckptstore.errors import ObjectNotFoundError, StorageError
+from ckptstore.io.engine import ParallelIO
+from ckptstore.io.settings import IOSettings
+from ckptstore.object_store.body import PartsReader
+from ckptstore.path_type import PathType
+from ckptstore.testing.conformance import PathTypeConformance
+
+SMALL_PARTS = {"part_size": 4096, "multipart_threshold": 16384, "buffer_bytes": 16384}
+
+
+def open_path(memory: MemoryFilesystem, **options: object) -> MemoryStorePath:
+    return MemoryStorePath("mem://bucket/run", store=memory.name, retry_base_delay=0, **options)
+
+
+class TestMemoryStoreConformance(PathTypeConformance):
+    @pytest.fixture
+    def storage(self, memory: MemoryFilesystem) -> Iterator[PathType]:
+        storage = open_path(memory, **SMALL_PARTS)
+        yield storage
+        storage.close()
+
+
+def test_small_objects_are_one_request_large_ones_parallel_parts(
+    memory: MemoryFilesystem,
+) -> None:
+    storage = open_path(memory, **SMALL_PARTS, max_concurrency=2)
+    storage.write_parts("small", [b"a", np.arange(4, dtype=np.int64)])
+    assert memory.kinds() == ["put"]
+    data = np.arange(5000, dtype=np.int32)  # 20000 bytes: five 4 KiB parts
+    storage.write_parts("large", [b"head", data])
+    assert memory.kinds()[1:] == ["start", *["part"] * 5, "complete"]
+    assert storage.read_bytes("large") == b"head" + data.tobytes()
+    assert memory.buckets["bucket"]["run/large"] == b"head" + data.tobytes()
+
+
+def test_bodies_below_the_threshold_are_streamed_when_large(memory: MemoryFilesystem) -> None:
+    storage = open_path(memory)
+    storage.write_parts("one-mib", [np.ones(1 << 20, dtype=np.uint8)])
+    storage.put_document("doc", b"{}")
+    assert memory.bodies == [PartsReader, bytes]
+
+
+def test_a_failed_part_leaves_no_object_and_names_it(memory: MemoryFilesystem) -> None:
+    storage = open_path(memory, **SMALL_PARTS, retries=0)
+    memory.fail_next("part", FakeHttpError(500), count=1)
+    with pytest.raises(StorageError, match="could not write mem://bucket/run/large") as caught:
+        storage.write_parts("large", [bytes(20000)])
+    assert "PART mem://bucket/run/large failed: HTTP 500" in str(caught.value)
+    assert not storage.exists("large")
+    assert [upload.state for upload in memory.uploads] == ["aborted"]
+
+
+def test_missing_objects_and_sizes(memory: MemoryFilesystem) -> None:
+    storage = open_path(memory)
+    with pytest.raises(ObjectNotFoundError, match="HEAD mem://bucket/run/absent: no such object"):
+        storage.size("absent")
+    storage.write_bytes("present", b"12345")
+    assert storage.size("present") == 5
+    assert storage.read_bytes("present", 1, 0) == b""
+    assert memory.kinds().count("get") == 0  # an empty range needs no request
+
+
+def test_a_checkpoint_is_saved_and_loaded_without_listing(memory: MemoryFilesystem) -> None:
+    storage = open_path(memory, **SMALL_PARTS)
+    engine = ParallelIO(IOSettings(chunk_bytes=4096, memory_budget=1 << 20))
+    blobs = {"w": np.arange(10000, dtype=np.float64), "step": np.array(3)}
+    commit = protocol.write_node(storage, "trainer_0", 1, blobs, NpzDB(), engine)
+    protocol.commit_epoch(storage, 1, [commit])
+    manifest = protocol.open_node(storage, "trainer_0", 1)
+    loaded = protocol.read_blobs(storage, manifest, None, NpzDB(), engine)
+    assert np.array_equal(loaded["w"], blobs["w"])
+    assert "list" not in memory.kinds()
+
+
+def test_accessible_checks_the_bucket_only() -> None:
+    memory = new_filesystem("present")
+    assert MemoryStorePath("mem://present/x", store=memory.name).accessible()
+    assert not MemoryStorePath("mem://absent/x", store=memory.name, retries=0).accessible()
+    assert set(memory.kinds()) == {"bucket"}
+
+
+def test_repr_pickling_closing_and_urls_without_a_bucket(memory: MemoryFilesystem) -> None:
+    storage = open_path(memory, token="sekrit-token", endpoint_url="http://fake:9")
+    assert repr(storage) == "MemoryStorePath('mem://bucket/run', endpoint_url='http://fake:9')"
+    assert "sekrit-token" not in repr(storage.options)
+    clone = pickle.loads(pickle.dumps(storage))
+    assert (clone.bucket, clone.prefix, clone.options.token) == ("bucket", "run", "sekrit-token")
+    clone.close()
+    assert memory.closed == 1
+    with pytest.raises(ValueError, match="a memory URL names a bucket: mem://BUCKET/prefix"):
+        MemoryStorePath("mem://", store=memory.name)

@@ -1,0 +1,82 @@
+"""One retry loop for every backend: transient failures are retried with backoff until
+the attempts run out, anything else fails at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from object_store_fakes import FakeHttpError, FakeRules
+
+from ckptstore.object_store.failures import RequestError
+from ckptstore.object_store.retry import RetryPolicy, call_with_retries
+
+QUICK = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+
+
+class Flaky:
+    """Fails with ``errors`` in turn, then answers ``"done"``.
+
+    Example::
+
+        run(Flaky(ConnectionResetError()))  # 'done', on the second call
+    """
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+def run(operation: Flaky, policy: RetryPolicy = QUICK, **options: object) -> str:
+    return asyncio.run(
+        call_with_retries(
+            operation, policy, FakeRules(), describe="GET mem://b/k", endpoint="memory", **options
+        )
+    )
+
+
+def test_transient_failures_are_retried_until_one_succeeds() -> None:
+    operation = Flaky(ConnectionResetError(), FakeHttpError(503))
+    retried: list[int] = []
+    assert run(operation, on_retry=lambda attempt, error: retried.append(attempt)) == "done"
+    assert operation.calls == 3
+    assert retried == [1, 2]
+
+
+def test_a_permanent_failure_is_not_retried() -> None:
+    operation = Flaky(FakeHttpError(403))
+    with pytest.raises(RequestError) as caught:
+        run(operation)
+    assert operation.calls == 1
+    assert (caught.value.status, caught.value.attempts, caught.value.retryable) == (403, 1, False)
+
+
+def test_the_last_failure_is_raised_when_the_attempts_run_out() -> None:
+    operation = Flaky(*[FakeHttpError(503)] * 5)
+    with pytest.raises(RequestError, match="after 3 attempts") as caught:
+        run(operation)
+    assert operation.calls == 3
+    assert caught.value.retryable
+
+
+def test_backoff_grows_exponentially_with_jitter_up_to_the_maximum() -> None:
+    policy = RetryPolicy(attempts=8, base_delay=0.1, max_delay=1.0)
+    for retry in range(1, 9):
+        ceiling = min(1.0, 0.1 * 2 ** (retry - 1))
+        for _ in range(20):
+            assert ceiling / 2 <= policy.backoff(retry) <= ceiling
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"attempts": 0}, "attempts must be at least 1"), ({"base_delay": -1}, "not be negative")],
+)
+def test_bad_policies_are_refused(settings: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(**settings)  # type: ignore[arg-type]

@@ -273,7 +273,8 @@ class MotoServer(ServerProcess):
 
 class GcsEmulator(ServerProcess):
     """gcp-storage-emulator (the JSON API of Google Cloud Storage), in memory, or on
-    disk under ``data_dir`` (objects then survive a restart). No credentials needed.
+    disk under ``data_dir`` (objects then survive a restart, even one that stops the
+    server mid-write: see :mod:`ckptstore.testing.gcs_emulator`). No credentials needed.
 
     Example::
 
@@ -294,7 +295,7 @@ class GcsEmulator(ServerProcess):
         return [
             sys.executable,
             "-m",
-            "gcp_storage_emulator",
+            "ckptstore.testing.gcs_emulator",  # the emulator, with files written whole
             *storage,
             "start",
             "--host",

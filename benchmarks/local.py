@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.measure import measure
 from benchmarks.peers import remove, tools
-from benchmarks.report import update_docs_section
+from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
 from benchmarks.workload import MiB, make_workload, nbytes
 
 GiB = 1 << 30
@@ -267,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(text)
         if args.docs:
-            docs = Path(__file__).resolve().parent.parent / "docs"
-            update_docs_section(docs / "benchmarks.md", "local-sweep", text)
+            update_docs_section(BENCHMARKS_PAGE, "local-sweep", text)
         return 0
 
     names = args.tools or list(tools())
@@ -310,11 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if args.docs:
-        docs = Path(__file__).resolve().parent.parent / "docs"
         image = f"benchmarks-local-{args.workload}.png"
-        plot(results, size, docs / image)
+        plot(results, size, DOCS / image)
         update_docs_section(
-            docs / "benchmarks.md",
+            BENCHMARKS_PAGE,
             f"local-{args.workload}",
             text + f"\n\n![{args.workload}]({image})",
         )

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.workload import make_workload
 from ckptstore import CheckpointManager, LocalSession, Node
 from ckptstore.manager import DEFAULT_DB_TYPE
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=None, help=f"default: {RESULTS} ({SMOKE_RESULTS.name})"
     )
+    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks.md")
     args = parser.parse_args(argv)
     output: Path = args.output or (SMOKE_RESULTS if args.smoke else RESULTS)
 
@@ -449,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
+    if args.docs:
+        update_docs_section(BENCHMARKS_PAGE, "object-store", text.split("\n", 2)[2].strip())
     print()
     print(text)
     print(f"written to {output}")

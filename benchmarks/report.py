@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+BENCHMARKS_PAGE = DOCS / "benchmarks.md"
+
 
 def update_docs_section(path: Path, name: str, body: str) -> None:
     """Replace the text between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``

@@ -41,6 +41,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 from benchmarks.local import drop_caches
+from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.workload import MiB
 from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace, WorkspaceType
 from ckptstore.dask_session import DaskSession
@@ -193,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--db-type", default=DEFAULT_DB_TYPE)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.smoke:
         args.mib_per_node, args.blobs, args.repeats = 4, 4, 1
@@ -245,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(table)
+    if args.docs:
+        update_docs_section(BENCHMARKS_PAGE, "scaling", table.strip())
     return 0
 
 

@@ -21,9 +21,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from ckptstore.errors import JobConfigurationError
+from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 
 if TYPE_CHECKING:
+    from ckptstore.commit import EpochCommit
     from ckptstore.path_type import PathType
     from ckptstore.stats import NodeStats
 
@@ -77,6 +78,24 @@ class MetadataHandler(ABC):
                 "manager.set_params(nodes) first (JobRunner.train does this)"
             )
         return self.storage
+
+    def require_commit(self, epoch: int) -> EpochCommit:
+        """The commit record of ``epoch``, or an error if it lacks any of this job's
+        nodes: a catalog only records epochs complete on every node."""
+        from ckptstore.commit import read_commit
+
+        storage = self.require_storage()
+        record = read_commit(storage, epoch)
+        missing = set(self.node_names) - (set(record.nodes) if record is not None else set())
+        if record is None or missing:
+            raise CheckpointNotFoundError(
+                storage.display_url,
+                None,
+                epoch,
+                f"refusing to catalog epoch {epoch}: its commit record under "
+                f"{storage.display_url} lacks nodes {sorted(missing)}",
+            )
+        return record
 
     @abstractmethod
     def last_epoch(self, user_epoch: int | None = None) -> int | None:

@@ -119,18 +119,7 @@ class JsonCatalog(MetadataHandler):
             self._store({e: entry for e, entry in current.items() if e not in set(epochs)})
 
     def write(self, epoch: int) -> None:
-        storage = self.require_storage()
-        record = protocol.read_commit(storage, epoch)
-        committed = set(record.nodes) if record is not None else set()
-        missing = set(self.node_names) - committed
-        if record is None or missing:
-            raise CheckpointNotFoundError(
-                storage.display_url,
-                None,
-                epoch,
-                f"refusing to catalog epoch {epoch}: its commit record under "
-                f"{storage.display_url} lacks nodes {sorted(missing)}",
-            )
+        record = self.require_commit(epoch)
         epochs = self.epochs()
         epochs[epoch] = _entry(record)
         self._store(epochs)

@@ -207,17 +207,7 @@ class SqliteCatalog(MetadataHandler):
         return [epoch for epoch, entry in self.epochs().items() if nodes <= set(entry["nodes"])]
 
     def write(self, epoch: int) -> None:
-        storage = self.require_storage()
-        record = protocol.read_commit(storage, epoch)
-        missing = set(self.node_names) - (set(record.nodes) if record is not None else set())
-        if record is None or missing:
-            raise CheckpointNotFoundError(
-                storage.display_url,
-                None,
-                epoch,
-                f"refusing to catalog epoch {epoch}: its commit record under "
-                f"{storage.display_url} lacks nodes {sorted(missing)}",
-            )
+        record = self.require_commit(epoch)
         with self.connect() as connection:
             run_id = self._run_id(connection)
             connection.execute("DELETE FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, epoch))

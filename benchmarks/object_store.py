@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.network import LatencyRelay, NetworkNamespace
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.workload import make_workload
 from ckptstore import CheckpointManager, LocalSession, Node
-from ckptstore.manager import DEFAULT_DB_TYPE
-from ckptstore.plugin.registry import get_registry
+from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE
+from ckptstore.plugin._registry import get_registry
 from ckptstore.testing import MotoServer
-from ckptstore.testing.network import LatencyRelay, NetworkNamespace
 
 GiB = float(1 << 30)
 MiB = 1 << 20

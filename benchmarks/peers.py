@@ -78,8 +78,8 @@ def raw_load(template: Blobs, target: Path) -> Blobs:
 
 def ckptstore_save(db_type: Any, blobs: Blobs, target: Path) -> None:
     from ckptstore import LocalPath, get_registry
-    from ckptstore.commit import commit_epoch, write_node
     from ckptstore.io import ParallelIO
+    from ckptstore.protocol._commit import commit_epoch, write_node
 
     storage = LocalPath(str(target))
     db = get_registry().db_type(db_type)
@@ -89,8 +89,8 @@ def ckptstore_save(db_type: Any, blobs: Blobs, target: Path) -> None:
 
 def ckptstore_load(template: Blobs, target: Path, verify: bool = True) -> Blobs:
     from ckptstore import LocalPath, get_registry
-    from ckptstore.commit import open_node, read_blobs
     from ckptstore.io import ParallelIO
+    from ckptstore.protocol._commit import open_node, read_blobs
 
     storage = LocalPath(str(target))
     manifest = open_node(storage, "node", 1)
@@ -102,8 +102,8 @@ def ckptstore_load(template: Blobs, target: Path, verify: bool = True) -> Blobs:
 def ckptstore_partial_load(blob: str, target: Path) -> np.ndarray:
     """Load one blob of a ckptstore checkpoint (reads only that blob's bytes)."""
     from ckptstore import LocalPath, get_registry
-    from ckptstore.commit import open_node, read_blobs
     from ckptstore.io import ParallelIO
+    from ckptstore.protocol._commit import open_node, read_blobs
 
     storage = LocalPath(str(target))
     manifest = open_node(storage, "node", 1)

@@ -44,8 +44,8 @@ from benchmarks.local import drop_caches
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.workload import MiB
 from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace, WorkspaceType
+from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE
 from ckptstore.dask_session import DaskSession
-from ckptstore.manager import DEFAULT_DB_TYPE
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.md"
 
@@ -145,7 +145,7 @@ def local_storage() -> Iterator[Storage]:
 
 @contextmanager
 def s3_storage() -> Iterator[Storage]:
-    from ckptstore.plugin.registry import get_registry
+    from ckptstore.plugin._registry import get_registry
     from ckptstore.testing.servers import MotoServer
 
     if "s3" not in get_registry().path_types:

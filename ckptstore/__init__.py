@@ -18,46 +18,54 @@ Example::
     JobRunner(job, manager).train(LocalSession())   # run again: resumes by itself
 """
 
-from ckptstore.builtin.copy_upload import CopyUpload
-from ckptstore.builtin.fsspec_path import FsspecPath
-from ckptstore.builtin.json_catalog import JsonCatalog
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.builtin.npz_db import NpzDB
-from ckptstore.builtin.sqlite_catalog import SqliteCatalog
-from ckptstore.builtin.zarr_db import ZarrDB
-from ckptstore.db_type import DBLocation, DBType, WrittenDB
+from ckptstore.builtin._copy_upload import CopyUpload
+from ckptstore.builtin._fsspec_path import FsspecPath
+from ckptstore.builtin._json_catalog import JsonCatalog
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.builtin._sqlite_catalog import SqliteCatalog
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.checkpoint._manager import CheckpointManager
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
+from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
     CkptStoreError,
     CorruptCheckpointError,
     DuplicatePluginError,
+    FrozenGroupError,
     InvalidNameError,
+    InvalidPluginError,
     JobConfigurationError,
+    MissingObjectError,
     NodeLostError,
+    NotRunError,
+    ObjectNotFoundError,
+    PluginError,
+    RangeNotSatisfiableError,
+    RequestError,
     SaveFailedError,
     StorageError,
     TooManySaveFailuresError,
     UnknownPluginError,
     UnsupportedBlobError,
 )
-from ckptstore.io.settings import IOSettings
-from ckptstore.job import Job, epoch_limiter
-from ckptstore.manager import CheckpointManager
-from ckptstore.manifest import BlobRecord, ChunkRecord, NodeManifest
-from ckptstore.metadata import MetadataHandler
-from ckptstore.multinode import MultiNodeCheckpointManager
-from ckptstore.names import db_name, get_ckpt_filename
-from ckptstore.node import Node
-from ckptstore.path_type import PathType
+from ckptstore.execution._job import Job, epoch_limiter
+from ckptstore.execution._node import Node
+from ckptstore.execution._session import LocalSession, Session
+from ckptstore.execution._task import Task, TaskGroup, TaskOutput, WorkspaceType
+from ckptstore.execution._workspace import Workspace
+from ckptstore.io._settings import IOSettings
 from ckptstore.plugin import get_registry, hookimpl
-from ckptstore.retention import KeepLast, RetentionPolicy
-from ckptstore.runner import JobRunner
-from ckptstore.session import LocalSession, Session
-from ckptstore.stats import NodeStats
-from ckptstore.task import Task, TaskGroup, TaskOutput, WorkspaceType
-from ckptstore.upload import UploadTaskGroupBuilder
-from ckptstore.workspace import Workspace
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.records._names import db_name, get_ckpt_filename
+from ckptstore.records._stats import NodeStats
 
 __version__ = "0.1.0"
 
@@ -73,9 +81,11 @@ __all__ = [
     "DBLocation",
     "DBType",
     "DuplicatePluginError",
+    "FrozenGroupError",
     "FsspecPath",
     "IOSettings",
     "InvalidNameError",
+    "InvalidPluginError",
     "Job",
     "JobConfigurationError",
     "JobRunner",
@@ -84,13 +94,19 @@ __all__ = [
     "LocalPath",
     "LocalSession",
     "MetadataHandler",
+    "MissingObjectError",
     "MultiNodeCheckpointManager",
     "Node",
     "NodeLostError",
     "NodeManifest",
     "NodeStats",
+    "NotRunError",
     "NpzDB",
+    "ObjectNotFoundError",
     "PathType",
+    "PluginError",
+    "RangeNotSatisfiableError",
+    "RequestError",
     "RetentionPolicy",
     "SaveFailedError",
     "Session",

@@ -17,6 +17,30 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+__all__ = [
+    "BlobNotFoundError",
+    "CheckpointNotFoundError",
+    "CkptStoreError",
+    "CorruptCheckpointError",
+    "DuplicatePluginError",
+    "FrozenGroupError",
+    "InvalidNameError",
+    "InvalidPluginError",
+    "JobConfigurationError",
+    "MissingObjectError",
+    "NodeLostError",
+    "NotRunError",
+    "ObjectNotFoundError",
+    "PluginError",
+    "RangeNotSatisfiableError",
+    "RequestError",
+    "SaveFailedError",
+    "StorageError",
+    "TooManySaveFailuresError",
+    "UnknownPluginError",
+    "UnsupportedBlobError",
+]
+
 
 class CkptStoreError(Exception):
     """Root of every ckptstore error.
@@ -308,3 +332,53 @@ class NodeLostError(CkptStoreError, RuntimeError):
 
     def __reduce__(self) -> tuple[type[NodeLostError], tuple[str, str, str], dict[str, object]]:
         return type(self), (self.node, self.worker, self.detail), dict(self.__dict__)
+
+
+class RequestError(CkptStoreError, OSError):
+    """An object-store request that failed for good, described without credentials.
+
+    ``status`` is the HTTP status (``None`` if no answer came), ``code`` the store's
+    error code, ``attempts`` how many requests were made, ``retryable`` whether the last
+    failure was a transient one (the retries ran out).
+
+    Example::
+
+        except StorageError as err:
+            cause = err.__cause__  # RequestError: HTTP 503 SlowDown ... after 8 attempts
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        code: str | None = None,
+        attempts: int,
+        retryable: bool,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.attempts = attempts
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class MissingObjectError(RequestError, FileNotFoundError):
+    """The object (not the bucket) does not exist.
+
+    Example::
+
+        except MissingObjectError: return None
+    """
+
+
+class RangeNotSatisfiableError(RequestError):
+    """A ranged read started at or past the end of the object.
+
+    Example::
+
+        except RangeNotSatisfiableError: return b""  # the caller reports it as short
+    """

@@ -17,15 +17,15 @@ import fsspec
 import numpy as np
 
 from ckptstore import Job, Node, Task, TaskOutput, Workspace, epoch_limiter, hookimpl
-from ckptstore.builtin.fsspec_path import FsspecPath
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.db_type import DBType
+from ckptstore._types import Buffer
+from ckptstore.builtin._fsspec_path import FsspecPath
+from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
-from ckptstore.metadata import MetadataHandler
-from ckptstore.path_type import PathType
-from ckptstore.plugin.registry import Registry
-from ckptstore.stats import NodeStats
-from ckptstore.types import Buffer
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import Registry
+from ckptstore.records._stats import NodeStats
 
 # -- storages ----------------------------------------------------------------------------
 

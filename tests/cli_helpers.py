@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ckptstore.multinode import MultiNodeCheckpointManager
-from ckptstore.runner import JobRunner
-from ckptstore.session import LocalSession
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.execution._session import LocalSession
 from ckptstore.testing.conformance import counting_job
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckptstore.plugin.registry import Registry, reset_registry
+from ckptstore.plugin._registry import Registry, reset_registry
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptstore.builtin import local_path
-from ckptstore.demo import DemoConfig, run_demo
+from ckptstore.tools._demo import DemoConfig, run_demo
 
 calls = 0
 

@@ -35,7 +35,7 @@ from ckptstore.object_store import (
     ObjectStorePath,
     RequestError,
 )
-from ckptstore.object_store.ranged import Read
+from ckptstore.object_store._ranged import Read
 
 T = TypeVar("T")
 MiB = 1 << 20

@@ -28,7 +28,7 @@ from ckptstore import (
     db_name,
     epoch_limiter,
 )
-from ckptstore.manager import ManagerBase
+from ckptstore.checkpoint._manager import ManagerBase
 
 Builder = Callable[[], tuple[LocalSession, ManagerBase]]
 FORMATS = ["zarr", "npz"]

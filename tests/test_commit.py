@@ -21,14 +21,14 @@ from ckptstore import (
     NpzDB,
     Workspace,
 )
-from ckptstore import commit as protocol
-from ckptstore.builtin.zarr_db import ZarrDB
-from ckptstore.db_type import DBLocation, DBType, WrittenDB
-from ckptstore.io.engine import ParallelIO
-from ckptstore.io.settings import IOSettings
-from ckptstore.layout import commit_record_key, manifest_key
-from ckptstore.node_ops import CheckpointLocation, load_node
-from ckptstore.path_type import PathType
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.checkpoint._node_tasks import CheckpointLocation, load_node
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.records._layout import commit_record_key, manifest_key
 
 NODE = "trainer_0"
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from doc_examples import run_as_test_module
 
-from ckptstore.plugin.registry import get_registry
+from ckptstore.plugin._registry import get_registry
 
 
 def test_the_documented_test_module_passes(tmp_path: Path) -> None:

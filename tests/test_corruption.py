@@ -25,11 +25,11 @@ from ckptstore import (
     Workspace,
     get_registry,
 )
-from ckptstore.builtin.json_catalog import CATALOG_KEY, JsonCatalog
-from ckptstore.commit import open_node, read_blobs, verify_node
+from ckptstore.builtin._json_catalog import CATALOG_KEY, JsonCatalog
 from ckptstore.io import ParallelIO
-from ckptstore.layout import CONTROL_DIR, MANIFEST_NAME
-from ckptstore.manifest import NodeManifest
+from ckptstore.protocol._commit import open_node, read_blobs, verify_node
+from ckptstore.records._layout import CONTROL_DIR, MANIFEST_NAME
+from ckptstore.records._manifest import NodeManifest
 
 NODES = ["trainer_0", "trainer_1"]
 SAMPLES_PER_FILE = 12

@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 
 from ckptstore import LocalPath, get_registry
-from ckptstore.builtin.json_catalog import JsonCatalog
-from ckptstore.commit import open_node, read_blobs, verify_node
-from ckptstore.demo import DemoConfig, run_demo
+from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.io import ParallelIO
-from ckptstore.layout import (
+from ckptstore.protocol._commit import open_node, read_blobs, verify_node
+from ckptstore.records._layout import (
     CONTROL_DIR,
     RETIRED_MARK,
     STAGING_MARK,
     parse_commit_record_key,
     parse_db_key,
 )
+from ckptstore.tools._demo import DemoConfig, run_demo
 
 CHILD = Path(__file__).with_name("crash_child.py")
 EPOCHS = 12
@@ -156,6 +156,6 @@ def test_sigkill_never_leaves_a_resumable_broken_checkpoint(tmp_path: Path, db_t
 
 
 def _committed_nodes(storage: LocalPath, epoch: int) -> set[str]:
-    from ckptstore.commit import committed_nodes
+    from ckptstore.protocol._commit import committed_nodes
 
     return committed_nodes(storage, epoch)

@@ -19,8 +19,8 @@ from ckptstore import (
     Task,
     epoch_limiter,
 )
-from ckptstore.plugin import spec
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin import _spec as spec
+from ckptstore.plugin._registry import Registry
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 GUIDE = (DOCS / "plugins.md").read_text()

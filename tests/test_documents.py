@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
-from ckptstore.commit import EpochCommit, NodeCommit
-from ckptstore.documents import decode_document, encode_document
-from ckptstore.io.checksum import crc32c_of
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.protocol._commit import EpochCommit, NodeCommit
+from ckptstore.records._documents import decode_document, encode_document
 
 KIND = "ckptstore.test"
 

@@ -21,10 +21,10 @@ from ckptstore import (
     SaveFailedError,
     UnknownPluginError,
 )
-from ckptstore import commit as protocol
-from ckptstore.builtin.zarr_db import ZarrDB
+from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import NotRunError
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
-from ckptstore.documents import encode_document
 from ckptstore.errors import UnsupportedBlobError
-from ckptstore.manifest import MANIFEST_KIND, safe_dtype
+from ckptstore.records._documents import encode_document
+from ckptstore.records._manifest import MANIFEST_KIND, safe_dtype
 
 
 def manifest() -> NodeManifest:

@@ -21,7 +21,7 @@ from ckptstore import (
     SaveFailedError,
     TaskGroup,
 )
-from ckptstore import commit as protocol
+from ckptstore.protocol import _commit as protocol
 
 NODES = ["trainer_0", "trainer_1"]
 

@@ -24,8 +24,8 @@ from ckptstore import (
     db_name,
     get_ckpt_filename,
 )
-from ckptstore.names import join_url, validate_blob_name, validate_key, validate_node_name
-from ckptstore.path_type import PathType
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._names import join_url, validate_blob_name, validate_key, validate_node_name
 
 # -- Caffe2's helpers ------------------------------------------------------------------------
 

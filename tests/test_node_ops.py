@@ -18,9 +18,8 @@ from ckptstore import (
     SaveFailedError,
     Workspace,
 )
-from ckptstore import commit as protocol
-from ckptstore.builtin.zarr_db import ZarrDB
-from ckptstore.node_ops import (
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.checkpoint._node_tasks import (
     CheckpointLocation,
     commit_saves,
     list_blob_names,
@@ -30,7 +29,8 @@ from ckptstore.node_ops import (
     read_blob_names,
     save_node,
 )
-from ckptstore.stats import NodeStats
+from ckptstore.protocol import _commit as protocol
+from ckptstore.records._stats import NodeStats
 
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
 

@@ -8,17 +8,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptstore import commit as protocol
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.builtin.npz_db import NpzDB
-from ckptstore.documents import encode_document
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._retention import (
+    TOMBSTONE_KIND,
+    KeepLast,
+    enforce,
+    plan_retention,
+    tombstone_key,
+)
+from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
-from ckptstore.inventory import committed_epochs
-from ckptstore.io.engine import ParallelIO
-from ckptstore.multinode import MultiNodeCheckpointManager
-from ckptstore.retention import TOMBSTONE_KIND, KeepLast, enforce, plan_retention, tombstone_key
-from ckptstore.runner import JobRunner
-from ckptstore.session import LocalSession
+from ckptstore.execution._session import LocalSession
+from ckptstore.io._engine import ParallelIO
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._inventory import committed_epochs
+from ckptstore.records._documents import encode_document
 from ckptstore.testing.conformance import NODES, counting_job
 
 
@@ -149,7 +155,7 @@ def test_a_failing_deletion_never_fails_the_job(
     monkeypatch.setattr(LocalPath, "delete_tree", refuse)
     manager = MultiNodeCheckpointManager(str(tmp_path / "run"), "npz")
     runner = JobRunner(counting_job(epochs=2), manager, retention=KeepLast(1))
-    with caplog.at_level(logging.WARNING, logger="ckptstore.retention"):
+    with caplog.at_level(logging.WARNING, logger="ckptstore.checkpoint._retention"):
         assert runner.train(LocalSession()) == 2
     assert runner.committed_epochs == [0, 1, 2]
     assert "Retention after epoch 1 failed" in caplog.text

@@ -41,17 +41,17 @@ from ckptstore import (
     Workspace,
     epoch_limiter,
 )
-from ckptstore import commit as protocol
-from ckptstore.builtin.local_path import LocalPath
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.errors import InvalidPluginError
-from ckptstore.manager import ManagerBase
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 
 
 def committed_epochs(root: Path | str) -> list[int]:
-    from ckptstore.builtin.local_path import LocalPath
+    from ckptstore.builtin._local_path import LocalPath
 
     storage = LocalPath(str(root))
     return [e for e in range(10) if protocol.read_commit(storage, e) is not None]

@@ -16,14 +16,14 @@ from ckptstore import (
     NodeManifest,
     NpzDB,
 )
-from ckptstore import commit as protocol
-from ckptstore.builtin.zarr_db import ZarrDB
-from ckptstore.db_type import DBType
-from ckptstore.io.checksum import crc32c_of
-from ckptstore.io.engine import ParallelIO
-from ckptstore.io.settings import IOSettings
-from ckptstore.node_ops import CheckpointLocation
-from ckptstore.transfer import copy_node
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._transfer import copy_node
 
 NODE = "trainer_0"
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ckptstore import BlobNotFoundError, InvalidNameError, UnsupportedBlobError, Workspace
-from ckptstore.workspace import PrivateWorkspace, as_blob
+from ckptstore.execution._workspace import PrivateWorkspace, as_blob
 
 
 def test_workspace_is_a_mapping_holding_arrays_by_reference() -> None:

@@ -27,11 +27,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ckptstore.cli.main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from ckptstore.cli._main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
-from ckptstore.inventory import committed_epochs
-from ckptstore.path_type import PathType
-from ckptstore.plugin.registry import get_registry
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._inventory import committed_epochs
 
 __all__ = [
     "EXIT_CORRUPT",

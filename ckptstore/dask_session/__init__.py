@@ -20,6 +20,6 @@ except ImportError as error:
         "(on the client, the scheduler and every worker)"
     ) from error
 
-from ckptstore.dask_session.session import DaskSession
+from ckptstore.dask_session._session import DaskSession
 
 __all__ = ["DaskSession"]

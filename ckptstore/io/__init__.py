@@ -1,16 +1,36 @@
-"""The chunked, parallel I/O engine every DB type writes and reads through."""
+"""The chunked, parallel I/O engine every DB type writes and reads through: a bounded
+thread pool, a bytes-in-flight memory budget, chunking of arrays, CRC-32C checksums.
 
-from ckptstore.io.budget import MemoryBudget
-from ckptstore.io.checksum import crc32c_of
-from ckptstore.io.engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
-from ckptstore.io.settings import IOSettings
+The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors` (path types
+appear only in type annotations).
+"""
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.io._budget import MemoryBudget
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._chunking import (
+    ArrayChunk,
+    array_bytes,
+    array_chunks,
+    chunk_data,
+    grid_chunk_shape,
+)
+from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.io._settings import IOSettings
 
 __all__ = [
+    "ArrayChunk",
+    "Buffer",
     "IOSettings",
     "MemoryBudget",
     "ParallelIO",
     "ReadRequest",
     "WriteRequest",
     "WriteResult",
+    "array_bytes",
+    "array_chunks",
+    "byte_view",
+    "chunk_data",
     "crc32c_of",
+    "grid_chunk_shape",
 ]

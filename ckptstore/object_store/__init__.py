@@ -15,23 +15,26 @@ Example::
         ...
 """
 
-from ckptstore.object_store.body import Body, PartsReader, request_body, slice_views
-from ckptstore.object_store.client import ObjectInfo, ObjectStoreClient
-from ckptstore.object_store.failures import (
+from ckptstore.object_store._aio import gather_all
+from ckptstore.object_store._body import Body, PartsReader, request_body, slice_views
+from ckptstore.object_store._client import ObjectInfo, ObjectStoreClient
+from ckptstore.object_store._failures import (
     ErrorRules,
     Failure,
     MissingObjectError,
     RangeNotSatisfiableError,
     RequestError,
 )
-from ckptstore.object_store.masking import mask
-from ckptstore.object_store.multipart import MultipartUpload, upload_in_parts
-from ckptstore.object_store.options import ObjectStoreOptions
-from ckptstore.object_store.path import ObjectStorePath
-from ckptstore.object_store.retry import RetryPolicy, call_with_retries
-from ckptstore.object_store.writer import MultipartWriter
+from ckptstore.object_store._masking import MIN_SECRET_LENGTH, mask
+from ckptstore.object_store._multipart import MultipartUpload, upload_in_parts
+from ckptstore.object_store._options import ObjectStoreOptions
+from ckptstore.object_store._path import ObjectStorePath
+from ckptstore.object_store._ranged import Read
+from ckptstore.object_store._retry import RetryPolicy, call_with_retries
+from ckptstore.object_store._writer import MultipartWriter
 
 __all__ = [
+    "MIN_SECRET_LENGTH",
     "Body",
     "ErrorRules",
     "Failure",
@@ -44,9 +47,11 @@ __all__ = [
     "ObjectStorePath",
     "PartsReader",
     "RangeNotSatisfiableError",
+    "Read",
     "RequestError",
     "RetryPolicy",
     "call_with_retries",
+    "gather_all",
     "mask",
     "request_body",
     "slice_views",

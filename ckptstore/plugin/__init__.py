@@ -1,8 +1,14 @@
 """ckptstore's plugin system, built on pluggy.
 
+Owns the extension points: the hook specifications, the abstract contracts a plugin
+implements (DB types, path types, metadata handlers, upload builders) and the registry
+that gathers installed plugins. May import :mod:`ckptstore.execution`,
+:mod:`ckptstore.records`, :mod:`ckptstore.io` and :mod:`ckptstore.errors`; the built-in
+plugins are loaded by module name, never imported here.
+
 Plugins are modules or objects with functions marked ``@hookimpl``; installed
 distributions register them under the ``ckptstore`` entry-point group. The hooks are
-specified in :mod:`ckptstore.plugin.spec`; the plugin authors' guide is
+specified in :mod:`ckptstore.plugin._spec`; the plugin authors' guide is
 ``docs/plugins.md``.
 
 Example::
@@ -14,15 +20,28 @@ Example::
         return [MyFormat]
 """
 
-from ckptstore.plugin.markers import PROJECT_NAME, hookimpl, hookspec
-from ckptstore.plugin.registry import PluginInfo, Registry, get_registry, reset_registry
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
+from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._path_type import PathType, redact_url
+from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
 
 __all__ = [
     "PROJECT_NAME",
+    "DBLocation",
+    "DBType",
+    "MetadataHandler",
+    "PathType",
     "PluginInfo",
     "Registry",
+    "UploadTaskGroupBuilder",
+    "WrittenDB",
     "get_registry",
     "hookimpl",
     "hookspec",
+    "read_raw_blobs",
+    "redact_url",
     "reset_registry",
+    "verify_records",
 ]

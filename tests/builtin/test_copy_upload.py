@@ -20,8 +20,8 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
 )
-from ckptstore import commit as protocol
-from ckptstore.path_type import PathType
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import _commit as protocol
 
 NODES = ("trainer_0", "trainer_1")
 FORMATS = ["npz", "zarr"]

@@ -8,8 +8,8 @@ from ckpt_helpers import memory_keys, memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath
 from ckptstore.errors import ObjectNotFoundError
-from ckptstore.path_type import redact_url
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._path_type import redact_url
+from ckptstore.plugin._registry import Registry
 
 
 def test_round_trip_of_parts_and_ranges() -> None:

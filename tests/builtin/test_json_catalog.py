@@ -17,9 +17,9 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
 )
-from ckptstore.builtin.json_catalog import CATALOG_KEY
-from ckptstore.layout import commit_record_key
-from ckptstore.plugin.registry import Registry
+from ckptstore.builtin._json_catalog import CATALOG_KEY
+from ckptstore.plugin._registry import Registry
+from ckptstore.records._layout import commit_record_key
 
 NODES = ["trainer_0", "trainer_1"]
 

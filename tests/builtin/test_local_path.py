@@ -11,9 +11,9 @@ import pytest
 from ckpt_helpers import files_under
 
 from ckptstore import CorruptCheckpointError, LocalPath, StorageError
-from ckptstore.builtin.local_path import DURABILITY_MODES
+from ckptstore.builtin._local_path import DURABILITY_MODES
 from ckptstore.errors import ObjectNotFoundError
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._registry import Registry
 
 
 def test_round_trip_of_parts_and_ranges(tmp_path: Path) -> None:

@@ -22,11 +22,11 @@ from ckptstore import (
     NodeManifest,
     NpzDB,
 )
-from ckptstore import commit as protocol
-from ckptstore.io.checksum import crc32c_of
-from ckptstore.io.engine import ParallelIO
-from ckptstore.io.settings import IOSettings
-from ckptstore.plugin.registry import Registry
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore import commit as protocol
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.builtin.sqlite_catalog import DATABASE_ENV, SqliteCatalog
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._retention import KeepLast
+from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
-from ckptstore.multinode import MultiNodeCheckpointManager
-from ckptstore.plugin.registry import Registry
-from ckptstore.retention import KeepLast
-from ckptstore.runner import JobRunner
-from ckptstore.session import LocalSession
+from ckptstore.execution._session import LocalSession
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import (
     NODES,
     HandlerFactory,
@@ -28,9 +28,9 @@ from ckptstore.testing.conformance import (
 
 @pytest.fixture(autouse=True)
 def sqlite_registered(registry: Registry) -> None:
-    """Until ``ckptstore.builtin.sqlite_catalog`` is in BUILTIN_PLUGINS, register it."""
+    """Until ``ckptstore.builtin._sqlite_catalog`` is in BUILTIN_PLUGINS, register it."""
     if "sqlite" not in registry.metadata_handlers:
-        registry.register(importlib.import_module("ckptstore.builtin.sqlite_catalog"))
+        registry.register(importlib.import_module("ckptstore.builtin._sqlite_catalog"))
 
 
 class TestSqliteBesideTheCheckpoints(MetadataHandlerConformance):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import Cli, Result, train
 
-from ckptstore.cli.main import main
+from ckptstore.cli._main import main
 
 
 @pytest.fixture

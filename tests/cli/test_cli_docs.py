@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ckptstore.cli._common import EXIT_CODES
-from ckptstore.cli.main import build_parser
+from ckptstore.cli._main import build_parser
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
 

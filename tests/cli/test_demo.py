@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptstore.demo import DemoConfig, run_demo
 from ckptstore.errors import JobConfigurationError
+from ckptstore.tools._demo import DemoConfig, run_demo
 
 
 def ckptstore(*args: str) -> str:
@@ -89,7 +89,7 @@ def test_errors_exit_with_a_message(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ckptstore.cli.main",
+            "ckptstore.cli._main",
             "demo",
             "--dir",
             str(tmp_path),

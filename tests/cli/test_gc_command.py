@@ -6,8 +6,8 @@ from pathlib import Path
 
 from cli_helpers import Cli, train
 
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.inventory import committed_epochs
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.protocol._inventory import committed_epochs
 
 
 def test_dry_run_deletes_nothing(cli: Cli, run_url: str) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ckptstore.cli.main import command_modules, main
+from ckptstore.cli._main import command_modules, main
 
 COMMANDS = [
-    module.__name__.rsplit(".", 1)[1].removesuffix("_command") for module in command_modules()
+    module.__name__.rsplit(".", 1)[1].removeprefix("_").removesuffix("_command")
+    for module in command_modules()
 ]
 
 

@@ -18,10 +18,10 @@ from caffe2_pipeline import build_pipeline
 from distributed import Event, Worker, get_worker
 
 from ckptstore import Job, Node, Session, Task, Workspace, hookimpl
-from ckptstore.builtin.local_path import LocalPath
+from ckptstore._types import Buffer
+from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
-from ckptstore.path_type import PathType
-from ckptstore.types import Buffer
+from ckptstore.plugin._path_type import PathType
 
 NODES = ("trainer_0", "trainer_1", "trainer_2")
 

@@ -26,7 +26,7 @@ from ckptstore import (
 )
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import BlobNotFoundError, JobConfigurationError, NodeLostError
-from ckptstore.task import TaskFn
+from ckptstore.execution._task import TaskFn
 
 NODES = ["trainer_0", "trainer_1", "trainer_2"]
 

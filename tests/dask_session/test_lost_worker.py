@@ -18,11 +18,11 @@ from dask_session.jobs import KillAt, caffe2_job, totals
 from distributed import Client
 
 from ckptstore import JobRunner, MultiNodeCheckpointManager
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.commit import committed_nodes
+from ckptstore.builtin._local_path import LocalPath
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import NodeLostError
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol._commit import committed_nodes
 
 ALL_NODES = set(jobs.NODES)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptstore.dask_session.placement import NodePlacement
+from ckptstore.dask_session._placement import NodePlacement
 from ckptstore.errors import InvalidNameError, JobConfigurationError
 
 LIVE = {"tcp://10.0.0.7:4000": "b", "tcp://10.0.0.5:4000": "a", "tcp://10.0.0.6:4000": "c"}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from ckptstore.dask_session.remote import (
+from ckptstore.dask_session._remote import (
     NodeCall,
     NodeReport,
     WorkspaceStore,
@@ -18,7 +18,7 @@ from ckptstore.dask_session.remote import (
     run_node_calls,
 )
 from ckptstore.errors import BlobNotFoundError, NodeLostError
-from ckptstore.task import WorkspaceType
+from ckptstore.execution._task import WorkspaceType
 
 
 @pytest.fixture

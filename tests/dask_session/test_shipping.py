@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 import threading
 
-from ckptstore.dask_session.shipping import ShippedError
+from ckptstore.dask_session._shipping import ShippedError
 from ckptstore.errors import (
     NodeLostError,
     SaveFailedError,

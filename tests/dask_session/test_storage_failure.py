@@ -12,10 +12,10 @@ from dask_session.jobs import NODES, caffe2_job, totals
 from distributed import Client
 
 from ckptstore import JobRunner, MultiNodeCheckpointManager, NodeStats, SaveFailedError, hookimpl
-from ckptstore.commit import committed_nodes
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import CheckpointNotFoundError
-from ckptstore.plugin.registry import Registry
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol._commit import committed_nodes
 
 
 class FailureReports:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ckptstore.io.budget import MemoryBudget
+from ckptstore.io._budget import MemoryBudget
 
 
 def test_acquire_and_release_track_use_and_peak() -> None:

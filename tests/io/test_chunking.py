@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from ckptstore.io.chunking import array_chunks, byte_view, chunk_data, grid_chunk_shape
+from ckptstore.io._chunking import array_bytes, array_chunks, chunk_data, grid_chunk_shape
 
 DTYPES = ["u1", "<i2", ">i4", "<f4", "<f8", "<c16", "?", "<U3", "S5", "<M8[s]"]
 TARGETS = [1, 7, 16, 64, 256, 4096]
@@ -121,7 +121,7 @@ def test_contiguous_arrays_are_chunked_without_copies() -> None:
     chunk_shape = grid_chunk_shape(array.shape, 8, 1024)
     for chunk in array_chunks(array.shape, 8, chunk_shape):
         assert np.shares_memory(chunk_data(array, chunk, chunk_shape), array)
-    assert np.shares_memory(byte_view(array), array)
+    assert np.shares_memory(array_bytes(array), array)
     fortran = np.asfortranarray(np.arange(12.0).reshape(3, 4))
-    assert not np.shares_memory(byte_view(fortran), fortran)
-    assert byte_view(fortran).tobytes() == c_bytes(fortran)
+    assert not np.shares_memory(array_bytes(fortran), fortran)
+    assert array_bytes(fortran).tobytes() == c_bytes(fortran)

@@ -12,10 +12,10 @@ import pytest
 from ckpt_helpers import memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
-from ckptstore.io.checksum import crc32c_of
-from ckptstore.io.engine import ParallelIO, ReadRequest, WriteRequest
-from ckptstore.io.settings import IOSettings
-from ckptstore.types import Buffer, byte_view
+from ckptstore._types import Buffer, byte_view
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
+from ckptstore.io._settings import IOSettings
 
 KiB = 1 << 10
 LARGE = 300 * KiB  # above ParallelIO.SMALL_REQUEST: never batched

@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 
-from ckptstore.object_store.aio import gather_all
+from ckptstore.object_store._aio import gather_all
 
 
 def test_results_come_back_in_order() -> None:

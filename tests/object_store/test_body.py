@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from ckptstore.object_store.body import (
+from ckptstore.object_store._body import (
     STREAM_THRESHOLD,
     PartsReader,
     request_body,

@@ -8,7 +8,7 @@ import concurrent.futures
 import pytest
 from object_store_fakes import MemoryClient, MemoryFilesystem, MemoryOptions
 
-from ckptstore.object_store.failures import MissingObjectError
+from ckptstore.object_store._failures import MissingObjectError
 
 
 @pytest.fixture

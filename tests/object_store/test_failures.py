@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from object_store_fakes import FakeHttpError, FakeRules
 
-from ckptstore.object_store.failures import (
+from ckptstore.object_store._failures import (
     Failure,
     MissingObjectError,
     RangeNotSatisfiableError,

@@ -3,7 +3,7 @@ left alone."""
 
 from __future__ import annotations
 
-from ckptstore.object_store.masking import mask
+from ckptstore.object_store._masking import mask
 
 
 def test_every_credential_value_is_masked_longest_first() -> None:

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from object_store_fakes import FakeHttpError, MemoryClient, MemoryFilesystem, MemoryOptions
 
-from ckptstore.object_store.body import Body
-from ckptstore.object_store.failures import RequestError
-from ckptstore.object_store.multipart import MultipartUpload, upload_in_parts
+from ckptstore.object_store._body import Body
+from ckptstore.object_store._failures import RequestError
+from ckptstore.object_store._multipart import MultipartUpload, upload_in_parts
 
 
 def client_on(memory: MemoryFilesystem) -> MemoryClient:

@@ -9,8 +9,8 @@ import io
 import numpy as np
 import pytest
 
-from ckptstore.object_store import ranged
-from ckptstore.object_store.ranged import fill_targets, range_header, read_all
+from ckptstore.object_store import _ranged as ranged
+from ckptstore.object_store._ranged import fill_targets, range_header, read_all
 
 
 def test_range_headers() -> None:

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from object_store_fakes import FakeHttpError, FakeRules
 
-from ckptstore.object_store.failures import RequestError
-from ckptstore.object_store.retry import RetryPolicy, call_with_retries
+from ckptstore.object_store._failures import RequestError
+from ckptstore.object_store._retry import RetryPolicy, call_with_retries
 
 QUICK = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
 

@@ -8,7 +8,7 @@ import pytest
 from object_store_fakes import FakeHttpError, MemoryClient, MemoryFilesystem, MemoryOptions
 
 from ckptstore.errors import StorageError
-from ckptstore.object_store.writer import MultipartWriter
+from ckptstore.object_store._writer import MultipartWriter
 
 PART = 1024
 

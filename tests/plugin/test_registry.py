@@ -24,11 +24,11 @@ from ckptstore import (
     UnknownPluginError,
     hookimpl,
 )
-from ckptstore.db_type import DBLocation, DBType, WrittenDB
 from ckptstore.errors import InvalidPluginError
 from ckptstore.plugin import PROJECT_NAME
-from ckptstore.plugin.registry import BUILTIN_PLUGINS, Registry, get_registry, reset_registry
-from ckptstore.stats import NodeStats
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.plugin._registry import BUILTIN_PLUGINS, Registry, get_registry, reset_registry
+from ckptstore.records._stats import NodeStats
 
 DIST = "ckptstore_testfmt"
 
@@ -118,12 +118,14 @@ def test_the_builtins_are_ordinary_plugins(registry: Registry) -> None:
     assert PROJECT_NAME == "ckptstore"
     names = {info.name: info for info in registry.plugins()}
     assert set(BUILTIN_PLUGINS) <= set(names)
-    assert names["ckptstore.builtin.npz_db"].db_types == ("npz",)
-    assert names["ckptstore.builtin.zarr_db"].db_types == ("zarr",)
-    assert names["ckptstore.builtin.json_catalog"].metadata_handlers == ("json",)
-    assert names["ckptstore.builtin.copy_upload"].upload_builders == ("copy",)
-    assert names["ckptstore.builtin.local_path"].path_types == ("local (local paths, file, local)",)
-    assert names["ckptstore.builtin.fsspec_path"].path_types == ("fsspec (*)",)
+    assert names["ckptstore.builtin._npz_db"].db_types == ("npz",)
+    assert names["ckptstore.builtin._zarr_db"].db_types == ("zarr",)
+    assert names["ckptstore.builtin._json_catalog"].metadata_handlers == ("json",)
+    assert names["ckptstore.builtin._copy_upload"].upload_builders == ("copy",)
+    assert names["ckptstore.builtin._local_path"].path_types == (
+        "local (local paths, file, local)",
+    )
+    assert names["ckptstore.builtin._fsspec_path"].path_types == ("fsspec (*)",)
     assert get_registry() is registry
 
 
@@ -173,7 +175,7 @@ def test_two_plugins_claiming_one_name_fail_loudly(registry: Registry) -> None:
     with pytest.raises(DuplicatePluginError) as info:
         registry.register(DBTypesPlugin(OtherNpz), name="impostor")
     assert info.value.name == "npz"
-    assert info.value.providers == ("ckptstore.builtin.npz_db", "impostor")
+    assert info.value.providers == ("ckptstore.builtin._npz_db", "impostor")
     assert "CKPTSTORE_DISABLE_PLUGINS" in str(info.value)
 
 

@@ -22,10 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptstore import commit as protocol
-from ckptstore.builtin.fsspec_path import FsspecPath
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.db_type import DBLocation, DBType, WrittenDB
+from ckptstore.builtin._fsspec_path import FsspecPath
+from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
@@ -34,13 +32,16 @@ from ckptstore.errors import (
     JobConfigurationError,
     UnsupportedBlobError,
 )
-from ckptstore.io.engine import ParallelIO
-from ckptstore.io.settings import IOSettings
-from ckptstore.layout import STAGING_MARK
-from ckptstore.manifest import NodeManifest
-from ckptstore.names import get_ckpt_filename
-from ckptstore.node_ops import CheckpointLocation
-from ckptstore.path_type import PathType
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._transfer import copy_node
+from ckptstore.records._layout import STAGING_MARK
+from ckptstore.records._manifest import NodeManifest
+from ckptstore.records._names import get_ckpt_filename
 from ckptstore.testing.conformance.samples import (
     OPTIONAL_DTYPES,
     REQUIRED_DTYPES,
@@ -49,7 +50,6 @@ from ckptstore.testing.conformance.samples import (
     dtype_sample,
 )
 from ckptstore.testing.conformance.storage import CountingPath, flip_byte, truncate
-from ckptstore.transfer import copy_node
 
 __all__ = ["Checkpoints", "DBTypeConformance"]
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.job import Job, epoch_limiter
-from ckptstore.node import Node
-from ckptstore.task import Task
-from ckptstore.workspace import Workspace
+from ckptstore.execution._job import Job, epoch_limiter
+from ckptstore.execution._node import Node
+from ckptstore.execution._task import Task
+from ckptstore.execution._workspace import Workspace
 
 __all__ = ["NODES", "counting_job", "expected_state"]
 

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import IO
 
-from ckptstore.path_type import PathType
-from ckptstore.types import Buffer
+from ckptstore._types import Buffer
+from ckptstore.plugin._path_type import PathType
 
 __all__ = ["CountingPath", "flip_byte", "truncate"]
 

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore import commit as protocol
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import CkptStoreError
-from ckptstore.io.engine import ParallelIO
-from ckptstore.multinode import MultiNodeCheckpointManager
-from ckptstore.plugin.registry import get_registry
-from ckptstore.runner import JobRunner
-from ckptstore.session import LocalSession
-from ckptstore.task import TaskGroup
+from ckptstore.execution._session import LocalSession
+from ckptstore.execution._task import TaskGroup
+from ckptstore.io._engine import ParallelIO
+from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
-from ckptstore.upload import UploadTaskGroupBuilder
 
 __all__ = ["BuilderFactory", "UploadBuilderConformance"]
 

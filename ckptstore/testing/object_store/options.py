@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ckptstore.object_store.path import ObjectStorePath
+from ckptstore.object_store._path import ObjectStorePath
 
 __all__ = ["OptionsConformance"]
 

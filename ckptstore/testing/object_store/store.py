@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from ckptstore.manager import CheckpointManager
-from ckptstore.node import Node
-from ckptstore.object_store.path import ObjectStorePath
-from ckptstore.path_type import PathType
-from ckptstore.plugin.registry import get_registry
-from ckptstore.session import LocalSession
+from ckptstore.checkpoint._manager import CheckpointManager
+from ckptstore.execution._node import Node
+from ckptstore.execution._session import LocalSession
+from ckptstore.object_store._path import ObjectStorePath
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance import NODES, expected_state
 from ckptstore.testing.proxy import FaultProxy
 

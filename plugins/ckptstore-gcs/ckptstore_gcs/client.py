@@ -20,11 +20,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from ckptstore.object_store.aio import gather_all
-from ckptstore.object_store.body import Body
-from ckptstore.object_store.client import ObjectInfo, ObjectStoreClient
-from ckptstore.object_store.failures import MissingObjectError
-from ckptstore.object_store.ranged import Read
+from ckptstore.object_store import (
+    Body,
+    MissingObjectError,
+    ObjectInfo,
+    ObjectStoreClient,
+    Read,
+    gather_all,
+)
 from ckptstore_gcs.composite import GCSCompositeUpload
 from ckptstore_gcs.errors import GCSErrorRules, HttpStatusError
 from ckptstore_gcs.payload import as_payload

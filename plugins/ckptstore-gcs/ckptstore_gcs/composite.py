@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ckptstore.object_store.aio import gather_all
-from ckptstore.object_store.body import Body
-from ckptstore.object_store.multipart import MultipartUpload
+from ckptstore.object_store import Body, MultipartUpload, gather_all
 
 if TYPE_CHECKING:
     from ckptstore_gcs.client import GCSClient

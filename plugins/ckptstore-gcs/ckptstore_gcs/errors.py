@@ -15,7 +15,7 @@ import asyncio
 
 import aiohttp
 
-from ckptstore.object_store.failures import ErrorRules, Failure
+from ckptstore.object_store import ErrorRules, Failure
 
 __all__ = ["RETRYABLE_STATUSES", "GCSErrorRules", "HttpStatusError"]
 

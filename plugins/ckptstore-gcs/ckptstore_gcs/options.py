@@ -27,7 +27,7 @@ from typing import Any
 
 from gcsfs.core import GCSFileSystem
 
-from ckptstore.object_store.options import ObjectStoreOptions
+from ckptstore.object_store import ObjectStoreOptions
 
 __all__ = ["GCSOptions"]
 

@@ -9,7 +9,7 @@ Example::
 
 from __future__ import annotations
 
-from ckptstore.object_store.path import ObjectStorePath
+from ckptstore.object_store import ObjectStorePath
 from ckptstore_gcs.client import GCSClient
 from ckptstore_gcs.options import GCSOptions
 

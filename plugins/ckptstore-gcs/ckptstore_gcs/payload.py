@@ -14,7 +14,7 @@ from __future__ import annotations
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
-from ckptstore.object_store.body import PartsReader
+from ckptstore.object_store import PartsReader
 
 __all__ = ["ViewsPayload", "as_payload"]
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ckptstore.path_type import PathType
-from ckptstore.plugin.markers import hookimpl
+from ckptstore.plugin import PathType, hookimpl
 from ckptstore_gcs.path import GCSPath
 
 __all__ = ["ckptstore_path_types"]

@@ -13,7 +13,7 @@ import pytest
 from ckptstore_gcs import GCSPath
 
 from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
-from ckptstore import commit as protocol
+from ckptstore.protocol import _commit as protocol
 from ckptstore.testing import FaultProxy, GcsEmulator, wait_for
 from ckptstore.testing.conformance import counting_job
 from ckptstore.testing.object_store import StoreUnderTest

@@ -10,7 +10,7 @@ import numpy as np
 from aiohttp import web
 from ckptstore_gcs.payload import ViewsPayload, as_payload
 
-from ckptstore.object_store.body import PartsReader
+from ckptstore.object_store._body import PartsReader
 
 
 async def post_twice(payloads: list[ViewsPayload]) -> list[tuple[str | None, str | None, bytes]]:

@@ -34,14 +34,18 @@ from typing import Any
 import lmdb
 import numpy as np
 
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.db_type import DBLocation, DBType, WrittenDB
+from ckptstore.builtin import LocalPath
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
-from ckptstore.io.checksum import crc32c_of
-from ckptstore.io.chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.manifest import BlobRecord, ChunkRecord
-from ckptstore.names import validate_key
-from ckptstore.types import byte_view
+from ckptstore.io import (
+    ArrayChunk,
+    array_chunks,
+    byte_view,
+    chunk_data,
+    crc32c_of,
+    grid_chunk_shape,
+)
+from ckptstore.plugin import DBLocation, DBType, WrittenDB
+from ckptstore.records import BlobRecord, ChunkRecord, validate_key
 from ckptstore_lmdb.pages import LmdbFormatError, ValueSpan, value_spans
 
 __all__ = ["DATA_FILE", "LmdbDB", "lmdb_key"]

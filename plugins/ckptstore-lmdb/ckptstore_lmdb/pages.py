@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 
 from ckptstore.errors import CkptStoreError
-from ckptstore.types import Buffer, byte_view
+from ckptstore.io import Buffer, byte_view
 
 __all__ = ["LmdbFormatError", "ValueSpan", "value_spans"]
 

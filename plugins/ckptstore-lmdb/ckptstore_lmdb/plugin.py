@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ckptstore.db_type import DBType
-from ckptstore.plugin.markers import hookimpl
+from ckptstore.plugin import DBType, hookimpl
 from ckptstore_lmdb.db import LmdbDB
 
 __all__ = ["ckptstore_db_types"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ckptstore_lmdb import LmdbDB
 
-from ckptstore.db_type import DBType
+from ckptstore.plugin._db_type import DBType
 from ckptstore.testing.conformance import DBTypeConformance
 
 

@@ -22,9 +22,9 @@ from ckptstore import (
     Task,
     epoch_limiter,
 )
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.io.settings import IOSettings
-from ckptstore.plugin.registry import get_registry
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance import Checkpoints, assert_same_blob, dtype_sample
 
 Array = np.ndarray[Any, Any]
@@ -132,8 +132,8 @@ def test_transactions_stay_within_half_the_memory_budget(
 ) -> None:
     from ckptstore_lmdb import db as lmdb_db
 
-    from ckptstore.commit import write_node
     from ckptstore.io import IOSettings, ParallelIO
+    from ckptstore.protocol._commit import write_node
 
     held: list[int] = []
     batches = lmdb_db._batches

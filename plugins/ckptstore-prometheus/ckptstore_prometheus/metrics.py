@@ -30,8 +30,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ckptstore.plugin.markers import hookimpl
-from ckptstore.stats import NodeStats
+from ckptstore.plugin import hookimpl
+from ckptstore.records import NodeStats
 
 __all__ = ["DURATION_BUCKETS", "CheckpointMetrics"]
 

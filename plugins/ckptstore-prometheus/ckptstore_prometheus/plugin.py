@@ -20,8 +20,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from ckptstore.plugin.markers import hookimpl
-from ckptstore.stats import NodeStats
+from ckptstore.plugin import hookimpl
+from ckptstore.records import NodeStats
 from ckptstore_prometheus.metrics import CheckpointMetrics
 
 __all__ = ["ADDR_ENV", "PORT_ENV", "ckptstore_report", "default_metrics", "serve"]

@@ -22,7 +22,7 @@ from ckptstore import (
     Task,
     epoch_limiter,
 )
-from ckptstore.plugin.registry import get_registry, reset_registry
+from ckptstore.plugin._registry import get_registry, reset_registry
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

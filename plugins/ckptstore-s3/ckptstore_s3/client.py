@@ -13,10 +13,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from ckptstore.object_store.body import Body, PartsReader
-from ckptstore.object_store.client import ObjectInfo, ObjectStoreClient
-from ckptstore.object_store.failures import MissingObjectError, RequestError
-from ckptstore.object_store.ranged import Read
+from ckptstore.object_store import (
+    Body,
+    MissingObjectError,
+    ObjectInfo,
+    ObjectStoreClient,
+    PartsReader,
+    Read,
+    RequestError,
+)
 from ckptstore_s3.errors import S3ErrorRules
 from ckptstore_s3.multipart import S3MultipartUpload
 

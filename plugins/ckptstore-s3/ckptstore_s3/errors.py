@@ -5,7 +5,7 @@ Throttling (503 ``SlowDown``, 429), server errors (5xx), request timeouts, dropp
 refused connections and truncated bodies are retried; anything else (404, 403, a bad
 request) fails at once. botocore's own retries are switched off
 (:meth:`~ckptstore_s3.options.S3Options.s3fs_kwargs`), so the policy of
-:mod:`ckptstore.object_store.retry` is the only one.
+:mod:`ckptstore.object_store._retry` is the only one.
 
 Example::
 
@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import botocore.exceptions
 
-from ckptstore.object_store.failures import ErrorRules, Failure
+from ckptstore.object_store import ErrorRules, Failure
 
 __all__ = ["RETRYABLE_CODES", "S3ErrorRules"]
 

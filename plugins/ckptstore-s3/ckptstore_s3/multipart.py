@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptstore.object_store.body import Body
-from ckptstore.object_store.failures import RequestError
-from ckptstore.object_store.multipart import MultipartUpload
+from ckptstore.object_store import Body, MultipartUpload, RequestError
 
 if TYPE_CHECKING:
     from ckptstore_s3.client import S3Client

@@ -32,7 +32,7 @@ from typing import Any
 
 import fsspec
 
-from ckptstore.object_store.options import ObjectStoreOptions
+from ckptstore.object_store import ObjectStoreOptions
 from ckptstore_s3.redaction import protect
 
 __all__ = ["MIN_PART_SIZE", "S3Options"]
@@ -172,7 +172,7 @@ class S3Options(ObjectStoreOptions):
 
     def s3fs_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`s3fs.S3FileSystem` (requests untouched by
-        botocore's own retries: :mod:`ckptstore.object_store.retry` retries them)."""
+        botocore's own retries: :mod:`ckptstore.object_store._retry` retries them)."""
         config: dict[str, Any] = {
             "max_pool_connections": self.max_connections,
             "connect_timeout": self.connect_timeout,

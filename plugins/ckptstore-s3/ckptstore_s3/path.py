@@ -9,7 +9,7 @@ Example::
 
 from __future__ import annotations
 
-from ckptstore.object_store.path import ObjectStorePath
+from ckptstore.object_store import ObjectStorePath
 from ckptstore_s3.client import S3Client
 from ckptstore_s3.options import S3Options
 

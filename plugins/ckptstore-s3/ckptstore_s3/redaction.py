@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
-from ckptstore.object_store.masking import MIN_SECRET_LENGTH, mask
+from ckptstore.object_store import MIN_SECRET_LENGTH, mask
 
 __all__ = ["PROTECTED_LOGGERS", "SecretMaskingFilter", "protect"]
 

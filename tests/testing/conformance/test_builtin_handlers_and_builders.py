@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptstore.builtin.copy_upload import CopyUpload
-from ckptstore.builtin.json_catalog import JsonCatalog
+from ckptstore.builtin._copy_upload import CopyUpload
+from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.testing.conformance import (
     BuilderFactory,
     HandlerFactory,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore.builtin.fsspec_path import FsspecPath
-from ckptstore.builtin.local_path import LocalPath
-from ckptstore.path_type import PathType
+from ckptstore.builtin._fsspec_path import FsspecPath
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.plugin._path_type import PathType
 from ckptstore.testing.conformance import PathTypeConformance
 
 

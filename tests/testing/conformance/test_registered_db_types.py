@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptstore.db_type import DBType
-from ckptstore.plugin.registry import get_registry
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance import DBTypeConformance
 
 REGISTERED = sorted(get_registry().db_types)

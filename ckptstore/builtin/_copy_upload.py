@@ -1,0 +1,99 @@
+"""The ``copy`` upload builder: copy an epoch's committed checkpoints to another URL.
+
+Every node copies its own checkpoint in parallel (on its own worker under a
+distributed session), verifying checksums on the way; the destination's commit record
+is written last, once every node's copy is complete. Restores can then come from
+either tier (``manager.load(epoch, path_prefix=dest)``).
+
+Example::
+
+    JobRunner(job, manager, upload_task_group_builder=CopyUpload("s3://bucket/run"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from ckptstore.checkpoint._manager import ManagerBase
+from ckptstore.checkpoint._node_tasks import commit_saves
+from ckptstore.execution._node import Node
+from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
+from ckptstore.plugin._markers import hookimpl
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._transfer import copy_node_task
+
+__all__ = ["CopyUpload"]
+
+
+class CopyUpload(UploadTaskGroupBuilder):
+    """Copies the final committed epoch to ``dest`` (any path type's URL).
+
+    ``storage_options`` go to the destination's path type; ``verify`` reads the copy
+    back and checks every checksum before committing it.
+
+    Example::
+
+        CopyUpload("gs://bucket/run", storage_options={"token": "anon"})
+    """
+
+    name = "copy"
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        path_type: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        verify: bool = True,
+    ) -> None:
+        self.dest = dest
+        self.path_type = path_type
+        self.storage_options = dict(storage_options or {})
+        self.verify = verify
+        self._storage: PathType | None = None
+
+    @property
+    def storage(self) -> PathType:
+        """The destination root, opened on first use."""
+        if self._storage is None:
+            self._storage = get_registry().open_path(
+                self.dest, self.path_type, **self.storage_options
+            )
+        return self._storage
+
+    def __repr__(self) -> str:
+        return f"CopyUpload({self.storage.display_url!r})"
+
+    def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
+        dest = self.storage
+        nodes = checkpoint_manager.node_names()
+        source = checkpoint_manager.location
+        group = TaskGroup(
+            WorkspaceType.GLOBAL,
+            before_run=partial(protocol.retract_epoch, dest, epoch, nodes),
+            after_run=partial(commit_saves, storage=dest, epoch=epoch),
+        )
+        for node in nodes:
+            with Node(node), group:
+                Task(
+                    partial(
+                        copy_node_task,
+                        source=source,
+                        dest=dest,
+                        node=node,
+                        epoch=epoch,
+                        verify=self.verify,
+                    ),
+                    name="checkpoint_upload",
+                )
+        return group
+
+
+@hookimpl
+def ckptstore_upload_builders() -> list[type[UploadTaskGroupBuilder]]:
+    return [CopyUpload]

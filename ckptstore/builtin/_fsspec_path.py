@@ -1,0 +1,171 @@
+"""The ``fsspec`` path type: any URL fsspec understands (``memory://``, ``ftp://``...).
+
+It serves every protocol no dedicated plugin claims, except the object stores that have
+first-party plugins (``s3``, ``gs``), which need those plugins' retries and tuning.
+Object-store plugins subclass it and only add options, retries and tuning.
+
+Example::
+
+    CheckpointManager("memory://runs/a", "trainer_0", "npz")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any, ClassVar
+
+import fsspec
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._markers import hookimpl
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._names import validate_key
+
+__all__ = ["FsspecPath"]
+
+
+class FsspecPath(PathType):
+    """A checkpoint root on any fsspec filesystem; keyword options go to fsspec.
+
+    Example::
+
+        FsspecPath("memory://ckpt").write_bytes("a/b", b"data")
+    """
+
+    name = "fsspec"
+    protocols: ClassVar[tuple[str, ...]] = ("*",)
+    default_io = IOSettings(chunk_bytes=16 << 20, concurrency=16, memory_budget=256 << 20)
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        super().__init__(url)
+        self._storage_options = storage_options
+        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        self.root = root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.display_url!r})"
+
+    def _path(self, key: str) -> str:
+        key = validate_key(key)
+        return f"{self.root}/{key}" if self.root else key
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, key: str | None) -> Iterator[None]:
+        try:
+            yield
+        except (StorageError, CorruptCheckpointError):
+            raise
+        except FileNotFoundError as error:
+            raise ObjectNotFoundError(self.display_url, key, action, error) from None
+        except OSError as error:
+            raise StorageError(self.display_url, key, action, error) from error
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        path = self._path(key)
+        data = b"".join(byte_view(p) for p in parts)
+        with self._errors("write", key):
+            try:
+                self.fs.pipe_file(path, data)
+            except FileNotFoundError:
+                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+                self.fs.pipe_file(path, data)
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        total = sum(target.nbytes for target in targets)
+        data = self.read_bytes(key, offset, total)
+        if len(data) < total:
+            raise CorruptCheckpointError(
+                f"the object ends {total - len(data)} bytes before the end of the recorded range",
+                url=self.display_url,
+                file=key,
+            )
+        position = 0
+        for target in targets:
+            flat = target.cast("B") if target.format != "B" else target
+            flat[:] = data[position : position + flat.nbytes]
+            position += flat.nbytes
+
+    def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        path = self._path(key)
+        end = None if length is None else offset + length
+        with self._errors("read", key):
+            return bytes(self.fs.cat_file(path, start=offset or None, end=end))
+
+    def exists(self, key: str) -> bool:
+        with self._errors("check", key):
+            return bool(self.fs.exists(self._path(key)))
+
+    def size(self, key: str) -> int:
+        with self._errors("read size of", key):
+            return int(self.fs.size(self._path(key)))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            with self._errors("delete", key), contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(self._path(key))
+
+    def delete_tree(self, prefix: str) -> None:
+        path = self._path(prefix)
+        with self._errors("delete", prefix), contextlib.suppress(FileNotFoundError):
+            self.fs.rm(path, recursive=True)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        with self._errors("list", prefix or None):
+            try:
+                found = self.fs.find(base)
+            except FileNotFoundError:
+                return []
+        cut = len(self.root) + 1 if self.root else 0
+        return sorted(path[cut:] for path in found)
+
+    def open_write(self, key: str) -> IO[bytes]:
+        path = self._path(key)
+        with self._errors("write", key):
+            with contextlib.suppress(OSError):  # a store without directories
+                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            return _AppendOnly(self.fs.open(path, "wb"))  # type: ignore[return-value]
+
+    def accessible(self) -> bool:
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+        except OSError:
+            return False
+        return True
+
+
+class _AppendOnly(io.RawIOBase):
+    """A write stream that says plainly it cannot seek (zipfile then streams)."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        super().__init__()
+        self._inner = inner
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data: Any) -> int:
+        count: int = self._inner.write(data)
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
+
+
+@hookimpl
+def ckptstore_path_types() -> list[type[PathType]]:
+    return [FsspecPath]

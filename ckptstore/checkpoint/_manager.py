@@ -1,0 +1,416 @@
+"""CheckpointManager: checkpoints one node's state, with Caffe2's methods and call shapes.
+
+Example::
+
+    manager = CheckpointManager("/ckpt", "trainer_0", "zarr", metadata_handler="json")
+    JobRunner(job, manager).train(LocalSession())
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from ckptstore.checkpoint._node_tasks import (
+    list_blob_names,
+    load_node,
+    node_exists,
+    partial_load,
+    read_blob_names,
+    save_node,
+)
+from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
+from ckptstore.execution._node import Node
+from ckptstore.execution._task import Task, TaskGroup, TaskOutput
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._commit import open_node, verify_node
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._names import db_name, validate_node_name
+from ckptstore.records._stats import NodeStats
+
+__all__ = ["DEFAULT_DB_TYPE", "CheckpointManager", "ManagerBase"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DB_TYPE = "zarr"
+
+
+class ManagerBase(ABC):
+    """What single- and multi-node managers share: settings, the metadata handler, and
+    reporting of the last operation's stats.
+
+    Example::
+
+        manager.report_checkpoint_stats("checkpoint_save")
+    """
+
+    def __init__(
+        self,
+        location: CheckpointLocation,
+        metadata_handler: str | MetadataHandler | Any | None,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
+        self._location = location
+        self.retention = retention
+        self._db_prefix = location.prefix
+        self._db_type = location.db_type
+        self._metadata_handler = get_registry().metadata_handler(metadata_handler)
+        self._stats_outputs: list[TaskOutput] = []
+        self._path_prefix: str | None = None
+        self._path_type: str | None = None
+
+    @property
+    def db_prefix(self) -> str:
+        return self._db_prefix
+
+    @property
+    def db_type(self) -> DBType:
+        return self._db_type
+
+    @property
+    def metadata_handler(self) -> Any:
+        return self._metadata_handler
+
+    @property
+    def location(self) -> CheckpointLocation:
+        """The opened checkpoint root, format and I/O settings."""
+        return self._location
+
+    def _read_location(self, path_prefix: str | None, path_type: str | None) -> CheckpointLocation:
+        return self._location.at(path_prefix or self._path_prefix, path_type or self._path_type)
+
+    @abstractmethod
+    def node_names(self) -> list[str]:
+        """The node names checkpoints are filed under."""
+
+    @abstractmethod
+    def init(
+        self,
+        nodes: Sequence[str] | None = None,
+        retrieve_from_epoch: int | None = None,
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+    ) -> Task | TaskGroup:
+        """What records the blobs to checkpoint (run it before save or load)."""
+
+    @abstractmethod
+    def save(self, epoch: int) -> Task | TaskGroup:
+        """What saves and commits ``epoch``."""
+
+    @abstractmethod
+    def load(
+        self, epoch: int, path_prefix: str | None = None, path_type: str | None = None
+    ) -> Task | TaskGroup:
+        """What loads ``epoch`` back into the workspaces."""
+
+    @abstractmethod
+    def set_params(
+        self, nodes: Sequence[str], path_prefix: str | None = None, path_type: str | None = None
+    ) -> None:
+        """Record the job's nodes (and a read prefix) and pass them to the handler."""
+
+    def collect_checkpoint_stats(self, stats: dict[str, NodeStats]) -> None:
+        """Add the last operation's per-node stats to ``stats`` (``{db_path: stats}``)."""
+        for output in self._stats_outputs:
+            try:
+                value = output.fetch()
+            except NotRunError:
+                log.warning("Failed to collect checkpoint stats: the operation did not run")
+                continue
+            for node_stats in value if isinstance(value, list) else [value]:
+                stats[node_stats.db_path] = node_stats
+
+    def report_checkpoint_stats(self, action_name: str) -> None:
+        """Send the last operation's stats to the metadata handler and every reporter."""
+        stats: dict[str, NodeStats] = {}
+        self.collect_checkpoint_stats(stats)
+        self.report(action_name, stats)
+
+    def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
+        """Send ``stats`` to the metadata handler (if any) and to every
+        ``ckptstore_report`` plugin. A failing report is logged, never raised: it comes
+        after the operation it describes, which succeeded or failed on its own."""
+        handler = self._metadata_handler
+        if handler is not None and hasattr(handler, "report"):
+            try:
+                handler.report(action_name, stats)
+            except Exception:
+                log.warning(
+                    "metadata handler %r failed to report %s", handler, action_name, exc_info=True
+                )
+        get_registry().report(action_name, stats)
+
+    def failure_stats(
+        self,
+        epoch: int,
+        node_errors: Mapping[str, str],
+        action: str = "checkpoint_save_failed",
+    ) -> dict[str, NodeStats]:
+        """Stats describing a failed operation on ``epoch`` (by default a save)."""
+        stats = {}
+        for node, error in node_errors.items():
+            path = self._location.db_path(node, epoch)
+            stats[path] = NodeStats(node, epoch, path, action, error=error)
+        return stats
+
+    def write_checkpoint_metadata(self, epoch: int) -> None:
+        """Tell the metadata handler that ``epoch`` is committed."""
+        if self._metadata_handler is not None:
+            self._metadata_handler.write(epoch=epoch)
+
+    def get_resume_from_epoch_id(self, user_epoch: int | None = None) -> int | None:
+        """The epoch to resume from: the handler's answer if there is a handler, else
+        ``user_epoch``."""
+        if self._metadata_handler is not None:
+            result: int | None = self._metadata_handler.last_epoch(user_epoch=user_epoch)
+            return result
+        return user_epoch
+
+    def _set_params(
+        self, node_names: list[str], path_prefix: str | None, path_type: str | None
+    ) -> None:
+        if path_prefix:
+            self._path_prefix = path_prefix
+        if path_type:
+            self._path_type = path_type
+        handler = self._metadata_handler
+        if handler is None:
+            return
+        arguments: dict[str, Any] = {
+            "db_prefix": self._db_prefix,
+            "db_type": self._db_type.name,
+            "node_names": node_names,
+            "path_prefix": path_prefix,
+            "path_type": path_type,
+        }
+        if isinstance(handler, MetadataHandler):
+            arguments["storage"] = self.location.storage
+        handler.set_params(**arguments)
+
+    def cp_accessible(self, epoch: int | None = None) -> bool:
+        """Whether checkpoints can be written now (the handler's answer, else the
+        storage's)."""
+        if self._metadata_handler is not None:
+            return bool(self._metadata_handler.cp_accessible(epoch))
+        return self.location.storage.accessible()
+
+    def verify(self, epoch: int) -> list[CorruptCheckpointError]:
+        """Check every stored byte of ``epoch``'s checkpoints, on every node, against
+        the checksums recorded when they were written, without loading anything into a
+        workspace. Returns one error per damaged chunk or file (empty: intact); raises
+        :class:`~ckptstore.errors.CheckpointNotFoundError` if the epoch is not committed.
+        """
+        location = self.location
+        problems: list[CorruptCheckpointError] = []
+        for node in self.node_names():
+            try:
+                manifest = open_node(location.storage, node, epoch)
+            except CorruptCheckpointError as error:
+                problems.append(error)
+                continue
+            reader = location.reader_for(manifest)
+            problems.extend(verify_node(location.storage, node, epoch, reader, location.engine()))
+        return problems
+
+
+class CheckpointManager(ManagerBase):
+    """Saves and loads one node's checkpoints under ``db_prefix``.
+
+    ``db_type`` and ``metadata_handler`` are registered names (``"zarr"``, ``"npz"``,
+    ``"json"``) or instances. Checkpoint files are named after ``node_name``
+    (``<db_prefix>/<node_name>.<epoch>``); the workspace saved is the one of the node
+    passed to :meth:`init` (``JobRunner`` passes the job's node), else the current node.
+
+    ``retention`` (e.g. ``KeepLast(3)``) is applied by the runner after each committed
+    save. ``io`` tunes the chunked I/O engine; ``path_type`` forces a path type instead of
+    choosing it from the URL; ``storage_options`` go to the path type (endpoint,
+    credentials...).
+
+    Example::
+
+        manager = CheckpointManager("/ckpt", "trainer_0", "npz")
+        session.run(manager.init(["trainer_0"]))
+        session.run(manager.save(1))
+        session.run(manager.load(1))
+    """
+
+    BLOB_NAMES = "blob_names"
+
+    def __init__(
+        self,
+        db_prefix: str,
+        node_name: str,
+        db_type: str | DBType = DEFAULT_DB_TYPE,
+        metadata_handler: str | MetadataHandler | Any | None = None,
+        *,
+        io: IOSettings | None = None,
+        path_type: str | None = None,
+        storage_options: Mapping[str, object] | None = None,
+        location: CheckpointLocation | None = None,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            location
+            or CheckpointLocation.open(
+                db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+            ),
+            metadata_handler,
+            retention,
+        )
+        self._node_name = validate_node_name(str(node_name))
+        self._workspace_node: str | None = None
+        self._names_output: TaskOutput | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self._location.storage.display_url!r}, "
+            f"{self._node_name!r}, {self._db_type.name!r})"
+        )
+
+    # -- accessors --------------------------------------------------------------------
+
+    @property
+    def node_name(self) -> str:
+        """The node name checkpoints are filed under."""
+        return self._node_name
+
+    def _task_node(self) -> str:
+        return self._workspace_node or Node.current()
+
+    # -- Caffe2 API -------------------------------------------------------------------
+
+    def init(
+        self,
+        nodes: Sequence[str] | None = None,
+        retrieve_from_epoch: int | None = None,
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+    ) -> Task:
+        """A task that records which blobs to checkpoint: every blob in the node's
+        workspace now, or (``retrieve_from_epoch``) the blobs stored in that epoch."""
+        if nodes is not None and len(nodes) != 1:
+            raise JobConfigurationError(
+                f"CheckpointManager checkpoints one node, got {list(nodes)}; use "
+                "MultiNodeCheckpointManager for several"
+            )
+        self._workspace_node = validate_node_name(str(nodes[0])) if nodes else Node.current()
+        if retrieve_from_epoch is None:
+            fn: Any = list_blob_names
+        else:
+            fn = partial(
+                read_blob_names,
+                location=self._read_location(path_prefix, path_type),
+                node=self._node_name,
+                epoch=retrieve_from_epoch,
+            )
+        task = Task(fn, name="checkpoint_init", node=self._workspace_node, result_is_output=True)
+        self._names_output = task.outputs()[0]
+        return task
+
+    def blob_list(self) -> list[str]:
+        """The blob names recorded by the task :meth:`init` returned (run it first)."""
+        if self._names_output is None:
+            raise JobConfigurationError("call manager.init(...) and run its task before save/load")
+        try:
+            return list(self._names_output.fetch())
+        except NotRunError:
+            raise NotRunError(
+                "the task returned by manager.init(...) has not run yet: run it in the session "
+                "before building save or load tasks"
+            ) from None
+
+    def save(self, epoch: int) -> Task:
+        """A task that saves the node's blobs as epoch ``epoch`` and commits it."""
+        return self.save_task(epoch, commit=True)
+
+    def save_task(self, epoch: int, *, commit: bool) -> Task:
+        """The save task; ``commit=False`` leaves committing to a multi-node group."""
+        task = Task(
+            partial(
+                save_node,
+                location=self.location,
+                node=self._node_name,
+                epoch=epoch,
+                names=self.blob_list(),
+                commit=commit,
+            ),
+            name="checkpoint_save",
+            node=self._task_node(),
+            result_is_output=True,
+        )
+        self._stats_outputs = [task.outputs()[0]]
+        return task
+
+    def load(
+        self, epoch: int, path_prefix: str | None = None, path_type: str | None = None
+    ) -> Task:
+        """A task that loads every listed blob from epoch ``epoch`` (all or nothing).
+
+        ``path_prefix`` reads from another checkpoint root, such as an upload tier.
+        """
+        task = Task(
+            partial(
+                load_node,
+                location=self._read_location(path_prefix, path_type),
+                node=self._node_name,
+                epoch=epoch,
+                names=self.blob_list(),
+            ),
+            name="checkpoint_load",
+            node=self._task_node(),
+            result_is_output=True,
+        )
+        self._stats_outputs = [task.outputs()[0]]
+        return task
+
+    def load_blobs_from_checkpoint(self, blob_names: Sequence[str], epoch: int) -> Task:
+        """A task that loads ``blob_names`` from this node's checkpoint of ``epoch`` into
+        the workspace of the current node."""
+        task = Task(
+            partial(
+                partial_load,
+                location=self._read_location(None, None),
+                nodes=[self._node_name],
+                epoch=epoch,
+                names=list(blob_names),
+            ),
+            name="checkpoint_partial_load",
+            result_is_output=True,
+        )
+        self._stats_outputs = [task.outputs()[0]]
+        return task
+
+    def check_db_exists(self, epoch: int) -> Task:
+        """A task whose output is whether this node's checkpoint of ``epoch`` is committed."""
+        return Task(
+            partial(
+                node_exists,
+                location=self._read_location(None, None),
+                node=self._node_name,
+                epoch=epoch,
+            ),
+            name="check_db_exists",
+            result_is_output=True,
+        )
+
+    def set_params(
+        self, nodes: Sequence[str], path_prefix: str | None = None, path_type: str | None = None
+    ) -> None:
+        """Remember a read prefix/type and pass the job's parameters to the handler."""
+        self._set_params([self._node_name], path_prefix, path_type)
+
+    def node_names(self) -> list[str]:
+        return [self._node_name]
+
+    def get_ckpt_db_name(self, node_name: str, epoch: int) -> str | None:
+        """Where ``node_name``'s checkpoint of ``epoch`` lives, if it is this manager's."""
+        if str(node_name) != self._node_name:
+            return None
+        return db_name(epoch, self._node_name, self._db_prefix)

@@ -1,0 +1,204 @@
+"""MultiNodeCheckpointManager: checkpoints every node of a job, committing an epoch only
+when all of them saved it.
+
+Example::
+
+    manager = MultiNodeCheckpointManager("s3://bucket/run", "zarr", metadata_handler="json")
+    JobRunner(job, manager).train(session)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from ckptstore.checkpoint._manager import (
+    DEFAULT_DB_TYPE,
+    CheckpointManager,
+    ManagerBase,
+)
+from ckptstore.checkpoint._node_tasks import commit_saves, partial_load
+from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.errors import JobConfigurationError
+from ckptstore.execution._node import Node
+from ckptstore.execution._session import Session
+from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._names import db_name, validate_node_name
+
+__all__ = ["MultiNodeCheckpointManager"]
+
+log = logging.getLogger(__name__)
+
+
+class MultiNodeCheckpointManager(ManagerBase):
+    """One :class:`CheckpointManager` per node, driven together.
+
+    Saves run on every node at once (each node writes its own data); the epoch's commit
+    record is written only once every node succeeded. Per-node managers have no
+    metadata handler: this object alone talks to it, as in Caffe2.
+
+    Example::
+
+        manager = MultiNodeCheckpointManager("/ckpt", "npz")
+        session.run(manager.init(["trainer_0", "trainer_1"]))
+        session.run(manager.save(1))  # commits epoch 1 once both nodes saved
+        manager.get_ckpt_db_name("trainer_1", 1)  # '/ckpt/trainer_1.1'
+    """
+
+    def __init__(
+        self,
+        db_prefix: str,
+        db_type: str | DBType = DEFAULT_DB_TYPE,
+        metadata_handler: str | MetadataHandler | Any | None = None,
+        *,
+        io: IOSettings | None = None,
+        path_type: str | None = None,
+        storage_options: Mapping[str, object] | None = None,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
+        location = CheckpointLocation.open(
+            db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+        )
+        super().__init__(location, metadata_handler, retention)
+        self._node_managers: list[tuple[str, CheckpointManager]] | None = None
+        self._node_names: list[str] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.location.storage.display_url!r}, "
+            f"{self._db_type.name!r}, nodes={self._node_names})"
+        )
+
+    def node_managers(self) -> list[tuple[str, CheckpointManager]]:
+        """``(node name, per-node manager)`` pairs, in the job's node order."""
+        return list(self._require_managers())
+
+    def node_names(self) -> list[str]:
+        """The nodes this manager checkpoints (after :meth:`init`)."""
+        return [node for node, _ in self._require_managers()]
+
+    def _require_managers(self) -> list[tuple[str, CheckpointManager]]:
+        if self._node_managers is None:
+            raise JobConfigurationError("call manager.init(nodes) first")
+        return self._node_managers
+
+    def _create_managers(self, nodes: Sequence[str]) -> bool:
+        """Create per-node managers; False if they exist (for the same nodes)."""
+        names = [validate_node_name(str(node)) for node in nodes]
+        if self._node_managers is not None:
+            existing = [node for node, _ in self._node_managers]
+            if existing != names:
+                raise JobConfigurationError(
+                    f"this manager was initialised for nodes {existing}, not {names}; use one "
+                    "manager per set of nodes"
+                )
+            return False
+        self._node_managers = [
+            (node, CheckpointManager(self._db_prefix, node, location=self._location))
+            for node in names
+        ]
+        return True
+
+    def _task_group(
+        self,
+        build: Callable[[CheckpointManager], Task],
+        *,
+        before_run: Callable[[], None] | None = None,
+        after_run: Callable[[list[Any]], None] | None = None,
+    ) -> TaskGroup:
+        group = TaskGroup(WorkspaceType.GLOBAL, before_run=before_run, after_run=after_run)
+        for node, manager in self._require_managers():
+            with Node(node), group:
+                build(manager)
+        return group
+
+    # -- Caffe2 API -------------------------------------------------------------------
+
+    def init(
+        self,
+        nodes: Sequence[str] | None = None,
+        retrieve_from_epoch: int | None = None,
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+    ) -> TaskGroup:
+        """A group recording each node's blob list. Called again on the same nodes it
+        returns an empty group and keeps the lists, unless ``retrieve_from_epoch`` asks
+        to re-read them from that epoch's manifests."""
+        if not nodes:
+            raise JobConfigurationError("MultiNodeCheckpointManager.init needs the list of nodes")
+        created = self._create_managers(nodes)
+        if not created and retrieve_from_epoch is None:
+            return TaskGroup(WorkspaceType.GLOBAL)
+        return self._task_group(
+            lambda manager: manager.init(
+                [manager.node_name], retrieve_from_epoch, path_prefix, path_type
+            )
+        )
+
+    def save(self, epoch: int) -> TaskGroup:
+        """A group saving every node; the epoch is committed after all succeeded, and
+        :class:`~ckptstore.errors.SaveFailedError` names the nodes that did not."""
+        location = self.location
+        nodes = self.node_names()
+        group = self._task_group(
+            lambda manager: manager.save_task(epoch, commit=False),
+            before_run=partial(protocol.retract_epoch, location.storage, epoch, nodes),
+            after_run=partial(commit_saves, storage=location.storage, epoch=epoch),
+        )
+        self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
+        return group
+
+    def load(
+        self, epoch: int, path_prefix: str | None = None, path_type: str | None = None
+    ) -> TaskGroup:
+        """A group loading every node's blobs from epoch ``epoch``."""
+        group = self._task_group(lambda manager: manager.load(epoch, path_prefix, path_type))
+        self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
+        return group
+
+    def load_blobs_locally(
+        self, nodes: Sequence[str], blob_names: Sequence[str], epoch: int, session: Session
+    ) -> bool:
+        """Gather ``blob_names`` from the nodes' checkpoints of ``epoch`` into the current
+        node's workspace. Returns False, loading nothing, if any node's checkpoint of
+        that epoch is not committed; raises if a requested blob is found nowhere."""
+        self._create_managers(nodes)
+        names = self.node_names()
+        location = self._read_location(None, None)
+        committed = protocol.committed_nodes(location.storage, epoch)
+        self._stats_outputs = []
+        absent = [node for node in names if node not in committed]
+        if absent:
+            for node in absent:
+                log.info("DB %s does not exist!", location.db_path(node, epoch))
+            return False
+        task = Task(
+            partial(
+                partial_load, location=location, nodes=names, epoch=epoch, names=list(blob_names)
+            ),
+            name="checkpoint_partial_load",
+            result_is_output=True,
+        )
+        session.run(task)
+        self._stats_outputs = [task.outputs()[0]]
+        return True
+
+    def get_ckpt_db_name(self, node_name: str, epoch: int) -> str | None:
+        """Where ``node_name``'s checkpoint of ``epoch`` lives (None for an unknown node)."""
+        for node, _ in self._require_managers():
+            if node == str(node_name):
+                return db_name(epoch, node, self._db_prefix)
+        return None
+
+    def set_params(
+        self, nodes: Sequence[str], path_prefix: str | None = None, path_type: str | None = None
+    ) -> None:
+        self._node_names = [str(node) for node in nodes]
+        self._set_params(self._node_names, path_prefix, path_type)

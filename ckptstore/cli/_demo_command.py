@@ -1,0 +1,36 @@
+"""``ckptstore demo``: the demo training job."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ckptstore.tools._demo import DemoConfig, run_demo
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="train a small model on several nodes, checkpointing every epoch",
+        description="Train one-vs-rest logistic regression on synthetic data (one class per "
+        "node, under LocalSession), checkpointing every epoch. Run it again and it resumes "
+        "from the last complete epoch.",
+    )
+    parser.add_argument("--dir", default="./ckptstore-demo", help="checkpoint directory")
+    parser.add_argument("--epochs", type=int, default=6, help="train up to this epoch")
+    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (classes)")
+    parser.add_argument("--db-type", default="zarr", help="checkpoint format (zarr, npz...)")
+    parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = DemoConfig(
+        directory=args.dir,
+        epochs=args.epochs,
+        nodes=args.nodes,
+        db_type=args.db_type,
+        fresh=args.fresh,
+    )
+    run_demo(config)
+    return 0

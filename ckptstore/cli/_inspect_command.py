@@ -1,0 +1,66 @@
+"""``ckptstore inspect URL --epoch N``: nodes, blobs, dtypes, shapes and bytes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ckptstore.cli import _common as common
+from ckptstore.protocol._inventory import committed_epochs
+from ckptstore.tools._checking import describe_epoch
+
+
+def register(commands: Any) -> None:
+    common.add_command(
+        commands,
+        "inspect",
+        run,
+        summary="show an epoch's nodes and blobs (dtype, shape, bytes)",
+        description="Describe a committed epoch from its manifests (no blob data is read).",
+        arguments=_arguments,
+        progress=False,
+    )
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--epoch", type=int, help="epoch to inspect (default: the newest committed)"
+    )
+    parser.add_argument("--node", action="append", help="only this node (repeatable)")
+
+
+@common.guarded
+def run(args: argparse.Namespace) -> int:
+    storage = common.open_storage(args.url, args)
+    epoch = args.epoch
+    if epoch is None:
+        committed = committed_epochs(storage)
+        if not committed:
+            return common.no_committed_epoch(storage)
+        epoch = committed[-1]
+    description = describe_epoch(storage, epoch, args.node)
+    if args.json:
+        common.print_json(description)
+        return common.EXIT_OK
+    print(
+        f"{description['url']}  epoch {epoch}  committed {description['committed_at']}  "
+        f"{common.format_bytes(description['nbytes'])} in {len(description['nodes'])} node(s)"
+    )
+    for node in description["nodes"]:
+        print(
+            f"  node {node['node']}  {node['db_type']}  {len(node['blobs'])} blobs  "
+            f"{common.format_bytes(node['nbytes'])} "
+            f"({common.format_bytes(node['stored_bytes'])} stored)"
+        )
+        for blob in node["blobs"]:
+            shape = (
+                "("
+                + ", ".join(map(str, blob["shape"]))
+                + ("," if len(blob["shape"]) == 1 else "")
+                + ")"
+            )
+            print(
+                f"    {blob['name']:<40} {blob['dtype']:<8} {shape:<16} "
+                f"{common.format_bytes(blob['nbytes']):>10}  {blob['chunks']} chunk(s)"
+            )
+    return common.EXIT_OK

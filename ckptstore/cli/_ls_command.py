@@ -1,0 +1,55 @@
+"""``ckptstore ls URL``: runs and epochs under a URL, committed or not, with sizes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ckptstore.cli import _common as common
+from ckptstore.protocol._inventory import scan
+
+
+def register(commands: Any) -> None:
+    common.add_command(
+        commands,
+        "ls",
+        run,
+        summary="list runs and epochs (committed or not) with sizes",
+        description="List every checkpoint run under URL (the URL itself, or runs below it), "
+        "each epoch's state (committed, partial, uncommitted) and size. Lists the storage.",
+        urls=(("url", "checkpoint root or a prefix holding several"),),
+        arguments=_arguments,
+        progress=False,
+    )
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", action="store_true", help="show every node checkpoint")
+
+
+@common.guarded
+def run(args: argparse.Namespace) -> int:
+    storage = common.open_storage(args.url, args)
+    runs = scan(storage)
+    if args.json:
+        common.print_json({"url": storage.display_url, "runs": [run.to_json() for run in runs]})
+        return common.EXIT_OK
+    if not runs:
+        print(f"no checkpoints under {storage.display_url}")
+        return common.EXIT_OK
+    for entry in runs:
+        print(f"{entry.url}")
+        print(f"  {'EPOCH':>6}  {'STATE':<11}  {'NODES':>5}  {'SIZE':>10}  COMMITTED AT")
+        for epoch in entry.epochs:
+            committed = sum(node.state == "committed" for node in epoch.nodes)
+            nodes = f"{committed}/{len(epoch.nodes)}"
+            size = common.format_bytes(epoch.stored_bytes)
+            when = epoch.committed_at or "-"
+            print(f"  {epoch.epoch:>6}  {epoch.state:<11}  {nodes:>5}  {size:>10}  {when}")
+            if args.nodes:
+                for node in epoch.nodes:
+                    print(
+                        f"  {'':>6}    {node.node:<24} {node.state:<11} "
+                        f"{node.db_type or '-':<6} {common.format_bytes(node.stored_bytes):>10}"
+                    )
+    return common.EXIT_OK

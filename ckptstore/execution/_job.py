@@ -1,0 +1,162 @@
+"""Jobs: the init, epoch, download and exit groups a :class:`~ckptstore.JobRunner` runs.
+
+Example::
+
+    with Job() as job:                      # tasks created here join job.epoch_group
+        with Node("trainer_0"):
+            with job.init_group:
+                Task(init_model, name="init")
+            Task(train_one_epoch, name="epoch")
+    epoch_limiter(job, 4)
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import TracebackType
+
+import numpy as np
+
+from ckptstore.errors import JobConfigurationError
+from ckptstore.execution._context import ContextStack
+from ckptstore.execution._task import Task, TaskGroup, TaskOutput, WorkspaceType
+from ckptstore.execution._workspace import Workspace
+
+__all__ = ["Job", "epoch_limiter"]
+
+_current_jobs: ContextStack[Job] = ContextStack("ckptstore_job")
+
+
+class Job:
+    """The four task groups of a training job and the conditions that end it.
+
+    * ``init_group`` (GLOBAL) runs once when a job starts from scratch; the blobs it
+      creates are the state every checkpoint holds.
+    * ``epoch_group`` runs once per epoch (PRIVATE by default: temporaries vanish).
+    * ``download_group`` and ``exit_group`` run once at the end.
+
+    ``with Job() as job:`` makes it the current job and enters its epoch group.
+
+    Example::
+
+        with Job() as job, Node("trainer_0"):
+            with job.init_group:
+                Task(lambda ws: ws.update(total=np.array([100])))
+            Task(lambda ws: ws["total"].__iadd__(1))
+        epoch_limiter(job, 3)
+    """
+
+    def __init__(
+        self,
+        init_group: TaskGroup | None = None,
+        epoch_group: TaskGroup | None = None,
+        download_group: TaskGroup | None = None,
+        exit_group: TaskGroup | None = None,
+        stop_conditions: list[TaskOutput] | None = None,
+        nodes_to_checkpoint: list[str] | None = None,
+    ) -> None:
+        self.init_group = init_group or TaskGroup(WorkspaceType.GLOBAL)
+        self.epoch_group = epoch_group or TaskGroup()
+        self.download_group = download_group or TaskGroup()
+        self.exit_group = exit_group or TaskGroup()
+        self.stop_conditions: list[TaskOutput] = list(stop_conditions or [])
+        self._nodes_to_checkpoint = (
+            list(nodes_to_checkpoint) if nodes_to_checkpoint is not None else None
+        )
+        self._limiter_ids = itertools.count()
+
+    @staticmethod
+    def current() -> Job:
+        """The job of the innermost ``with Job():`` block."""
+        job = _current_jobs.top()
+        if job is None:
+            raise JobConfigurationError(
+                "there is no current job: call this inside a `with Job() as job:` block"
+            )
+        return job
+
+    def __enter__(self) -> Job:
+        _current_jobs.push(self)
+        self.epoch_group.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.epoch_group.__exit__(exc_type, exc, tb)
+        _current_jobs.pop(self)
+
+    def groups(self) -> tuple[TaskGroup, TaskGroup, TaskGroup, TaskGroup]:
+        """The init, epoch, download and exit groups."""
+        return self.init_group, self.epoch_group, self.download_group, self.exit_group
+
+    def add_stop_condition(self, output: TaskOutput | str) -> TaskOutput:
+        """End the job after an epoch in which ``output`` is true.
+
+        ``output`` is a task output, or the name of a blob on the current node (read
+        after each epoch by an empty task added to the epoch group).
+        """
+        if isinstance(output, str):
+            reader = Task(outputs=[output], group=self.epoch_group, name=f"stop_if_{output}")
+            output = reader.outputs()[0]
+        if not isinstance(output, TaskOutput):
+            raise JobConfigurationError(
+                f"stop condition must be a TaskOutput or a blob name, not {type(output).__name__}"
+            )
+        self.stop_conditions.append(output)
+        return output
+
+    def nodes_to_checkpoint(self) -> list[str]:
+        """The nodes whose state is checkpointed: the explicit list, else init's nodes."""
+        if self._nodes_to_checkpoint is not None:
+            if not self._nodes_to_checkpoint:
+                raise JobConfigurationError(
+                    "nodes_to_checkpoint is an empty list: name at least one node, or pass "
+                    "None to checkpoint every node used by init_group"
+                )
+            return list(self._nodes_to_checkpoint)
+        return self.init_group.used_nodes()
+
+    def compile(self, session_class: type | None = None) -> None:
+        """Freeze the job's groups; no task can be added afterwards (as in Caffe2)."""
+        if self._nodes_to_checkpoint is None:
+            self._nodes_to_checkpoint = self.init_group.used_nodes() or None
+        for group in self.groups():
+            group.freeze()
+
+    def next_limiter_id(self) -> int:
+        """A fresh index for blob names of helpers such as :func:`epoch_limiter`."""
+        return next(self._limiter_ids)
+
+
+def epoch_limiter(job: Job, num_epochs: int) -> TaskOutput:
+    """Stop ``job`` after exactly ``num_epochs`` epochs.
+
+    The remaining-epoch counter is created by ``job.init_group`` on the current node, so
+    it is checkpointed and a resumed job still stops at the right epoch.
+
+    Example::
+
+        epoch_limiter(job, 10)
+    """
+    if num_epochs < 1:
+        raise JobConfigurationError(f"epoch_limiter needs num_epochs >= 1, got {num_epochs}")
+    prefix = f"epoch_limiter/{job.next_limiter_id()}"
+    counter, done = f"{prefix}/remaining", f"{prefix}/done"
+
+    def init_counter(ws: Workspace) -> None:
+        ws[counter] = np.array(num_epochs - 1, dtype=np.int64)
+
+    def count_down(ws: Workspace) -> None:
+        remaining = ws[counter]
+        finished = bool(remaining <= 0)
+        if not finished:
+            remaining -= 1
+        ws[done] = np.array(finished)
+
+    Task(init_counter, group=job.init_group, name=f"{prefix}/init")
+    limiter = Task(count_down, outputs=[done], group=job.epoch_group, name=f"{prefix}/count_down")
+    return job.add_stop_condition(limiter.outputs()[0])

@@ -1,0 +1,54 @@
+"""Nodes: named places where tasks run, each with its own workspace."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from ckptstore.execution._context import ContextStack
+from ckptstore.records._names import validate_node_name
+
+__all__ = ["DEFAULT_NODE", "Node"]
+
+DEFAULT_NODE = "local"
+_current_nodes: ContextStack[Node] = ContextStack("ckptstore_node")
+
+
+class Node:
+    """A named node. Tasks created inside ``with Node(name):`` run on it.
+
+    Only the name matters: a :class:`~ckptstore.LocalSession` gives every node its own
+    in-process workspace, a ``DaskSession`` maps each node onto a Dask worker.
+
+    Example::
+
+        with Node("trainer_0"):
+            Task(lambda ws: ws.update(total=np.array([100])))
+        Node.current()  # "local" again out here
+    """
+
+    def __init__(self, name: str = DEFAULT_NODE) -> None:
+        self.name = validate_node_name(name)
+
+    @staticmethod
+    def current() -> str:
+        """The name of the node tasks are bound to right now (``"local"`` by default)."""
+        node = _current_nodes.top()
+        return node.name if node is not None else DEFAULT_NODE
+
+    def __enter__(self) -> Node:
+        _current_nodes.push(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _current_nodes.pop(self)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r})"

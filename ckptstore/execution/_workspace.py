@@ -1,0 +1,127 @@
+"""Workspaces: a node's named numpy arrays ("blobs")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from ckptstore.errors import BlobNotFoundError, UnsupportedBlobError
+from ckptstore.records._names import validate_blob_name
+
+__all__ = ["PrivateWorkspace", "Workspace", "as_blob"]
+
+
+def as_blob(name: str, value: Any) -> np.ndarray:
+    """Convert ``value`` to a checkpointable array, refusing what cannot be stored safely.
+
+    Object arrays (and structured dtypes holding objects) are refused: storing them
+    would need pickle, and ckptstore never unpickles anything on load.
+    """
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.dtype.hasobject:
+        raise UnsupportedBlobError(
+            name,
+            "it holds Python objects (dtype=object), which could only be stored with pickle; "
+            "store numeric, bool or fixed-width string arrays instead",
+        )
+    if array.dtype.fields is not None or array.dtype.kind == "V":
+        raise UnsupportedBlobError(
+            name, "structured and void dtypes are not supported; store each field as its own blob"
+        )
+    return array
+
+
+class Workspace(MutableMapping[str, np.ndarray]):
+    """A node's blobs: a mapping from blob name to numpy array.
+
+    Values are stored by reference, so a task may update an array in place. Assigning a
+    Python scalar or list converts it with ``np.asarray``; object arrays are refused.
+
+    Example::
+
+        ws = Workspace()
+        ws["total"] = np.array([100])
+        ws["total"] += 3
+        sorted(ws)  # ['total']
+    """
+
+    def __init__(self, blobs: dict[str, Any] | None = None) -> None:
+        self._blobs: dict[str, np.ndarray] = {}
+        for name, value in (blobs or {}).items():
+            self[name] = value
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._blobs[name]
+        except KeyError:
+            raise BlobNotFoundError(
+                [name], "this workspace", "create it in the job's init_group or load it first"
+            ) from None
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._blobs[validate_blob_name(name)] = as_blob(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        del self._blobs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._blobs)
+
+    def __len__(self) -> int:
+        return len(self._blobs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._blobs
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({sorted(self._blobs)})"
+
+
+class PrivateWorkspace(Workspace):
+    """The view a task in a PRIVATE group works in.
+
+    Reads fall through to the node's workspace. Writes to names that exist there (or
+    that the task declares as outputs) go to the node's workspace and persist; names
+    first created here vanish when the task ends, as in Caffe2.
+
+    Example::
+
+        node_ws = Workspace({"total": [100]})
+        view = PrivateWorkspace(node_ws, keep=())
+        view["tmp"] = 1; view["total"] = [101]
+        sorted(node_ws)  # ['total']: 'tmp' stayed private
+    """
+
+    def __init__(self, parent: Workspace, keep: tuple[str, ...] | frozenset[str]) -> None:
+        super().__init__()
+        self._parent = parent
+        self._keep = frozenset(keep)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._blobs:
+            return self._blobs[name]
+        return self._parent[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        if name in self._parent or name in self._keep:
+            self._parent[name] = value
+        else:
+            super().__setitem__(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        if name in self._blobs:
+            del self._blobs[name]
+        else:
+            del self._parent[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._parent
+        yield from (name for name in self._blobs if name not in self._parent)
+
+    def __len__(self) -> int:
+        return len(self._parent) + sum(1 for name in self._blobs if name not in self._parent)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._blobs or name in self._parent

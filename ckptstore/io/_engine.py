@@ -1,0 +1,269 @@
+"""The parallel chunk mover: every DB type's bulk reads and writes go through here.
+
+Requests are submitted lazily from an iterable, so a save of any size holds at most
+``concurrency * 2`` requests and ``memory_budget`` bytes of copies at once. Each write
+returns the CRC-32C of what was stored; each read is verified against the CRC-32C the
+manifest recorded and reported, on mismatch, with the blob, the chunk and the file.
+
+Example::
+
+    io = ParallelIO(IOSettings(concurrency=8))
+    results = io.write(storage, [WriteRequest("w/c.0", [array_bytes], len(array_bytes))])
+    io.read(storage, [ReadRequest("w/c.0", 0, [out_view], results[0].nbytes,
+                                  crc32c=results[0].crc32c)])
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io._budget import MemoryBudget
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._settings import IOSettings
+
+if TYPE_CHECKING:
+    from ckptstore.plugin._path_type import PathType
+
+__all__ = ["ParallelIO", "ReadRequest", "WriteRequest", "WriteResult"]
+
+R = TypeVar("R")
+Parts = Sequence[Buffer]
+
+
+@dataclass
+class WriteRequest:
+    """Store the concatenation of ``parts`` as the object ``key`` (about ``nbytes`` long:
+    the budget counts that much; the result reports the exact length).
+
+    ``parts`` may be a callable producing them inside a worker, so that copies (for a
+    non-contiguous array, or compression) are made only once the budget allows it;
+    ``holds`` is how many bytes such a producer allocates.
+    """
+
+    key: str
+    parts: Parts | Callable[[], Parts]
+    nbytes: int
+    holds: int = 0
+    blob: str | None = None
+    chunk: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one write stored: its key, its length and the CRC-32C of its bytes."""
+
+    key: str
+    nbytes: int
+    crc32c: int
+
+
+@dataclass
+class ReadRequest:
+    """Read ``nbytes`` at ``offset`` of ``key`` into ``targets`` (views whose lengths add
+    up to ``nbytes``) and check them against ``crc32c`` (``None``: no check).
+
+    ``targets`` may be a callable that allocates scratch buffers in the worker (``holds``
+    bytes); ``finish`` then runs on the verified buffers, for instance to decompress.
+    """
+
+    key: str
+    offset: int
+    targets: Sequence[memoryview] | Callable[[], Sequence[memoryview]]
+    nbytes: int
+    crc32c: int | None = None
+    holds: int = 0
+    finish: Callable[[Sequence[memoryview]], None] | None = None
+    blob: str | None = None
+    chunk: int | None = None
+    file: str | None = field(default=None)
+
+
+RequestT = TypeVar("RequestT", WriteRequest, ReadRequest)
+
+
+class ParallelIO:
+    """Moves chunks between memory and a path type with bounded concurrency and memory.
+
+    Requests of at most ``SMALL_REQUEST`` bytes are grouped into batches run by one
+    worker each, so thousands of tiny blobs cost a few hundred thread hand-offs, not
+    thousands (unless the path type says each request is a round trip:
+    ``batches_small_requests = False``). Keys are relative to ``prefix`` when given.
+
+    Example::
+
+        io = ParallelIO(IOSettings(concurrency=4, memory_budget=128 << 20))
+        io.write(storage, requests, prefix="trainer_0.3")
+        io.peak_in_flight  # most bytes held at once by the last operation
+    """
+
+    SMALL_REQUEST = 256 << 10
+    BATCH_ITEMS = 32
+    BATCH_BYTES = 4 << 20
+
+    def __init__(self, settings: IOSettings | None = None) -> None:
+        self.settings = settings or IOSettings()
+        self.peak_in_flight = 0
+
+    # -- writes -----------------------------------------------------------------------
+
+    def write(
+        self, storage: PathType, requests: Iterable[WriteRequest], *, prefix: str = ""
+    ) -> list[WriteResult]:
+        """Perform every write; returns one result per request, in request order, keyed
+        like the requests (relative to ``prefix``)."""
+        copies = storage.copies_on_write
+
+        def cost(request: WriteRequest) -> int:
+            return request.holds + (request.nbytes if copies else 0)
+
+        def perform(request: WriteRequest) -> WriteResult:
+            parts = request.parts() if callable(request.parts) else request.parts
+            views = [byte_view(part) for part in parts]
+            crc = crc32c_of(views)
+            storage.write_parts(_join(prefix, request.key), views)
+            return WriteResult(request.key, sum(view.nbytes for view in views), crc)
+
+        return self._run(requests, cost, perform, batch=storage.batches_small_requests)
+
+    # -- reads ------------------------------------------------------------------------
+
+    def read(
+        self,
+        storage: PathType,
+        requests: Iterable[ReadRequest],
+        *,
+        prefix: str = "",
+        verify: bool | None = None,
+        on_error: Callable[[ReadRequest, Exception], None] | None = None,
+    ) -> None:
+        """Perform every read, checking CRC-32Cs unless ``verify`` (default: the
+        settings') is off. With ``on_error``, a failed request is handed to it and the
+        others go on; without, the first failure stops the operation and is raised."""
+        copies = storage.copies_on_read
+        check = self.settings.verify if verify is None else verify
+
+        def cost(request: ReadRequest) -> int:
+            return request.holds + (request.nbytes if copies else 0)
+
+        def perform(request: ReadRequest) -> None:
+            key = _join(prefix, request.key)
+            try:
+                targets = request.targets() if callable(request.targets) else request.targets
+                storage.read_into(key, request.offset, targets)
+                if check and request.crc32c is not None:
+                    actual = crc32c_of(targets)
+                    if actual != request.crc32c:
+                        raise CorruptCheckpointError(
+                            f"CRC-32C of {request.nbytes} bytes at offset {request.offset} is "
+                            f"{actual:#010x}, the manifest recorded {request.crc32c:#010x}",
+                            url=storage.display_url,
+                            file=request.file or key,
+                            blob=request.blob,
+                            chunk=request.chunk,
+                        )
+                if request.finish is not None:
+                    request.finish(targets)
+            except Exception as error:
+                if on_error is None:
+                    raise
+                on_error(request, error)
+
+        self._run(requests, cost, perform, batch=storage.batches_small_requests)
+
+    # -- shared scheduling ------------------------------------------------------------
+
+    def _run(
+        self,
+        requests: Iterable[RequestT],
+        cost: Callable[[RequestT], int],
+        perform: Callable[[RequestT], R],
+        *,
+        batch: bool = True,
+    ) -> list[R]:
+        settings = self.settings
+        budget = MemoryBudget(settings.memory_budget)
+        slots = threading.BoundedSemaphore(settings.concurrency * 2)
+        futures: list[Future[list[R]]] = []
+        submitted: list[list[RequestT]] = []
+        positions: dict[int, int] = {}  # id(request) -> its place in `requests`
+        failed = threading.Event()
+
+        def run_batch(batch: list[RequestT]) -> list[R]:
+            return [_annotated(perform, request) for request in batch]
+
+        def done(future: Future[list[R]], *, nbytes: int) -> None:
+            if future.exception() is not None:
+                failed.set()  # before the slot is freed: no new batch starts after a failure
+            budget.release(nbytes)
+            slots.release()
+
+        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="ckptstore-io") as pool:
+
+            def submit(batch: list[RequestT], nbytes: int) -> bool:
+                slots.acquire()
+                budget.acquire(nbytes)
+                if failed.is_set():
+                    budget.release(nbytes)
+                    slots.release()
+                    return False
+                future = pool.submit(run_batch, batch)
+                future.add_done_callback(partial(done, nbytes=nbytes))
+                futures.append(future)
+                submitted.append(batch)
+                return True
+
+            small: list[RequestT] = []
+            small_cost = small_bytes = 0
+            for position, request in enumerate(requests):
+                positions[id(request)] = position
+                if not batch or request.nbytes > self.SMALL_REQUEST:
+                    if not submit([request], cost(request)):
+                        small = []
+                        break
+                    continue
+                small.append(request)
+                small_cost += cost(request)
+                small_bytes += request.nbytes
+                if len(small) >= self.BATCH_ITEMS or small_bytes >= self.BATCH_BYTES:
+                    if not submit(small, small_cost):
+                        small = []
+                        break
+                    small, small_cost, small_bytes = [], 0, 0
+            if small:
+                submit(small, small_cost)
+        self.peak_in_flight = budget.peak
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error
+        # large requests are submitted at once, small ones batched: restore request order
+        order = [positions[id(request)] for batch in submitted for request in batch]
+        results = [result for future in futures for result in future.result()]
+        return [result for _, result in sorted(zip(order, results, strict=True), key=_first)]
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix else key
+
+
+def _annotated(perform: Callable[[RequestT], R], request: RequestT) -> R:
+    try:
+        return perform(request)
+    except Exception as error:
+        if request.blob is not None and not isinstance(error, CorruptCheckpointError):
+            where = f"blob {request.blob!r}" + (
+                f" chunk {request.chunk}" if request.chunk is not None else ""
+            )
+            error.add_note(f"while moving {where} ({request.key})")
+        raise

@@ -1,0 +1,193 @@
+"""The requests a checkpoint makes of an object store: one abstract method per request
+kind, implemented by each backend, each request retried on its own.
+
+Only object-level requests are made on the save and resume paths (upload, ranged
+download, metadata, delete, parts); listing is confined to
+:meth:`ObjectStoreClient.list_keys`, which only operator tools reach. Requests are
+coroutines on the backend's event loop; :meth:`ObjectStoreClient.run` waits for one
+from a worker thread, :meth:`ObjectStoreClient.submit` starts one in the background.
+
+Example::
+
+    class MyClient(ObjectStoreClient):
+        scheme = "my"
+        async def put(self, key, body): ...
+        ...
+
+    client.run(lambda: client.put("run/a", b"data"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import fsspec.asyn
+
+from ckptstore.object_store._body import Body
+from ckptstore.object_store._failures import (
+    ErrorRules,
+    MissingObjectError,
+    RangeNotSatisfiableError,
+)
+from ckptstore.object_store._multipart import MultipartUpload
+from ckptstore.object_store._options import ObjectStoreOptions
+from ckptstore.object_store._ranged import Read, fill_targets, range_header, read_all
+from ckptstore.object_store._retry import call_with_retries
+
+__all__ = ["ObjectInfo", "ObjectStoreClient"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a metadata request tells about an object.
+
+    Example::
+
+        (await client.head("run/a")).size  # 4096
+    """
+
+    size: int
+
+
+class ObjectStoreClient(ABC):
+    """Retried requests on one bucket, on the event loop of an fsspec async filesystem.
+
+    Class attributes: ``rules`` judge the backend's errors for the retry loop;
+    ``scheme`` (``"s3"``), ``head_action`` and ``get_action`` (what a metadata and a
+    download request are called: ``"HEAD"``, ``"GET"``) shape messages.
+
+    Example::
+
+        client = S3Client(fs, options, "bucket")
+        client.run(lambda: client.head("run/_ckptstore/catalog.json"))
+    """
+
+    rules: ClassVar[ErrorRules]
+    scheme: ClassVar[str]
+    head_action: ClassVar[str]
+    get_action: ClassVar[str]
+
+    def __init__(self, fs: Any, options: ObjectStoreOptions, bucket: str) -> None:
+        self.fs = fs
+        self.options = options
+        self.bucket = bucket
+        self.loop: asyncio.AbstractEventLoop = fs.loop
+        self.endpoint = options.endpoint
+        self.secrets = options.secrets()
+
+    # -- the event loop ---------------------------------------------------------------
+
+    def run(self, factory: Callable[[], Awaitable[T]]) -> T:
+        """Run ``factory()`` on the event loop and wait for its result."""
+        result: T = fsspec.asyn.sync(self.loop, factory)
+        return result
+
+    def submit(self, factory: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Start ``factory()`` on the event loop; returns a concurrent future."""
+        return asyncio.run_coroutine_threadsafe(_call(factory), self.loop)
+
+    def describe(self, action: str, key: str) -> str:
+        """``"PUT s3://bucket/key"``: a request, for messages."""
+        return f"{action} {self.scheme}://{self.bucket}/{key}"
+
+    async def retried(self, attempt: Callable[[], Awaitable[T]], describe: str) -> T:
+        """Await ``attempt()`` (one request) under the retry policy; failures become
+        :class:`~ckptstore.object_store._failures.RequestError`."""
+        return await call_with_retries(
+            attempt,
+            self.options.retry,
+            self.rules,
+            describe=describe,
+            endpoint=self.endpoint,
+            secrets=self.secrets,
+        )
+
+    # -- reads built on the backend's requests ----------------------------------------
+
+    async def get(self, key: str, offset: int, length: int | None) -> bytes:
+        """``length`` bytes (all, if ``None``) of ``key`` from ``offset``; ``b""`` if
+        ``offset`` is past the end."""
+        headers = range_header(offset, length)
+        return await self._read(key, lambda: self.ranged_get(key, headers, read_all), b"")
+
+    async def get_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> int:
+        """Stream ``key`` from ``offset`` into ``targets``; returns the bytes received
+        (fewer than asked when the object is too short)."""
+        headers = range_header(offset, sum(target.nbytes for target in targets))
+
+        async def fill(read: Read) -> int:
+            return await fill_targets(read, targets)
+
+        return await self._read(key, lambda: self.ranged_get(key, headers, fill), 0)
+
+    async def _read(self, key: str, attempt: Callable[[], Awaitable[T]], empty: T) -> T:
+        """A download whose body is read inside the attempt, so that a connection
+        dropped mid-body is retried like any other transient failure. A range that
+        starts past the end of the object gives ``empty`` (the caller reports the
+        object as short)."""
+        try:
+            return await self.retried(attempt, self.describe(self.get_action, key))
+        except RangeNotSatisfiableError:
+            return empty
+
+    async def size(self, key: str) -> int:
+        """The length of ``key``; :class:`MissingObjectError` if it does not exist."""
+        info = await self.head(key)
+        if info is None:
+            raise MissingObjectError(
+                f"{self.describe(self.head_action, key)}: no such object",
+                status=404,
+                code=self.rules.missing_object_code,
+                attempts=1,
+                retryable=False,
+            )
+        return info.size
+
+    # -- the backend's requests -------------------------------------------------------
+
+    @abstractmethod
+    async def put(self, key: str, body: Body) -> None:
+        """Upload ``body`` as ``key`` in one request (retried)."""
+
+    @abstractmethod
+    async def head(self, key: str) -> ObjectInfo | None:
+        """The object's metadata, or ``None`` if it does not exist (retried)."""
+
+    @abstractmethod
+    async def ranged_get(
+        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+    ) -> T:
+        """One attempt (not retried) at downloading ``key`` with ``headers`` (a
+        ``Range``): hands a reader of the body to ``consume`` inside the response and
+        returns what it returns."""
+
+    @abstractmethod
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete ``keys``; missing ones are ignored (retried)."""
+
+    @abstractmethod
+    async def bucket_exists(self) -> bool:
+        """Whether the bucket answers a metadata request (never a listing)."""
+
+    @abstractmethod
+    async def list_keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix`` (a listing: never on save or resume)."""
+
+    @abstractmethod
+    def multipart(self, key: str) -> MultipartUpload:
+        """A new upload of ``key`` in parts."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the HTTP session and its connections."""
+
+
+async def _call(factory: Callable[[], Awaitable[T]]) -> T:
+    return await factory()

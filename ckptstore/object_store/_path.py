@@ -1,0 +1,211 @@
+"""The path type every object store shares: checkpoints under ``scheme://bucket/prefix``.
+
+Every request on the save and resume paths is a single-object request (upload, ranged
+download, metadata, delete, parts), retried on its own with backoff; nothing lists the
+bucket except the operator tools (``list_keys``, ``delete_tree``). Objects of at least
+``parts_threshold`` bytes, and every stream written with
+:meth:`ObjectStorePath.open_write`, go up in parts, in parallel.
+
+A backend subclasses :class:`ObjectStorePath` and names its
+:class:`~ckptstore.object_store._options.ObjectStoreOptions` and its
+:class:`~ckptstore.object_store._client.ObjectStoreClient`.
+
+Example::
+
+    class MyStorePath(ObjectStorePath[MyOptions, MyClient]):
+        name = "mystore"
+        protocols = ("my",)
+        bucket_rule = "a MyStore URL names a bucket: my://BUCKET/prefix"
+        options_type = MyOptions
+        client_type = MyClient
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import IO, Any, ClassVar, Generic, TypeVar, cast
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.builtin._fsspec_path import FsspecPath
+from ckptstore.errors import CorruptCheckpointError, StorageError
+from ckptstore.io._settings import IOSettings
+from ckptstore.object_store._body import PartsReader, request_body, slice_views
+from ckptstore.object_store._client import ObjectStoreClient
+from ckptstore.object_store._multipart import upload_in_parts
+from ckptstore.object_store._options import ObjectStoreOptions
+from ckptstore.object_store._writer import MultipartWriter
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._names import validate_key
+
+__all__ = ["ObjectStorePath"]
+
+MiB = 1 << 20
+OptionsT = TypeVar("OptionsT", bound=ObjectStoreOptions)
+ClientT = TypeVar("ClientT", bound=ObjectStoreClient)
+
+
+class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
+    """A checkpoint root in an object-store bucket, on top of a backend's client.
+
+    Subclasses set ``name``, ``protocols``, ``bucket_rule`` (the message for a URL
+    without a bucket), ``options_type`` (which also opens the fsspec filesystem) and
+    ``client_type``. Pickling rebuilds the path from its URL and storage options;
+    ``repr`` shows the URL and endpoint, never credentials.
+
+    Example::
+
+        storage = S3Path("s3://bucket/run", endpoint_url="http://127.0.0.1:9000")
+        storage.write_bytes("trainer_0.1/a", b"hello")
+        storage.read_bytes("trainer_0.1/a")  # b'hello'
+    """
+
+    supports_rename = False
+    copies_on_write = True
+    copies_on_read = True
+    # every request is a network round trip: they must all be in flight at once, not
+    # batched one after another on a worker (read by engines that batch small requests)
+    batches_small_requests = False
+    default_io = IOSettings(chunk_bytes=16 * MiB, concurrency=64, memory_budget=512 * MiB)
+    bucket_rule: ClassVar[str]
+    """What a URL must look like, said when it names no bucket."""
+    options_type: type[OptionsT]
+    """The backend's options (resolved from the storage options)."""
+    client_type: type[ClientT]
+    """The backend's client (made from the filesystem, the options and the bucket)."""
+
+    options: OptionsT
+    client: ClientT
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        PathType.__init__(self, url)
+        self._raw_options = dict(storage_options)
+        self.options = self.options_type.resolve(storage_options)
+        self.fs, root = self.options.open_filesystem(url)
+        self.root = root.rstrip("/")
+        bucket, _, prefix = self.root.partition("/")
+        if not bucket:
+            raise ValueError(f"{self.bucket_rule}, got {self.display_url!r}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.client = self.client_type(self.fs, self.options, bucket)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.url, self._raw_options))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.display_url!r}, "
+            f"endpoint_url={self.options.endpoint_url!r})"
+        )
+
+    def _object(self, key: str) -> str:
+        key = validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    # -- writes -----------------------------------------------------------------------
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        name = self._object(key)
+        views = [byte_view(part) for part in parts]
+        total = sum(view.nbytes for view in views)
+        client = self.client
+        with self._errors("write", key):
+            if total < self.options.parts_threshold:
+                body = request_body(views)
+                client.run(lambda: client.put(name, body))
+            else:
+                size = self.options.part_size
+                client.run(
+                    lambda: upload_in_parts(
+                        client.multipart(name),
+                        -(-total // size),
+                        lambda i: PartsReader(slice_views(views, i * size, size)),
+                        limit=self.options.max_concurrency,
+                    )
+                )
+
+    def open_write(self, key: str) -> IO[bytes]:
+        url = self.display_url
+        writer = MultipartWriter(
+            self.client,
+            self._object(key),
+            part_size=self.options.part_size,
+            max_in_flight=self.options.stream_parts_in_flight,
+            wrap_error=lambda error: StorageError(url, key, "write", error),
+        )
+        return cast(IO[bytes], writer)
+
+    def put_document(self, key: str, data: bytes) -> None:
+        name = self._object(key)
+        with self._errors("write", key):
+            self.client.run(lambda: self.client.put(name, data))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        names = [self._object(key) for key in keys]
+        if names:
+            with self._errors("delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys"):
+                self.client.run(lambda: self.client.delete_many(names))
+
+    def delete_tree(self, prefix: str) -> None:
+        base = self._object(prefix) + "/"
+        with self._errors("delete", prefix):
+            names = self.client.run(lambda: self.client.list_keys(base))
+            self.client.run(lambda: self.client.delete_many(names))
+
+    # -- reads ------------------------------------------------------------------------
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        name = self._object(key)
+        total = sum(target.nbytes for target in targets)
+        if total == 0:
+            return
+        with self._errors("read", key):
+            received = self.client.run(lambda: self.client.get_into(name, offset, targets))
+        if received < total:
+            raise CorruptCheckpointError(
+                f"the object ends {total - received} bytes before the end of the recorded range",
+                url=self.display_url,
+                file=key,
+            )
+
+    def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        name = self._object(key)
+        if length == 0:
+            return b""
+        with self._errors("read", key):
+            return self.client.run(lambda: self.client.get(name, offset, length))
+
+    def exists(self, key: str) -> bool:
+        name = self._object(key)
+        with self._errors("check", key):
+            return self.client.run(lambda: self.client.head(name)) is not None
+
+    def size(self, key: str) -> int:
+        name = self._object(key)
+        with self._errors("read size of", key):
+            return self.client.run(lambda: self.client.size(name))
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        base = self._object(prefix) if prefix else self.prefix
+        with self._errors("list", prefix or None):
+            names = self.client.run(lambda: self.client.list_keys(f"{base}/" if base else ""))
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(name[cut:] for name in names)
+
+    # -- the rest ---------------------------------------------------------------------
+
+    def accessible(self) -> bool:
+        """Whether the bucket answers a metadata request (no listing, nothing written)."""
+        return bool(self.client.run(self.client.bucket_exists))
+
+    def sync(self) -> None:
+        """Nothing to do: object stores acknowledge an upload (whole, or completed from
+        parts) once it is durable."""
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _rebuild(cls: type[PathType], url: str, options: dict[str, Any]) -> PathType:
+    return cls(url, **options)

@@ -1,0 +1,93 @@
+"""Retrying object-store requests: one policy and one loop for every backend.
+
+Each attempt is one request. A failure the backend's :class:`ErrorRules` calls
+retryable (throttling, 5xx, resets, timeouts) is tried again after an exponential
+backoff with jitter, until the policy's attempts run out; anything else fails at once.
+The last failure becomes a :class:`~ckptstore.object_store._failures.RequestError` that
+says what to check.
+
+Example::
+
+    policy = RetryPolicy(attempts=5, base_delay=0.05)
+    await call_with_retries(send, policy, rules, describe="PUT s3://b/k", endpoint=url)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ckptstore.object_store._failures import ErrorRules, request_error
+
+__all__ = ["RetryPolicy", "call_with_retries"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a request is retried.
+
+    ``attempts`` counts the first try; the wait before retry ``n`` (from 1) is drawn
+    between half and all of ``min(max_delay, base_delay * 2**(n-1))``.
+
+    Example::
+
+        RetryPolicy(attempts=8, base_delay=0.1, max_delay=5.0).backoff(3)  # 0.2-0.4 s
+    """
+
+    attempts: int = 8
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"retries: attempts must be at least 1, got {self.attempts}")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("retries: delays must not be negative")
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+async def call_with_retries(
+    operation: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    rules: ErrorRules,
+    *,
+    describe: str,
+    endpoint: str,
+    secrets: Iterable[str] = (),
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """Await ``operation()`` until it succeeds, a failure ``rules`` does not call
+    retryable occurs or the policy's attempts run out; the last failure becomes a
+    :class:`~ckptstore.object_store._failures.RequestError` (with credentials masked).
+    ``on_retry(attempt, error)`` hears about every failure that is retried."""
+    started = time.monotonic()
+    attempt = 1
+    while True:
+        try:
+            return await operation()
+        except Exception as error:
+            if rules.classify(error).retryable and attempt < policy.attempts:
+                if on_retry is not None:
+                    on_retry(attempt, error)
+                await asyncio.sleep(policy.backoff(attempt))
+                attempt += 1
+                continue
+            raise request_error(
+                rules,
+                error,
+                describe=describe,
+                endpoint=endpoint,
+                attempts=attempt,
+                elapsed=time.monotonic() - started,
+                secrets=secrets,
+            ) from None

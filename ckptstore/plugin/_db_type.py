@@ -1,0 +1,226 @@
+"""The DB-type contract: how one node's blobs are laid out under its checkpoint key.
+
+A DB type writes blobs through the I/O engine and returns what it stored (one
+:class:`~ckptstore.records._manifest.BlobRecord` per blob plus the format's own files, each with
+CRC-32Cs). The commit protocol (:mod:`ckptstore.protocol._commit`) does the rest: staging,
+manifest, durability, commit record. Formats whose chunks are raw byte ranges of the
+blobs (``codec="raw"``) get reading and verification for free.
+
+Example::
+
+    class RawFiles(DBType):
+        name = "rawfiles"
+
+        def write(self, db, blobs):
+            records = {}
+            for name, array in blobs.items():
+                data = array_bytes(array)
+                result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
+                chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
+                records[name] = BlobRecord(name, array.dtype.str, array.shape, (chunk,))
+            return WrittenDB(records)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, ClassVar
+
+import numpy as np
+
+from ckptstore._types import byte_view
+from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
+from ckptstore.io._chunking import array_bytes
+from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+
+__all__ = ["DBLocation", "DBType", "WrittenDB", "read_raw_blobs", "verify_records"]
+
+
+@dataclass(frozen=True)
+class DBLocation:
+    """One node checkpoint as a format sees it: keys relative to its root, and the I/O
+    engine to move chunks with.
+
+    Example::
+
+        db.write([WriteRequest("w/c.0", [view], view.nbytes)])  # stored at <root>/w/c.0
+    """
+
+    storage: PathType
+    root: str
+    io: ParallelIO
+
+    def key(self, relative: str) -> str:
+        """The storage key of ``relative`` inside this checkpoint."""
+        return f"{self.root}/{relative}"
+
+    def write(self, requests: Iterable[WriteRequest]) -> list[WriteResult]:
+        """Write through the engine; keys in requests and results are relative.
+        A list of requests is announced to the storage first (see
+        :meth:`PathType.prepare_keys`)."""
+        if isinstance(requests, list):
+            self.storage.prepare_keys(self.key(request.key) for request in requests)
+        return self.io.write(self.storage, requests, prefix=self.root)
+
+    def read(
+        self,
+        requests: Iterable[ReadRequest],
+        *,
+        verify: bool | None = None,
+        on_error: Callable[[ReadRequest, Exception], None] | None = None,
+    ) -> None:
+        """Read through the engine (see :meth:`ParallelIO.read`); keys are relative."""
+        self.io.read(self.storage, requests, prefix=self.root, verify=verify, on_error=on_error)
+
+    def open_write(self, relative: str) -> IO[bytes]:
+        """A stream creating ``relative``, for formats that write sequentially."""
+        return self.storage.open_write(self.key(relative))
+
+
+@dataclass(frozen=True)
+class WrittenDB:
+    """What a DB type stored: a record per blob and its own files (metadata documents,
+    archive headers...), all checksummed."""
+
+    blobs: Mapping[str, BlobRecord]
+    files: tuple[ChunkRecord, ...] = field(default=())
+
+
+class DBType(ABC):
+    """A checkpoint format. Subclasses set ``name`` and implement :meth:`write`.
+
+    Override :meth:`read` for chunks that are not raw bytes (compression), and
+    :meth:`check_blob` to refuse blobs the format cannot hold, with the reason.
+    ``needs_rename`` marks formats that only work on renaming (local) path types.
+
+    Example::
+
+        manager = CheckpointManager("/ckpt", "trainer_0", db_type=MyFormat())
+    """
+
+    name: ClassVar[str]
+    needs_rename: ClassVar[bool] = False
+
+    def check_blob(self, name: str, array: np.ndarray[Any, Any]) -> None:
+        """Raise :class:`UnsupportedBlobError` if this format cannot store ``array``."""
+
+    @abstractmethod
+    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+        """Store ``blobs`` under ``db``; return what was stored, with checksums."""
+
+    def read(
+        self, db: DBLocation, records: Sequence[BlobRecord]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Read the blobs of ``records`` (verified) into new arrays."""
+        return read_raw_blobs(db, records)
+
+    def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+        """Check every stored byte of the checkpoint against the manifest; one error per
+        damaged chunk or file, empty if all is well."""
+        return verify_records(db, manifest)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def read_raw_blobs(
+    db: DBLocation, records: Sequence[BlobRecord]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Read raw-codec blobs: each chunk lands directly in its place in a new array."""
+    verify = db.io.settings.verify
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    for record in records:
+        if record.codec != "raw":
+            raise UnsupportedBlobError(
+                record.name, f"codec {record.codec!r} needs a DB type that can decode it"
+            )
+        arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
+
+    def requests() -> Iterator[ReadRequest]:
+        for record in records:
+            dest = byte_view(array_bytes(arrays[record.name]))
+            position = 0
+            for number, chunk in enumerate(record.chunks):
+                target = dest[position : position + chunk.size]
+                position += chunk.size
+                padding = chunk.stored - chunk.size
+                if verify and padding:
+                    yield ReadRequest(
+                        chunk.key,
+                        chunk.offset,
+                        _with_scratch(target, padding),
+                        chunk.stored,
+                        crc32c=chunk.crc32c,
+                        holds=padding,
+                        blob=record.name,
+                        chunk=number,
+                    )
+                else:
+                    yield ReadRequest(
+                        chunk.key,
+                        chunk.offset,
+                        [target],
+                        chunk.size,
+                        crc32c=None if padding else chunk.crc32c,
+                        blob=record.name,
+                        chunk=number,
+                    )
+
+    db.read(requests())
+    return arrays
+
+
+def _with_scratch(target: memoryview, padding: int) -> Any:
+    def targets() -> list[memoryview]:
+        return [target, memoryview(bytearray(padding))]
+
+    return targets
+
+
+def verify_records(db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+    """Re-read every chunk and format file recorded in ``manifest`` and check its
+    CRC-32C; report each damaged, missing or short piece instead of stopping at the first."""
+    problems: list[CorruptCheckpointError] = []
+
+    def requests() -> Iterator[ReadRequest]:
+        for record in manifest.blobs.values():
+            for number, chunk in enumerate(record.chunks):
+                yield _verify_request(chunk, record.name, number)
+        for chunk in manifest.files:
+            yield _verify_request(chunk, None, None)
+
+    def collect(request: ReadRequest, error: Exception) -> None:
+        if isinstance(error, CorruptCheckpointError):
+            problems.append(error)
+        elif isinstance(error, FileNotFoundError):
+            problems.append(
+                CorruptCheckpointError(
+                    "the file is missing",
+                    url=db.storage.display_url,
+                    file=request.key,
+                    blob=request.blob,
+                    chunk=request.chunk,
+                )
+            )
+        else:
+            raise error
+
+    db.read(requests(), verify=True, on_error=collect)
+    return problems
+
+
+def _verify_request(chunk: ChunkRecord, blob: str | None, number: int | None) -> ReadRequest:
+    return ReadRequest(
+        chunk.key,
+        chunk.offset,
+        lambda: [memoryview(bytearray(chunk.stored))],
+        chunk.stored,
+        crc32c=chunk.crc32c,
+        holds=chunk.stored,
+        blob=blob,
+        chunk=number,
+    )

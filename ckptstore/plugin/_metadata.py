@@ -1,0 +1,97 @@
+"""The metadata-handler contract: the catalog of a job's checkpoints.
+
+The runner calls, in this order: ``set_params`` at the start of ``train``;
+``last_epoch`` to choose the epoch to resume from; ``cp_accessible`` before each save;
+``write(epoch)`` after an epoch's save is committed; ``report`` after each save, load,
+partial load or failure.
+
+Example::
+
+    class PrintingHandler(MetadataHandler):
+        name = "printing"
+        def last_epoch(self, user_epoch=None):
+            return user_epoch
+        def write(self, epoch):
+            print("epoch", epoch, "is committed")
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from ckptstore.errors import JobConfigurationError
+
+if TYPE_CHECKING:
+    from ckptstore.plugin._path_type import PathType
+    from ckptstore.records._stats import NodeStats
+
+__all__ = ["MetadataHandler"]
+
+
+class MetadataHandler(ABC):
+    """Keeps track of which epochs are complete, and hears about every operation.
+
+    Subclasses set ``name`` and implement :meth:`last_epoch` and :meth:`write`;
+    :meth:`set_params` stores the job's parameters (``self.db_prefix``,
+    ``self.node_names``, ``self.storage``...), the rest are optional.
+
+    Example::
+
+        CheckpointManager("/ckpt", "trainer_0", "zarr", metadata_handler="json")
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.db_prefix: str | None = None
+        self.db_type: str | None = None
+        self.node_names: list[str] = []
+        self.path_prefix: str | None = None
+        self.path_type: str | None = None
+        self.storage: PathType | None = None
+
+    def set_params(
+        self,
+        db_prefix: str,
+        db_type: str,
+        node_names: Sequence[str],
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+        storage: PathType | None = None,
+    ) -> None:
+        """Receive the job's checkpoint location, format and nodes."""
+        self.db_prefix = db_prefix
+        self.db_type = db_type
+        self.node_names = list(node_names)
+        self.path_prefix = path_prefix
+        self.path_type = path_type
+        self.storage = storage
+
+    def require_storage(self) -> PathType:
+        """The checkpoint root given to :meth:`set_params`, or a clear error."""
+        if self.storage is None:
+            raise JobConfigurationError(
+                f"metadata handler {self.name!r} has no checkpoint location yet: call "
+                "manager.set_params(nodes) first (JobRunner.train does this)"
+            )
+        return self.storage
+
+    @abstractmethod
+    def last_epoch(self, user_epoch: int | None = None) -> int | None:
+        """The epoch to resume from: ``user_epoch`` if given (and valid), else the newest
+        epoch complete on every node, else ``None`` (start from scratch)."""
+
+    @abstractmethod
+    def write(self, epoch: int) -> None:
+        """Record that ``epoch`` is committed on every node."""
+
+    def cp_accessible(self, epoch: int | None = None) -> bool:
+        """Whether checkpoints can be written now (the runner skips the save if not)."""
+        storage = self.require_storage()
+        return storage.accessible()
+
+    def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
+        """Hear about a finished operation: ``stats`` maps each node checkpoint's path
+        to its :class:`~ckptstore.records._stats.NodeStats`."""

@@ -1,0 +1,57 @@
+"""The commit protocol: how a node checkpoint is written, published and committed, how
+readers find committed epochs, how a committed checkpoint is copied with verification.
+
+Owns the truth of what exists in storage (commit records, manifests). May import
+:mod:`ckptstore.plugin` (the contracts it drives), :mod:`ckptstore.execution`
+(workspaces' blobs), :mod:`ckptstore.records`, :mod:`ckptstore.io` and
+:mod:`ckptstore.errors`; never the managers, the built-ins or the tools above it.
+
+Example::
+
+    commit = write_node(storage, "trainer_0", 3, blobs, db_type, io)
+    commit_epoch(storage, 3, [commit])
+    manifest = open_node(storage, "trainer_0", 3)
+"""
+
+from ckptstore.protocol._commit import (
+    EpochCommit,
+    NodeCommit,
+    commit_epoch,
+    committed_nodes,
+    open_node,
+    open_node_record,
+    publish_node,
+    read_blobs,
+    read_commit,
+    require_commit,
+    retract_epoch,
+    verify_node,
+    write_node,
+)
+from ckptstore.protocol._inventory import EpochEntry, NodeEntry, RunEntry, committed_epochs, scan
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._transfer import copy_node, copy_node_task
+
+__all__ = [
+    "CheckpointLocation",
+    "EpochCommit",
+    "EpochEntry",
+    "NodeCommit",
+    "NodeEntry",
+    "RunEntry",
+    "commit_epoch",
+    "committed_epochs",
+    "committed_nodes",
+    "copy_node",
+    "copy_node_task",
+    "open_node",
+    "open_node_record",
+    "publish_node",
+    "read_blobs",
+    "read_commit",
+    "require_commit",
+    "retract_epoch",
+    "scan",
+    "verify_node",
+    "write_node",
+]

@@ -1,0 +1,291 @@
+"""What is stored under a URL: runs (checkpoint roots), their epochs and node
+checkpoints, committed or not, with sizes. Used by the operator tools (``ckptstore
+ls``, ``gc``); it lists the storage, so it is never on the save or resume path.
+
+A run is a prefix holding ckptstore's layout (see :mod:`ckptstore.records._layout`). An epoch is
+``committed`` when its commit record lists every node checkpoint found for it,
+``partial`` when some node checkpoints of it are not in the record, ``uncommitted``
+without a record. A node checkpoint is ``committed``, ``uncommitted`` (written, not
+committed) or ``writing`` (no manifest yet, or a staging directory: a save in progress
+or interrupted).
+
+Example::
+
+    for run in scan(get_registry().open_path("s3://bucket/runs")):
+        for epoch in run.epochs:
+            print(run.prefix, epoch.epoch, epoch.state, epoch.stored_bytes)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.records._layout import (
+    CONTROL_DIR,
+    MANIFEST_NAME,
+    RETIRED_MARK,
+    STAGING_MARK,
+    commit_record_key,
+    manifest_key,
+    parse_commit_record_key,
+    parse_db_key,
+)
+from ckptstore.records._manifest import NodeManifest
+from ckptstore.records._names import get_ckpt_filename, join_url
+
+__all__ = [
+    "EpochEntry",
+    "NodeEntry",
+    "RunEntry",
+    "committed_epochs",
+    "scan",
+]
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One node checkpoint found under a run.
+
+    Example::
+
+        NodeEntry("trainer_0", 3, "committed", "npz", nbytes=4096, stored_bytes=4400)
+    """
+
+    node: str
+    epoch: int
+    state: str
+    db_type: str | None = None
+    nbytes: int | None = None
+    stored_bytes: int | None = None
+    nblobs: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "state": self.state,
+            "db_type": self.db_type,
+            "nbytes": self.nbytes,
+            "stored_bytes": self.stored_bytes,
+            "nblobs": self.nblobs,
+        }
+
+
+@dataclass(frozen=True)
+class EpochEntry:
+    """One epoch of a run and its node checkpoints.
+
+    Example::
+
+        entry.state, entry.stored_bytes, [node.node for node in entry.nodes]
+    """
+
+    epoch: int
+    state: str
+    nodes: tuple[NodeEntry, ...]
+    committed_at: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(node.nbytes or 0 for node in self.nodes)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(node.stored_bytes or 0 for node in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "state": self.state,
+            "committed_at": self.committed_at,
+            "nbytes": self.nbytes,
+            "stored_bytes": self.stored_bytes,
+            "nodes": [node.to_json() for node in self.nodes],
+        }
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One checkpoint root: ``prefix`` relative to the scanned URL (``""``: the URL).
+
+    Example::
+
+        [run.url for run in scan(storage)]  # ['/ckpt/runs/a', '/ckpt/runs/b']
+    """
+
+    prefix: str
+    url: str
+    epochs: tuple[EpochEntry, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix": self.prefix,
+            "url": self.url,
+            "stored_bytes": sum(epoch.stored_bytes for epoch in self.epochs),
+            "epochs": [epoch.to_json() for epoch in self.epochs],
+        }
+
+
+def committed_epochs(storage: PathType, prefix: str = "") -> list[int]:
+    """The epochs with a commit record under ``prefix``, ascending (lists the control
+    directory only)."""
+    epochs = set()
+    for key in storage.list_keys(_join(prefix, CONTROL_DIR)):
+        epoch = parse_commit_record_key(key[len(prefix) + 1 :] if prefix else key)
+        if epoch is not None:
+            epochs.add(epoch)
+    return sorted(epochs)
+
+
+@dataclass
+class _Found:
+    manifests: set[tuple[str, int]] = field(default_factory=set)
+    writing: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
+    epochs: set[int] = field(default_factory=set)
+
+
+def scan(storage: PathType) -> list[RunEntry]:
+    """Every run under ``storage``'s root, sorted by prefix."""
+    keys = storage.list_keys()
+    runs = _run_prefixes(keys)
+    found: dict[str, _Found] = {prefix: _Found() for prefix in runs}
+    for key in keys:
+        prefix = _owning_run(key, runs)
+        if prefix is None:
+            continue
+        _classify(key[len(prefix) + 1 :] if prefix else key, key, found[prefix])
+    return [_run_entry(storage, prefix, found[prefix]) for prefix in sorted(runs)]
+
+
+def _run_prefixes(keys: Iterable[str]) -> set[str]:
+    """Prefixes holding a commit record, a node manifest or a staging directory."""
+    runs = set()
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) >= 2 and _marks_a_run(parts[-2], parts[-1]):
+            runs.add("/".join(parts[:-2]))
+    return runs
+
+
+def _marks_a_run(directory: str, name: str) -> bool:
+    if directory == CONTROL_DIR:
+        return parse_commit_record_key(f"{CONTROL_DIR}/{name}") is not None
+    if name == MANIFEST_NAME:
+        return parse_db_key(directory) is not None
+    return directory.startswith(".") and STAGING_MARK in directory
+
+
+def _owning_run(key: str, runs: set[str]) -> str | None:
+    """The longest run prefix ``key`` lies under."""
+    parts = key.split("/")
+    for cut in range(len(parts) - 1, -1, -1):
+        prefix = "/".join(parts[:cut])
+        if prefix in runs:
+            return prefix
+    return None
+
+
+def _classify(relative: str, key: str, found: _Found) -> None:
+    head, _, rest = relative.partition("/")
+    if not rest:
+        return
+    if head == CONTROL_DIR:
+        epoch = parse_commit_record_key(relative)
+        if epoch is not None:
+            found.epochs.add(epoch)
+        return
+    if head.startswith(".") and STAGING_MARK in head:
+        parsed = parse_db_key(head[1:].split(STAGING_MARK, 1)[0])
+        if parsed is not None:
+            found.writing[parsed].append(key)
+        return
+    if RETIRED_MARK in head:
+        return
+    parsed = parse_db_key(head)
+    if parsed is None:
+        return
+    if rest == MANIFEST_NAME:
+        found.manifests.add(parsed)
+    else:
+        found.writing[parsed].append(key)
+
+
+def _run_entry(storage: PathType, prefix: str, found: _Found) -> RunEntry:
+    records = {epoch: _read_commit(storage, prefix, epoch) for epoch in found.epochs}
+    nodes: dict[int, dict[str, NodeEntry]] = defaultdict(dict)
+    for epoch, record in records.items():
+        for name, commit in (record.nodes if record else {}).items():
+            nodes[epoch][name] = NodeEntry(
+                name,
+                epoch,
+                "committed",
+                commit.db_type,
+                commit.nbytes,
+                commit.stored_bytes,
+                commit.nblobs,
+            )
+    for node, epoch in sorted(found.manifests):
+        if node not in nodes[epoch]:
+            nodes[epoch][node] = _uncommitted(storage, prefix, node, epoch)
+    for (node, epoch), keys in sorted(found.writing.items()):
+        if node not in nodes[epoch]:
+            size = sum(_size(storage, key) for key in keys)
+            nodes[epoch][node] = NodeEntry(node, epoch, "writing", stored_bytes=size)
+    epochs = []
+    for epoch in sorted(nodes):
+        record = records.get(epoch)
+        entries = tuple(entry for _, entry in sorted(nodes[epoch].items()))
+        if record is None:
+            state = "uncommitted"
+        elif all(entry.state == "committed" for entry in entries):
+            state = "committed"
+        else:
+            state = "partial"
+        epochs.append(EpochEntry(epoch, state, entries, record.committed_at if record else None))
+    url = join_url(storage.display_url, prefix) if prefix else storage.display_url
+    return RunEntry(prefix, url, tuple(epochs))
+
+
+def _read_commit(storage: PathType, prefix: str, epoch: int) -> protocol.EpochCommit | None:
+    key = _join(prefix, commit_record_key(epoch))
+    data = storage.get_document(key)
+    if data is None:
+        return None
+    try:
+        return protocol.EpochCommit.decode(data, url=storage.display_url, key=key)
+    except CorruptCheckpointError:
+        return None
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix else key
+
+
+def _uncommitted(storage: PathType, prefix: str, node: str, epoch: int) -> NodeEntry:
+    key = _join(prefix, manifest_key(get_ckpt_filename(node, epoch)))
+    try:
+        data = storage.read_bytes(key)
+        manifest = NodeManifest.decode(data, url=storage.display_url, key=key)
+    except (CorruptCheckpointError, ObjectNotFoundError):
+        return NodeEntry(node, epoch, "uncommitted")
+    return NodeEntry(
+        node,
+        epoch,
+        "uncommitted",
+        manifest.db_type,
+        manifest.nbytes,
+        manifest.stored_bytes + len(data),
+        len(manifest.blobs),
+    )
+
+
+def _size(storage: PathType, key: str) -> int:
+    try:
+        return storage.size(key)
+    except ObjectNotFoundError:
+        return 0  # removed since it was listed (a save finishing or cleaning up)

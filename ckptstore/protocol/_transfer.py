@@ -1,0 +1,164 @@
+"""Copying committed node checkpoints from one checkpoint root to another (for example
+from fast local disk to an object store), through the same commit protocol.
+
+Every byte read from the source is checked against its CRC-32C before it is written,
+and the copy is read back and verified before it is published. The manifest is copied
+byte for byte, so the destination's commit record carries the same manifest CRC-32C.
+
+Example::
+
+    stats = copy_node(source=local_location, dest=s3_storage, node="trainer_0", epoch=4)
+    commit_epoch(s3_storage, 4, [stats.commit])
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.execution._workspace import Workspace
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._engine import ReadRequest
+from ckptstore.plugin._db_type import DBLocation, verify_records
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._manifest import ChunkRecord, NodeManifest
+from ckptstore.records._names import get_ckpt_filename
+from ckptstore.records._stats import NodeStats
+
+__all__ = ["copy_node", "copy_node_task"]
+
+
+def copy_node(
+    *, source: CheckpointLocation, dest: PathType, node: str, epoch: int, verify: bool = True
+) -> NodeStats:
+    """Copy ``node``'s committed checkpoint of ``epoch`` to ``dest`` (not yet committed
+    there: commit the epoch once every node is copied)."""
+    started = time.perf_counter_ns()
+    manifest, manifest_bytes, node_commit = protocol.open_node_record(source.storage, node, epoch)
+    db_key = get_ckpt_filename(node, epoch)
+    engine = source.engine()
+    src = DBLocation(source.storage, db_key, engine)
+    pieces = _pieces_by_file(manifest)
+
+    def fill(root: str) -> bytes:
+        target = DBLocation(dest, root, engine)
+        whole = [records[0] for records in pieces.values() if _is_whole(records)]
+        src.read((_copy_request(chunk, target) for chunk in whole), verify=True)
+        for key, records in pieces.items():
+            if not _is_whole(records):
+                _stream_file(src, target, key, records)
+        if verify:
+            problems = verify_records(target, manifest)
+            if problems:
+                raise problems[0]
+        return manifest_bytes
+
+    protocol.publish_node(dest, db_key, fill)
+    return NodeStats(
+        node=node,
+        epoch=epoch,
+        db_path=f"{dest.display_url.rstrip('/')}/{db_key}",
+        action="checkpoint_upload",
+        duration_ns=time.perf_counter_ns() - started,
+        nbytes=manifest.nbytes,
+        stored_bytes=node_commit.stored_bytes,
+        nblobs=len(manifest.blobs),
+        blobs=tuple(manifest.blobs),
+        commit=replace(node_commit, duration_ns=time.perf_counter_ns() - started),
+    )
+
+
+def copy_node_task(
+    ws: Workspace,
+    *,
+    source: CheckpointLocation,
+    dest: PathType,
+    node: str,
+    epoch: int,
+    verify: bool,
+) -> NodeStats:
+    """:func:`copy_node` as a task body (the workspace is not used)."""
+    return copy_node(source=source, dest=dest, node=node, epoch=epoch, verify=verify)
+
+
+def _pieces_by_file(manifest: NodeManifest) -> dict[str, list[ChunkRecord]]:
+    pieces: dict[str, list[ChunkRecord]] = defaultdict(list)
+    for record in manifest.blobs.values():
+        for chunk in record.chunks:
+            pieces[chunk.key].append(chunk)
+    for chunk in manifest.files:
+        pieces[chunk.key].append(chunk)
+    for records in pieces.values():
+        records.sort(key=lambda chunk: chunk.offset)
+    return dict(pieces)
+
+
+def _is_whole(records: Sequence[ChunkRecord]) -> bool:
+    return len(records) == 1 and records[0].offset == 0
+
+
+def _copy_request(chunk: ChunkRecord, target: DBLocation) -> ReadRequest:
+    def write(buffers: Sequence[memoryview]) -> None:
+        target.storage.write_parts(target.key(chunk.key), buffers)
+
+    return ReadRequest(
+        chunk.key,
+        0,
+        lambda: [memoryview(bytearray(chunk.stored))],
+        chunk.stored,
+        crc32c=chunk.crc32c,
+        holds=chunk.stored,
+        finish=write,
+        chunk=None,
+    )
+
+
+def _stream_file(
+    src: DBLocation, target: DBLocation, key: str, records: Sequence[ChunkRecord]
+) -> None:
+    """Copy a file recorded as consecutive pieces (an archive), checking each piece;
+    neighbouring pieces are read together, up to a chunk's worth per request."""
+    with target.open_write(key) as out:
+        span = src.io.settings.chunk_bytes
+        for data, chunk in zip(_read_pieces(src, key, records, span), records, strict=True):
+            if crc32c_of([data]) != chunk.crc32c:
+                raise CorruptCheckpointError(
+                    f"CRC-32C mismatch in the {chunk.stored} bytes at offset {chunk.offset}",
+                    url=src.storage.display_url,
+                    file=src.key(key),
+                )
+            out.write(data)
+
+
+def _read_pieces(
+    src: DBLocation, key: str, records: Sequence[ChunkRecord], span: int
+) -> Iterator[memoryview]:
+    """Each piece's bytes, in order; one read covers consecutive pieces up to ``span``
+    bytes (a larger piece is read alone)."""
+    position = 0
+    for chunk in records:
+        if chunk.offset != position:
+            raise CorruptCheckpointError(
+                f"the manifest leaves bytes {position}-{chunk.offset} unrecorded, so the file "
+                "cannot be copied verifiably",
+                url=src.storage.display_url,
+                file=src.key(key),
+            )
+        position = chunk.offset + chunk.stored
+    index = 0
+    while index < len(records):
+        first = index
+        end = records[index].offset + records[index].stored
+        index += 1
+        while index < len(records) and end + records[index].stored - records[first].offset <= span:
+            end += records[index].stored
+            index += 1
+        start = records[first].offset
+        data = memoryview(src.storage.read_bytes(src.key(key), start, end - start))
+        for chunk in records[first:index]:
+            yield data[chunk.offset - start : chunk.offset - start + chunk.stored]

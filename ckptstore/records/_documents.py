@@ -1,0 +1,61 @@
+"""Small JSON control documents (manifests, commit records, catalogs) that carry their
+own CRC-32C, so a flipped byte in one is reported instead of misread.
+
+Example::
+
+    data = encode_document("ckptstore.commit", {"epoch": 3})
+    decode_document(data, "ckptstore.commit", url="/ckpt", key="k")  # {'epoch': 3}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io._checksum import crc32c_of
+
+__all__ = ["decode_document", "encode_document"]
+
+_VERSION = 1
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_document(kind: str, body: dict[str, Any]) -> bytes:
+    """Serialise ``body`` as a ``kind`` document with a version and a CRC-32C.
+
+    The document is canonical JSON (sorted keys, no spaces: numpy-free and fast, as the
+    C encoder handles it) with ``"crc32c"`` put first, computed over the rest.
+    """
+    if "crc32c" in body:
+        raise ValueError("'crc32c' is reserved in control documents")
+    canonical = _canonical({"kind": kind, "version": _VERSION, **body})
+    return b'{"crc32c":%d,%s' % (crc32c_of([canonical]), canonical[1:])
+
+
+def decode_document(data: bytes, kind: str, *, url: str, key: str) -> dict[str, Any]:
+    """Parse and check a document written by :func:`encode_document`."""
+
+    def corrupt(detail: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(detail, url=url, file=key)
+
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise corrupt(f"not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise corrupt("not a JSON object")
+    recorded = document.pop("crc32c", None)
+    if recorded != crc32c_of([_canonical(document)]):
+        raise corrupt("its CRC-32C does not match its content")
+    if document.get("kind") != kind:
+        raise corrupt(f"expected a {kind!r} document, found {document.get('kind')!r}")
+    if document.get("version") != _VERSION:
+        raise corrupt(
+            f"document version {document.get('version')!r} is not supported by this "
+            f"ckptstore (it reads version {_VERSION}); upgrade ckptstore"
+        )
+    return document

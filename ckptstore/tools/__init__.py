@@ -1,0 +1,26 @@
+"""Operator tools over stored checkpoints: verify, describe, copy and convert epochs, and
+the demo training job. The CLI is a thin shell over these.
+
+May import every layer below the CLI (checkpoint, protocol, plugin, records, io).
+
+Example::
+
+    result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=5))
+"""
+
+from ckptstore.tools._checking import NodeCheck, describe_epoch, verify_epochs
+from ckptstore.tools._demo import DemoConfig, DemoResult, build_demo_job, run_demo
+from ckptstore.tools._replication import NodeDone, convert_epochs, copy_epochs
+
+__all__ = [
+    "DemoConfig",
+    "DemoResult",
+    "NodeCheck",
+    "NodeDone",
+    "build_demo_job",
+    "convert_epochs",
+    "copy_epochs",
+    "describe_epoch",
+    "run_demo",
+    "verify_epochs",
+]

@@ -1,0 +1,131 @@
+"""Looking inside committed checkpoints: what an epoch holds, and whether every stored
+byte still matches its checksum. Used by ``ckptstore inspect`` and ``ckptstore verify``.
+
+Example::
+
+    description = describe_epoch(storage, 3)
+    [check.problems for check in verify_epochs(storage, [3])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io._engine import ParallelIO
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import _commit as protocol
+from ckptstore.records._manifest import NodeManifest
+
+__all__ = ["NodeCheck", "describe_epoch", "verify_epochs"]
+
+
+def describe_epoch(
+    storage: PathType, epoch: int, nodes: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """A JSON-ready description of a committed epoch: its nodes, and each node's blobs
+    with dtype, shape, bytes and chunk count."""
+    record = protocol.require_commit(storage, epoch)
+    wanted = sorted(record.nodes) if nodes is None else list(nodes)
+    described = []
+    for node in wanted:
+        manifest = protocol.open_node(storage, node, epoch)
+        described.append(_describe_node(manifest, record.nodes[node]))
+    return {
+        "url": storage.display_url,
+        "epoch": epoch,
+        "committed_at": record.committed_at,
+        "nbytes": sum(node["nbytes"] for node in described),
+        "stored_bytes": sum(node["stored_bytes"] for node in described),
+        "nodes": described,
+    }
+
+
+def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> dict[str, Any]:
+    return {
+        "node": manifest.node,
+        "db_type": manifest.db_type,
+        "nbytes": manifest.nbytes,
+        "stored_bytes": commit.stored_bytes,
+        "created": manifest.created,
+        "blobs": [
+            {
+                "name": name,
+                "dtype": record.dtype,
+                "shape": list(record.shape),
+                "nbytes": record.nbytes,
+                "stored_bytes": record.stored_bytes,
+                "chunks": len(record.chunks),
+                "codec": record.codec,
+            }
+            for name, record in sorted(manifest.blobs.items())
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """The outcome of verifying one node checkpoint.
+
+    Example::
+
+        [problem.blob for check in checks if not check.ok for problem in check.problems]
+    """
+
+    node: str
+    epoch: int
+    stored_bytes: int
+    problems: tuple[CorruptCheckpointError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "epoch": self.epoch,
+            "ok": self.ok,
+            "stored_bytes": self.stored_bytes,
+            "problems": [
+                {"blob": p.blob, "chunk": p.chunk, "file": p.file, "message": str(p)}
+                for p in self.problems
+            ],
+        }
+
+
+def verify_epochs(
+    storage: PathType,
+    epochs: Iterable[int],
+    *,
+    on_checked: Callable[[NodeCheck], None] | None = None,
+) -> list[NodeCheck]:
+    """Re-read every byte of every node checkpoint of ``epochs`` and check its CRC-32C;
+    one :class:`NodeCheck` per node, problems listed rather than raised."""
+    engine = ParallelIO(storage.default_io.with_environment())
+    checks = []
+    for epoch in epochs:
+        record = protocol.require_commit(storage, epoch)
+        for node, commit in sorted(record.nodes.items()):
+            db_type = get_registry().db_type(commit.db_type)
+            problems = protocol.verify_node(storage, node, epoch, db_type, engine)
+            check = NodeCheck(node, epoch, commit.stored_bytes, tuple(problems))
+            checks.append(check)
+            if on_checked is not None:
+                on_checked(check)
+    return checks
+
+
+def problem_summary(problem: CorruptCheckpointError) -> str:
+    """One line naming what is broken (blob, chunk, file)."""
+    parts = []
+    if problem.blob is not None:
+        parts.append(f"blob {problem.blob!r}")
+    if problem.chunk is not None:
+        parts.append(f"chunk {problem.chunk}")
+    if problem.file is not None:
+        parts.append(f"file {problem.file}")
+    return ", ".join(parts) or "checkpoint"

@@ -1,0 +1,165 @@
+"""Copying committed epochs between checkpoint roots, and rewriting them in another
+format. Used by ``ckptstore cp`` and ``ckptstore convert``.
+
+Both go through the commit protocol: at the destination the epoch's nodes are retracted,
+written (copies are verified against every CRC-32C on the way), then committed.
+
+Example::
+
+    copy_epochs(local, s3, [3, 4], jobs=4)
+    convert_epochs(local, [4], "zarr")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+
+from ckptstore.errors import JobConfigurationError
+from ckptstore.io._engine import ParallelIO
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol import require_commit
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._transfer import copy_node
+
+__all__ = ["NodeDone", "convert_epochs", "copy_epochs"]
+
+
+@dataclass(frozen=True)
+class NodeDone:
+    """One node checkpoint copied, converted or skipped (already there).
+
+    Example::
+
+        sum(done.stored_bytes for done in copy_epochs(src, dst, [3]) if not done.skipped)
+    """
+
+    node: str
+    epoch: int
+    stored_bytes: int
+    skipped: bool = False
+
+
+Progress = Callable[[NodeDone], None]
+
+
+def copy_epochs(
+    source: PathType,
+    dest: PathType,
+    epochs: Iterable[int],
+    *,
+    jobs: int = 4,
+    verify: bool = True,
+    force: bool = False,
+    on_done: Progress | None = None,
+) -> list[NodeDone]:
+    """Copy each committed epoch's node checkpoints from ``source`` to ``dest`` (``jobs``
+    nodes at a time) and commit them there. Nodes already committed at ``dest`` with the
+    same manifest are skipped unless ``force``."""
+    settings = source.default_io.with_environment()
+    done: list[NodeDone] = []
+    for epoch in epochs:
+        record = require_commit(source, epoch)
+        existing = protocol.read_commit(dest, epoch)
+        todo = []
+        for node, commit in sorted(record.nodes.items()):
+            there = existing.nodes.get(node) if existing is not None else None
+            if not force and there is not None and there.manifest_crc32c == commit.manifest_crc32c:
+                done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
+                if on_done is not None:
+                    on_done(done[-1])
+            else:
+                todo.append(node)
+        if not todo:
+            continue
+        protocol.retract_epoch(dest, epoch, todo)
+
+        copy = partial(_copy_one, source=source, dest=dest, epoch=epoch, verify=verify)
+        locations = [
+            CheckpointLocation(source, _db_type(record.nodes[node].db_type), settings)
+            for node in todo
+        ]
+        commits = []
+        with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="ckptstore-cp") as pool:
+            for commit in pool.map(copy, todo, locations):
+                commits.append(commit)
+                done.append(NodeDone(commit.node, epoch, commit.stored_bytes))
+                if on_done is not None:
+                    on_done(done[-1])
+        protocol.commit_epoch(dest, epoch, commits)
+    return done
+
+
+def convert_epochs(
+    storage: PathType,
+    epochs: Iterable[int],
+    db_type: str | DBType,
+    *,
+    dest: PathType | None = None,
+    on_done: Progress | None = None,
+) -> list[NodeDone]:
+    """Rewrite each committed epoch's node checkpoints in format ``db_type``, in place
+    or into ``dest``. Nodes already in that format are skipped when converting in place.
+
+    In place, an epoch's nodes are read (and verified) whole, retracted, rewritten and
+    committed again; if a rewrite fails, the original blobs are written back in their
+    format before the error is raised."""
+    target_type = get_registry().db_type(db_type)
+    target = dest or storage
+    if target_type.needs_rename and not target.supports_rename:
+        raise JobConfigurationError(
+            f"DB type {target_type.name!r} works only on local disk, not on "
+            f"{target.display_url}; convert into a local --dest, or pick 'zarr' or 'npz'"
+        )
+    engine = ParallelIO(storage.default_io.with_environment())
+    out_engine = ParallelIO(target.default_io.with_environment())
+    done: list[NodeDone] = []
+    for epoch in epochs:
+        record = require_commit(storage, epoch)
+        commits = []
+        for node, commit in sorted(record.nodes.items()):
+            if dest is None and commit.db_type == target_type.name:
+                done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
+                if on_done is not None:
+                    on_done(done[-1])
+                continue
+            source_type = _db_type(commit.db_type)
+            manifest = protocol.open_node(storage, node, epoch)
+            blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
+            protocol.retract_epoch(target, epoch, [node])
+            try:
+                result = protocol.write_node(target, node, epoch, blobs, target_type, out_engine)
+            except BaseException:
+                if dest is None:
+                    original = protocol.write_node(storage, node, epoch, blobs, source_type, engine)
+                    protocol.commit_epoch(storage, epoch, [original])
+                raise
+            protocol.commit_epoch(target, epoch, [result])
+            commits.append(result)
+            done.append(NodeDone(node, epoch, result.stored_bytes))
+            if on_done is not None:
+                on_done(done[-1])
+    return done
+
+
+def _copy_one(
+    node: str,
+    location: CheckpointLocation,
+    *,
+    source: PathType,
+    dest: PathType,
+    epoch: int,
+    verify: bool,
+) -> protocol.NodeCommit:
+    stats = copy_node(source=location, dest=dest, node=node, epoch=epoch, verify=verify)
+    assert stats.commit is not None, "copy_node always records the commit"
+    return stats.commit
+
+
+def _db_type(name: str) -> DBType:
+    return get_registry().db_type(name)

@@ -20,6 +20,7 @@ from ckptstore import (
     LocalPath,
     NpzDB,
     Workspace,
+    protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import CheckpointLocation, load_node
@@ -27,7 +28,6 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.records._layout import commit_record_key, manifest_key
 
 NODE = "trainer_0"

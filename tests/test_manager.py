@@ -20,11 +20,11 @@ from ckptstore import (
     NpzDB,
     SaveFailedError,
     UnknownPluginError,
+    protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import NotRunError
 from ckptstore.plugin._registry import Registry
-from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 

@@ -20,8 +20,8 @@ from ckptstore import (
     Node,
     SaveFailedError,
     TaskGroup,
+    protocol,
 )
-from ckptstore.protocol import _commit as protocol
 
 NODES = ["trainer_0", "trainer_1"]
 

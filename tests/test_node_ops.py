@@ -17,6 +17,7 @@ from ckptstore import (
     NpzDB,
     SaveFailedError,
     Workspace,
+    protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import (
@@ -29,7 +30,6 @@ from ckptstore.checkpoint._node_tasks import (
     read_blob_names,
     save_node,
 )
-from ckptstore.protocol import _commit as protocol
 from ckptstore.records._stats import NodeStats
 
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
@@ -22,7 +23,6 @@ from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._session import LocalSession
 from ckptstore.io._engine import ParallelIO
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import encode_document
 from ckptstore.testing.conformance import NODES, counting_job

@@ -40,12 +40,12 @@ from ckptstore import (
     UploadTaskGroupBuilder,
     Workspace,
     epoch_limiter,
+    protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.errors import InvalidPluginError
 from ckptstore.plugin._registry import Registry
-from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 

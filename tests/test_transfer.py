@@ -15,13 +15,13 @@ from ckptstore import (
     LocalPath,
     NodeManifest,
     NpzDB,
+    protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.checkpoint._node_tasks import commit_saves
 from ckptstore.execution._node import Node
@@ -24,7 +25,6 @@ from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._transfer import copy_node_task
 
 __all__ = ["CopyUpload"]

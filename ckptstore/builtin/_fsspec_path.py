@@ -40,11 +40,23 @@ class FsspecPath(PathType):
     protocols: ClassVar[tuple[str, ...]] = ("*",)
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=16, memory_budget=256 << 20)
 
-    def __init__(self, url: str, **storage_options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+        root: str | None = None,
+        **storage_options: Any,
+    ) -> None:
+        """Open ``url`` with fsspec (``storage_options`` go to the filesystem), or use an
+        already opened ``filesystem`` whose path for ``url`` is ``root`` (what
+        object-store subclasses pass after resolving their own options)."""
         super().__init__(url)
         self._storage_options = storage_options
-        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
-        self.root = root.rstrip("/")
+        if filesystem is None:
+            filesystem, root = fsspec.core.url_to_fs(url, **storage_options)
+        self.fs = filesystem
+        self.root = (root or "").rstrip("/")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.display_url!r})"
@@ -71,7 +83,7 @@ class FsspecPath(PathType):
             try:
                 self.fs.pipe_file(path, data)
             except FileNotFoundError:
-                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
                 self.fs.pipe_file(path, data)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
@@ -127,7 +139,7 @@ class FsspecPath(PathType):
         path = self._path(key)
         with self._errors("write", key):
             with contextlib.suppress(OSError):  # a store without directories
-                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
             return _AppendOnly(self.fs.open(path, "wb"))  # type: ignore[return-value]
 
     def accessible(self) -> bool:

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol import require_commit
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key

@@ -31,10 +31,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol import require_commit
 from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._stats import NodeStats

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.checkpoint._manager import (
     DEFAULT_DB_TYPE,
     CheckpointManager,
@@ -28,7 +29,6 @@ from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 

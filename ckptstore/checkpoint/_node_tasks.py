@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from ckptstore import protocol
 from ckptstore.errors import BlobNotFoundError, SaveFailedError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._stats import NodeStats
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import CONTROL_DIR, commit_record_key

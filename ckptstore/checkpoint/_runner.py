@@ -32,7 +32,7 @@ from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import committed_nodes
+from ckptstore.protocol._commit import newest_complete_before
 
 __all__ = ["JobRunner", "SaveFailure"]
 
@@ -48,14 +48,8 @@ class SaveFailure:
 
 
 def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
-    """The newest epoch before ``epoch`` committed on every node of ``manager`` (reads
-    commit records one by one, newest first: the rare path after a damaged epoch)."""
-    storage = manager.location.storage
-    nodes = set(manager.node_names())
-    for older in range(epoch - 1, -1, -1):
-        if nodes <= committed_nodes(storage, older):
-            return older
-    return None
+    """The newest epoch before ``epoch`` committed on every node of ``manager``."""
+    return newest_complete_before(manager.location.storage, epoch, manager.node_names())
 
 
 class JobRunner:

@@ -77,11 +77,10 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
     client: ClientT
 
     def __init__(self, url: str, **storage_options: Any) -> None:
-        PathType.__init__(self, url)
         self._raw_options = dict(storage_options)
         self.options = self.options_type.resolve(storage_options)
-        self.fs, root = self.options.open_filesystem(url)
-        self.root = root.rstrip("/")
+        filesystem, root = self.options.open_filesystem(url)
+        super().__init__(url, filesystem=filesystem, root=root)
         bucket, _, prefix = self.root.partition("/")
         if not bucket:
             raise ValueError(f"{self.bucket_rule}, got {self.display_url!r}")

@@ -62,6 +62,8 @@ __all__ = [
     "NodeCommit",
     "commit_epoch",
     "committed_nodes",
+    "is_complete",
+    "newest_complete_before",
     "open_node",
     "open_node_record",
     "publish_node",
@@ -306,6 +308,24 @@ def committed_nodes(storage: PathType, epoch: int) -> set[str]:
     """Names of the nodes whose checkpoint of ``epoch`` is committed."""
     record = read_commit(storage, epoch)
     return set(record.nodes) if record is not None else set()
+
+
+def is_complete(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:
+    """Whether ``epoch`` is committed on every one of ``nodes``."""
+    return set(nodes) <= committed_nodes(storage, epoch)
+
+
+def newest_complete_before(storage: PathType, epoch: int, nodes: Iterable[str]) -> int | None:
+    """The newest epoch before ``epoch`` committed on every one of ``nodes``, or ``None``.
+
+    Reads commit records one by one, newest first, without listing storage: the rare
+    path after the chosen epoch turned out damaged.
+    """
+    wanted = set(nodes)
+    for older in range(epoch - 1, -1, -1):
+        if is_complete(storage, older, wanted):
+            return older
+    return None
 
 
 def open_node(storage: PathType, node: str, epoch: int) -> NodeManifest:

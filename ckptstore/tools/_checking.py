@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.records._manifest import NodeManifest
 
 __all__ = ["NodeCheck", "describe_epoch", "verify_epochs"]

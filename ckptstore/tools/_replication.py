@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+from ckptstore import protocol
 from ckptstore.errors import JobConfigurationError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol import require_commit
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node

@@ -19,9 +19,9 @@ from ckptstore import (
     LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
+    protocol,
 )
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 
 NODES = ("trainer_0", "trainer_1")
 FORMATS = ["npz", "zarr"]

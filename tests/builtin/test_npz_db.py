@@ -21,12 +21,12 @@ from ckptstore import (
     Node,
     NodeManifest,
     NpzDB,
+    protocol,
 )
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._registry import Registry
-from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)

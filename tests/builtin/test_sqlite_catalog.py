@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
@@ -17,7 +18,6 @@ from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._session import LocalSession
 from ckptstore.plugin._registry import Registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import (
     NODES,
     HandlerFactory,

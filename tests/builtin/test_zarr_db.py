@@ -18,13 +18,13 @@ from ckptstore import (
     LocalSession,
     Node,
     UnsupportedBlobError,
+    protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
-from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
 SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)

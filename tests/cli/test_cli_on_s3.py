@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from cli_helpers import Cli
 
+from ckptstore import protocol
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import NODES, flip_byte
 from ckptstore.testing.fixtures import s3_server, s3_url
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from cli_helpers import Cli
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from cli_helpers import Cli
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state, flip_byte
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 from cli_helpers import Cli, train
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
-from ckptstore.protocol import _commit as protocol
 
 
 def test_lists_every_epoch_of_a_run(cli: Cli, run_url: str) -> None:

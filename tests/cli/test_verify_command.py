@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cli_helpers import Cli
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import flip_byte
 
 

@@ -16,13 +16,13 @@ from object_store_fakes import (
     new_filesystem,
 )
 
+from ckptstore import protocol
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.errors import ObjectNotFoundError, StorageError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.object_store._body import PartsReader
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import PathTypeConformance
 
 SMALL_PARTS = {"part_size": 4096, "multipart_threshold": 16384, "buffer_bytes": 16384}

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ckptstore import protocol
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import (
@@ -36,7 +37,6 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
 from ckptstore.records._layout import STAGING_MARK

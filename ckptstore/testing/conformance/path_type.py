@@ -18,13 +18,13 @@ import pickle
 import numpy as np
 import pytest
 
+from ckptstore import protocol
 from ckptstore._types import Buffer
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, ObjectNotFoundError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType, redact_url
-from ckptstore.protocol import _commit as protocol
 from ckptstore.records._layout import staging_key
 from ckptstore.testing.conformance.samples import assert_same_blob, dtype_sample
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptstore import protocol
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import CkptStoreError
@@ -29,7 +30,6 @@ from ckptstore.execution._task import TaskGroup
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
 

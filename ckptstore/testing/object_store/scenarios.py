@@ -25,6 +25,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from ckptstore import protocol
 from ckptstore.builtin._copy_upload import CopyUpload
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._manager import CheckpointManager
@@ -33,7 +34,6 @@ from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import SaveFailedError, TooManySaveFailuresError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession
-from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import NODES, counting_job, expected_state, flip_byte
 from ckptstore.testing.object_store.store import (
     FAST,

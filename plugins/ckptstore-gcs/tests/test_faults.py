@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from ckptstore_gcs import GCSPath
 
-from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
-from ckptstore.protocol import _commit as protocol
+from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager, protocol
 from ckptstore.testing import FaultProxy, GcsEmulator, wait_for
 from ckptstore.testing.conformance import counting_job
 from ckptstore.testing.object_store import StoreUnderTest

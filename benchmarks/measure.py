@@ -49,6 +49,8 @@ def prepare(tool: str) -> None:
         import zarr  # noqa: F401
     if "safetensors" in tool:
         import safetensors.numpy  # noqa: F401
+    if "tensorstore" in tool:
+        import tensorstore  # noqa: F401
 
 
 def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
@@ -67,7 +69,10 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     elif op == "partial":
         from benchmarks.peers import ckptstore_partial_load
 
-        assert ckptstore_partial_load(PARTIAL_BLOB, directory).shape == blobs[PARTIAL_BLOB].shape
+        db_type = tool.split()[1]
+        assert ckptstore_partial_load(db_type, PARTIAL_BLOB, directory).shape == (
+            blobs[PARTIAL_BLOB].shape
+        )
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,

@@ -43,12 +43,11 @@ import numpy as np
 
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.workload import make_workload
-from ckptstore import CheckpointManager, LocalSession, Node
-from ckptstore.manager import DEFAULT_DB_TYPE
-from ckptstore.plugin.registry import get_registry
+from ckptstore import CheckpointManager, LocalSession, Node, get_registry
 from ckptstore.testing import MotoServer
 from ckptstore.testing.network import LatencyRelay, NetworkNamespace
 
+DEFAULT_FORMAT = "zarr"  # ckptstore's default format
 GiB = float(1 << 30)
 MiB = 1 << 20
 KEY, SECRET = "bench", "bench-secret"
@@ -397,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     output: Path = args.output or (SMOKE_RESULTS if args.smoke else RESULTS)
 
-    db_types = [name for name in args.db_types.split(",") if name] or [DEFAULT_DB_TYPE]
+    db_types = [name for name in args.db_types.split(",") if name] or [DEFAULT_FORMAT]
     unknown = set(db_types) - set(get_registry().db_types)
     if unknown:
         parser.error(f"unknown DB types {sorted(unknown)}")

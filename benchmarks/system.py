@@ -62,3 +62,25 @@ def disk_usage(root: Path) -> DiskUsage:
             size += stat.st_size
             allocated += stat.st_blocks * 512
     return DiskUsage(files, directories, size, allocated)
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def resident() -> int:
+    """This process's resident memory now (bytes)."""
+    return _status("VmRSS")
+
+
+def peak_resident() -> int:
+    """The most resident memory this process held since the last reset (bytes)."""
+    return _status("VmHWM")
+
+
+def reset_peak_resident() -> None:
+    """Restart :func:`peak_resident` from the current resident size."""
+    Path("/proc/self/clear_refs").write_text("5")

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +171,7 @@ def source_bytes(nbytes: int) -> np.ndarray:
 
 def disk_trials(location: Path, nbytes: int, repeat: int = 1) -> tuple[list[Trial], list[Trial]]:
     """Every raw writer and reader at ``location``, each the best of ``repeat`` runs."""
-    source = memoryview(source_bytes(nbytes))
+    source = source_bytes(nbytes).data
     writes: dict[str, float] = {}
     reads: dict[str, float] = {}
     work = Path(tempfile.mkdtemp(prefix="ckptlimit-", dir=location))
@@ -180,14 +181,14 @@ def disk_trials(location: Path, nbytes: int, repeat: int = 1) -> tuple[list[Tria
             runs.append(
                 (
                     f"one file, {threads} thread{'s' * (threads > 1)}, {block // MiB} MiB pwrite",
-                    lambda t=threads, b=block: write_one_file(work / "raw.bin", source, t, b),
+                    partial(write_one_file, work / "raw.bin", source, threads, block),
                 )
             )
     for files in FILES:
         runs.append(
             (
                 f"{files} files in parallel, 64 MiB pwrite",
-                lambda f=files: write_many_files(work, source, f, 64 * MiB),
+                partial(write_many_files, work, source, files, 64 * MiB),
             )
         )
     try:
@@ -203,7 +204,7 @@ def disk_trials(location: Path, nbytes: int, repeat: int = 1) -> tuple[list[Tria
             for threads in THREADS:
                 for block in BLOCKS:
                     drop_caches()
-                    seconds = read_one_file(work / "raw.bin", memoryview(target), threads, block)
+                    seconds = read_one_file(work / "raw.bin", target.data, threads, block)
                     method = (
                         f"{cold}read, {threads} thread{'s' * (threads > 1)}, "
                         f"{block // MiB} MiB preadv"

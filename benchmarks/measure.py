@@ -19,16 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import tools
+from benchmarks.system import peak_resident, reset_peak_resident, resident
 from benchmarks.workload import make_workload
 
 PARTIAL_BLOB = "mid.0.weight"
-
-
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _rchar() -> int:
@@ -57,8 +51,8 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     save, load = tools()[tool]
     blobs = make_workload(workload)
     prepare(tool)
-    before = _status("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")
+    before = resident()
+    reset_peak_resident()
     read_before = _rchar()
     started = time.perf_counter()
     if op == "save":
@@ -76,7 +70,7 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
-        "peak_above_state": max(0, _status("VmHWM") - before),
+        "peak_above_state": max(0, peak_resident() - before),
         "bytes_read": _rchar() - read_before,
     }
 

@@ -146,9 +146,9 @@ def measure_ceiling(endpoint: str, bucket: str, nbytes: int, repeat: int = 1) ->
             method = "one GET" if parallel == 1 else f"{parallel} ranged GETs in parallel"
             started = time.perf_counter()
             if parallel == 1:
-                client.request("GET", key, into=memoryview(target))
+                client.request("GET", key, into=target.data)
             else:
-                _parallel_get(client, key, memoryview(target), parallel)
+                _parallel_get(client, key, target.data, parallel)
             seconds = time.perf_counter() - started
             gets[method] = min(gets.get(method, seconds), seconds)
             if target[:4096].tobytes() != bytes(data[:4096]) or target[-1] != data[-1]:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.local                       # 1 GiB mix, disk and /dev/shm
     python -m benchmarks.local --workload mixed-4g   # the 4 GiB variant
-    python -m benchmarks.local --smoke               # seconds; what CI runs
+    python -m benchmarks.local --smoke               # seconds, in one process; what CI runs
     python -m benchmarks.local --docs                # also update docs/benchmarks.md
 
 Every tool saves the same blobs durably (fsync or syncfs) and restores them, each
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.limits import Limit, location_limit
-from benchmarks.measure import measure
+from benchmarks.measure import measure, run
 from benchmarks.peers import remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
 from benchmarks.system import drop_caches
@@ -53,13 +53,21 @@ class Row:
 
 
 def run_location(
-    location: Path, workload: str, names: list[str], repeat: int, cold: bool, keep: bool
+    location: Path,
+    workload: str,
+    names: list[str],
+    repeat: int,
+    cold: bool,
+    keep: bool,
+    fresh: bool = True,
 ) -> dict[str, Row]:
     """Every tool, ``repeat`` times, interleaved (so drifts of a shared machine hit every
     tool). With ``keep``, checkpoints stay until the end: deleting thousands of files
     between runs would make the next run pay for the deletion (on disks mounted with
     ``discard``, freed blocks are trimmed at the next journal commits). The first row
-    is the location's physical limit, measured once per repeat like the tools."""
+    is the location's physical limit, measured once per repeat like the tools. Each
+    save and load runs in a fresh process unless ``fresh`` is False (smoke runs)."""
+    operation = measure if fresh else run
     size = nbytes(make_workload(workload))
     rows = {LIMIT: Row(LIMIT), **{name: Row(name) for name in names}}
     written: list[Path] = []
@@ -72,10 +80,10 @@ def run_location(
             target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
             written.append(target)
             try:
-                saved = measure(name, "save", workload, target)
+                saved = operation(name, "save", workload, target)
                 if cold:
                     drop_caches()
-                loaded = measure(name, "load", workload, target)
+                loaded = operation(name, "load", workload, target)
             finally:
                 if not keep:
                     remove(target)
@@ -96,14 +104,15 @@ def limit_label(limit: Limit) -> str:
     return f"{LIMIT}: {limit.save.method} / {limit.load.method}"
 
 
-def partial_reads(location: Path, workload: str) -> dict[str, int]:
+def partial_reads(location: Path, workload: str, fresh: bool = True) -> dict[str, int]:
     """Bytes read to load one ~1 MiB blob from each ckptstore format's checkpoint."""
+    operation = measure if fresh else run
     result = {}
     for name in (tool for tool in tools() if tool.startswith("ckptstore") and "verify" not in tool):
         target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
         try:
-            measure(name, "save", workload, target)
-            result[name] = int(measure(name, "partial", workload, target)["bytes_read"])
+            operation(name, "save", workload, target)
+            result[name] = int(operation(name, "partial", workload, target)["bytes_read"])
         finally:
             remove(target)
     return result
@@ -293,13 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     cold = drop_caches()
     results = {
         f"disk ({args.disk})": run_location(
-            Path(args.disk), args.workload, names, args.repeat, cold, keep=True
+            Path(args.disk), args.workload, names, args.repeat, cold, True, not args.smoke
         ),
         f"memory ({args.shm})": run_location(
-            Path(args.shm), args.workload, names, args.repeat, False, keep=False
+            Path(args.shm), args.workload, names, args.repeat, False, False, not args.smoke
         ),
     }
-    partial = partial_reads(Path(args.shm), args.workload)
+    partial = partial_reads(Path(args.shm), args.workload, not args.smoke)
     report = [
         f"Workload `{args.workload}`: {size / GiB:.2f} GiB in {len(make_workload(args.workload))} blobs; "
         f"median of {args.repeat}; restores from disk {'cold (page cache dropped)' if cold else 'warm'}."

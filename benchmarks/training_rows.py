@@ -129,17 +129,28 @@ def copyto_loop(state: State, epochs: int, iterations: int) -> tuple[list[float]
     return manual_loop(state, epochs, iterations, save, lambda: None)
 
 
+def _single_process_group() -> None:
+    """A gloo process group of one on 127.0.0.1 (for a torch that wants one)."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
 def dcp_async_loop(
     state: State, epochs: int, iterations: int, directory: Path
 ) -> tuple[list[float], float]:
     """``torch.distributed.checkpoint.async_save`` every epoch; a save first waits for
-    the previous one (one in flight, as torch's documentation advises)."""
+    the previous one (one in flight, as torch's documentation advises). Single process:
+    no process group unless this torch refuses to save without one."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29512", rank=0, world_size=1)
     tensors = {name: torch.from_numpy(array) for name, array in state.items()}
     pending: list[Any] = []
 
@@ -151,12 +162,20 @@ def dcp_async_loop(
         wait()
         path = str(directory / f"epoch-{epoch}")
         writer = dcp.FileSystemWriter(path, sync_files=True)  # type: ignore[attr-defined]
-        pending.append(dcp.async_save(tensors, storage_writer=writer))  # type: ignore[attr-defined]
+        try:
+            future = dcp.async_save(tensors, storage_writer=writer)  # type: ignore[attr-defined]
+        except (RuntimeError, ValueError):
+            if dist.is_initialized():
+                raise
+            _single_process_group()
+            future = dcp.async_save(tensors, storage_writer=writer)  # type: ignore[attr-defined]
+        pending.append(future)
 
     try:
         return manual_loop(state, epochs, iterations, save, wait)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 ROWS = {

@@ -152,19 +152,21 @@ def tensorstore_save(blobs: Blobs, target: Path) -> None:
     """One zarr v3 array per blob written by tensorstore (all writes in flight at once)."""
     import tensorstore as ts
 
-    futures = []
-    for name, array in blobs.items():
-        spec = {
-            "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": str(target / name)},
-            "metadata": {"shape": list(array.shape), "data_type": str(array.dtype)},
-            "create": True,
-            "delete_existing": True,
-        }
-        store = ts.open(spec).result()
-        futures.append(store.write(array))
-    for future in futures:
-        future.result()
+    opening = {
+        name: ts.open(
+            {
+                "driver": "zarr3",
+                "kvstore": {"driver": "file", "path": str(target / name)},
+                "metadata": {"shape": list(array.shape), "data_type": str(array.dtype)},
+                "create": True,
+                "delete_existing": True,
+            }
+        )
+        for name, array in blobs.items()
+    }
+    writes = [future.result().write(blobs[name]) for name, future in opening.items()]
+    for write in writes:
+        write.result()
     syncfs(target)
 
 

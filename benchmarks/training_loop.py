@@ -13,7 +13,8 @@ process (:mod:`benchmarks.training_rows`):
 * ckptstore synchronous saves: ``JobRunner(job, CheckpointManager(...)).train``;
 * ckptstore asynchronous saves: the same with ``JobRunner(..., async_save=True)``, when
   this ckptstore has it (else the row says "not available");
-* ``torch.distributed.checkpoint.async_save`` (single process, a gloo group of one).
+* ``torch.distributed.checkpoint.async_save`` (single process; a gloo group of one only
+  if torch asks for a process group).
 
 Reported: the time the loop was blocked per save (median), the whole loop's time
 against the loop without checkpoints, and the peak resident memory above the state.

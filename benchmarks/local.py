@@ -152,7 +152,7 @@ def sweep(location: Path, workload: str, cold: bool) -> str:
 
 
 def table(rows: dict[str, Row], size: int) -> str:
-    disk = rows.get(LIMIT)
+    limit = rows.get(LIMIT)
     ours = rows.get(OURS)
     lines = [
         "| tool | save GiB/s | x limit | ckptstore zarr is | restore GiB/s | x limit "
@@ -161,12 +161,12 @@ def table(rows: dict[str, Row], size: int) -> str:
     ]
     for row in rows.values():
         save, load = row.save_rate(size), row.load_rate(size)
-        save_disk = f"{save / disk.save_rate(size):.2f}" if disk else "-"
-        load_disk = f"{load / disk.load_rate(size):.2f}" if disk else "-"
+        save_limit = f"{save / limit.save_rate(size):.2f}" if limit else "-"
+        load_limit = f"{load / limit.load_rate(size):.2f}" if limit else "-"
         save_vs = f"{ours.save_rate(size) / save:.2f}x" if ours and row is not ours else ""
         load_vs = f"{ours.load_rate(size) / load:.2f}x" if ours and row is not ours else ""
         lines.append(
-            f"| {row.tool} | {save:.2f} | {save_disk} | {save_vs} | {load:.2f} | {load_disk} "
+            f"| {row.tool} | {save:.2f} | {save_limit} | {save_vs} | {load:.2f} | {load_limit} "
             f"| {load_vs} | {row.save_peak / MiB:.0f} / {row.load_peak / MiB:.0f} |"
         )
     return "\n".join(lines)

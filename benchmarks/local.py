@@ -28,7 +28,7 @@ from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import measure, run
 from benchmarks.peers import remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
-from benchmarks.system import drop_caches
+from benchmarks.system import disk_usage, drop_caches
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
 
 GiB = 1 << 30
@@ -44,6 +44,7 @@ class Row:
     load: list[float] = field(default_factory=list)
     save_peak: int = 0
     load_peak: int = 0
+    files: int = 0
 
     def save_rate(self, size: int) -> float:
         return size / statistics.median(self.save) / GiB
@@ -81,6 +82,7 @@ def run_location(
             written.append(target)
             try:
                 saved = operation(name, "save", workload, target)
+                rows[name].files = disk_usage(target).files
                 if cold:
                     drop_caches()
                 loaded = operation(name, "load", workload, target)
@@ -156,8 +158,8 @@ def table(rows: dict[str, Row], size: int) -> str:
     ours = rows.get(OURS)
     lines = [
         "| tool | save GiB/s | x limit | ckptstore zarr is | restore GiB/s | x limit "
-        "| ckptstore zarr is | peak MiB above state (save / restore) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| ckptstore zarr is | peak MiB above state (save / restore) | files |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows.values():
         save, load = row.save_rate(size), row.load_rate(size)
@@ -167,7 +169,8 @@ def table(rows: dict[str, Row], size: int) -> str:
         load_vs = f"{ours.load_rate(size) / load:.2f}x" if ours and row is not ours else ""
         lines.append(
             f"| {row.tool} | {save:.2f} | {save_limit} | {save_vs} | {load:.2f} | {load_limit} "
-            f"| {load_vs} | {row.save_peak / MiB:.0f} / {row.load_peak / MiB:.0f} |"
+            f"| {load_vs} | {row.save_peak / MiB:.0f} / {row.load_peak / MiB:.0f} "
+            f"| {row.files or ''} |"
         )
     return "\n".join(lines)
 

@@ -1,2 +1,3 @@
-"""ckptstore's benchmarks: `python -m benchmarks.local`, `python -m benchmarks.object_store`,
-`python -m benchmarks.scaling` (see docs/benchmarks.md)."""
+"""ckptstore's benchmarks: `python -m benchmarks.limits`, `benchmarks.local`,
+`benchmarks.blob_count`, `benchmarks.training_loop`, `benchmarks.object_store`,
+`benchmarks.scaling` (see docs/benchmarks.md)."""

@@ -19,16 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import tools
+from benchmarks.system import peak_resident, reset_peak_resident, resident
 from benchmarks.workload import make_workload
 
 PARTIAL_BLOB = "mid.0.weight"
-
-
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _rchar() -> int:
@@ -49,14 +43,16 @@ def prepare(tool: str) -> None:
         import zarr  # noqa: F401
     if "safetensors" in tool:
         import safetensors.numpy  # noqa: F401
+    if "tensorstore" in tool:
+        import tensorstore  # noqa: F401
 
 
 def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     save, load = tools()[tool]
     blobs = make_workload(workload)
     prepare(tool)
-    before = _status("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")
+    before = resident()
+    reset_peak_resident()
     read_before = _rchar()
     started = time.perf_counter()
     if op == "save":
@@ -67,11 +63,14 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     elif op == "partial":
         from benchmarks.peers import ckptstore_partial_load
 
-        assert ckptstore_partial_load(PARTIAL_BLOB, directory).shape == blobs[PARTIAL_BLOB].shape
+        db_type = tool.split()[1]
+        assert ckptstore_partial_load(db_type, PARTIAL_BLOB, directory).shape == (
+            blobs[PARTIAL_BLOB].shape
+        )
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
-        "peak_above_state": max(0, _status("VmHWM") - before),
+        "peak_above_state": max(0, peak_resident() - before),
         "bytes_read": _rchar() - read_before,
     }
 

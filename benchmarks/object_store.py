@@ -8,7 +8,8 @@ Methods, each against a fresh moto server:
 * ``ckptstore <db>``: ``CheckpointManager.save`` / ``load`` to ``s3://`` (defaults);
 * ``s3fs sequential``: one ``pipe_file`` / ``cat_file`` per blob, one at a time;
 * ``s3fs batched``: one ``pipe`` / ``cat`` call with every blob;
-* ``server ceiling``: one large object PUT and GET with a bare HTTP client.
+* ``server ceiling``: one large object PUT and GET with a bare HTTP client, with the
+  best parallelism (:mod:`benchmarks.s3_ceiling`).
 
 Latency: the server runs in a network namespace joined by a veth pair; ``tc netem``
 delays its packets by 20 ms when the kernel has netem, else a user-space relay adds the
@@ -43,22 +44,17 @@ import numpy as np
 
 from benchmarks.network import LatencyRelay, NetworkNamespace
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
+from benchmarks.s3_ceiling import FAKE_AUTH, measure_ceiling
 from benchmarks.workload import make_workload
-from ckptstore import CheckpointManager, LocalSession, Node
-from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE
-from ckptstore.plugin._registry import get_registry
+from ckptstore import CheckpointManager, LocalSession, Node, get_registry
 from ckptstore.testing import MotoServer
 
+DEFAULT_FORMAT = "zarr"  # ckptstore's default format
 GiB = float(1 << 30)
 MiB = 1 << 20
 KEY, SECRET = "bench", "bench-secret"
 RESULTS = Path(__file__).resolve().parent / "results" / "object_store.md"
 SMOKE_RESULTS = RESULTS.with_name("object_store_smoke.md")
-_FAKE_AUTH = {
-    "Authorization": f"AWS4-HMAC-SHA256 Credential={KEY}/20240101/us-east-1/s3/aws4_request, "
-    "SignedHeaders=host, Signature=0",
-    "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
-}
 
 
 # -- the checkpoint ---------------------------------------------------------------------
@@ -206,35 +202,6 @@ def run_s3fs_batched(
     return save(), load()
 
 
-def run_ceiling(endpoint: str, nbytes: int) -> tuple[Measurement, Measurement]:
-    """One object of ``nbytes`` up and down with a bare HTTP client: the server's own
-    limit, whatever the client."""
-    data = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8).tobytes()
-    parsed = urllib.parse.urlsplit(endpoint)
-
-    def request(method: str, body: bytes | None) -> bytes:
-        connection = http.client.HTTPConnection(
-            parsed.hostname or "127.0.0.1", parsed.port, timeout=600
-        )
-        try:
-            connection.request(method, "/bench/ceiling", body=body, headers=_FAKE_AUTH)
-            response = connection.getresponse()
-            payload = response.read()
-            if response.status != 200:
-                raise RuntimeError(f"{method} ceiling object: HTTP {response.status}")
-            return payload
-        finally:
-            connection.close()
-
-    with measured() as save:
-        request("PUT", data)
-    with measured() as load:
-        payload = request("GET", None)
-    if len(payload) != nbytes:
-        raise RuntimeError("the ceiling object came back short")
-    return save(), load()
-
-
 def check(expected: dict[str, np.ndarray[Any, Any]], found: Any) -> None:
     for name, array in expected.items():
         if not np.array_equal(np.asarray(found[name]).reshape(-1), array.reshape(-1)):
@@ -271,7 +238,7 @@ def round_trip_ms(endpoint: str) -> float:
         connection = http.client.HTTPConnection(
             parsed.hostname or "127.0.0.1", parsed.port, timeout=30
         )
-        connection.request("HEAD", "/bench", headers=_FAKE_AUTH)
+        connection.request("HEAD", "/bench", headers=FAKE_AUTH)
         connection.getresponse().read()
         connection.close()
         best = min(best, time.perf_counter() - started)
@@ -311,8 +278,10 @@ def run_scenario(
     if "ceiling" in methods:
         size = min(nbytes, 1 << 30)
         with server() as endpoint:
-            save, load = run_ceiling(endpoint, size)
-            rows.append(Row(name, "moto ceiling (one object, bare HTTP)", size, save, load))
+            ceiling = measure_ceiling(endpoint, "bench", size)
+            method = f"moto ceiling: {ceiling.put_method} / {ceiling.get_method} (bare HTTP)"
+            save, load = Measurement(ceiling.put_seconds, 0), Measurement(ceiling.get_seconds, 0)
+            rows.append(Row(name, method, size, save, load))
             report_progress(rows[-1])
     return rows, rtt
 
@@ -397,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     output: Path = args.output or (SMOKE_RESULTS if args.smoke else RESULTS)
 
-    db_types = [name for name in args.db_types.split(",") if name] or [DEFAULT_DB_TYPE]
+    db_types = [name for name in args.db_types.split(",") if name] or [DEFAULT_FORMAT]
     unknown = set(db_types) - set(get_registry().db_types)
     if unknown:
         parser.error(f"unknown DB types {sorted(unknown)}")

@@ -8,8 +8,6 @@ arrays (or torch tensors) in memory.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import shutil
 from collections.abc import Callable
@@ -18,97 +16,55 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.system import fsync_file, syncfs
+
 Blobs = dict[str, np.ndarray]
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+# -- ckptstore (its public API only) ---------------------------------------------------
+
+NODE = "node"
 
 
-def syncfs(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        _libc.syncfs(fd)
-    finally:
-        os.close(fd)
+def _manager(db_type: str, target: Path) -> Any:
+    from ckptstore import CheckpointManager
+
+    return CheckpointManager(str(target), NODE, db_type)
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fsync_dir)
-    finally:
-        os.close(fsync_dir)
+def ckptstore_save(db_type: str, blobs: Blobs, target: Path) -> None:
+    """``CheckpointManager.save`` of ``blobs`` as epoch 1 (durable and committed)."""
+    from ckptstore import LocalSession, Node
+
+    session = LocalSession()
+    session.workspace(NODE).update(blobs)
+    manager = _manager(db_type, target)
+    with Node(NODE):
+        session.run(manager.init([NODE]))
+    session.run(manager.save(1))
 
 
-# -- the disk itself ------------------------------------------------------------------
+def ckptstore_load(db_type: str, template: Blobs, target: Path, verify: bool = True) -> Blobs:
+    """``CheckpointManager.load`` of epoch 1 (``verify=False``: ``CKPTSTORE_IO_VERIFY=0``)."""
+    from ckptstore import LocalSession, Node
+
+    if not verify:
+        os.environ["CKPTSTORE_IO_VERIFY"] = "0"
+    session = LocalSession()
+    manager = _manager(db_type, target)
+    with Node(NODE):
+        session.run(manager.init([NODE], retrieve_from_epoch=1))
+    session.run(manager.load(1))
+    return dict(session.workspace(NODE))
 
 
-def raw_save(blobs: Blobs, target: Path) -> None:
-    """One large sequential write of the same bytes, then fsync: the disk's limit."""
-    target.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        for array in blobs.values():
-            view = memoryview(array).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def raw_load(template: Blobs, target: Path) -> Blobs:
-    out = {name: np.empty_like(array) for name, array in template.items()}
-    fd = os.open(target / "raw.bin", os.O_RDONLY)
-    try:
-        for array in out.values():
-            view = memoryview(array).cast("B")
-            while view:
-                view = view[os.readv(fd, [view]) :]
-    finally:
-        os.close(fd)
-    return out
-
-
-# -- ckptstore --------------------------------------------------------------------------
-
-
-def ckptstore_save(db_type: Any, blobs: Blobs, target: Path) -> None:
-    from ckptstore import LocalPath, get_registry
-    from ckptstore.io import ParallelIO
-    from ckptstore.protocol._commit import commit_epoch, write_node
-
-    storage = LocalPath(str(target))
-    db = get_registry().db_type(db_type)
-    io = ParallelIO(storage.default_io.with_environment())
-    commit_epoch(storage, 1, [write_node(storage, "node", 1, blobs, db, io)])
-
-
-def ckptstore_load(template: Blobs, target: Path, verify: bool = True) -> Blobs:
-    from ckptstore import LocalPath, get_registry
-    from ckptstore.io import ParallelIO
-    from ckptstore.protocol._commit import open_node, read_blobs
-
-    storage = LocalPath(str(target))
-    manifest = open_node(storage, "node", 1)
-    db = get_registry().db_type(manifest.db_type)
-    settings = storage.default_io.with_environment().merged(verify=verify)
-    return read_blobs(storage, manifest, None, db, ParallelIO(settings))
-
-
-def ckptstore_partial_load(blob: str, target: Path) -> np.ndarray:
+def ckptstore_partial_load(db_type: str, blob: str, target: Path) -> np.ndarray:
     """Load one blob of a ckptstore checkpoint (reads only that blob's bytes)."""
-    from ckptstore import LocalPath, get_registry
-    from ckptstore.io import ParallelIO
-    from ckptstore.protocol._commit import open_node, read_blobs
+    from ckptstore import LocalSession, Node
 
-    storage = LocalPath(str(target))
-    manifest = open_node(storage, "node", 1)
-    db = get_registry().db_type(manifest.db_type)
-    return read_blobs(storage, manifest, [blob], db, ParallelIO(storage.default_io))[blob]
+    session = LocalSession()
+    manager = _manager(db_type, target)
+    with Node(NODE):
+        session.run(manager.load_blobs_from_checkpoint([blob], 1))
+    return session.workspace(NODE)[blob]
 
 
 # -- numpy, safetensors, torch, zarr-python --------------------------------------------------
@@ -192,34 +148,84 @@ def zarr_load(template: Blobs, target: Path) -> Blobs:
     return {name: group[name][...] for name in template}
 
 
+def tensorstore_save(blobs: Blobs, target: Path) -> None:
+    """One zarr v3 array per blob written by tensorstore (all writes in flight at once)."""
+    import tensorstore as ts
+
+    opening = {
+        name: ts.open(
+            {
+                "driver": "zarr3",
+                "kvstore": {"driver": "file", "path": str(target / name)},
+                "metadata": {"shape": list(array.shape), "data_type": str(array.dtype)},
+                "create": True,
+                "delete_existing": True,
+            }
+        )
+        for name, array in blobs.items()
+    }
+    writes = [future.result().write(blobs[name]) for name, future in opening.items()]
+    for write in writes:
+        write.result()
+    syncfs(target)
+
+
+def tensorstore_load(template: Blobs, target: Path) -> Blobs:
+    import tensorstore as ts
+
+    stores = {
+        name: ts.open(
+            {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(target / name)}}
+        )
+        for name in template
+    }
+    futures = {name: store.result().read() for name, store in stores.items()}
+    return {name: np.asarray(future.result()) for name, future in futures.items()}
+
+
 Tool = tuple[Callable[[Blobs, Path], None], Callable[[Blobs, Path], Any]]
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (peers from the ``bench`` extra may be missing)."""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def ckptstore_formats() -> list[str]:
+    """The ckptstore formats to measure: zarr, npz, and lmdb when its plugin is installed."""
+    from ckptstore import get_registry
+
+    return [name for name in ("zarr", "npz", "lmdb") if name in get_registry().db_types]
+
+
 def tools() -> dict[str, Tool]:
-    """Every tool by name: (save, load)."""
+    """Every installed tool by name: (save, load)."""
     from functools import partial
 
-    table: dict[str, Tool] = {
-        "disk (raw write/read)": (raw_save, raw_load),
-        "ckptstore zarr": (partial(ckptstore_save, "zarr"), ckptstore_load),
-        "ckptstore zarr, no verify": (
-            partial(ckptstore_save, "zarr"),
-            partial(ckptstore_load, verify=False),
-        ),
-        "ckptstore npz": (partial(ckptstore_save, "npz"), ckptstore_load),
-        "np.savez": (savez_save, savez_load),
-        "safetensors": (safetensors_save, safetensors_load),
-        "torch.save": (torch_save, torch_load),
-        "torch.distributed.checkpoint": (dcp_save, dcp_load),
-        "zarr-python": (zarr_save, zarr_load),
+    table: dict[str, Tool] = {}
+    for db_type in ckptstore_formats():
+        table[f"ckptstore {db_type}"] = (
+            partial(ckptstore_save, db_type),
+            partial(ckptstore_load, db_type),
+        )
+        if db_type == "zarr":
+            table["ckptstore zarr, no verify"] = (
+                partial(ckptstore_save, db_type),
+                partial(ckptstore_load, db_type, verify=False),
+            )
+    peers: dict[str, tuple[str, Tool]] = {
+        "np.savez": ("numpy", (savez_save, savez_load)),
+        "safetensors": ("safetensors", (safetensors_save, safetensors_load)),
+        "torch.save": ("torch", (torch_save, torch_load)),
+        "torch.distributed.checkpoint": ("torch", (dcp_save, dcp_load)),
+        "tensorstore": ("tensorstore", (tensorstore_save, tensorstore_load)),
+        "zarr-python": ("zarr", (zarr_save, zarr_load)),
     }
-    try:
-        from ckptstore import get_registry
-
-        if "lmdb" in get_registry().db_types:
-            table["ckptstore lmdb"] = (partial(ckptstore_save, "lmdb"), ckptstore_load)
-    except ImportError:
-        pass
+    for name, (module, tool) in peers.items():
+        if installed(module):
+            table[name] = tool
     return table
 
 

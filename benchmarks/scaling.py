@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 from distributed import Client, LocalCluster
 
-from benchmarks.local import drop_caches
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
+from benchmarks.system import drop_caches
 from benchmarks.workload import MiB
 from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace, WorkspaceType
-from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE
 from ckptstore.dask_session import DaskSession
 
+DEFAULT_FORMAT = "zarr"  # ckptstore's default format
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.md"
 
 
@@ -145,7 +145,7 @@ def local_storage() -> Iterator[Storage]:
 
 @contextmanager
 def s3_storage() -> Iterator[Storage]:
-    from ckptstore.plugin._registry import get_registry
+    from ckptstore import get_registry
     from ckptstore.testing.servers import MotoServer
 
     if "s3" not in get_registry().path_types:
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mib-per-node", type=int, default=128)
     parser.add_argument("--blobs", type=int, default=16, help="blobs per node")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--db-type", default=DEFAULT_DB_TYPE)
+    parser.add_argument("--db-type", default=DEFAULT_FORMAT)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks.md")
     args = parser.parse_args(argv)

@@ -56,9 +56,7 @@ class _Worker:
     committed and so never resumed from."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -320,8 +318,9 @@ class AsyncSaver:
         return future
 
     def pending(self) -> list[SaveFuture]:
-        """The saves started and not yet collected, oldest first."""
+        """The saves unfinished, or failed with nobody having observed it, oldest first."""
         with self._lock:
+            self._pending = [f for f in self._pending if not (f.done() and f.observed)]
             return list(self._pending)
 
     def settle(self, keep: int = 0, timeout: float | None = None) -> None:

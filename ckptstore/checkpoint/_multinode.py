@@ -160,9 +160,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         location = self.location
         return self._task_group(
             lambda manager: manager.stage_task(epoch, options, commit=False),
-            before_run=partial(
-                protocol.retract_epoch, location.storage, epoch, self.node_names()
-            ),
+            before_run=partial(protocol.retract_epoch, location.storage, epoch, self.node_names()),
         )
 
     def _finish_group(self, epoch: int, tickets: list[Any]) -> TaskGroup:

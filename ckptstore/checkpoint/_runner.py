@@ -325,7 +325,7 @@ class JobRunner:
                     "Abandoned the background save of epoch(s) %s: not committed unless its "
                     "commit record was already written; a resume starts from the last "
                     "committed epoch",
-                    [future.epoch for future in self._in_flight if not future.done()],
+                    [future.epoch for future in self._in_flight if not future.done()] or pending,
                 )
             except Exception:
                 log.error("A background save failed while stopping", exc_info=True)

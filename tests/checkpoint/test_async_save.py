@@ -6,6 +6,8 @@ S3 and with a two-tier upload."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -316,3 +318,36 @@ def test_async_saves_with_the_two_tier_copy_upload(tmp_path: Path, s3_url: str) 
     assert protocol.committed_nodes(upload.storage, 3) == {NODE}
     blobs = stored(upload.storage, NODE, 3)
     assert np.array_equal(blobs[f"{NODE}/w"], np.full(64, 3.0))
+
+
+class _InterruptWhenWaiting(logging.Handler):
+    """Presses Ctrl-C again (a real SIGINT) once the runner says it waits."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waiting for the background save" in record.getMessage():
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+
+def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
+    tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, _ = build_counter_job(epochs=10)
+
+    def interrupt(ws: Workspace) -> None:
+        raise KeyboardInterrupt
+
+    with Node(NODE):
+        Task(interrupt, group=job.epoch_group)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json", path_type="gated_local")
+    runner = JobRunner(job, manager, async_save=True)
+    presser = _InterruptWhenWaiting()
+    logging.getLogger("ckptstore").addHandler(presser)
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+            runner.train(LocalSession())  # epoch 0's save is held at the gate
+    finally:
+        logging.getLogger("ckptstore").removeHandler(presser)
+    assert "Abandoned the background save of epoch(s) [0]" in caplog.text
+    assert runner.committed_epochs == []
+    assert protocol.committed_nodes(manager.location.storage, 0) == set()
+    assert manager.get_resume_from_epoch_id() is None

@@ -15,7 +15,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from ckpt_helpers import build_counter_job, fail_epochs, failing_local_path, register_storage
+from ckpt_helpers import (
+    build_counter_job,
+    fail_epochs,
+    fail_first,
+    failing_local_path,
+    register_storage,
+)
 
 from ckptstore import (
     CheckpointManager,
@@ -231,6 +237,19 @@ def test_an_async_run_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert again.train(LocalSession()) == 4  # resumed from 3 (as a synchronous run does)
     assert again.committed_epochs == [4]
     assert np.array_equal(final_states(tmp_path, [4])[4][f"{NODE}/w"], np.full(4, 4.0))
+
+
+def test_a_transient_background_failure_is_retried_from_the_staged_copy(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, failing_local_path(fail_first(1)))
+    job, _ = build_counter_job(epochs=2)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(job, manager, save_retries=1, retry_backoff=0, async_save=True)
+    assert runner.train(LocalSession()) == 2
+    assert runner.save_failures == []
+    assert runner.committed_epochs == [0, 1, 2]
+    assert final_states(tmp_path, [0])[0][f"{NODE}/step"] == 0
 
 
 def test_background_failures_count_toward_the_runner_policy(

@@ -25,6 +25,7 @@ from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._sqlite_catalog import SqliteCatalog
 from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import CheckpointManager
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
@@ -109,6 +110,7 @@ __all__ = [
     "RequestError",
     "RetentionPolicy",
     "SaveFailedError",
+    "SaveFuture",
     "Session",
     "SqliteCatalog",
     "StorageError",

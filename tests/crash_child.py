@@ -1,12 +1,14 @@
 """Run the demo training job and SIGKILL this process at the K-th file-system call.
 
-    python crash_child.py DIR DB_TYPE EPOCHS K
+    python crash_child.py DIR DB_TYPE EPOCHS K [async]
 
 K = 0 never kills; then the number of counted calls is printed at exit as
 ``calls=<n>``. Counted: opening, writing, syncing, renaming, creating and deleting
 files and directories, including the buffered writes of sequential formats, so a kill
 can land anywhere inside a save: data, manifest, durability barrier, rename, commit
-record or catalog.
+record or catalog. With ``async`` the job saves asynchronously
+(``JobRunner(async_save=True)``), so most kills land in a background writer thread
+while the next epoch trains.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ckptstore.builtin import _local_path as local_path
+from ckptstore.checkpoint import JobRunner
+from ckptstore.tools import _demo
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 calls = 0
@@ -57,6 +62,8 @@ def main() -> None:
         setattr(os, name, counted(getattr(os, name), kill_at))
     os.makedirs = counted(os.makedirs, kill_at)
     shutil.rmtree = counted(shutil.rmtree, kill_at)
+    if sys.argv[5:] == ["async"]:
+        _demo.JobRunner = partial(JobRunner, async_save=True)  # type: ignore[misc]
     local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
         local_path._SyncingFileIO.write, kill_at
     )

@@ -45,10 +45,13 @@ def local_db_types() -> list[str]:
     return sorted(get_registry().db_types)
 
 
-def run_child(directory: Path, db_type: str, kill_at: int, timeout: float | None = None) -> str:
-    """Run the job; kill it at call ``kill_at`` (0: never) or after ``timeout`` s."""
+def run_child(
+    directory: Path, db_type: str, kill_at: int, timeout: float | None = None, mode: str = "sync"
+) -> str:
+    """Run the job; kill it at call ``kill_at`` (0: never) or after ``timeout`` s.
+    ``mode`` "async" saves asynchronously (kills then land in background writes)."""
     process = subprocess.Popen(
-        [sys.executable, str(CHILD), str(directory), db_type, str(EPOCHS), str(kill_at)],
+        [sys.executable, str(CHILD), str(directory), db_type, str(EPOCHS), str(kill_at), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -101,16 +104,21 @@ def resume_point(storage: LocalPath) -> int | None:
     return catalog.last_epoch()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("db_type", local_db_types())
-def test_sigkill_never_leaves_a_resumable_broken_checkpoint(tmp_path: Path, db_type: str) -> None:
+def test_sigkill_never_leaves_a_resumable_broken_checkpoint(
+    tmp_path: Path, db_type: str, mode: str
+) -> None:
     reference = tmp_path / "reference"
     run_demo(DemoConfig(str(reference), epochs=EPOCHS, db_type=db_type), io.StringIO())
     reference_storage = LocalPath(str(reference))
     started = time.perf_counter()
-    total_calls = int(re.search(r"calls=(\d+)", run_child(tmp_path / "count", db_type, 0))[1])
+    total_calls = int(
+        re.search(r"calls=(\d+)", run_child(tmp_path / "count", db_type, 0, mode=mode))[1]
+    )
     run_seconds = time.perf_counter() - started
 
-    rng = random.Random(f"crash-{db_type}-{SEED}")
+    rng = random.Random(f"crash-{db_type}-{SEED}" + ("" if mode == "sync" else f"-{mode}"))
     crashed = tmp_path / "crashed"
     storage = LocalPath(str(crashed))
     kills_inside_saves = 0
@@ -124,9 +132,9 @@ def test_sigkill_never_leaves_a_resumable_broken_checkpoint(tmp_path: Path, db_t
         remaining_calls = max(1, total_calls * (EPOCHS + 1 - done) // (EPOCHS + 1))
         if kill % 4 == 3:  # a kill at an arbitrary moment: training, saving, starting up
             timed_kills += 1
-            run_child(crashed, db_type, 0, timeout=rng.uniform(0.2, 1.0) * run_seconds)
+            run_child(crashed, db_type, 0, timeout=rng.uniform(0.2, 1.0) * run_seconds, mode=mode)
         else:  # a kill at a random file-system call: always inside a save
-            run_child(crashed, db_type, rng.randint(1, remaining_calls))
+            run_child(crashed, db_type, rng.randint(1, remaining_calls), mode=mode)
             if unfinished_save_left(storage):
                 kills_inside_saves += 1
         leftovers = [name for name in os.listdir(crashed) if RETIRED_MARK in name]
@@ -145,7 +153,7 @@ def test_sigkill_never_leaves_a_resumable_broken_checkpoint(tmp_path: Path, db_t
             for name, value in expected.items():
                 assert np.array_equal(found[name], value), (epoch, name)
 
-    final = run_child(crashed, db_type, 0)
+    final = run_child(crashed, db_type, 0, mode=mode)
     assert "calls=" in final
     assert resume_point(storage) == EPOCHS
     for name, value in state(reference_storage, EPOCHS).items():

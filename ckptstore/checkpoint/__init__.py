@@ -12,6 +12,7 @@ Example::
     JobRunner(job, manager).train(LocalSession())
 """
 
+from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import (
     DEFAULT_DB_TYPE,
     CheckpointManager,
@@ -30,4 +31,5 @@ __all__ = [
     "MultiNodeCheckpointManager",
     "RetentionPolicy",
     "SaveFailure",
+    "SaveFuture",
 ]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ckptstore.checkpoint._async_save import AsyncSaver, SaveFuture, await_node_save, stage_node
 from ckptstore.checkpoint._node_tasks import (
     list_blob_names,
     load_node,
@@ -25,6 +27,7 @@ from ckptstore.checkpoint._node_tasks import (
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
 from ckptstore.execution._node import Node
+from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
@@ -35,11 +38,21 @@ from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 from ckptstore.records._stats import NodeStats
 
-__all__ = ["DEFAULT_DB_TYPE", "CheckpointManager", "ManagerBase"]
+__all__ = ["DEFAULT_DB_TYPE", "CheckpointManager", "ManagerBase", "StageOptions"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DB_TYPE = "zarr"
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """How an asynchronous save stages and writes on each node: staging slots (saves
+    that may be in flight), and retries of the background write with their backoff."""
+
+    slots: int = 1
+    retries: int = 0
+    backoff: float = 0.5
 
 
 class ManagerBase(ABC):
@@ -65,6 +78,7 @@ class ManagerBase(ABC):
         self._stats_outputs: list[TaskOutput] = []
         self._path_prefix: str | None = None
         self._path_type: str | None = None
+        self._saver = AsyncSaver()
 
     @property
     def db_prefix(self) -> str:
@@ -109,6 +123,68 @@ class ManagerBase(ABC):
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None
     ) -> Task | TaskGroup:
         """What loads ``epoch`` back into the workspaces."""
+
+    def save_async(
+        self,
+        epoch: int,
+        session: Session,
+        *,
+        max_in_flight: int = 1,
+        retries: int = 0,
+        backoff: float = 0.5,
+        after_commit: Callable[[int, list[NodeStats]], None] | None = None,
+    ) -> SaveFuture:
+        """Save ``epoch`` in the background; returns once every node's blobs are copied
+        into staging buffers (training may then change them).
+
+        Writing, checksums, fsync, the commit (once every node succeeded), the catalog
+        update, stats reports and ``after_commit(epoch, stats)`` (e.g. retention) run on
+        background threads; the returned :class:`SaveFuture` completes after them. At
+        most ``max_in_flight`` saves are unfinished: this call first waits for the
+        oldest, and raises (typed) the error of an earlier save nobody observed. A
+        node's background write is retried ``retries`` times from its staged copy.
+
+        Example::
+
+            future = manager.save_async(epoch, session)
+            session.run(job.epoch_group)   # the next epoch trains meanwhile
+            future.wait()
+        """
+        if max_in_flight < 1:
+            raise JobConfigurationError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        options = StageOptions(max_in_flight, retries, backoff)
+
+        def finish(tickets: list[Any]) -> list[NodeStats]:
+            results: list[NodeStats] = session.run(self._finish_group(epoch, tickets))
+            self.write_checkpoint_metadata(epoch)
+            self.report("checkpoint_save", {stats.db_path: stats for stats in results})
+            if after_commit is not None:
+                try:
+                    after_commit(epoch, results)
+                except Exception:  # the epoch is committed: the save itself succeeded
+                    log.error("after-commit work of epoch %d failed", epoch, exc_info=True)
+            return results
+
+        return self._saver.submit(
+            epoch, session, lambda: self._stage_group(epoch, options), finish, max_in_flight
+        )
+
+    def wait_for_saves(self, timeout: float | None = None) -> None:
+        """Wait for every asynchronous save to finish; raises the first failure nobody
+        observed through its :class:`SaveFuture` (or :class:`TimeoutError`)."""
+        self._saver.settle(0, timeout)
+
+    def saves_in_flight(self) -> list[SaveFuture]:
+        """The asynchronous saves started and not yet collected, oldest first."""
+        return self._saver.pending()
+
+    @abstractmethod
+    def _stage_group(self, epoch: int, options: StageOptions) -> Task | TaskGroup:
+        """What copies every node's blobs into staging and queues their writes."""
+
+    @abstractmethod
+    def _finish_group(self, epoch: int, tickets: list[Any]) -> Task | TaskGroup:
+        """What waits for the staged writes (and, for several nodes, commits)."""
 
     @abstractmethod
     def set_params(
@@ -347,6 +423,46 @@ class CheckpointManager(ManagerBase):
         )
         self._stats_outputs = [task.outputs()[0]]
         return task
+
+    def _stage_group(self, epoch: int, options: StageOptions) -> Task:
+        return self.stage_task(epoch, options, commit=True)
+
+    def _finish_group(self, epoch: int, tickets: list[Any]) -> Task:
+        return self.await_task(epoch, tickets[0])
+
+    def stage_task(self, epoch: int, options: StageOptions, *, commit: bool) -> Task:
+        """The asynchronous save's snapshot task (its result: a ticket)."""
+        return Task(
+            partial(
+                stage_node,
+                location=self.location,
+                node=self._node_name,
+                epoch=epoch,
+                names=self.blob_list(),
+                commit=commit,
+                slots=options.slots,
+                retries=options.retries,
+                backoff=options.backoff,
+            ),
+            name="checkpoint_stage",
+            node=self._task_node(),
+            result_is_output=True,
+        )
+
+    def await_task(self, epoch: int, ticket: Any) -> Task:
+        """The task waiting for the background write of ``ticket`` (its stats)."""
+        return Task(
+            partial(
+                await_node_save,
+                ticket=ticket,
+                node=self._node_name,
+                epoch=epoch,
+                url=self.location.storage.display_url,
+            ),
+            name="checkpoint_await_save",
+            node=self._task_node(),
+            result_is_output=True,
+        )
 
     def load(
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None

@@ -19,6 +19,7 @@ from ckptstore.checkpoint._manager import (
     DEFAULT_DB_TYPE,
     CheckpointManager,
     ManagerBase,
+    StageOptions,
 )
 from ckptstore.checkpoint._node_tasks import commit_saves, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
@@ -154,6 +155,20 @@ class MultiNodeCheckpointManager(ManagerBase):
         )
         self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
         return group
+
+    def _stage_group(self, epoch: int, options: StageOptions) -> TaskGroup:
+        location = self.location
+        return self._task_group(
+            lambda manager: manager.stage_task(epoch, options, commit=False),
+            before_run=partial(protocol.retract_epoch, location.storage, epoch, self.node_names()),
+        )
+
+    def _finish_group(self, epoch: int, tickets: list[Any]) -> TaskGroup:
+        by_node = dict(zip(self.node_names(), tickets, strict=True))
+        return self._task_group(
+            lambda manager: manager.await_task(epoch, by_node[manager.node_name]),
+            after_run=partial(commit_saves, storage=self.location.storage, epoch=epoch),
+        )
 
     def load(
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,12 +26,14 @@ from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._stats import NodeStats
 
 __all__ = [
+    "blobs_to_save",
     "commit_saves",
     "list_blob_names",
     "load_node",
     "node_exists",
     "partial_load",
     "read_blob_names",
+    "save_arrays",
     "save_node",
 ]
 
@@ -59,7 +61,19 @@ def save_node(
 ) -> NodeStats:
     """Save the listed blobs as ``node``'s checkpoint of ``epoch``. With ``commit`` (a
     single-node save) the epoch is retracted first and committed after."""
-    started = time.perf_counter_ns()
+    return save_arrays(
+        blobs_to_save(ws, node, epoch, names),
+        location=location,
+        node=node,
+        epoch=epoch,
+        commit=commit,
+    )
+
+
+def blobs_to_save(
+    ws: Mapping[str, np.ndarray[Any, Any]], node: str, epoch: int, names: Sequence[str]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """The listed blobs of ``ws``; raises :class:`BlobNotFoundError` if any is gone."""
     missing = [name for name in names if name not in ws]
     if missing:
         raise BlobNotFoundError(
@@ -67,6 +81,20 @@ def save_node(
             f"the workspace of the node saving {node}.{epoch}",
             "every blob listed when the manager was initialised must still exist at save time",
         )
+    return {name: ws[name] for name in names}
+
+
+def save_arrays(
+    arrays: Mapping[str, np.ndarray[Any, Any]],
+    *,
+    location: CheckpointLocation,
+    node: str,
+    epoch: int,
+    commit: bool,
+) -> NodeStats:
+    """Save ``arrays`` as ``node``'s checkpoint of ``epoch`` (what :func:`save_node`
+    does once it has picked the blobs; asynchronous saves call it on staged copies)."""
+    started = time.perf_counter_ns()
     storage = location.storage
     try:
         if commit:
@@ -75,7 +103,7 @@ def save_node(
             storage,
             node,
             epoch,
-            {name: ws[name] for name in names},
+            arrays,
             location.db_type,
             location.engine(),
         )
@@ -101,7 +129,7 @@ def save_node(
         nbytes=result.nbytes,
         stored_bytes=result.stored_bytes,
         nblobs=result.nblobs,
-        blobs=tuple(names),
+        blobs=tuple(arrays),
         commit=result,
     )
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
@@ -33,6 +37,7 @@ from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import newest_complete_before
+from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
 
@@ -64,6 +69,14 @@ class JobRunner:
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
     manager's own ``retention`` applies.
 
+    With ``async_save`` each save returns once the blobs are copied into staging
+    buffers and is written, committed, catalogued and retained in the background while
+    the next epoch trains (see :meth:`ManagerBase.save_async`); at most
+    ``max_saves_in_flight`` are unfinished. A background failure is collected at the
+    next save or at the end of :meth:`train` and counts exactly like a synchronous one;
+    ``train`` returns only after the last save finished. On Ctrl-C, ``train`` waits for
+    the saves in flight (a second Ctrl-C abandons them: they are never committed).
+
     Example::
 
         runner = JobRunner(job, manager, max_consecutive_save_failures=3)
@@ -82,7 +95,13 @@ class JobRunner:
         retry_backoff: float = 0.5,
         max_consecutive_save_failures: int | None = None,
         retention: RetentionPolicy | None = None,
+        async_save: bool = False,
+        max_saves_in_flight: int = 1,
     ) -> None:
+        if max_saves_in_flight < 1:
+            raise JobConfigurationError(
+                f"max_saves_in_flight must be >= 1, got {max_saves_in_flight}"
+            )
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
         if max_consecutive_save_failures is not None and max_consecutive_save_failures < 1:
@@ -99,6 +118,9 @@ class JobRunner:
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
         self._consecutive_failures = 0
+        self.async_save = async_save
+        self.max_saves_in_flight = max_saves_in_flight
+        self._in_flight: list[SaveFuture] = []
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
@@ -129,18 +151,21 @@ class JobRunner:
         if manager is not None:
             if resume is None:
                 session.run(manager.init(job.nodes_to_checkpoint()))
-                self.save_checkpoints(0, session)
+                with self._finishing_saves():
+                    self.save_checkpoints(0, session)
             else:
                 resume = self._restore(session, manager, resume)
         epoch = 1 if resume is None else resume + 1
-        while True:
-            session.run(job.epoch_group)
-            stop = any(bool(np.any(output.fetch())) for output in job.stop_conditions)
-            if manager is not None:
-                self.save_checkpoints(epoch, session)
-            if stop:
-                break
-            epoch += 1
+        with self._finishing_saves():
+            while True:
+                session.run(job.epoch_group)
+                stop = any(bool(np.any(output.fetch())) for output in job.stop_conditions)
+                if manager is not None:
+                    self.save_checkpoints(epoch, session)
+                if stop:
+                    break
+                epoch += 1
+            self.collect_saves(0)
         upload_error = self._upload(session, epoch, resume)
         session.run(job.download_group)
         session.run(job.exit_group)
@@ -185,10 +210,13 @@ class JobRunner:
             return epoch
 
     def save_checkpoints(self, epoch: int, session: Session) -> bool:
-        """Save and commit ``epoch`` on every node; True if it was committed."""
+        """Save and commit ``epoch`` on every node; True if it was committed (with
+        ``async_save``: True if its background save started)."""
         manager = self.checkpoint_manager
         if manager is None:
             raise JobConfigurationError("save_checkpoints needs a checkpoint manager")
+        if self.async_save:
+            return self._start_async_save(manager, epoch, session)
         attempts = 1 + self.save_retries
         for attempt in range(1, attempts + 1):
             try:
@@ -220,6 +248,85 @@ class JobRunner:
         if policy is not None:
             retain_after_save(manager, policy, epoch)
         return True
+
+    def _start_async_save(self, manager: ManagerBase, epoch: int, session: Session) -> bool:
+        self.collect_saves(self.max_saves_in_flight - 1)
+        try:
+            if not manager.cp_accessible(epoch=None):
+                raise SaveFailedError(
+                    epoch,
+                    manager.location.storage.display_url,
+                    dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
+                )
+            future = manager.save_async(
+                epoch,
+                session,
+                max_in_flight=self.max_saves_in_flight,
+                retries=self.save_retries,
+                backoff=self.retry_backoff,
+                after_commit=partial(self._after_async_commit, manager),
+            )
+        except (OSError, CorruptCheckpointError) as error:
+            log.warning("Unable to start the save of epoch %d: %s", epoch, error)
+            self._save_failed(epoch, error)
+            return False
+        self._in_flight.append(future)
+        return True
+
+    def _after_async_commit(self, manager: ManagerBase, epoch: int, stats: list[NodeStats]) -> None:
+        """Retention after a background commit (on the background thread)."""
+        policy = self.retention if self.retention is not None else manager.retention
+        if policy is not None:
+            retain_after_save(manager, policy, epoch)
+
+    def collect_saves(self, keep: int = 0) -> None:
+        """Collect finished background saves, waiting for the oldest until at most
+        ``keep`` are unfinished; a failed one counts as a failed save (and may raise
+        :class:`~ckptstore.errors.TooManySaveFailuresError`)."""
+        while self._in_flight:
+            future = self._in_flight[0]
+            if len(self._in_flight) <= keep and not future.done():
+                return
+            error = future.exception()
+            self._in_flight.pop(0)
+            if error is None:
+                self._consecutive_failures = 0
+                self.committed_epochs.append(future.epoch)
+            elif isinstance(error, (OSError, CorruptCheckpointError)):
+                log.warning("The background save of epoch %d failed: %s", future.epoch, error)
+                self._save_failed(future.epoch, error)
+            else:
+                raise error
+
+    @contextmanager
+    def _finishing_saves(self) -> Iterator[None]:
+        """On any error (Ctrl-C included) leave no background save unaccounted for:
+        wait for the saves in flight, logging which; a second Ctrl-C abandons them."""
+        try:
+            yield
+        except BaseException:
+            pending = [future.epoch for future in self._in_flight if not future.done()]
+            if pending:
+                log.warning(
+                    "Interrupted: waiting for the background save of epoch(s) %s to "
+                    "finish (interrupt again to abandon it)",
+                    pending,
+                )
+            try:
+                self.collect_saves(0)
+            except KeyboardInterrupt:
+                log.warning(
+                    "Abandoned the background save of epoch(s) %s: not committed unless its "
+                    "commit record was already written; a resume starts from the last "
+                    "committed epoch",
+                    [future.epoch for future in self._in_flight if not future.done()] or pending,
+                )
+            except Exception:
+                log.error("A background save failed while stopping", exc_info=True)
+            else:
+                if pending:
+                    log.warning("The background save of epoch(s) %s finished", pending)
+            raise
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:
         manager = self.checkpoint_manager

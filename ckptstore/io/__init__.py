@@ -17,6 +17,7 @@ from ckptstore.io._chunking import (
 )
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
 from ckptstore.io._settings import IOSettings
+from ckptstore.io._staging import StagingPool, StagingSlot
 
 __all__ = [
     "ArrayChunk",
@@ -25,6 +26,8 @@ __all__ = [
     "MemoryBudget",
     "ParallelIO",
     "ReadRequest",
+    "StagingPool",
+    "StagingSlot",
     "WriteRequest",
     "WriteResult",
     "array_bytes",

@@ -1,0 +1,372 @@
+"""Asynchronous saves: the snapshot is what gets stored, the epoch becomes visible only
+after its commit, saves queue behind each other, errors are never lost, and a runner
+with ``async_save=True`` ends exactly where a synchronous one does, in every format, on
+S3 and with a two-tier upload."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from ckpt_helpers import (
+    build_counter_job,
+    fail_epochs,
+    fail_first,
+    failing_local_path,
+    register_storage,
+)
+
+from ckptstore import (
+    CheckpointManager,
+    CopyUpload,
+    JobRunner,
+    LocalSession,
+    MultiNodeCheckpointManager,
+    Node,
+    SaveFailedError,
+    SaveFuture,
+    Task,
+    TooManySaveFailuresError,
+    Workspace,
+    get_registry,
+)
+from ckptstore._types import Buffer
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.io import ParallelIO
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import _commit as protocol
+
+NODE = "trainer_0"
+GATE = threading.Event()
+"""Closed: every data write of the ``gated_local`` path type waits until it opens."""
+
+
+class GatedLocalPath(LocalPath):
+    """Local disk whose data writes wait for :data:`GATE` (a save held mid-write)."""
+
+    name = "gated_local"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        assert GATE.wait(60), "the test never opened the gate"
+        super().write_parts(key, parts)
+
+    def open_write(self, key: str) -> Any:
+        assert GATE.wait(60), "the test never opened the gate"
+        return super().open_write(key)
+
+
+@pytest.fixture
+def gate(registry: Registry) -> Iterator[threading.Event]:
+    register_storage(registry, GatedLocalPath)
+    GATE.clear()
+    yield GATE
+    GATE.set()  # never leave a background writer stuck
+
+
+def stored(storage: PathType, node: str, epoch: int) -> dict[str, np.ndarray]:
+    manifest = protocol.open_node(storage, node, epoch)
+    reader = get_registry().db_type(manifest.db_type)
+    return protocol.read_blobs(storage, manifest, None, reader, ParallelIO())
+
+
+def single_node(root: str, session: LocalSession, **options: Any) -> CheckpointManager:
+    session.workspace(NODE)["w"] = np.arange(1000, dtype=np.float64)
+    manager = CheckpointManager(root, NODE, "npz", metadata_handler="json", **options)
+    manager.set_params([NODE])
+    session.run(manager.init([NODE]))
+    return manager
+
+
+def test_the_snapshot_is_stored_even_if_training_changes_the_blobs_meanwhile(
+    tmp_path: Path, gate: threading.Event
+) -> None:
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="gated_local")
+    live = session.workspace(NODE)["w"]
+    future = manager.save_async(1, session)
+    assert not future.done()  # the write is held at the gate: save_async did not wait
+    live += 100.0  # training changes the array in place
+    assert manager.get_resume_from_epoch_id() is None  # not visible before its commit
+    assert protocol.committed_nodes(manager.location.storage, 1) == set()
+    gate.set()
+    stats = future.result(timeout=60)
+    assert [s.epoch for s in stats] == [1]
+    assert stats[0].nbytes == live.nbytes
+    assert repr(future) == "SaveFuture(epoch=1, committed)"
+    assert np.array_equal(stored(manager.location.storage, NODE, 1)["w"], np.arange(1000.0))
+    assert manager.get_resume_from_epoch_id() == 1
+
+
+def test_a_new_save_waits_for_the_one_in_flight(tmp_path: Path, gate: threading.Event) -> None:
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="gated_local")
+    first = manager.save_async(1, session)
+    assert manager.saves_in_flight() == [first]
+    opener = threading.Timer(0.05, gate.set)  # opens while the second save is blocked
+    opener.start()
+    second = manager.save_async(2, session)  # back-pressure: returns after `first` ended
+    assert first.done()
+    manager.wait_for_saves(timeout=60)
+    assert second.done()
+    assert manager.saves_in_flight() == []
+    assert manager.get_resume_from_epoch_id() == 2
+
+
+def test_two_saves_may_be_in_flight_when_allowed(tmp_path: Path, gate: threading.Event) -> None:
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="gated_local")
+    first = manager.save_async(1, session, max_in_flight=2)
+    session.workspace(NODE)["w"] += 1.0
+    second = manager.save_async(2, session, max_in_flight=2)
+    assert not first.done()
+    assert not second.done()
+    gate.set()
+    manager.wait_for_saves(timeout=60)
+    storage = manager.location.storage
+    assert np.array_equal(stored(storage, NODE, 1)["w"], np.arange(1000.0))
+    assert np.array_equal(stored(storage, NODE, 2)["w"], np.arange(1000.0) + 1)
+
+
+def test_a_failed_background_save_raises_at_the_next_save_typed(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(1)))
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="failing_local")
+    failed = manager.save_async(1, session)
+    with pytest.raises(SaveFailedError) as info:
+        manager.save_async(2, session)
+    assert info.value.epoch == 1
+    assert info.value.failed_nodes == (NODE,)
+    assert "background save of epoch 1" in "".join(info.value.__notes__)
+    assert failed.done()
+    assert not manager.saves_in_flight()
+    manager.save_async(2, session).wait(timeout=60)  # reported once, then saving goes on
+    assert manager.get_resume_from_epoch_id() == 2
+    assert protocol.committed_nodes(manager.location.storage, 1) == set()
+
+
+def test_an_observed_failure_is_not_raised_again(tmp_path: Path, registry: Registry) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(1)))
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="failing_local")
+    future = manager.save_async(1, session)
+    with pytest.raises(SaveFailedError):
+        future.wait(timeout=60)
+    assert isinstance(future.exception(), SaveFailedError)
+    manager.wait_for_saves(timeout=60)  # nothing left to raise
+
+
+def test_wait_for_saves_raises_an_unobserved_failure(tmp_path: Path, registry: Registry) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(1)))
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="failing_local")
+    manager.save_async(1, session)
+    with pytest.raises(SaveFailedError):
+        manager.wait_for_saves(timeout=60)
+
+
+def test_a_multi_node_epoch_is_committed_only_when_every_node_wrote(
+    tmp_path: Path, gate: threading.Event
+) -> None:
+    session = LocalSession()
+    nodes = ["trainer_0", "trainer_1"]
+    for index, node in enumerate(nodes):
+        session.workspace(node)[f"{node}/w"] = np.full(10, float(index))
+    manager = MultiNodeCheckpointManager(str(tmp_path), "zarr", "json", path_type="gated_local")
+    manager.set_params(nodes)
+    session.run(manager.init(nodes))
+    future: SaveFuture = manager.save_async(4, session)
+    for node in nodes:
+        session.workspace(node)[f"{node}/w"][:] = -1.0
+    assert protocol.committed_nodes(manager.location.storage, 4) == set()
+    gate.set()
+    assert len(future.result(timeout=60)) == 2
+    assert protocol.committed_nodes(manager.location.storage, 4) == set(nodes)
+    for index, node in enumerate(nodes):
+        blobs = stored(manager.location.storage, node, 4)
+        assert np.array_equal(blobs[f"{node}/w"], np.full(10, float(index)))
+
+
+# -- JobRunner(async_save=True) ------------------------------------------------------------
+
+
+def final_states(root: Path, epochs: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+    storage = get_registry().open_path(str(root))
+    return {epoch: stored(storage, NODE, epoch) for epoch in epochs}
+
+
+@pytest.mark.parametrize("db_type", sorted(get_registry().db_types))
+def test_async_training_stores_what_sync_training_stores(tmp_path: Path, db_type: str) -> None:
+    runs = {}
+    for mode in (False, True):
+        root = tmp_path / f"async-{mode}"
+        job, _ = build_counter_job(epochs=4, size=256)
+        manager = MultiNodeCheckpointManager(str(root), db_type, metadata_handler="json")
+        runner = JobRunner(job, manager, async_save=mode)
+        assert runner.train(LocalSession()) == 4
+        assert runner.committed_epochs == [0, 1, 2, 3, 4]
+        assert manager.saves_in_flight() == []  # train() waited for the last save
+        assert manager.get_resume_from_epoch_id() == 4
+        runs[mode] = final_states(root, range(5))
+    for epoch in range(5):
+        assert runs[True][epoch].keys() == runs[False][epoch].keys()
+        for name, value in runs[False][epoch].items():
+            assert np.array_equal(runs[True][epoch][name], value), (epoch, name)
+        assert runs[True][epoch][f"{NODE}/step"] == epoch
+
+
+def test_an_async_run_resumes_where_it_stopped(tmp_path: Path) -> None:
+    job, _ = build_counter_job(epochs=3)
+    first = JobRunner(
+        job, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"), async_save=True
+    )
+    assert first.train(LocalSession()) == 3
+    again = JobRunner(
+        job, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"), async_save=True
+    )
+    assert again.train(LocalSession()) == 4  # resumed from 3 (as a synchronous run does)
+    assert again.committed_epochs == [4]
+    assert np.array_equal(final_states(tmp_path, [4])[4][f"{NODE}/w"], np.full(4, 4.0))
+
+
+def test_a_transient_background_failure_is_retried_from_the_staged_copy(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, failing_local_path(fail_first(1)))
+    job, _ = build_counter_job(epochs=2)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(job, manager, save_retries=1, retry_backoff=0, async_save=True)
+    assert runner.train(LocalSession()) == 2
+    assert runner.save_failures == []
+    assert runner.committed_epochs == [0, 1, 2]
+    assert final_states(tmp_path, [0])[0][f"{NODE}/step"] == 0
+
+
+def test_background_failures_count_toward_the_runner_policy(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(1, 3)))
+    job, _ = build_counter_job(epochs=4)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(
+        job,
+        manager,
+        save_retries=1,
+        retry_backoff=0,
+        async_save=True,
+        max_consecutive_save_failures=2,
+    )
+    assert runner.train(LocalSession()) == 4
+    assert [failure.epoch for failure in runner.save_failures] == [1, 3]
+    assert all(isinstance(f.error, SaveFailedError) for f in runner.save_failures)
+    assert runner.committed_epochs == [0, 2, 4]
+
+
+def test_too_many_background_failures_stop_the_job(tmp_path: Path, registry: Registry) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(1, 2, 3, 4)))
+    job, _ = build_counter_job(epochs=6)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(
+        job, manager, save_retries=0, async_save=True, max_consecutive_save_failures=2
+    )
+    with pytest.raises(TooManySaveFailuresError) as info:
+        runner.train(LocalSession())
+    assert isinstance(info.value.last_error, SaveFailedError)
+    assert [failure.epoch for failure in runner.save_failures] == [1, 2]
+    assert runner.committed_epochs == [0]
+
+
+def test_ctrl_c_waits_for_the_save_in_flight_and_says_so(
+    tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, _ = build_counter_job(epochs=10)
+    epochs = [0]
+
+    def interrupt_at_epoch_2(ws: Workspace) -> None:
+        epochs[0] += 1
+        if epochs[0] == 1:
+            gate.set()  # epoch 0's save may finish
+        if epochs[0] == 2:
+            gate.clear()  # ...but epoch 1's is held mid-write when Ctrl-C comes
+            threading.Timer(0.05, gate.set).start()
+            raise KeyboardInterrupt
+
+    with Node(NODE):
+        Task(interrupt_at_epoch_2, group=job.epoch_group)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json", path_type="gated_local")
+    runner = JobRunner(job, manager, async_save=True)
+    gate.set()
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        runner.train(LocalSession())
+    assert "waiting for the background save of epoch(s) [1]" in caplog.text
+    assert "The background save of epoch(s) [1] finished" in caplog.text
+    assert runner.committed_epochs == [0, 1]
+    assert manager.get_resume_from_epoch_id() == 1
+
+
+# -- S3, and the two-tier builder -------------------------------------------------------------
+
+
+def test_async_saves_to_s3(s3_url: str) -> None:
+    job, _outputs = build_counter_job(epochs=3, size=64)
+    manager = MultiNodeCheckpointManager(s3_url, "zarr", metadata_handler="json")
+    runner = JobRunner(job, manager, async_save=True)
+    assert runner.train(LocalSession()) == 3
+    assert runner.committed_epochs == [0, 1, 2, 3]
+    assert manager.get_resume_from_epoch_id() == 3
+    blobs = stored(manager.location.storage, NODE, 2)
+    assert np.array_equal(blobs[f"{NODE}/w"], np.full(64, 2.0))
+
+
+def test_async_saves_with_the_two_tier_copy_upload(tmp_path: Path, s3_url: str) -> None:
+    job, _ = build_counter_job(epochs=3, size=64)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    upload = CopyUpload(s3_url)
+    runner = JobRunner(job, manager, upload_task_group_builder=upload, async_save=True)
+    assert runner.train(LocalSession()) == 3
+    assert protocol.committed_nodes(upload.storage, 3) == {NODE}
+    blobs = stored(upload.storage, NODE, 3)
+    assert np.array_equal(blobs[f"{NODE}/w"], np.full(64, 3.0))
+
+
+class _InterruptWhenWaiting(logging.Handler):
+    """Presses Ctrl-C again (a real SIGINT) once the runner says it waits."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waiting for the background save" in record.getMessage():
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+
+def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
+    tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, _ = build_counter_job(epochs=10)
+
+    def interrupt(ws: Workspace) -> None:
+        raise KeyboardInterrupt
+
+    with Node(NODE):
+        Task(interrupt, group=job.epoch_group)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json", path_type="gated_local")
+    runner = JobRunner(job, manager, async_save=True)
+    presser = _InterruptWhenWaiting()
+    logging.getLogger("ckptstore").addHandler(presser)
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+            runner.train(LocalSession())  # epoch 0's save is held at the gate
+    finally:
+        logging.getLogger("ckptstore").removeHandler(presser)
+    assert "Abandoned the background save of epoch(s) [0]" in caplog.text
+    assert runner.committed_epochs == []
+    assert protocol.committed_nodes(manager.location.storage, 0) == set()
+    assert manager.get_resume_from_epoch_id() is None

@@ -51,7 +51,8 @@ class UnknownPluginError(PluginError, KeyError):
 
     Example::
 
-        get_registry().db_type("lmdb")  # UnknownPluginError: ... pip install ckptstore[lmdb]
+        get_registry().db_type("lmdb")
+        # UnknownPluginError: ... `pip install ./plugins/ckptstore-lmdb`
     """
 
     def __init__(self, kind: str, name: str, installed: Iterable[str], hint: str | None) -> None:

@@ -136,7 +136,7 @@ def test_unknown_names_list_what_is_installed_and_which_package_provides_them(
         registry.open_path("s3://bucket/run")
     message = str(info.value)
     assert "unknown path type 's3'" in message
-    assert "pip install 'ckptstore[s3]'" in message
+    assert "`pip install ./plugins/ckptstore-s3`" in message
     assert "installed: *, file, local, local paths." in message
     assert isinstance(info.value, KeyError)
     with pytest.raises(UnknownPluginError, match=r"ckptstore\[gcs\]"):

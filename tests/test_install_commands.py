@@ -1,0 +1,115 @@
+"""Every ``pip install`` command the project documents or prints resolves as written.
+
+The commands come from README.md, docs/*.md, the plugins' READMEs and the source (error
+hints, docstrings) of ckptstore, the plugins and the benchmarks. Each is run with
+``pip install --dry-run`` from the checkout's root, with the pip of this environment
+(the one a fresh virtualenv ships, in CI): documented commands as on a fresh machine
+(``--ignore-installed``), printed hints in an environment where ckptstore is installed,
+which is where they are printed. Resolving needs the package registry only (local
+projects are built in isolation for their metadata), about a minute in all.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PIP_TIMEOUT = 300
+
+
+@dataclass(frozen=True)
+class InstallCommand:
+    """One ``pip install ...`` command and where it was found."""
+
+    command: str
+    where: str
+    printed: bool
+    """Printed by installed code (an error hint), not documented for a fresh machine."""
+
+
+def documents() -> list[Path]:
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return [ROOT / "README.md", *docs, *sorted((ROOT / "plugins").glob("*/README.md"))]
+
+
+def sources() -> list[Path]:
+    trees = [ROOT / "ckptstore", *sorted((ROOT / "plugins").glob("*/ckptstore_*"))]
+    files = [path for tree in trees for path in sorted(tree.rglob("*.py"))]
+    return files + sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+QUOTED = re.compile(r"`+(pip install [^`]+)`+")
+
+
+def commands_in(path: Path) -> tuple[list[InstallCommand], list[str]]:
+    """The install commands in ``path``, and the lines that mention ``pip install`` in a
+    form the extraction does not understand (each must be fixed, not skipped)."""
+    printed = path.suffix == ".py"
+    found: list[InstallCommand] = []
+    unparsed: list[str] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if "pip install" not in line:
+            continue
+        where = f"{path.relative_to(ROOT)}:{number}"
+        stripped = line.strip()
+        if stripped.startswith("pip install") and not printed:  # a line of a code block
+            texts = [stripped.split(" #", 1)[0]]
+        else:
+            texts = QUOTED.findall(line)
+        if not texts:
+            unparsed.append(f"{where}: {stripped}")
+        for text in texts:
+            for part in text.split("&&"):
+                if part.strip().startswith("pip install"):
+                    found.append(InstallCommand(part.strip(), where, printed))
+    return found, unparsed
+
+
+def all_commands() -> list[InstallCommand]:
+    found: list[InstallCommand] = []
+    for path in documents() + sources():
+        found.extend(commands_in(path)[0])
+    return found
+
+
+def unique_commands() -> list[InstallCommand]:
+    seen: dict[tuple[str, bool], InstallCommand] = {}
+    for command in all_commands():
+        seen.setdefault((command.command, command.printed), command)
+    return list(seen.values())
+
+
+def test_every_mention_of_pip_install_is_a_checkable_command() -> None:
+    unparsed = [line for path in documents() + sources() for line in commands_in(path)[1]]
+    assert unparsed == [], "write these as `pip install ...` (in backticks) or in a code block"
+
+
+def test_the_readme_commands_and_the_plugin_hints_are_found() -> None:
+    found = {command.command for command in all_commands()}
+    assert {"pip install .", "pip install -r requirements-test.txt"} <= found
+    assert "pip install ./plugins/ckptstore-s3" in found  # the registry's hint for s3://
+    assert not any("ckptstore[" in command for command in found), "extras that do not exist"
+
+
+@pytest.mark.parametrize(
+    "install", unique_commands(), ids=lambda c: f"{c.where} {c.command}".replace(" ", "_")
+)
+def test_the_command_resolves(install: InstallCommand) -> None:
+    arguments = shlex.split(install.command)[2:]
+    fresh = [] if install.printed else ["--ignore-installed"]
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", *fresh, *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PIP_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, f"{install.where}: `{install.command}` fails:\n{result.stderr}"

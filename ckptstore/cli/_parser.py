@@ -44,6 +44,7 @@ class CliParser(argparse.ArgumentParser):
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
+        self._argv = list(args) if args is not None else None
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self._command_parser(parsed).unrecognized(extras)
@@ -58,12 +59,16 @@ class CliParser(argparse.ArgumentParser):
                     return chosen
         return self
 
+    def option_names(self) -> list[str]:
+        return [name for action in self._actions for name in action.option_strings]
+
     def unrecognized(self, extras: Sequence[str]) -> NoReturn:
         option = next((word.split("=", 1)[0] for word in extras if word.startswith("-")), None)
         if option is None:
             raise UsageError(f"unexpected argument(s): {' '.join(extras)}", self)
-        names = [name for action in self._actions for name in action.option_strings]
-        raise UsageError(f"unknown option {option}{did_you_mean(option, names)}", self)
+        raise UsageError(
+            f"unknown option {option}{did_you_mean(option, self.option_names())}", self
+        )
 
     def error(self, message: str) -> NoReturn:
         invalid = _INVALID_CHOICE.match(message)
@@ -77,4 +82,13 @@ class CliParser(argparse.ArgumentParser):
             ]
             if choices:
                 message = f"unknown command {word!r}" + did_you_mean(word, choices)
+        elif message.startswith("the following arguments are required"):
+            # `ckptstore --verison`: the unknown option, not the missing command, is the news
+            unknown = [
+                word.split("=", 1)[0]
+                for word in getattr(self, "_argv", None) or []
+                if word.startswith("-") and word.split("=", 1)[0] not in self.option_names()
+            ]
+            if unknown:
+                self.unrecognized(unknown)
         raise UsageError(message, self)

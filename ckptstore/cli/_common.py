@@ -6,7 +6,8 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
     1  error (storage unreachable, unknown plugin, bad option...)
     2  bad command line
     3  verification failed: corrupt or missing data (the message names the blob)
-    4  not found: the epoch or checkpoint asked for is not committed
+    4  not found: the epoch or checkpoint asked for is not committed, or nothing is at
+       the URL (``ls``)
     130 interrupted
 
 Example::
@@ -225,7 +226,8 @@ EXIT_CODES = {
     EXIT_ERROR: "error: storage unreachable, unknown plugin, bad option...",
     EXIT_USAGE: "bad command line",
     EXIT_CORRUPT: "verification failed: corrupt or missing data (the message names the blob)",
-    EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed",
+    EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed, or nothing "
+    "is at the URL",
     EXIT_INTERRUPTED: "interrupted",
 }
 """Every exit code of the operator commands and its meaning."""

@@ -130,6 +130,21 @@ def test_an_invalid_durability_variable_is_named(
     assert "one of fsync, none, syncfs" in line
 
 
+def test_a_demo_that_cannot_save_exits_1(cli: Cli) -> None:
+    # /proc reads as empty (no checkpoint to resume) and refuses every write, even root's
+    result = cli("demo", "--dir", "/proc/ckptstore-demo", "--epochs", "1")
+    assert result.code == EXIT_ERROR
+    assert "saving failed" in one_line_error(result.err)
+    assert "use a writable --dir" in result.err
+
+
+def test_a_demo_dir_that_cannot_be_read_exits_1(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"not a directory")
+    result = cli("demo", "--dir", str(tmp_path / "file" / "ckpt"), "--epochs", "1")
+    assert result.code == EXIT_ERROR
+    assert "Check that the location exists" in one_line_error(result.err)
+
+
 def test_version(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli("--version")

@@ -176,7 +176,7 @@ def open_storage(url: str, args: argparse.Namespace, name: str = "") -> PathType
     is a :class:`~ckptstore.errors.StorageOptionError` naming it and the fix."""
     attribute = f"{name}_" if name else ""
     flag = f"--{name}-option" if name else "-o"
-    options = parse_options(getattr(args, f"{attribute}options", []), flag)
+    options = parse_options(getattr(args, f"{attribute}options", []))
     path_type = getattr(args, f"{attribute}path_type", None)
     return open_with_options(get_registry(), url, path_type, options, flag)
 

@@ -38,15 +38,11 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), raw
 
 
-def parse_options(pairs: Sequence[tuple[str, str] | str], flag: str = "-o") -> dict[str, Any]:
-    """Options from ``KEY=VALUE`` pairs; values are JSON when they parse as JSON
-    (``true``, ``3``, ``{"a": 1}``), strings otherwise."""
+def parse_options(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Options from ``(key, value)`` pairs (see :func:`key_value`); values are JSON when
+    they parse as JSON (``true``, ``3``, ``{"a": 1}``), strings otherwise."""
     options: dict[str, Any] = {}
-    for pair in pairs:
-        try:
-            key, raw = key_value(pair) if isinstance(pair, str) else pair
-        except argparse.ArgumentTypeError as error:
-            raise StorageOptionError("the command line", "?", str(error), f"fix {flag}") from None
+    for key, raw in pairs:
         try:
             options[key] = json.loads(raw)
         except json.JSONDecodeError:

@@ -149,7 +149,9 @@ def s3_storage() -> Iterator[Storage]:
     from ckptstore.testing.servers import MotoServer
 
     if "s3" not in get_registry().path_types:
-        raise SystemExit("the S3 rows need the ckptstore-s3 plugin: pip install 'ckptstore[s3]'")
+        raise SystemExit(
+            "the S3 rows need the ckptstore-s3 plugin: `pip install ./plugins/ckptstore-s3`"
+        )
     with MotoServer() as server:
         server.create_bucket("scaling")
         options = {

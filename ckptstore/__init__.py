@@ -135,8 +135,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``ckptstore.DaskSession``, imported only when asked for (it needs Dask:
-    ``pip install 'ckptstore[dask]'``)."""
+    """``ckptstore.DaskSession``, imported only when asked for (it needs Dask, the
+    ``dask`` extra: ``pip install 'distributed>=2024.8'``)."""
     if name == "DaskSession":
         from ckptstore.dask_session import DaskSession
 

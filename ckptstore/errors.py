@@ -75,7 +75,8 @@ class UnknownPluginError(PluginError, KeyError):
 
     Example::
 
-        get_registry().db_type("lmdb")  # UnknownPluginError: ... pip install ckptstore[lmdb]
+        get_registry().db_type("lmdb")
+        # UnknownPluginError: ... `pip install ./plugins/ckptstore-lmdb`
     """
 
     def __init__(self, kind: str, name: str, installed: Iterable[str], hint: str | None) -> None:
@@ -135,6 +136,39 @@ class JobConfigurationError(CkptStoreError, ValueError):
 
         JobRunner(job, resume_from_epoch=3).train(session)  # no manager to resume from
     """
+
+
+class EnvironmentVariableError(CkptStoreError, ValueError):
+    """A ``CKPTSTORE_*`` environment variable holds a value that cannot be used.
+
+    Example::
+
+        # CKPTSTORE_IO_CONCURRENCY=four
+        IOSettings().with_environment()  # EnvironmentVariableError naming the variable
+    """
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        self.variable = variable
+        self.value = value
+        super().__init__(
+            f"environment variable {variable}={value!r} is not valid: expected {expected}; "
+            f"set it to such a value or unset it (unset {variable})"
+        )
+
+
+class StorageOptionError(CkptStoreError, TypeError):
+    """A storage option (``storage_options=`` or the CLI's ``-o KEY=VALUE``) is not one
+    the URL's path type takes, or its value is wrong.
+
+    Example::
+
+        get_registry().open_path("/ckpt", durabilty="fsync")  # StorageOptionError
+    """
+
+    def __init__(self, url: str, path_type: str, detail: str, fix: str) -> None:
+        self.url = url
+        self.path_type = path_type
+        super().__init__(f"storage option for {url} (path type {path_type!r}): {detail}; {fix}")
 
 
 class FrozenGroupError(CkptStoreError, RuntimeError):

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar
 
+from ckptstore._environment import choice_variable
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
 from ckptstore.io._settings import IOSettings
@@ -95,7 +96,7 @@ class LocalPath(PathType):
         self.root = os.path.abspath(os.path.expanduser(path))
         mode = (
             durability
-            or os.environ.get("CKPTSTORE_DURABILITY")
+            or choice_variable(os.environ, "CKPTSTORE_DURABILITY", DURABILITY_MODES)
             or ("syncfs" if _SYNCFS is not None else "fsync")
         )
         if mode not in DURABILITY_MODES:

@@ -6,7 +6,8 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
     1  error (storage unreachable, unknown plugin, bad option...)
     2  bad command line
     3  verification failed: corrupt or missing data (the message names the blob)
-    4  not found: the epoch or checkpoint asked for is not committed
+    4  not found: the epoch or checkpoint asked for is not committed, or nothing is at
+       the URL (``ls``)
     130 interrupted
 
 Example::
@@ -28,6 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptstore.cli._main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from ckptstore.cli._options import key_value, open_with_options, parse_options
+from ckptstore.cli._output import fail
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
@@ -106,10 +109,14 @@ def chosen_epochs(storage: PathType, args: argparse.Namespace) -> list[int]:
     return parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
 
 
-def no_committed_epoch(storage: PathType) -> int:
+def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:
     """Say that ``storage`` has no (such) committed epoch; the exit code for it."""
-    print(f"ckptstore: no committed epoch under {storage.display_url}")
-    return EXIT_NOT_FOUND
+    return fail(
+        f"no committed epoch under {storage.display_url}; check the URL with `ckptstore ls`",
+        EXIT_NOT_FOUND,
+        json_mode=bool(getattr(args, "json", False)),
+        kind="CheckpointNotFoundError",
+    )
 
 
 def guarded(run: Runner) -> Runner:
@@ -117,16 +124,17 @@ def guarded(run: Runner) -> Runner:
 
     @functools.wraps(run)
     def wrapper(args: argparse.Namespace) -> int:
+        json_mode = bool(getattr(args, "json", False))
         try:
             return run(args)
         except CheckpointNotFoundError as error:
-            return _fail(error, EXIT_NOT_FOUND)
+            return _fail(error, EXIT_NOT_FOUND, json_mode)
         except CorruptCheckpointError as error:
-            return _fail(error, EXIT_CORRUPT)
+            return _fail(error, EXIT_CORRUPT, json_mode)
         except CkptStoreError as error:
-            return _fail(error, EXIT_ERROR)
+            return _fail(error, EXIT_ERROR, json_mode)
         except ValueError as error:  # bad option values (IOSettings, path type options)
-            return _fail(error, EXIT_ERROR)
+            return _fail(error, EXIT_ERROR, json_mode)
         except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
@@ -134,9 +142,8 @@ def guarded(run: Runner) -> Runner:
     return wrapper
 
 
-def _fail(error: Exception, code: int) -> int:
-    print(f"ckptstore: error: {error}", file=sys.stderr)
-    return code
+def _fail(error: Exception, code: int, json_mode: bool) -> int:
+    return fail(str(error), code, json_mode=json_mode, kind=type(error).__name__)
 
 
 def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:
@@ -151,6 +158,7 @@ def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:
             dest=f"{prefix.replace('-', '_')}options",
             action="append",
             default=[],
+            type=key_value,
             metavar="KEY=VALUE",
             help=f"storage option for the {name or 'URL'}'s path type (values are parsed as "
             "JSON when they can be: -o anon=true); repeatable",
@@ -164,24 +172,13 @@ def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:
 
 
 def open_storage(url: str, args: argparse.Namespace, name: str = "") -> PathType:
-    """The path type instance for ``url`` with the options given for it."""
+    """The path type instance for ``url`` with the options given for it; a wrong option
+    is a :class:`~ckptstore.errors.StorageOptionError` naming it and the fix."""
     attribute = f"{name}_" if name else ""
-    options = _parse_options(getattr(args, f"{attribute}options", []))
+    flag = f"--{name}-option" if name else "-o"
+    options = parse_options(getattr(args, f"{attribute}options", []))
     path_type = getattr(args, f"{attribute}path_type", None)
-    return get_registry().open_path(url, path_type, **options)
-
-
-def _parse_options(pairs: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, separator, raw = pair.partition("=")
-        if not separator or not key:
-            raise ValueError(f"storage option {pair!r} is not KEY=VALUE")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
-    return options
+    return open_with_options(get_registry(), url, path_type, options, flag)
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -198,6 +195,7 @@ def add_progress_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def print_json(value: Any) -> None:
+    """``value`` as JSON on stdout (the only thing a ``--json`` command prints there)."""
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
@@ -228,7 +226,8 @@ EXIT_CODES = {
     EXIT_ERROR: "error: storage unreachable, unknown plugin, bad option...",
     EXIT_USAGE: "bad command line",
     EXIT_CORRUPT: "verification failed: corrupt or missing data (the message names the blob)",
-    EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed",
+    EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed, or nothing "
+    "is at the URL",
     EXIT_INTERRUPTED: "interrupted",
 }
 """Every exit code of the operator commands and its meaning."""

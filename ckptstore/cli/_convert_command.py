@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     dest = common.open_storage(args.dest, args) if args.dest else None
     epochs = common.chosen_epochs(storage, args)
     if not epochs:
-        return common.no_committed_epoch(storage)
+        return common.no_committed_epoch(storage, args)
     nodes = sum(len(require_commit(storage, epoch).nodes) for epoch in epochs)
     with ProgressBar(
         nodes, f"convert to {target_type.name}", unit="nodes", enabled=args.progress

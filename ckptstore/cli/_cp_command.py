@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     dest = common.open_storage(args.dst, args, "dst")
     epochs = common.chosen_epochs(source, args)
     if not epochs:
-        return common.no_committed_epoch(source)
+        return common.no_committed_epoch(source, args)
     total = sum(
         node.stored_bytes for e in epochs for node in require_commit(source, e).nodes.values()
     )

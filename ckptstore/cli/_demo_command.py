@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.cli._main import EXIT_ERROR, EXIT_OK
+from ckptstore.cli._output import fail
+from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 
@@ -32,5 +36,18 @@ def run(args: argparse.Namespace) -> int:
         db_type=args.db_type,
         fresh=args.fresh,
     )
-    run_demo(config)
-    return 0
+    result = run_demo(config)
+    if result is None:
+        return EXIT_OK
+    committed = committed_epochs(LocalPath(config.directory))
+    if not committed or committed[-1] < result.last_epoch:
+        newest = f"epoch {committed[-1]}" if committed else "none"
+        return fail(
+            f"trained to epoch {result.last_epoch} but the newest checkpoint in "
+            f"{config.directory} is {newest}: saving failed (see above); use a writable "
+            "--dir with free space",
+            EXIT_ERROR,
+            json_mode=False,
+            kind="SaveFailedError",
+        )
+    return EXIT_OK

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if epoch is None:
         committed = committed_epochs(storage)
         if not committed:
-            return common.no_committed_epoch(storage)
+            return common.no_committed_epoch(storage, args)
         epoch = committed[-1]
     description = describe_epoch(storage, epoch, args.node)
     if args.json:

@@ -4,6 +4,11 @@ Example::
 
     $ ckptstore demo            # train, checkpoint, resume on a second run
     $ ckptstore plugins         # what is installed
+    $ ckptstore --version
+
+A user error (bad option, path, URL, environment variable) never shows a traceback: one
+line on stderr naming it and the fix, a documented exit code (``docs/cli.md``), and with
+``--json`` an ``{"error": ...}`` document on stdout.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import ckptstore.cli
+from ckptstore import __version__
+from ckptstore.cli._output import fail, wants_json
+from ckptstore.cli._parser import CliParser, UsageError
 from ckptstore.errors import CkptStoreError
 
 __all__ = ["main"]
@@ -29,10 +37,11 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="ckptstore",
         description="Checkpoint ML training state to local disk and object stores.",
     )
+    parser.add_argument("--version", action="version", version=f"ckptstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in command_modules():
         module.register(commands)
@@ -51,20 +60,27 @@ def command_modules() -> list[Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    json_mode = wants_json(arguments)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(arguments)
+    except UsageError as error:
+        error.parser.print_usage(sys.stderr)
+        return fail(str(error), EXIT_USAGE, json_mode=json_mode, kind="UsageError")
     try:
         code: int = args.run(args)
     except CkptStoreError as error:
-        print(f"ckptstore: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return fail(str(error), EXIT_ERROR, json_mode=json_mode, kind=type(error).__name__)
+    except OSError as error:  # the disk or network refused (`demo --dir` unwritable...)
+        if isinstance(error, BrokenPipeError):
+            # the reader went away (`ckptstore ls | head`): stop quietly, as Unix tools do
+            sys.stderr.close()
+            return EXIT_OK
+        return fail(str(error), EXIT_ERROR, json_mode=json_mode, kind=type(error).__name__)
     except KeyboardInterrupt:
         print("ckptstore: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # the reader went away (`ckptstore ls | head`): stop quietly, as Unix tools do
-        sys.stderr.close()
-        return EXIT_OK
     return code
 
 

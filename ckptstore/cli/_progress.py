@@ -1,7 +1,6 @@
-"""A dependency-free progress bar on stderr for long operator commands.
-
-It draws only when enabled (default: stderr is a terminal), redraws at most once per
-percent, and ends with a newline.
+"""Progress bars on stderr for long operator commands (``cp``, ``verify``, ``convert``,
+``gc``), drawn by tqdm; off unless enabled (default: when stderr is a terminal), so
+pipes, logs and ``--json`` output stay clean.
 
 Example::
 
@@ -15,15 +14,14 @@ import sys
 from types import TracebackType
 from typing import TextIO
 
-from ckptstore.cli._common import format_bytes
+from tqdm import tqdm
 
 __all__ = ["ProgressBar"]
 
-WIDTH = 30
-
 
 class ProgressBar:
-    """``label [#######.......] 45%  done/total unit``.
+    """``copy:  45%|#####      | 1.2G/2.6G [00:03<00:04, 410MB/s]``, or nothing when
+    disabled.
 
     Example::
 
@@ -43,35 +41,31 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.total = max(total, 0)
-        self.label = label
-        self.unit = unit
         self.done = 0
-        self._drawn = -1
+        in_bytes = unit == "bytes"
+        self._bar = tqdm(
+            total=self.total,
+            desc=label,
+            unit="B" if in_bytes else f" {unit}",
+            unit_scale=in_bytes,
+            unit_divisor=1024,
+            file=self.stream,
+            disable=not self.enabled,
+            dynamic_ncols=True,
+            leave=True,
+        )
 
     def advance(self, amount: int = 1) -> None:
-        """Record ``amount`` more units done and redraw if the percentage changed."""
-        self.done = min(self.done + amount, self.total) if self.total else self.done + amount
-        percent = self.percent
-        if self.enabled and percent != self._drawn:
-            self._drawn = percent
-            filled = WIDTH * percent // 100
-            bar = "#" * filled + "." * (WIDTH - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {percent:3d}%  {self._amounts()}")
-            self.stream.flush()
+        """Record ``amount`` more units done."""
+        self.done += amount
+        self._bar.update(amount)
 
     @property
     def percent(self) -> int:
-        return 100 if not self.total else 100 * self.done // self.total
-
-    def _amounts(self) -> str:
-        if self.unit == "bytes":
-            return f"{format_bytes(self.done)}/{format_bytes(self.total)}"
-        return f"{self.done}/{self.total} {self.unit}"
+        return 100 if not self.total else min(100, 100 * self.done // self.total)
 
     def close(self) -> None:
-        if self.enabled and self._drawn >= 0:
-            self.stream.write("\n")
-            self.stream.flush()
+        self._bar.close()
 
     def __enter__(self) -> ProgressBar:
         return self

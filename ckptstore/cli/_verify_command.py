@@ -33,8 +33,10 @@ def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
     epochs = common.chosen_epochs(storage, args)
     if not epochs:
-        return common.no_committed_epoch(storage)
-    total = sum(record.nbytes for record in (require_commit(storage, e) for e in epochs))
+        return common.no_committed_epoch(storage, args)
+    total = sum(
+        node.stored_bytes for e in epochs for node in require_commit(storage, e).nodes.values()
+    )
     with ProgressBar(total, "verify", enabled=args.progress) as bar:
 
         def checked(check: NodeCheck) -> None:

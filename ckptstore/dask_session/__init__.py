@@ -1,7 +1,8 @@
 """Run ckptstore jobs on Dask distributed: one workspace per node, held by a worker.
 
-Needs the ``dask`` extra (``pip install 'ckptstore[dask]'``); the rest of ckptstore
-never imports Dask. See ``docs/distributed.md``.
+Needs the ``dask`` extra (from a checkout: ``pip install '.[dask]'``; into an installed
+ckptstore: ``pip install 'distributed>=2024.8'``); the rest of ckptstore never imports
+Dask. See ``docs/distributed.md``.
 
 Example::
 
@@ -16,7 +17,7 @@ try:
     import distributed as _distributed  # noqa: F401
 except ImportError as error:
     raise ImportError(
-        "ckptstore.dask_session needs Dask distributed: pip install 'ckptstore[dask]' "
+        "ckptstore.dask_session needs Dask distributed: `pip install 'distributed>=2024.8'` "
         "(on the client, the scheduler and every worker)"
     ) from error
 

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ckptstore._environment import int_variable
+
 __all__ = ["IOSettings"]
 
 MiB = 1 << 20
@@ -57,9 +59,7 @@ class IOSettings:
         env = os.environ
         overrides: dict[str, Any] = {}
         for field in ("chunk_bytes", "concurrency", "memory_budget"):
-            raw = env.get(f"CKPTSTORE_IO_{field.upper()}")
-            if raw:
-                overrides[field] = int(raw)
+            overrides[field] = int_variable(env, f"CKPTSTORE_IO_{field.upper()}")
         verify = env.get("CKPTSTORE_IO_VERIFY")
         if verify:
             overrides["verify"] = verify.lower() not in ("0", "false", "no", "off")

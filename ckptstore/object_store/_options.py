@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+from ckptstore._environment import int_variable
 from ckptstore.object_store._masking import mask
 from ckptstore.object_store._retry import RetryPolicy
 
@@ -123,7 +124,8 @@ class ObjectStoreOptions(ABC):
         passthrough = {name: given.pop(name) for name in list(given) if name in cls.PASSTHROUGH}
         retries = given.pop("retries", None)
         if retries is None:
-            retries = env.get(f"{cls.ENV_PREFIX}_RETRIES") or DEFAULT_RETRIES
+            retries = int_variable(env, f"{cls.ENV_PREFIX}_RETRIES")
+            retries = DEFAULT_RETRIES if retries is None else retries
         retry = RetryPolicy(
             attempts=int(retries) + 1,
             base_delay=float(given.pop("retry_base_delay", 0.1)),
@@ -140,7 +142,7 @@ class ObjectStoreOptions(ABC):
         for name in ("part_size", "max_concurrency"):
             variable = f"{cls.ENV_PREFIX}_{name.upper()}"
             if name not in values and env.get(variable):
-                values[name] = int(env[variable])
+                values[name] = int_variable(env, variable)
         return cls(**values, retry=retry, passthrough=passthrough)
 
     @classmethod

@@ -54,16 +54,18 @@ BUILTIN_PLUGINS = (
 DISABLE_ENV = "CKPTSTORE_DISABLE_PLUGINS"
 WILDCARD = "*"
 
-_S3_HINT = "install the S3 plugin: pip install 'ckptstore[s3]' (distribution ckptstore-s3)"
-_GCS_HINT = "install the GCS plugin: pip install 'ckptstore[gcs]' (distribution ckptstore-gcs)"
+_S3_HINT = "install the S3 plugin from a ckptstore checkout: `pip install ./plugins/ckptstore-s3`"
+_GCS_HINT = (
+    "install the GCS plugin from a ckptstore checkout: `pip install ./plugins/ckptstore-gcs`"
+)
 INSTALL_HINTS: Mapping[tuple[str, str], str] = MappingProxyType(
     {
         ("path type", "s3"): _S3_HINT,
         ("path type", "s3a"): _S3_HINT,
         ("path type", "gs"): _GCS_HINT,
         ("path type", "gcs"): _GCS_HINT,
-        ("db type", "lmdb"): "install the LMDB plugin: pip install 'ckptstore[lmdb]' "
-        "(distribution ckptstore-lmdb)",
+        ("db type", "lmdb"): "install the LMDB plugin from a ckptstore checkout: "
+        "`pip install ./plugins/ckptstore-lmdb`",
     }
 )
 """Which distribution provides a well-known name, for "unknown name" errors."""

@@ -89,7 +89,7 @@ def test_errors_exit_with_a_message(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ckptstore.cli._main",
+            "ckptstore.cli",
             "demo",
             "--dir",
             str(tmp_path),

@@ -1,0 +1,167 @@
+"""A user error never shows a traceback: one line on stderr naming what is wrong and the
+fix, a documented exit code, and with ``--json`` an ``{"error": ...}`` document on
+stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import Cli
+
+import ckptstore
+from ckptstore.cli._common import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def one_line_error(err: str) -> str:
+    """The ``ckptstore: error: ...`` line of ``err``; fails on a traceback."""
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("ckptstore: error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_misspelt_storage_option_is_named_with_the_closest_accepted_one(
+    cli: Cli, run_url: str
+) -> None:
+    result = cli("ls", run_url, "-o", "durabilty=fsync")
+    assert result.code == EXIT_ERROR
+    line = one_line_error(result.err)
+    assert "-o durabilty='fsync'" in line
+    assert "did you mean -o durability=...?" in line
+    assert result.out == ""
+
+
+def test_an_unknown_storage_option_lists_the_accepted_ones(cli: Cli, run_url: str) -> None:
+    line = one_line_error(cli("verify", run_url, "-o", "region=eu").err)
+    assert "-o region='eu'" in line
+    assert "accepts: durability" in line
+
+
+def test_a_bad_storage_option_value_is_named(cli: Cli, run_url: str) -> None:
+    result = cli("ls", run_url, "-o", "durability=fast")
+    assert result.code == EXIT_ERROR
+    line = one_line_error(result.err)
+    assert "-o durability='fast'" in line
+    assert "durability must be one of" in line
+
+
+def test_an_option_without_a_value_is_a_usage_error(cli: Cli, run_url: str) -> None:
+    result = cli("ls", run_url, "-o", "anon")
+    assert result.code == EXIT_USAGE
+    assert "'anon' is not KEY=VALUE" in one_line_error(result.err)
+
+
+def test_options_of_each_side_of_cp_are_named_by_their_flag(
+    cli: Cli, run_url: str, tmp_path: Path
+) -> None:
+    result = cli("cp", run_url, str(tmp_path / "copy"), "--dst-option", "durabilty=none")
+    assert result.code == EXIT_ERROR
+    assert "did you mean --dst-option durability=...?" in one_line_error(result.err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggested"),
+    [
+        (["lss", "."], "did you mean ls?"),
+        (["verfy", "."], "did you mean verify?"),
+        (["ls", ".", "--jsn"], "did you mean --json?"),
+        (["cp", "a", "b", "--forse"], "did you mean --force?"),
+        (["--verison"], "did you mean --version?"),
+    ],
+)
+def test_mistyped_commands_and_options_get_a_suggestion(
+    cli: Cli, argv: list[str], suggested: str
+) -> None:
+    result = cli(*argv)
+    assert result.code == EXIT_USAGE
+    assert suggested in one_line_error(result.err)
+    assert "usage: ckptstore" in result.err
+
+
+def test_a_missing_local_path_exits_4(cli: Cli, tmp_path: Path) -> None:
+    result = cli("ls", str(tmp_path / "nowhere"))
+    assert result.code == EXIT_NOT_FOUND
+    assert "nothing at" in one_line_error(result.err)
+    assert "no such directory" in result.err
+    assert result.out == ""
+
+
+def test_json_errors_are_json_on_stdout_and_text_on_stderr(cli: Cli, tmp_path: Path) -> None:
+    cases = [
+        (["ls", str(tmp_path / "nowhere"), "--json"], EXIT_NOT_FOUND),
+        (["inspect", str(tmp_path), "--json"], EXIT_NOT_FOUND),
+        (["verify", str(tmp_path), "--json", "-o", "nope=1"], EXIT_ERROR),
+        (["ls", "nosuchscheme://bucket/x", "--json"], EXIT_ERROR),
+        (["ls", str(tmp_path), "--json", "--jsno"], EXIT_USAGE),
+    ]
+    for argv, code in cases:
+        result = cli(*argv)
+        assert result.code == code, argv
+        error = json.loads(result.out)["error"]
+        assert error["exit_code"] == code
+        assert error["message"] in one_line_error(result.err)
+
+
+def test_an_unparsable_environment_variable_is_named(
+    cli: Cli, run_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CKPTSTORE_IO_CONCURRENCY", "four")
+    result = cli("verify", run_url, "--json")
+    assert result.code == EXIT_ERROR
+    line = one_line_error(result.err)
+    assert "CKPTSTORE_IO_CONCURRENCY='four'" in line
+    assert "unset CKPTSTORE_IO_CONCURRENCY" in line
+    assert json.loads(result.out)["error"]["type"] == "EnvironmentVariableError"
+
+
+def test_an_invalid_durability_variable_is_named(
+    cli: Cli, run_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CKPTSTORE_DURABILITY", "fast")
+    line = one_line_error(cli("ls", run_url).err)
+    assert "CKPTSTORE_DURABILITY='fast'" in line
+    assert "one of fsync, none, syncfs" in line
+
+
+def test_a_demo_that_cannot_save_exits_1(cli: Cli) -> None:
+    # /proc reads as empty (no checkpoint to resume) and refuses every write, even root's
+    result = cli("demo", "--dir", "/proc/ckptstore-demo", "--epochs", "1")
+    assert result.code == EXIT_ERROR
+    assert "saving failed" in one_line_error(result.err)
+    assert "use a writable --dir" in result.err
+
+
+def test_a_demo_dir_that_cannot_be_read_exits_1(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"not a directory")
+    result = cli("demo", "--dir", str(tmp_path / "file" / "ckpt"), "--epochs", "1")
+    assert result.code == EXIT_ERROR
+    assert "Check that the location exists" in one_line_error(result.err)
+
+
+def test_version(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli("--version")
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ckptstore {ckptstore.__version__}"
+
+
+def test_as_a_process_a_user_error_is_one_line(tmp_path: Path) -> None:
+    """The real entry point (``python -m``), so nothing in-process hides a traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-m", "ckptstore.cli", "ls", str(tmp_path), "-o", "x=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == EXIT_ERROR
+    assert "-o x=1" in one_line_error(result.stderr)

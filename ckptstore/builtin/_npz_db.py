@@ -26,6 +26,7 @@ from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._markers import hookimpl
+from ckptstore.records._dtypes import encode_dtype, plain_dtype
 from ckptstore.records._manifest import BlobRecord, ChunkRecord
 
 __all__ = ["NpzDB"]
@@ -65,7 +66,9 @@ class NpzDB(DBType):
                             chunks.append(
                                 ChunkRecord(ARCHIVE, offset, data.nbytes, data.nbytes, crc)
                             )
-                    records[name] = BlobRecord(name, array.dtype.str, array.shape, tuple(chunks))
+                    records[name] = BlobRecord(
+                        name, encode_dtype(name, array.dtype), array.shape, tuple(chunks)
+                    )
             gaps = stream.finish()
         return WrittenDB(records, tuple(gaps))
 
@@ -73,7 +76,7 @@ class NpzDB(DBType):
 def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
     header = io.BytesIO()
     fields = {
-        "descr": np.lib.format.dtype_to_descr(array.dtype),
+        "descr": np.lib.format.dtype_to_descr(plain_dtype(array.dtype)),
         "fortran_order": False,
         "shape": array.shape,
     }

@@ -274,7 +274,11 @@ class ZarrDB(DBType):
         if self.compression is None:
             return lambda data: data
         codec = _numcodec(self.compression, self.level)
-        return lambda data: codec.encode(data.view(dtype))
+        # numcodecs takes buffers of numpy's own dtypes (blosc shuffles by their size)
+        plain = plain_dtype(dtype)
+        if plain.kind in "fc" and _DATA_TYPES[plain.kind].get(plain.itemsize) is None:
+            plain = np.dtype(f"V{plain.itemsize}")  # longdouble: no buffer format
+        return lambda data: codec.encode(data.view(plain))
 
     # -- reading ----------------------------------------------------------------------
 

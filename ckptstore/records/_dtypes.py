@@ -41,6 +41,7 @@ __all__ = [
     "ML_DTYPE_NAMES",
     "check_value",
     "decode_dtype",
+    "dtype_itemsize",
     "encode_dtype",
     "plain_dtype",
 ]
@@ -48,30 +49,29 @@ __all__ = [
 ML_DTYPES_INSTALL = "pip install 'ckptstore[ml-dtypes]'"
 """The command that installs the optional ml_dtypes support."""
 
-ML_DTYPE_NAMES = frozenset(
-    {
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float8_e4m3b11fnuz",
-        "float8_e4m3",
-        "float8_e3m4",
-        "float8_e8m0fnu",
-        "float6_e2m3fn",
-        "float6_e3m2fn",
-        "float4_e2m1fn",
-        "int1",
-        "int2",
-        "int4",
-        "uint1",
-        "uint2",
-        "uint4",
-        "complex32",
-        "bcomplex32",
-    }
-)
+_ML_ITEMSIZES = {
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e4m3b11fnuz": 1,
+    "float8_e4m3": 1,
+    "float8_e3m4": 1,
+    "float8_e8m0fnu": 1,
+    "float6_e2m3fn": 1,
+    "float6_e3m2fn": 1,
+    "float4_e2m1fn": 1,
+    "int1": 1,
+    "int2": 1,
+    "int4": 1,
+    "uint1": 1,
+    "uint2": 1,
+    "uint4": 1,
+    "complex32": 4,
+    "bcomplex32": 4,
+}
+ML_DTYPE_NAMES = frozenset(_ML_ITEMSIZES)
 """ml_dtypes types stored natively (one element per ``itemsize`` bytes, as numpy holds
 them in memory; int4 and the sub-byte floats take one byte each)."""
 
@@ -125,7 +125,7 @@ def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
         )
     if _is_ml_dtype(dtype):
         name = dtype.type.__name__
-        if name not in ML_DTYPE_NAMES:
+        if _ML_ITEMSIZES.get(name) != dtype.itemsize:
             raise UnsupportedBlobError(
                 blob,
                 f"ml_dtypes type {name!r} is not one ckptstore knows how to store; "
@@ -138,6 +138,13 @@ def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
             f"dtype {dtype} (kind {dtype.kind!r}) is not plain data (void, structured or "
             "an unknown extension type); store bool, integer, float, complex, S, U, "
             "datetime64/timedelta64 or ml_dtypes arrays",
+        )
+    if dtype.kind in "Mm" and not dtype.isnative and np.datetime_data(dtype)[0] == "generic":
+        raise UnsupportedBlobError(
+            blob,
+            f"dtype {dtype.str} is a non-native datetime/timedelta without a unit, which numpy "
+            "cannot allocate (arrays of it come back native); give it a unit "
+            "(e.g. astype('>M8[s]')) or store it in native byte order",
         )
     if dtype.itemsize == 0:
         raise UnsupportedBlobError(
@@ -186,6 +193,8 @@ def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
         or _is_ml_dtype(dtype)
     ):
         raise UnsupportedBlobError(blob, f"dtype {text!r} is not a plain numeric or string dtype")
+    if dtype.itemsize == 0:
+        raise UnsupportedBlobError(blob, f"dtype {text!r} has zero-width elements")
     if dtype.str != text and not (dtype.itemsize == 1 and text[1:] == dtype.str[1:]):
         raise UnsupportedBlobError(
             blob, f"dtype {text!r} is not in numpy's canonical form ({dtype.str!r})"
@@ -193,9 +202,30 @@ def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
     return dtype
 
 
-def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
-    if name not in ML_DTYPE_NAMES:
+def dtype_itemsize(blob: str, text: object) -> int:
+    """The element size of the manifest dtype string ``text``, checking it as
+    :func:`decode_dtype` does, but without importing ml_dtypes: a manifest stays
+    readable (listing, sizes, verification) where ml_dtypes is not installed."""
+    match = _ML_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        return decode_dtype(blob, text).itemsize
+    order, name = match.groups()
+    return _ml_itemsize(blob, name, order)
+
+
+def _ml_itemsize(blob: str, name: str, order: str) -> int:
+    itemsize = _ML_ITEMSIZES.get(name)
+    if itemsize is None:
         raise UnsupportedBlobError(blob, f"ml_dtypes type {name!r} is not one ckptstore stores")
+    if (order == "|") != (itemsize == 1):
+        raise UnsupportedBlobError(
+            blob, f"byte order {order!r} does not fit ml_dtypes.{name} ({itemsize} bytes)"
+        )
+    return itemsize
+
+
+def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
+    itemsize = _ml_itemsize(blob, name, order)
     module = _ml_dtypes(blob, name)
     scalar = getattr(module, name, None)
     if scalar is None:
@@ -205,11 +235,12 @@ def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
             "have; upgrade it: pip install -U ml_dtypes",
         )
     dtype = np.dtype(scalar)
-    if (order == "|") != (dtype.itemsize == 1):
+    if dtype.itemsize != itemsize:
         raise UnsupportedBlobError(
-            blob, f"byte order {order!r} does not fit ml_dtypes.{name} ({dtype.itemsize} bytes)"
+            blob, f"ml_dtypes.{name} holds {dtype.itemsize} bytes here, {itemsize} when stored"
         )
-    return dtype if order == "|" else dtype.newbyteorder(order)
+    native = "<" if np.little_endian else ">"
+    return dtype if order in ("|", native) else dtype.newbyteorder(order)
 
 
 def _ml_dtypes(blob: str, name: str) -> ModuleType:

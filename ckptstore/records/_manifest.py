@@ -22,7 +22,7 @@ import numpy as np
 
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._dtypes import decode_dtype
+from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
 
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
@@ -78,7 +78,7 @@ class BlobRecord:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * self.numpy_dtype().itemsize
+        return math.prod(self.shape) * dtype_itemsize(self.name, self.dtype)
 
     @property
     def stored_bytes(self) -> int:
@@ -112,7 +112,7 @@ class BlobRecord:
             codec=str(raw["codec"]),
             layout=dict(raw.get("layout", {})),
         )
-        record.numpy_dtype()
+        dtype_itemsize(name, record.dtype)  # checked without importing ml_dtypes
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
             # a raw chunk stores its bytes plus padding: never fewer (readers would
             # otherwise take the difference as negative padding and skip the CRC check)

@@ -159,8 +159,7 @@ def plain_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     and byte order (the bytes are unchanged)."""
     if not _is_ml_dtype(dtype):
         return dtype
-    plain = np.dtype(f"u{dtype.itemsize}")
-    return plain.newbyteorder(_byte_order(dtype)) if dtype.itemsize > 1 else plain
+    return np.dtype(f"{_byte_order(dtype)}u{dtype.itemsize}")
 
 
 def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
@@ -234,13 +233,13 @@ def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
             f"it is stored as ml_dtypes.{name}, which ml_dtypes {module.__version__} does not "
             "have; upgrade it: pip install -U ml_dtypes",
         )
-    dtype = np.dtype(scalar)
+    dtype: np.dtype[Any] = np.dtype(scalar)
     if dtype.itemsize != itemsize:
         raise UnsupportedBlobError(
             blob, f"ml_dtypes.{name} holds {dtype.itemsize} bytes here, {itemsize} when stored"
         )
     native = "<" if np.little_endian else ">"
-    return dtype if order in ("|", native) else dtype.newbyteorder(order)
+    return dtype if order in ("|", native) else dtype.newbyteorder(">" if order == ">" else "<")
 
 
 def _ml_dtypes(blob: str, name: str) -> ModuleType:

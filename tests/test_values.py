@@ -11,6 +11,7 @@ of them). Each comparison is of dtype (byte order included), shape and bytes.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ckptstore import (
     epoch_limiter,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.io import IOSettings
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records import ML_DTYPES_INSTALL
 from ckptstore.testing.fixtures import s3_server, s3_storage_options, s3_url
@@ -40,6 +42,8 @@ __all__ = ["s3_server", "s3_storage_options", "s3_url"]  # the fixtures this mod
 
 Array = np.ndarray[Any, Any]
 NODE = "trainer_0"
+SMALL_CHUNKS = IOSettings(chunk_bytes=4096)
+"""Small chunks, so that the larger values span many of them."""
 
 # -- the values ----------------------------------------------------------------------------
 
@@ -179,8 +183,17 @@ LAYOUTS: dict[str, Callable[[], Array]] = {
     "broadcast": lambda: np.broadcast_to(sample("<f4", (1, 5)), (4, 5)),
     "read-only": lambda: _read_only(sample("<i8", (3, 3))),
     "large, many chunks": lambda: sample("<f4", (97, 131)),
+    "matrix subclass": lambda: _matrix(sample("<f8", (40, 30))),
+    "strided, many chunks": lambda: sample(">i4", (120, 90))[::3, 1::2],
 }
 """Layouts: 0-d, empty, non-contiguous, Fortran-order and views."""
+
+
+def _matrix(array: Array) -> Array:
+    """An ndarray subclass that stays 2-D through ``reshape(-1)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        return np.asmatrix(array)
 
 
 def _read_only(array: Array) -> Array:
@@ -224,7 +237,7 @@ def save_and_load_locally(root: Path, db_type: Any, values: dict[str, Array]) ->
     workspace = session.workspace(NODE)
     for name, value in values.items():
         workspace[name] = value
-    manager = CheckpointManager(str(root), NODE, db_type)
+    manager = CheckpointManager(str(root), NODE, db_type, io=SMALL_CHUNKS)
     session.run(manager.init([NODE]))
     session.run(manager.save(1))
 
@@ -259,6 +272,8 @@ def test_the_table_covers_what_the_issue_lists() -> None:
     assert VALUES["dtype/float64-be"].reshape(-1).view(">u8")[3] == 0x8000000000000000  # -0.0
     assert VALUES["dtype/bfloat16-be"].dtype.byteorder == ">"
     assert not VALUES["layout/fortran"].flags.c_contiguous
+    for name in ("layout/large,_many_chunks", "layout/matrix_subclass"):
+        assert VALUES[name].nbytes > 2 * SMALL_CHUNKS.chunk_bytes, f"{name} spans chunks"
 
 
 def test_signalling_nan_payloads_survive_a_round_trip_through_every_format(
@@ -288,7 +303,7 @@ def test_every_value_round_trips_on_s3(
     workspace = session.workspace(NODE)
     for name, value in VALUES.items():
         workspace[name] = value
-    options = {"storage_options": s3_storage_options}
+    options = {"storage_options": s3_storage_options, "io": SMALL_CHUNKS}
     manager = MultiNodeCheckpointManager(s3_url, db_type, **options)
     session.run(manager.init([NODE]))
     session.run(manager.save(1))

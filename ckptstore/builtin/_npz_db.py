@@ -5,6 +5,8 @@ Members are streamed chunk by chunk straight from the arrays (no second copy of 
 state in memory); every chunk's CRC-32C and every byte of zip and npy headers between
 them is recorded, so a flipped byte anywhere in the archive is detected. Loads read
 only the requested members' chunks, in parallel, straight into place.
+ml_dtypes blobs are headed as unsigned integers of their size (the manifest names the
+type; see :mod:`ckptstore.records._dtypes`).
 
 Example::
 

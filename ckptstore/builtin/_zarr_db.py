@@ -9,6 +9,10 @@ blobs are never split. Chunk keys use zarr's default encoding with the ``.`` sep
 so a blob's chunks sit next to its ``zarr.json``. Codecs are off by default;
 ``compression="zstd"`` or ``"blosc"`` turns them on.
 
+Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core types,
+``S``/``U``/datetime64/timedelta64 as the data types zarr-python defines, longdouble as
+``raw_bytes``, and ml_dtypes as unsigned integers with a ``ckptstore_dtype`` attribute.
+
 Example::
 
     CheckpointManager("/ckpt", "trainer_0", ZarrDB(compression="zstd"))

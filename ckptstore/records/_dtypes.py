@@ -77,6 +77,9 @@ them in memory; int4 and the sub-byte floats take one byte each)."""
 
 _PLAIN_KINDS = frozenset("biufcSUMm")
 _ML_PREFIX = "ml_dtypes."
+_FOREIGN_FLOAT = re.compile(r"[<>][fc](10|12|16|20|24|32)")
+"""Extended-precision floats of other platforms (x87 ``<f12``, ``<f16``, complex twice
+that): numpy here may not have them; their size is still known."""
 _ML_TEXT = re.compile(r"([<>|])ml_dtypes\.([a-z0-9_]{1,40})")
 
 
@@ -204,12 +207,19 @@ def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
 def dtype_itemsize(blob: str, text: object) -> int:
     """The element size of the manifest dtype string ``text``, checking it as
     :func:`decode_dtype` does, but without importing ml_dtypes: a manifest stays
-    readable (listing, sizes, verification) where ml_dtypes is not installed."""
+    readable (listing, sizes, verification) where ml_dtypes is not installed, or where
+    numpy lacks another platform's longdouble (the load then raises)."""
     match = _ML_TEXT.fullmatch(text) if isinstance(text, str) else None
-    if match is None:
+    if match is not None:
+        order, name = match.groups()
+        return _ml_itemsize(blob, name, order)
+    foreign = _FOREIGN_FLOAT.fullmatch(text) if isinstance(text, str) else None
+    try:
         return decode_dtype(blob, text).itemsize
-    order, name = match.groups()
-    return _ml_itemsize(blob, name, order)
+    except UnsupportedBlobError:
+        if foreign is None:
+            raise
+        return int(foreign.group(1))  # another platform's longdouble: fails at load
 
 
 def _ml_itemsize(blob: str, name: str, order: str) -> int:

@@ -114,3 +114,13 @@ def test_reading_an_ml_dtype_without_ml_dtypes_names_the_install_command(
         decode_dtype("w", "<ml_dtypes.bfloat16")
     assert ML_DTYPES_INSTALL in str(caught.value)
     assert caught.value.blob == "w"
+
+
+@pytest.mark.parametrize("text", ["<f12", ">c24", "<f10"])
+def test_another_platforms_longdouble_keeps_the_manifest_readable_and_fails_the_load(
+    text: str,
+) -> None:
+    assert dtype_itemsize("w", text) == int(text[2:])
+    with pytest.raises(UnsupportedBlobError, match="platform") as caught:
+        decode_dtype("w", text)
+    assert caught.value.blob == "w"

@@ -394,14 +394,20 @@ def test_loading_ml_dtypes_without_the_package_names_the_blob_and_the_install_co
         ("layer/" + "é" * 200, np.ones(1), InvalidNameError, "255"),
     ],
 )
+@pytest.mark.parametrize("multinode", [False, True])
 def test_a_refused_value_stops_the_job_at_once_and_is_never_retried(
-    tmp_path: Path, name: str, value: Any, error: type[Exception], message: str
+    tmp_path: Path, name: str, value: Any, error: type[Exception], message: str, multinode: bool
 ) -> None:
     with Job() as job, Node(NODE):
         with job.init_group:
             Task(lambda ws: ws.update({"fine": np.zeros(2), name: value}), name="init")
         epoch_limiter(job, 2)
-    runner = JobRunner(job, CheckpointManager(str(tmp_path), NODE, "zarr"), save_retries=5)
+    manager: Any = (
+        MultiNodeCheckpointManager(str(tmp_path), "zarr")
+        if multinode
+        else CheckpointManager(str(tmp_path), NODE, "zarr")
+    )
+    runner = JobRunner(job, manager, save_retries=5)
     with pytest.raises(error, match=message):
         runner.train(LocalSession())
     assert runner.save_failures == []
@@ -420,3 +426,18 @@ def test_a_blob_name_segment_over_255_bytes_is_refused_at_save_on_every_format(
     assert caught.value.name == name
     assert isinstance(caught.value, ValueError)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_stored_with_a_long_name_segment_before_the_limit_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "old/" + "n" * 300
+    with monkeypatch.context() as patch:  # as saved by an earlier version
+        patch.setattr("ckptstore.records._names.MAX_SEGMENT_BYTES", 1024)
+        loaded = save_and_load_locally(tmp_path / "saved", "npz", {name: np.arange(3)})
+    assert_same(loaded[name], np.arange(3), name)
+    fresh = LocalSession()
+    reader = CheckpointManager(str(tmp_path / "saved"), NODE, "npz")
+    fresh.run(reader.init([NODE], retrieve_from_epoch=1))
+    fresh.run(reader.load(1))
+    assert_same(fresh.workspace(NODE)[name], np.arange(3), name)

@@ -53,7 +53,9 @@ class Workspace(MutableMapping[str, np.ndarray]):
             ) from None
 
     def __setitem__(self, name: str, value: Any) -> None:
-        self._blobs[validate_blob_name(name)] = as_blob(name, value)
+        # new=False: loads put names from older checkpoints here; new names are held to
+        # the segment limit when init lists them and when a save starts
+        self._blobs[validate_blob_name(name, new=False)] = as_blob(name, value)
 
     def __delitem__(self, name: str) -> None:
         del self._blobs[name]

@@ -197,6 +197,8 @@ def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
         raise UnsupportedBlobError(blob, f"dtype {text!r} is not a plain numeric or string dtype")
     if dtype.itemsize == 0:
         raise UnsupportedBlobError(blob, f"dtype {text!r} has zero-width elements")
+    if dtype.kind in "Mm" and not dtype.isnative and np.datetime_data(dtype)[0] == "generic":
+        raise UnsupportedBlobError(blob, f"dtype {text!r} cannot be allocated by numpy")
     if dtype.str != text and not (dtype.itemsize == 1 and text[1:] == dtype.str[1:]):
         raise UnsupportedBlobError(
             blob, f"dtype {text!r} is not in numpy's canonical form ({dtype.str!r})"

@@ -8,7 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import RecordingHandler, ReportRecorder
+from ckpt_helpers import (
+    RecordingHandler,
+    ReportRecorder,
+    failing_local_path,
+    register_storage,
+)
 
 from ckptstore import (
     BlobNotFoundError,
@@ -153,15 +158,16 @@ def test_a_blob_listed_at_init_must_exist_at_save(tmp_path: Path) -> None:
 
 
 def test_a_single_node_save_that_fails_midway_raises_save_failed_and_leaves_nothing(
-    tmp_path: Path,
+    tmp_path: Path, registry: Registry
 ) -> None:
-    blobs = {"ok": np.zeros(3), "x" * 300: np.ones(2)}  # longer than a file name can be
-    session, manager = initialised(tmp_path, blobs, db_type="zarr")
+    register_storage(registry, failing_local_path(lambda key: "/late/" in key))
+    blobs = {"ok": np.zeros(3), "late": np.ones(2)}  # the disk fills up writing "late"
+    session, manager = initialised(tmp_path, blobs, db_type="zarr", path_type="failing_local")
     with pytest.raises(SaveFailedError) as info:
         session.run(manager.save(1))
     assert info.value.failed_nodes == (NODE,)
     assert info.value.epoch == 1
-    assert "File name too long" in str(info.value)
+    assert "No space left on device" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -8,7 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import RecordingHandler, build_counter_job, flip_byte
+from ckpt_helpers import (
+    RecordingHandler,
+    build_counter_job,
+    failing_local_path,
+    flip_byte,
+    register_storage,
+)
 
 from ckptstore import (
     BlobNotFoundError,
@@ -22,6 +28,7 @@ from ckptstore import (
     TaskGroup,
     protocol,
 )
+from ckptstore.plugin._registry import Registry
 
 NODES = ["trainer_0", "trainer_1"]
 
@@ -105,18 +112,21 @@ def test_stats_of_every_node_are_aggregated(tmp_path: Path) -> None:
     assert all(s.action == "checkpoint_save" and s.nbytes == 32 for s in stats.values())
 
 
-def test_one_node_failing_names_it_and_leaves_the_epoch_uncommitted(tmp_path: Path) -> None:
+def test_one_node_failing_names_it_and_leaves_the_epoch_uncommitted(
+    tmp_path: Path, registry: Registry
+) -> None:
+    disk_full = [False]  # then trainer_1's disk fills up
+    register_storage(registry, failing_local_path(lambda key: disk_full[0] and "trainer_1." in key))
     session = two_node_session()
-    session.run(initialised(tmp_path, session, db_type="zarr").save(1))
-    # now trainer_1 holds a blob whose name is too long for a file name on local disk
-    session.workspace("trainer_1")["x" * 300] = np.zeros(2)
-    manager = initialised(tmp_path, session, db_type="zarr")
+    session.run(initialised(tmp_path, session, db_type="zarr", path_type="failing_local").save(1))
+    disk_full[0] = True
+    manager = initialised(tmp_path, session, db_type="zarr", path_type="failing_local")
     with pytest.raises(SaveFailedError) as info:
         session.run(manager.save(1))  # the re-save retracts the old epoch 1 first
     error = info.value
     assert error.failed_nodes == ("trainer_1",)
     assert error.epoch == 1
-    assert "File name too long" in error.node_errors["trainer_1"]
+    assert "No space left on device" in error.node_errors["trainer_1"]
     assert "trainer_0" not in error.node_errors
     storage = manager.location.storage
     assert protocol.committed_nodes(storage, 1) == set()

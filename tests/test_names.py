@@ -132,7 +132,9 @@ def test_names_must_be_strings(value: Any) -> None:
             validate(value)
 
 
-@pytest.mark.parametrize("name", ["trainer_1/total", "a.b", "..a/b..", "w", "poids/é", "x" * 1024])
+@pytest.mark.parametrize(
+    "name", ["trainer_1/total", "a.b", "..a/b..", "w", "poids/é", "/".join(["x" * 255] * 4)]
+)
 def test_ordinary_blob_names_are_accepted(name: str) -> None:
     assert validate_blob_name(name) == name
 
@@ -140,6 +142,22 @@ def test_ordinary_blob_names_are_accepted(name: str) -> None:
 def test_blob_names_longer_than_1024_characters_are_refused() -> None:
     with pytest.raises(InvalidNameError):
         validate_blob_name("x" * 1025)
+
+
+@pytest.mark.parametrize("name", ["x" * 256, "a/" + "y" * 256 + "/b", "é" * 128])
+def test_a_segment_longer_than_255_utf8_bytes_is_refused_naming_the_blob_and_limit(
+    name: str,
+) -> None:
+    with pytest.raises(InvalidNameError, match="255") as caught:
+        validate_blob_name(name)
+    assert caught.value.name == name
+    assert "bytes" in str(caught.value)
+
+
+def test_names_from_existing_manifests_are_not_held_to_the_segment_limit() -> None:
+    name = "n" * 600
+    assert validate_blob_name(name, new=False) == name
+    assert validate_blob_name("é" * 127) == "é" * 127  # 254 bytes
 
 
 @pytest.mark.parametrize("name", ["trainer_0", "trainer:0", "local", "a.b-c", "_", "x" * 200])

@@ -317,12 +317,12 @@ def test_an_inaccessible_checkpoint_directory_counts_as_a_failed_save(tmp_path: 
 def test_errors_that_retrying_cannot_fix_propagate_at_once(tmp_path: Path) -> None:
     with Job() as job, Node(NODE):
         with job.init_group:
-            Task(lambda ws: ws.update(names=np.array(["a", "b"])), name="init")
+            Task(lambda ws: ws.update(__names=np.array(["a", "b"])), name="init")
         epoch_limiter(job, 2)
     handler = RecordingHandler()
     manager = MultiNodeCheckpointManager(str(tmp_path), "zarr", metadata_handler=handler)
     runner = JobRunner(job, manager, save_retries=5, retry_backoff=0)
-    with pytest.raises(UnsupportedBlobError, match="names"):
+    with pytest.raises(UnsupportedBlobError, match="__names"):
         runner.train(LocalSession())
     assert [call for call, _ in handler.calls].count("cp_accessible") == 1
     assert runner.save_failures == []

@@ -5,6 +5,8 @@ Members are streamed chunk by chunk straight from the arrays (no second copy of 
 state in memory); every chunk's CRC-32C and every byte of zip and npy headers between
 them is recorded, so a flipped byte anywhere in the archive is detected. Loads read
 only the requested members' chunks, in parallel, straight into place.
+ml_dtypes blobs are headed as unsigned integers of their size (the manifest names the
+type; see :mod:`ckptstore.records._dtypes`).
 
 Example::
 
@@ -26,6 +28,7 @@ from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._markers import hookimpl
+from ckptstore.records._dtypes import encode_dtype, plain_dtype
 from ckptstore.records._manifest import BlobRecord, ChunkRecord
 
 __all__ = ["NpzDB"]
@@ -65,7 +68,9 @@ class NpzDB(DBType):
                             chunks.append(
                                 ChunkRecord(ARCHIVE, offset, data.nbytes, data.nbytes, crc)
                             )
-                    records[name] = BlobRecord(name, array.dtype.str, array.shape, tuple(chunks))
+                    records[name] = BlobRecord(
+                        name, encode_dtype(name, array.dtype), array.shape, tuple(chunks)
+                    )
             gaps = stream.finish()
         return WrittenDB(records, tuple(gaps))
 
@@ -73,7 +78,7 @@ class NpzDB(DBType):
 def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
     header = io.BytesIO()
     fields = {
-        "descr": np.lib.format.dtype_to_descr(array.dtype),
+        "descr": np.lib.format.dtype_to_descr(plain_dtype(array.dtype)),
         "fortran_order": False,
         "shape": array.shape,
     }

@@ -9,6 +9,10 @@ blobs are never split. Chunk keys use zarr's default encoding with the ``.`` sep
 so a blob's chunks sit next to its ``zarr.json``. Codecs are off by default;
 ``compression="zstd"`` or ``"blosc"`` turns them on.
 
+Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core types,
+``S``/``U``/datetime64/timedelta64 as the data types zarr-python defines, longdouble as
+``raw_bytes``, and ml_dtypes as unsigned integers with a ``ckptstore_dtype`` attribute.
+
 Example::
 
     CheckpointManager("/ckpt", "trainer_0", ZarrDB(compression="zstd"))
@@ -17,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +36,7 @@ from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_ch
 from ckptstore.io._engine import ReadRequest, WriteRequest
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs
 from ckptstore.plugin._markers import hookimpl
+from ckptstore.records._dtypes import encode_dtype, plain_dtype
 from ckptstore.records._layout import MANIFEST_NAME
 from ckptstore.records._manifest import BlobRecord, ChunkRecord
 
@@ -45,14 +51,40 @@ _DATA_TYPES = {
     "f": {2: "float16", 4: "float32", 8: "float64"},
     "c": {8: "complex64", 16: "complex128"},
 }
+_FILL_VALUES = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": [0.0, 0.0]}
+_NAT = -(2**63)
 
 
-def _zarr_data_type(dtype: np.dtype[Any]) -> str | None:
-    return _DATA_TYPES.get(dtype.kind, {}).get(dtype.itemsize)
+def _zarr_data_type(dtype: np.dtype[Any]) -> tuple[Any, Any, bool]:
+    """(zarr ``data_type``, ``fill_value``, whether the bytes codec names an endianness)
+    of the plain dtype ``dtype`` (see :func:`ckptstore.records.plain_dtype`): zarr's
+    core types, the numpy datetime/string types zarr-python defines, and ``raw_bytes``
+    for longdouble (whose bits zarr has no float type for)."""
+    name = _DATA_TYPES.get(dtype.kind, {}).get(dtype.itemsize)
+    if name is not None:
+        return name, _FILL_VALUES[dtype.kind], dtype.itemsize > 1
+    if dtype.kind in "Mm":
+        unit, scale = np.datetime_data(dtype)
+        kind = "numpy.datetime64" if dtype.kind == "M" else "numpy.timedelta64"
+        return {"name": kind, "configuration": {"unit": unit, "scale_factor": scale}}, _NAT, True
+    if dtype.kind == "S":
+        return _sized("null_terminated_bytes", dtype), "", False
+    if dtype.kind == "U":
+        return _sized("fixed_length_utf32", dtype), "", True
+    fill = base64.b64encode(bytes(dtype.itemsize)).decode()
+    return _sized("raw_bytes", dtype), fill, False
 
 
-def _fill_value(dtype: np.dtype[Any]) -> Any:
-    return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": [0.0, 0.0]}[dtype.kind]
+def _sized(name: str, dtype: np.dtype[Any]) -> dict[str, Any]:
+    return {"name": name, "configuration": {"length_bytes": dtype.itemsize}}
+
+
+def _attributes(dtype: np.dtype[Any]) -> dict[str, Any]:
+    """ml_dtypes blobs are stored as unsigned integers; the attribute says which type
+    to view them as (``array.view(ml_dtypes.bfloat16)``)."""
+    if plain_dtype(dtype) is dtype:
+        return {}
+    return {"ckptstore_dtype": encode_dtype("", dtype)}
 
 
 def _document(body: dict[str, Any]) -> bytes:
@@ -110,12 +142,7 @@ class ZarrDB(DBType):
         return f"ZarrDB(compression={self.compression!r}, level={self.level})"
 
     def check_blob(self, name: str, array: np.ndarray[Any, Any]) -> None:
-        if _zarr_data_type(array.dtype) is None:
-            raise UnsupportedBlobError(
-                name,
-                f"zarr v3 has no core data type for {array.dtype} (bool, integers, floats and "
-                "complex are supported); store it with db_type='npz'",
-            )
+        encode_dtype(name, array.dtype)
         for segment in name.split("/"):
             if segment.startswith("__") or segment == METADATA:
                 raise UnsupportedBlobError(
@@ -157,7 +184,7 @@ class ZarrDB(DBType):
                 )
             records[plan.name] = BlobRecord(
                 plan.name,
-                plan.array.dtype.str,
+                encode_dtype(plan.name, plan.array.dtype),
                 plan.array.shape,
                 tuple(chunk_records),
                 codec=self.compression or "raw",
@@ -187,8 +214,9 @@ class ZarrDB(DBType):
         return template % (_json_list(plan.array.shape), _json_list(plan.chunk_shape))
 
     def _array_template(self, dtype: np.dtype[Any]) -> bytes:
+        data_type, fill_value, has_endian = _zarr_data_type(plain_dtype(dtype))
         bytes_codec: dict[str, Any] = {"name": "bytes"}
-        if dtype.itemsize > 1:
+        if has_endian:
             big = dtype.byteorder == ">" or (dtype.byteorder == "=" and np.little_endian is False)
             bytes_codec["configuration"] = {"endian": "big" if big else "little"}
         codecs: list[dict[str, Any]] = [bytes_codec]
@@ -214,12 +242,12 @@ class ZarrDB(DBType):
                 "zarr_format": 3,
                 "node_type": "array",
                 "shape": _SHAPE,
-                "data_type": _zarr_data_type(dtype),
+                "data_type": data_type,
                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": _CHUNKS}},
                 "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
-                "fill_value": _fill_value(dtype),
+                "fill_value": fill_value,
                 "codecs": codecs,
-                "attributes": {},
+                "attributes": _attributes(dtype),
                 "storage_transformers": [],
             }
         )
@@ -250,7 +278,11 @@ class ZarrDB(DBType):
         if self.compression is None:
             return lambda data: data
         codec = _numcodec(self.compression, self.level)
-        return lambda data: codec.encode(data.view(dtype))
+        # numcodecs takes buffers of numpy's own dtypes (blosc shuffles by their size)
+        plain = plain_dtype(dtype)
+        if plain.kind in "fc" and _DATA_TYPES[plain.kind].get(plain.itemsize) is None:
+            plain = np.dtype(f"V{plain.itemsize}")  # longdouble: no buffer format
+        return lambda data: codec.encode(data.view(plain))
 
     # -- reading ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from ckptstore.errors import BlobNotFoundError, SaveFailedError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._names import validate_blob_name
 from ckptstore.records._stats import NodeStats
 
 __all__ = [
@@ -39,8 +40,9 @@ __all__ = [
 
 
 def list_blob_names(ws: Workspace) -> list[str]:
-    """The names of every blob in the node's workspace, sorted (what init lists)."""
-    return sorted(ws)
+    """The names of every blob in the node's workspace, sorted (what init lists); a name
+    no format could store raises :class:`InvalidNameError` here, before any save."""
+    return sorted(validate_blob_name(name) for name in ws)
 
 
 def read_blob_names(

@@ -7,29 +7,20 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.errors import BlobNotFoundError, UnsupportedBlobError
+from ckptstore.errors import BlobNotFoundError
+from ckptstore.records._dtypes import check_value
 from ckptstore.records._names import validate_blob_name
 
 __all__ = ["PrivateWorkspace", "Workspace", "as_blob"]
 
 
 def as_blob(name: str, value: Any) -> np.ndarray:
-    """Convert ``value`` to a checkpointable array, refusing what cannot be stored safely.
-
-    Object arrays (and structured dtypes holding objects) are refused: storing them
-    would need pickle, and ckptstore never unpickles anything on load.
+    """Convert ``value`` to a checkpointable array, refusing what cannot be stored exactly
+    (see :mod:`ckptstore.records._dtypes`): object arrays (they would need pickle, and
+    ckptstore never unpickles on load), structured and void dtypes, and masked arrays.
     """
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if array.dtype.hasobject:
-        raise UnsupportedBlobError(
-            name,
-            "it holds Python objects (dtype=object), which could only be stored with pickle; "
-            "store numeric, bool or fixed-width string arrays instead",
-        )
-    if array.dtype.fields is not None or array.dtype.kind == "V":
-        raise UnsupportedBlobError(
-            name, "structured and void dtypes are not supported; store each field as its own blob"
-        )
+    check_value(name, array)
     return array
 
 
@@ -37,7 +28,8 @@ class Workspace(MutableMapping[str, np.ndarray]):
     """A node's blobs: a mapping from blob name to numpy array.
 
     Values are stored by reference, so a task may update an array in place. Assigning a
-    Python scalar or list converts it with ``np.asarray``; object arrays are refused.
+    Python scalar or list converts it with ``np.asarray``; object, structured and masked
+    arrays are refused.
 
     Example::
 
@@ -61,7 +53,9 @@ class Workspace(MutableMapping[str, np.ndarray]):
             ) from None
 
     def __setitem__(self, name: str, value: Any) -> None:
-        self._blobs[validate_blob_name(name)] = as_blob(name, value)
+        # new=False: loads put names from older checkpoints here; new names are held to
+        # the segment limit when init lists them and when a save starts
+        self._blobs[validate_blob_name(name, new=False)] = as_blob(name, value)
 
     def __delitem__(self, name: str) -> None:
         del self._blobs[name]

@@ -78,7 +78,10 @@ def array_bytes(array: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint
 def chunk_data(
     array: np.ndarray[Any, Any], chunk: ArrayChunk, chunk_shape: tuple[int, ...]
 ) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """The bytes of one chunk: a view for C-contiguous arrays, else a copy of just it."""
+    """The bytes of one chunk: a view for C-contiguous arrays, else a copy of just it.
+    Subclasses (``np.matrix``, ``np.memmap``) are cut as plain arrays (a matrix stays
+    2-D through ``reshape(-1)``)."""
+    array = np.asarray(array)
     if array.flags.c_contiguous:
         return array.reshape(-1).view(np.uint8)[chunk.start : chunk.start + chunk.nbytes]
     region = tuple(

@@ -17,7 +17,8 @@ Example::
                 data = array_bytes(array)
                 result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
                 chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
-                records[name] = BlobRecord(name, array.dtype.str, array.shape, (chunk,))
+                dtype = encode_dtype(name, array.dtype)  # from ckptstore.records
+                records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
             return WrittenDB(records)
 """
 

@@ -14,6 +14,13 @@ Example::
 """
 
 from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._dtypes import (
+    ML_DTYPES_INSTALL,
+    check_value,
+    decode_dtype,
+    encode_dtype,
+    plain_dtype,
+)
 from ckptstore.records._layout import (
     CONTROL_DIR,
     MANIFEST_NAME,
@@ -40,20 +47,25 @@ __all__ = [
     "ACTIONS",
     "CONTROL_DIR",
     "MANIFEST_NAME",
+    "ML_DTYPES_INSTALL",
     "RETIRED_MARK",
     "STAGING_MARK",
     "BlobRecord",
     "ChunkRecord",
     "NodeManifest",
     "NodeStats",
+    "check_value",
     "commit_record_key",
     "db_name",
     "decode_document",
+    "decode_dtype",
     "encode_document",
+    "encode_dtype",
     "get_ckpt_filename",
     "join_url",
     "manifest_key",
     "parse_db_key",
+    "plain_dtype",
     "retired_key",
     "safe_dtype",
     "staging_key",

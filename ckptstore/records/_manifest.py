@@ -20,25 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.errors import CkptStoreError, CorruptCheckpointError, UnsupportedBlobError
+from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
 
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
 
 MANIFEST_KIND = "ckptstore.manifest"
-_ALLOWED_KINDS = frozenset("biufcmMSU")
 
 
 def safe_dtype(text: str, blob: str) -> np.dtype[Any]:
-    """Parse a recorded dtype string, refusing anything that could hold Python objects."""
-    try:
-        dtype = np.dtype(text)
-    except (TypeError, ValueError) as error:
-        raise UnsupportedBlobError(blob, f"unknown dtype {text!r} ({error})") from None
-    if dtype.hasobject or dtype.fields is not None or dtype.kind not in _ALLOWED_KINDS:
-        raise UnsupportedBlobError(blob, f"dtype {text!r} is not a plain numeric or string dtype")
-    return dtype
+    """Parse a recorded dtype string, refusing anything that could hold Python objects
+    (see :func:`ckptstore.records._dtypes.decode_dtype`)."""
+    return decode_dtype(blob, text)
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,8 @@ class ChunkRecord:
 
 @dataclass(frozen=True)
 class BlobRecord:
-    """One blob: dtype (numpy's ``dtype.str``, e.g. ``"<f4"``), shape, codec and chunks.
+    """One blob: dtype (see :func:`~ckptstore.records._dtypes.encode_dtype`: numpy's
+    ``dtype.str``, e.g. ``"<f4"``, or ``"<ml_dtypes.bfloat16"``), shape, codec and chunks.
 
     ``layout`` holds format-specific details (a zarr chunk shape, for instance).
     """
@@ -82,7 +78,7 @@ class BlobRecord:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * dtype_itemsize(self.name, self.dtype)
 
     @property
     def stored_bytes(self) -> int:
@@ -102,7 +98,7 @@ class BlobRecord:
 
     @classmethod
     def decode(cls, name: str, raw: Mapping[str, Any]) -> BlobRecord:
-        validate_blob_name(name)
+        validate_blob_name(name, new=False)
         shape = raw["shape"]
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
@@ -116,7 +112,7 @@ class BlobRecord:
             codec=str(raw["codec"]),
             layout=dict(raw.get("layout", {})),
         )
-        record.numpy_dtype()
+        dtype_itemsize(name, record.dtype)  # checked without importing ml_dtypes
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
             # a raw chunk stores its bytes plus padding: never fewer (readers would
             # otherwise take the difference as negative padding and skip the CRC check)

@@ -27,6 +27,10 @@ __all__ = [
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:\-.]{0,199}")
 _MAX_BLOB_NAME = 1024
+MAX_SEGMENT_BYTES = 255
+"""Longest ``/``-separated segment of a new blob name, in UTF-8 bytes: the limit of a
+path component on common local file systems (ext4, XFS, APFS, NTFS), which formats
+storing a blob as files (zarr) would otherwise hit in the middle of a save."""
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
@@ -82,11 +86,14 @@ def _check_segments(what: str, name: str) -> None:
             )
 
 
-def validate_blob_name(name: object) -> str:
+def validate_blob_name(name: object, *, new: bool = True) -> str:
     """Return ``name`` if it is a safe blob name, else raise :class:`InvalidNameError`.
 
     Blob names may use ``/`` to form a hierarchy (``"trainer_1/total"``); no segment
     may be empty, ``.`` or ``..``, and control characters and backslashes are refused.
+    A ``new`` name (one about to be stored) also keeps every segment within
+    :data:`MAX_SEGMENT_BYTES`, on every format, so that any checkpoint converts to any
+    format; names read from existing manifests are checked with ``new=False``.
     """
     if not isinstance(name, str):
         raise InvalidNameError("blob name", name, "blob names are strings")
@@ -95,6 +102,17 @@ def validate_blob_name(name: object) -> str:
     if _FORBIDDEN_CHARS.search(name):
         raise InvalidNameError("blob name", name, "control characters and '\\' are not allowed")
     _check_segments("blob name", name)
+    if new:
+        for segment in name.split("/"):
+            size = len(segment.encode("utf-8", "surrogatepass"))
+            if size > MAX_SEGMENT_BYTES:
+                raise InvalidNameError(
+                    "blob name",
+                    name,
+                    f"its segment {segment[:40]!r}... is {size} bytes in UTF-8, more than the "
+                    f"{MAX_SEGMENT_BYTES} a path component may hold on local disk; shorten it "
+                    "or split it with '/'",
+                )
     return name
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 from ckpt_helpers import CountingLocalPath, flip_byte, memory_root, register_storage
@@ -72,6 +73,23 @@ def test_archives_open_with_plain_numpy_and_no_pickle(tmp_path: Path) -> None:
         for name, value in values.items():
             assert archive[name].dtype == value.dtype
             np.testing.assert_array_equal(archive[name], value)
+
+
+def test_ml_dtypes_open_with_plain_numpy_as_unsigned_integers(tmp_path: Path) -> None:
+    values = {
+        "bf16_be": np.array([1.5, -0.0, np.nan], dtype=ml_dtypes.bfloat16)
+        .byteswap()
+        .view(np.dtype(ml_dtypes.bfloat16).newbyteorder(">")),
+        "f8": np.array([0.5, -2.0], dtype=ml_dtypes.float8_e5m2),
+        "long": np.array([1.25, -0.0], dtype=np.longdouble),
+    }
+    save(tmp_path, values)
+    with np.load(tmp_path / "trainer_0.1" / "blobs.npz", allow_pickle=False) as archive:
+        assert archive["bf16_be"].dtype == np.dtype(">u2")
+        assert archive["f8"].dtype == np.dtype("u1")
+        assert archive["long"].dtype == np.longdouble
+        for name, value in values.items():
+            assert archive[name].view(value.dtype).tobytes() == value.tobytes(), name
 
 
 def test_ckptstore_reads_back_every_dtype_and_layout(tmp_path: Path) -> None:

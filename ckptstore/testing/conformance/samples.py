@@ -59,7 +59,8 @@ OPTIONAL_DTYPES = (
     np.dtype(np.longdouble).str,
     np.dtype(np.clongdouble).str,
 )
-"""ckptstore accepts these; a DB type may refuse them up front (zarr does)."""
+"""ckptstore accepts these (the built-in formats store them all); a third-party DB type
+may refuse them up front."""
 
 
 def dtype_sample(dtype: str, shape: tuple[int, ...] = (3, 5)) -> Array:

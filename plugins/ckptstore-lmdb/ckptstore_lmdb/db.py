@@ -45,7 +45,7 @@ from ckptstore.io import (
     grid_chunk_shape,
 )
 from ckptstore.plugin import DBLocation, DBType, WrittenDB
-from ckptstore.records import BlobRecord, ChunkRecord, validate_key
+from ckptstore.records import BlobRecord, ChunkRecord, encode_dtype, validate_key
 from ckptstore_lmdb.pages import LmdbFormatError, ValueSpan, value_spans
 
 __all__ = ["DATA_FILE", "LmdbDB", "lmdb_key"]
@@ -217,7 +217,7 @@ def _blob_records(
             ChunkRecord(DATA_FILE, span.offset, span.size, span.size, crcs[value.key])
         )
     return {
-        name: BlobRecord(name, array.dtype.str, array.shape, tuple(chunks[name]))
+        name: BlobRecord(name, encode_dtype(name, array.dtype), array.shape, tuple(chunks[name]))
         for name, array in blobs.items()
     }
 

@@ -111,6 +111,7 @@ def test_one_node_failing_names_it_and_leaves_the_epoch_uncommitted(tmp_path: Pa
     # now trainer_1 holds a blob whose name is too long for a file name on local disk
     session.workspace("trainer_1")["x" * 300] = np.zeros(2)
     manager = initialised(tmp_path, session, db_type="zarr")
+    manager.overwrite = True  # replacing committed epoch 1 on purpose
     with pytest.raises(SaveFailedError) as info:
         session.run(manager.save(1))  # the re-save retracts the old epoch 1 first
     error = info.value

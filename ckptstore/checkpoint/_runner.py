@@ -22,6 +22,7 @@ import numpy as np
 from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
+    AlreadyCommittedError,
     CorruptCheckpointError,
     JobConfigurationError,
     ObjectNotFoundError,
@@ -53,7 +54,7 @@ def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
     storage = manager.location.storage
     nodes = set(manager.node_names())
     for older in range(epoch - 1, -1, -1):
-        if nodes <= committed_nodes(storage, older):
+        if nodes <= committed_nodes(storage, older, nodes):
             return older
     return None
 
@@ -68,7 +69,9 @@ class JobRunner:
     row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
     ``retention`` (e.g. :class:`~ckptstore.checkpoint._retention.KeepLast`) deletes older committed
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
-    manager's own ``retention`` applies.
+    manager's own ``retention`` applies. Committed epochs are write-once: a save of one
+    raises :class:`~ckptstore.errors.AlreadyCommittedError` at once unless
+    ``overwrite=True`` (set on the manager by :meth:`train`), which uncommits it first.
 
     Example::
 
@@ -88,6 +91,7 @@ class JobRunner:
         retry_backoff: float = 0.5,
         max_consecutive_save_failures: int | None = None,
         retention: RetentionPolicy | None = None,
+        overwrite: bool = False,
     ) -> None:
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
@@ -101,10 +105,12 @@ class JobRunner:
         self.retry_backoff = retry_backoff
         self.max_consecutive_save_failures = max_consecutive_save_failures
         self.retention = retention
+        self.overwrite = overwrite
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
         self._consecutive_failures = 0
+        self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
@@ -119,6 +125,8 @@ class JobRunner:
             )
         resume = self.resume_from_epoch
         if manager is not None:
+            if self.overwrite:
+                manager.overwrite = True
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = manager.get_resume_from_epoch_id(resume)
@@ -185,6 +193,7 @@ class JobRunner:
                     older,
                 )
                 self.restore_failures.append(SaveFailure(epoch, error))
+                self._damaged_upto = max(self._damaged_upto, epoch)
                 epoch = older
                 continue
             manager.report_checkpoint_stats("checkpoint_load")
@@ -204,9 +213,11 @@ class JobRunner:
                         manager.location.storage.display_url,
                         dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
                     )
-                session.run(manager.save(epoch))
+                self._run_save(session, manager, epoch)
                 manager.write_checkpoint_metadata(epoch)
                 break
+            except AlreadyCommittedError:
+                raise  # write-once: retrying cannot help, and it is not a storage fault
             except (OSError, CorruptCheckpointError) as error:
                 log.warning(
                     "Unable to write checkpoint for epoch %d (attempt %d of %d): %s",
@@ -226,6 +237,19 @@ class JobRunner:
         if policy is not None:
             retain_after_save(manager, policy, epoch)
         return True
+
+    def _run_save(self, session: Session, manager: ManagerBase, epoch: int) -> None:
+        """Run the manager's save of ``epoch``. An epoch the runner fell back past
+        (committed, but it could not be restored) is replaced: it holds nothing usable."""
+        replace = epoch <= self._damaged_upto and not manager.overwrite
+        if replace:
+            log.warning("Replacing epoch %d, which could not be restored", epoch)
+            manager.overwrite = True
+        try:
+            session.run(manager.save(epoch))
+        finally:
+            if replace:
+                manager.overwrite = False
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:
         manager = self.checkpoint_manager

@@ -446,11 +446,7 @@ def open_node_record(
     record = read_commit(storage, epoch, [node])
     db_key = get_ckpt_filename(node, epoch)
     if record is None or node not in record.nodes:
-        detail = (
-            "no save of this epoch completed"
-            if record is None
-            else "the node's save of this epoch is not committed"
-        )
+        detail = "the node's save of this epoch is not committed"
         raise CheckpointNotFoundError(
             storage.display_url,
             node,

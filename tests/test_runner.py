@@ -328,7 +328,8 @@ def test_errors_that_retrying_cannot_fix_propagate_at_once(tmp_path: Path) -> No
         runner.train(LocalSession())
     assert [call for call, _ in handler.calls].count("cp_accessible") == 1
     assert runner.save_failures == []
-    assert list(tmp_path.glob("*")) == []
+    # nothing written (the writer lease was released: only its empty directory is left)
+    assert [path for path in tmp_path.rglob("*") if not path.is_dir()] == []
 
 
 def test_a_blob_deleted_after_init_is_a_bug_in_the_job_not_a_save_failure(

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.checkpoint._manager import ManagerBase
+from ckptstore.checkpoint._manager import CheckpointManager, ManagerBase
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
     AlreadyCommittedError,
@@ -27,6 +27,7 @@ from ckptstore.errors import (
     JobConfigurationError,
     ObjectNotFoundError,
     SaveFailedError,
+    StorageError,
     TooManySaveFailuresError,
 )
 from ckptstore.execution._job import Job
@@ -34,6 +35,7 @@ from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import committed_nodes
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
 
 __all__ = ["JobRunner", "SaveFailure"]
 
@@ -73,6 +75,13 @@ class JobRunner:
     raises :class:`~ckptstore.errors.AlreadyCommittedError` at once unless
     ``overwrite=True`` (set on the manager by :meth:`train`), which uncommits it first.
 
+    :meth:`train` takes a writer lease on each node it saves (see
+    :mod:`ckptstore.protocol._lease`): a second job on the same prefix and node stops
+    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. The
+    lease is renewed at each save, released at the end, and taken over with a warning
+    once its holder is gone (``lease_ttl`` seconds without a save, or at once when its
+    process on this host died); ``lease_ttl=None`` takes no lease.
+
     Example::
 
         runner = JobRunner(job, manager, max_consecutive_save_failures=3)
@@ -92,6 +101,7 @@ class JobRunner:
         max_consecutive_save_failures: int | None = None,
         retention: RetentionPolicy | None = None,
         overwrite: bool = False,
+        lease_ttl: float | None = DEFAULT_LEASE_TTL,
     ) -> None:
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
@@ -106,6 +116,8 @@ class JobRunner:
         self.max_consecutive_save_failures = max_consecutive_save_failures
         self.retention = retention
         self.overwrite = overwrite
+        self.lease_ttl = lease_ttl
+        self._lease: WriterLease | None = None
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
@@ -117,6 +129,36 @@ class JobRunner:
 
     def train(self, session: Session) -> int:
         """Run the job to its end; returns the number of the last epoch run."""
+        lease = self._take_lease()
+        try:
+            return self._train(session)
+        finally:
+            self._lease = None
+            if lease is not None:
+                lease.release()
+
+    def _take_lease(self) -> WriterLease | None:
+        """The writer lease of the nodes this job saves, taken (``None`` without a
+        manager or ``lease_ttl``). Storage that cannot even hold the lease is warned
+        about and left to fail the saves themselves."""
+        manager = self.checkpoint_manager
+        if manager is None or self.lease_ttl is None:
+            return None
+        nodes = (
+            [manager.node_name]
+            if isinstance(manager, CheckpointManager)
+            else self.job.nodes_to_checkpoint()
+        )
+        lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
+        try:
+            lease.acquire()
+        except StorageError as error:
+            log.warning("Could not take the writer lease (%s); saving without it", error)
+            return None
+        self._lease = lease
+        return lease
+
+    def _train(self, session: Session) -> int:
         job, manager = self.job, self.checkpoint_manager
         if not job.stop_conditions:
             raise JobConfigurationError(
@@ -241,6 +283,8 @@ class JobRunner:
     def _run_save(self, session: Session, manager: ManagerBase, epoch: int) -> None:
         """Run the manager's save of ``epoch``. An epoch the runner fell back past
         (committed, but it could not be restored) is replaced: it holds nothing usable."""
+        if self._lease is not None:
+            self._lease.renew()
         replace = epoch <= self._damaged_upto and not manager.overwrite
         if replace:
             log.warning("Replacing epoch %d, which could not be restored", epoch)

@@ -3,7 +3,7 @@
     python crash_child.py DIR DB_TYPE EPOCHS K
 
 K = 0 never kills; then the number of counted calls is printed at exit as
-``calls=<n>``. Counted: opening, writing, syncing, renaming, creating and deleting
+``calls=<n>``. Counted: opening, writing, syncing, renaming, creating (and linking) and deleting
 files and directories, including the buffered writes of sequential formats, so a kill
 can land anywhere inside a save: data, manifest, durability barrier, rename, commit
 record or catalog.
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ckptstore.builtin import local_path
+from ckptstore.builtin import _local_path as local_path
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 calls = 0
@@ -50,6 +50,7 @@ def main() -> None:
         "fsync",
         "rename",
         "replace",
+        "link",
         "mkdir",
         "unlink",
         "rmdir",

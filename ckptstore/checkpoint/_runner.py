@@ -144,11 +144,7 @@ class JobRunner:
         manager = self.checkpoint_manager
         if manager is None or self.lease_ttl is None:
             return None
-        nodes = (
-            [manager.node_name]
-            if isinstance(manager, CheckpointManager)
-            else self.job.nodes_to_checkpoint()
-        )
+        nodes = self._saved_nodes(manager)
         lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
         try:
             lease.acquire()
@@ -157,6 +153,41 @@ class JobRunner:
             return None
         self._lease = lease
         return lease
+
+    def _saved_nodes(self, manager: ManagerBase) -> list[str]:
+        """The node names this job's checkpoints are filed under."""
+        if isinstance(manager, CheckpointManager):
+            return [manager.node_name]
+        return [str(node) for node in self.job.nodes_to_checkpoint()]
+
+    def _catch_up(self, manager: ManagerBase, resume: int | None) -> int | None:
+        """Storage is the truth: when epochs after the one the catalog chose are
+        committed on every node (a crash between a commit and the catalog's update),
+        resume from the newest of them instead of saving over them. One GET per node
+        and epoch probed. Not with ``resume_from_epoch`` or ``overwrite``: those are the
+        user's choice."""
+        if self.resume_from_epoch is not None or manager.overwrite:
+            return resume
+        storage = manager.location.storage
+        nodes = set(self._saved_nodes(manager))
+        epoch = -1 if resume is None else resume
+        while True:
+            try:
+                if not nodes <= committed_nodes(storage, epoch + 1, nodes):
+                    break
+            except (OSError, CorruptCheckpointError) as error:
+                log.warning("Could not check epoch %d under storage: %s", epoch + 1, error)
+                break  # unreadable storage: the saves will say so
+            epoch += 1
+        newest = None if epoch < 0 else epoch
+        if newest != resume:
+            log.warning(
+                "The catalog is behind storage: epoch %d is committed on every node under %s; "
+                "resuming from it",
+                newest,
+                storage.display_url,
+            )
+        return newest
 
     def _train(self, session: Session) -> int:
         job, manager = self.job, self.checkpoint_manager
@@ -171,7 +202,7 @@ class JobRunner:
                 manager.overwrite = True
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
-            resume = manager.get_resume_from_epoch_id(resume)
+            resume = self._catch_up(manager, manager.get_resume_from_epoch_id(resume))
             if resume is not None:
                 log.info("Resuming from epoch %d", resume)
         elif resume is not None:

@@ -120,4 +120,3 @@ def test_jobs_sharing_a_prefix_never_lose_a_node_from_a_commit_record(url: str) 
         if committed_nodes(storage, epoch) != {"job_a", "job_b"}
     ]
     assert lost == []
-

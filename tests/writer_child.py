@@ -8,6 +8,8 @@ Every mode prints ``ready`` once set up and waits for a line on stdin before it 
 * ``job``: a JobRunner job on NODE (a writer lease is taken at startup); after the
   first epoch it prints ``holding`` and waits for another line before finishing.
 * ``save``: a CheckpointManager on NODE saves each listed epoch and prints ``saved``.
+* ``commit``: only the commit step, NODE's record for each listed epoch, back to back
+  (the tightest race on an epoch's commit record); prints ``saved``.
 """
 
 from __future__ import annotations
@@ -65,12 +67,25 @@ def save_epochs(url: str, node: str, epochs: list[int]) -> None:
     print("saved", flush=True)
 
 
+def commit_epochs(url: str, node: str, epochs: list[int]) -> None:
+    from ckptstore.plugin._registry import get_registry
+    from ckptstore.protocol import NodeCommit, commit_epoch
+
+    storage = get_registry().open_path(url)
+    wait_for_go()
+    for epoch in epochs:
+        commit_epoch(storage, epoch, [NodeCommit(node, epoch, "npz", 0, 0, 0, 0)])
+    print("saved", flush=True)
+
+
 def main() -> None:
     mode, url, node = sys.argv[1:4]
     if mode == "job":
         run_job(url, node)
     elif mode == "save":
         save_epochs(url, node, [int(e) for e in sys.argv[4:]])
+    elif mode == "commit":
+        commit_epochs(url, node, [int(e) for e in sys.argv[4:]])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -120,5 +120,6 @@ def test_fresh_uncommits_then_starts_over_but_not_under_a_live_writer(tmp_path: 
     assert committed_nodes(storage, 2, ["trainer_0", "trainer_1"]) == {"trainer_0", "trainer_1"}
     storage.delete([lease_key("trainer_0")])
     fresh = run_demo(DemoConfig(directory, epochs=1, nodes=2, fresh=True), out)
-    assert fresh is not None and fresh.resumed_from is None
+    assert fresh is not None
+    assert fresh.resumed_from is None
     assert committed_nodes(storage, 2, ["trainer_0", "trainer_1"]) == set()  # uncommitted, gone

@@ -188,7 +188,7 @@ class SqliteCatalog(MetadataHandler):
         storage = self.require_storage()
         nodes = set(self.node_names)
         if user_epoch is not None:
-            committed = protocol.committed_nodes(storage, user_epoch)
+            committed = protocol.committed_nodes(storage, user_epoch, nodes)
             if not nodes <= committed:
                 raise CheckpointNotFoundError(
                     storage.display_url,
@@ -200,7 +200,7 @@ class SqliteCatalog(MetadataHandler):
                 )
             return user_epoch
         for epoch in reversed(self._complete(nodes)):
-            if nodes <= protocol.committed_nodes(storage, epoch):
+            if nodes <= protocol.committed_nodes(storage, epoch, nodes):
                 return epoch
         return None
 

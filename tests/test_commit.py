@@ -420,3 +420,18 @@ def test_node_commit_accounts_for_data_and_manifest(tmp_path: Path) -> None:
     assert commit.nblobs == 2
     assert commit.stored_bytes == data_size
     assert commit.stored_bytes > commit.nbytes + manifest_size - 1
+
+
+def test_an_interrupted_multi_node_commit_does_not_block_saving_the_epoch_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, node="trainer_0")  # trainer_1's record was never created
+    with caplog.at_level("WARNING"):
+        protocol.check_not_committed(storage, 1, ["trainer_0", "trainer_1"])
+    assert "interrupted commit" in caplog.text
+    assert protocol.read_commit(storage, 1) is None
+    save(storage, 1, node="trainer_0")
+    save(storage, 1, node="trainer_1")
+    with pytest.raises(AlreadyCommittedError):  # complete now: write-once again
+        protocol.check_not_committed(storage, 1, ["trainer_0", "trainer_1"])

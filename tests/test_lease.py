@@ -100,3 +100,12 @@ def test_renewing_a_lease_another_job_took_over_raises(tmp_path: Path) -> None:
         lease.renew()
     lease.release()
     assert read_lease(storage, NODE).token == "newcomer"  # type: ignore[union-attr]
+
+
+def test_a_lease_left_by_an_ended_job_of_this_process_is_taken_over(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    put_holder(storage, host=socket.gethostname(), pid=os.getpid())  # its release failed
+    with WriterLease(storage, [NODE]) as lease:
+        assert read_lease(storage, NODE).token == lease.token  # type: ignore[union-attr]
+        with pytest.raises(LeaseHeldError):  # but a live one of this process is respected
+            WriterLease(storage, [NODE]).acquire()

@@ -41,6 +41,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -93,6 +94,8 @@ __all__ = [
     "verify_node",
     "write_node",
 ]
+
+log = logging.getLogger(__name__)
 
 COMMIT_KIND = "ckptstore.commit"
 NODE_COMMIT_KIND = "ckptstore.node-commit"
@@ -286,20 +289,33 @@ def check_not_committed(
     storage: PathType, epoch: int, nodes: Iterable[str], *, overwrite: bool = False
 ) -> None:
     """Before a save of ``nodes``' ``epoch``: committed checkpoints are write-once, so
-    raise :class:`~ckptstore.errors.AlreadyCommittedError` if any of them is committed,
-    or (``overwrite``) uncommit them first (:func:`retract_epoch`). One GET per node."""
-    nodes = list(nodes)
+    raise :class:`~ckptstore.errors.AlreadyCommittedError` if they are committed, or
+    (``overwrite``) uncommit them first (:func:`retract_epoch`). One GET per node.
+
+    When only some of ``nodes`` are committed, the epoch was never complete for this
+    save's nodes (a commit interrupted between two nodes' records, which no reader of
+    these nodes accepts): those records are retracted with a warning and the save goes
+    on, so an interrupted commit never blocks the next save of the epoch."""
+    nodes = sorted(set(nodes))
     try:
         committed = committed_nodes(storage, epoch, nodes)
     except CorruptCheckpointError:
-        committed = set(nodes)  # unreadable: treat as committed, never write over it
-        if overwrite:
-            retract_epoch(storage, epoch, nodes)
-            return
+        if not overwrite:
+            raise AlreadyCommittedError(storage.display_url, epoch, nodes) from None
+        committed = set(nodes)
     if not committed:
         return
-    if not overwrite:
+    if not overwrite and committed == set(nodes):
         raise AlreadyCommittedError(storage.display_url, epoch, committed)
+    if not overwrite:
+        log.warning(
+            "Epoch %d under %s is committed for %s only, not for %s: an interrupted commit; "
+            "retracting it and saving the epoch again",
+            epoch,
+            storage.display_url,
+            sorted(committed),
+            sorted(set(nodes) - committed),
+        )
     retract_epoch(storage, epoch, nodes)
 
 
@@ -333,13 +349,21 @@ def commit_epoch(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -
     committed raises :class:`~ckptstore.errors.AlreadyCommittedError`). Returns the
     record of these nodes."""
     committed_at = datetime.now(UTC).isoformat()
-    for commit in commits:
-        try:
-            storage.create_document(
-                node_commit_key(epoch, commit.node), commit.encode_record(committed_at)
-            )
-        except KeyExistsError:
-            raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
+    created: list[str] = []
+    try:
+        for commit in commits:
+            try:
+                storage.create_document(
+                    node_commit_key(epoch, commit.node), commit.encode_record(committed_at)
+                )
+            except KeyExistsError:
+                raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
+            created.append(commit.node)
+    except BaseException:
+        if created:  # the epoch stays invisible; leave no partial commit behind if we can
+            with contextlib.suppress(Exception):
+                storage.delete(node_commit_key(epoch, node) for node in created)
+        raise
     return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
 
 

@@ -10,7 +10,8 @@ every save and deleted when the job ends.
 
 A lease whose holder is gone is taken over with a warning, so a crash never blocks a
 restart for long: at once when the holder ran on this host and its process no longer
-exists (kill -9, OOM), otherwise when the lease has expired (``ttl`` seconds after
+exists (kill -9, OOM) or is this process but no longer holds it (a job whose storage
+failed before it could release it), otherwise when the lease has expired (``ttl`` seconds after
 the last renewal; hosts are assumed to keep their clocks roughly in sync). A corrupt
 lease counts as expired.
 
@@ -50,6 +51,9 @@ LEASE_KIND = "ckptstore.lease"
 DEFAULT_LEASE_TTL = 600.0
 """Seconds a lease stays valid after its last renewal (every save renews it)."""
 _ACQUIRE_ATTEMPTS = 4
+_LIVE_TOKENS: set[str] = set()
+"""Tokens of the leases this process holds now: a lease of this host and pid with any
+other token belongs to a job of this process that has ended (its release failed)."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +112,13 @@ class LeaseHolder:
     def gone(self, now: float) -> bool:
         """Whether the holder is certainly not writing any more: its lease expired, or
         it ran on this host and its process no longer exists."""
-        return now >= self.expires_at or (
-            self.host == socket.gethostname() and not _process_alive(self.pid)
-        )
+        if now >= self.expires_at:
+            return True
+        if self.host != socket.gethostname():
+            return False
+        if self.pid == os.getpid():
+            return self.token not in _LIVE_TOKENS
+        return not _process_alive(self.pid)
 
 
 def read_lease(storage: PathType, node: str) -> LeaseHolder | None:
@@ -176,6 +184,7 @@ class WriterLease:
             for node in self.nodes:
                 self._acquire(node)
                 self._held.append(node)
+                _LIVE_TOKENS.add(self.token)
         except BaseException:
             self.release()
             raise
@@ -237,6 +246,7 @@ class WriterLease:
     def release(self) -> None:
         """Give up every lease this object holds (leases taken over by others stay)."""
         held, self._held = self._held, []
+        _LIVE_TOKENS.discard(self.token)
         for node in held:
             with contextlib.suppress(StorageError, CorruptCheckpointError):
                 holder = read_lease(self.storage, node)

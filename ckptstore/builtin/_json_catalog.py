@@ -120,8 +120,11 @@ class JsonCatalog(MetadataHandler):
             self._store({e: entry for e, entry in current.items() if e not in set(epochs)})
 
     def write(self, epoch: int) -> None:
-        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
         epochs = self.epochs()
+        others = epochs.get(epoch, {}).get("nodes", ())  # other jobs' nodes, if still there
+        record = require_commit(
+            self.require_storage(), epoch, self.node_names, action="catalog", also=others
+        )
         epochs[epoch] = _entry(record)
         self._store(epochs)
 

@@ -208,7 +208,10 @@ class SqliteCatalog(MetadataHandler):
         return [epoch for epoch, entry in self.epochs().items() if nodes <= set(entry["nodes"])]
 
     def write(self, epoch: int) -> None:
-        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
+        others = self.epochs().get(epoch, {}).get("nodes", ())  # other jobs' nodes, if there
+        record = require_commit(
+            self.require_storage(), epoch, self.node_names, action="catalog", also=others
+        )
         with self.connect() as connection:
             run_id = self._run_id(connection)
             connection.execute("DELETE FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, epoch))

@@ -295,14 +295,16 @@ def check_not_committed(
     When only some of ``nodes`` are committed, the epoch was never complete for this
     save's nodes (a commit interrupted between two nodes' records, which no reader of
     these nodes accepts): those records are retracted with a warning and the save goes
-    on, so an interrupted commit never blocks the next save of the epoch."""
+    on, so an interrupted commit never blocks the next save of the epoch. So is an
+    unreadable (corrupt) record, which no reader accepts either."""
     nodes = sorted(set(nodes))
     try:
         committed = committed_nodes(storage, epoch, nodes)
-    except CorruptCheckpointError:
-        if not overwrite:
-            raise AlreadyCommittedError(storage.display_url, epoch, nodes) from None
-        committed = set(nodes)
+    except CorruptCheckpointError as error:
+        # unreadable: no reader accepts it, so nothing committed is replaced
+        log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
+        retract_epoch(storage, epoch, nodes)
+        return
     if not committed:
         return
     if not overwrite and committed == set(nodes):
@@ -426,16 +428,23 @@ def _read_legacy(storage: PathType, key: str) -> EpochCommit | None:
 
 
 def require_commit(
-    storage: PathType, epoch: int, nodes: Iterable[str] | None = None, *, action: str | None = None
+    storage: PathType,
+    epoch: int,
+    nodes: Iterable[str] | None = None,
+    *,
+    action: str | None = None,
+    also: Iterable[str] = (),
 ) -> EpochCommit:
     """The commit record of ``epoch``; with ``nodes``, it must list every one of them.
 
     Raises :class:`CheckpointNotFoundError` saying what is missing, that ``action``
     (``"catalog"``, ``"copy"``...) was refused, and how to list the committed epochs.
-    With ``nodes``, only their records are read (one GET each, no listing) and the
-    record returned lists just them.
+    With ``nodes``, only their records, and those of ``also`` (nodes other jobs sharing
+    the prefix committed, listed if still committed), are read: one GET each, no
+    listing.
     """
-    record = read_commit(storage, epoch, nodes)
+    nodes = None if nodes is None else list(nodes)
+    record = read_commit(storage, epoch, None if nodes is None else [*nodes, *also])
     missing = sorted(set(nodes or ()) - (set(record.nodes) if record is not None else set()))
     if record is None or missing:
         detail = f"lacks nodes {missing}" if record is not None else "does not exist"

@@ -30,6 +30,7 @@ from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
+    AlreadyCommittedError,
     BlobNotFoundError,
     CheckpointNotFoundError,
     CkptStoreError,
@@ -39,6 +40,8 @@ from ckptstore.errors import (
     InvalidNameError,
     InvalidPluginError,
     JobConfigurationError,
+    KeyExistsError,
+    LeaseHeldError,
     MissingObjectError,
     NodeLostError,
     NotRunError,
@@ -70,6 +73,7 @@ from ckptstore.records._stats import NodeStats
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyCommittedError",
     "BlobNotFoundError",
     "BlobRecord",
     "CheckpointManager",
@@ -91,6 +95,8 @@ __all__ = [
     "JobRunner",
     "JsonCatalog",
     "KeepLast",
+    "KeyExistsError",
+    "LeaseHeldError",
     "LocalPath",
     "LocalSession",
     "MetadataHandler",

@@ -31,6 +31,7 @@ from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
+    AlreadyCommittedError,
     BlobNotFoundError,
     CheckpointNotFoundError,
     CkptStoreError,
@@ -40,6 +41,8 @@ from ckptstore.errors import (
     InvalidNameError,
     InvalidPluginError,
     JobConfigurationError,
+    KeyExistsError,
+    LeaseHeldError,
     MissingObjectError,
     NodeLostError,
     NotRunError,
@@ -71,6 +74,7 @@ from ckptstore.records._stats import NodeStats
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyCommittedError",
     "BlobNotFoundError",
     "BlobRecord",
     "CheckpointManager",
@@ -92,6 +96,8 @@ __all__ = [
     "JobRunner",
     "JsonCatalog",
     "KeepLast",
+    "KeyExistsError",
+    "LeaseHeldError",
     "LocalPath",
     "LocalSession",
     "MetadataHandler",

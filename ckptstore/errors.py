@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "AlreadyCommittedError",
     "BlobNotFoundError",
     "CheckpointNotFoundError",
     "CkptStoreError",
@@ -27,6 +28,8 @@ __all__ = [
     "InvalidNameError",
     "InvalidPluginError",
     "JobConfigurationError",
+    "KeyExistsError",
+    "LeaseHeldError",
     "MissingObjectError",
     "NodeLostError",
     "NotRunError",
@@ -297,6 +300,74 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
         except ObjectNotFoundError as err: print(err.url, err.key)
     """
+
+
+class KeyExistsError(StorageError, FileExistsError):
+    """A create-only write (:meth:`PathType.create_document`) found the key already
+    there: another writer created it first. Nothing was written.
+
+    Example::
+
+        except KeyExistsError as err: print(err.url, err.key)
+    """
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url = url
+        self.key = key
+        self.action = "create"
+        target = f"{url.rstrip('/')}/{key}"
+        CkptStoreError.__init__(
+            self,
+            f"{target} already exists; it was created by another writer and was left as it "
+            "is. Read it to see what it holds, or delete it first if it is stale.",
+        )
+
+
+class AlreadyCommittedError(CkptStoreError, FileExistsError):
+    """A save would overwrite (or mix into) a node checkpoint that is already committed.
+
+    Committed epochs are write-once; pass ``overwrite=True`` (managers, ``JobRunner``) or
+    ``--fresh`` (``ckptstore demo``) to uncommit and replace them on purpose.
+
+    Example::
+
+        except AlreadyCommittedError as err: print(err.url, err.epoch, err.nodes)
+    """
+
+    def __init__(self, url: str, epoch: int, nodes: Iterable[str]) -> None:
+        self.url = url
+        self.epoch = epoch
+        self.nodes = tuple(sorted(nodes))
+        CkptStoreError.__init__(
+            self,
+            f"epoch {epoch} is already committed for node(s) {list(self.nodes)} under {url}; "
+            "committed checkpoints are write-once, so nothing was written. Resume from it, "
+            "save a new epoch, or pass overwrite=True (CLI: --fresh) to replace it on purpose.",
+        )
+
+
+class LeaseHeldError(CkptStoreError, RuntimeError):
+    """Another job holds the writer lease of a node under this prefix.
+
+    ``holder`` describes it (host, pid, start time, expiry).
+
+    Example::
+
+        except LeaseHeldError as err: print(err.node, err.holder)
+    """
+
+    def __init__(self, url: str, node: str, holder: str, expires_in: float) -> None:
+        self.url = url
+        self.node = node
+        self.holder = holder
+        self.expires_in = expires_in
+        CkptStoreError.__init__(
+            self,
+            f"node {node!r} under {url} is being written by another job ({holder}); two "
+            "writers of one node would interleave their checkpoints. Stop that job, give this "
+            "one another prefix or node name, or wait: the lease expires in "
+            f"{max(expires_in, 0.0):.0f} s if that job is gone.",
+        )
 
 
 class SaveFailedError(CkptStoreError, OSError):

@@ -55,9 +55,9 @@ def run_with(builder: Builder) -> None:
     assert JobRunner(job, manager).train(session) == 4
     assert fetch_total(session, fetcher) == 145
 
-    for epoch in range(1, 5):
+    for epoch in range(1, 5):  # a rewind re-saves committed epochs: on purpose, so overwrite
         session, manager = builder()
-        JobRunner(job, manager, resume_from_epoch=epoch).train(session)
+        JobRunner(job, manager, resume_from_epoch=epoch, overwrite=True).train(session)
         assert fetch_total(session, fetcher) == 145
 
     for epoch in range(1, 5):
@@ -247,8 +247,8 @@ def test_reuse_checkpoint_manager(tmp_path: Path, db_type: str) -> None:
     fetcher = total_fetcher(0)
     job.compile(LocalSession)
     assert JobRunner(job, manager).train(session) == 4
-    for epoch in range(1, 5):
-        JobRunner(job, manager, resume_from_epoch=epoch).train(session)
+    for epoch in range(1, 5):  # rewinding re-saves committed epochs: on purpose
+        JobRunner(job, manager, resume_from_epoch=epoch, overwrite=True).train(session)
         assert fetch_total(session, fetcher) == 145
 
 
@@ -260,8 +260,11 @@ def test_resume_into_an_empty_workspace_restores_the_cursor(
         build_pipeline(0)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type)).train(LocalSession())
     session = LocalSession()
-    JobRunner(
-        job, MultiNodeCheckpointManager(str(tmp_path), db_type), resume_from_epoch=epoch
+    JobRunner(  # rewinding re-saves the later, committed epochs: on purpose
+        job,
+        MultiNodeCheckpointManager(str(tmp_path), db_type),
+        resume_from_epoch=epoch,
+        overwrite=True,
     ).train(session)
     workspace = session.workspace("trainer_0")
     assert workspace["trainer_0/cursor"].item() == 10

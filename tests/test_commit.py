@@ -24,11 +24,12 @@ from ckptstore import (
 )
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import CheckpointLocation, load_node
+from ckptstore.errors import AlreadyCommittedError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._layout import commit_record_key, manifest_key
+from ckptstore.records._layout import commit_record_key, manifest_key, node_commit_key
 
 NODE = "trainer_0"
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
@@ -48,7 +49,10 @@ def save(
     values: Mapping[str, Any] | None = None,
     db_type: DBType | None = None,
     node: str = NODE,
+    *,
+    overwrite: bool = False,
 ) -> protocol.NodeCommit:
+    protocol.check_not_committed(storage, epoch, [node], overwrite=overwrite)
     commit = protocol.write_node(
         storage, node, epoch, values or blobs(), db_type or ZarrDB(), engine()
     )
@@ -83,7 +87,7 @@ def test_a_local_save_is_written_under_a_staging_name_then_renamed(tmp_path: Pat
     assert not (tmp_path / root / "ckptstore.manifest.json").exists()  # manifest comes last
     assert sorted(os.listdir(tmp_path)) == ["trainer_0.1"]
     assert (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").is_file()
-    with pytest.raises(CheckpointNotFoundError, match="no save of this epoch completed"):
+    with pytest.raises(CheckpointNotFoundError, match="save of this epoch is not committed"):
         protocol.open_node(storage, NODE, 1)  # published, but not committed yet
     protocol.commit_epoch(storage, 1, [commit])
     assert protocol.open_node(storage, NODE, 1).node == NODE
@@ -131,7 +135,7 @@ def test_an_exception_mid_write_leaves_no_epoch_and_no_staging(
 def test_a_resave_replaces_the_old_checkpoint_whole(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1, {"old": np.zeros(3), "kept": np.zeros(2)})
-    save(storage, 1, {"kept": np.ones(2)})
+    save(storage, 1, {"kept": np.ones(2)}, overwrite=True)
     assert files_under(tmp_path / "trainer_0.1") == [
         "ckptstore.manifest.json",
         "kept/c.0",
@@ -145,11 +149,59 @@ def test_a_resave_replaces_the_old_checkpoint_whole(tmp_path: Path) -> None:
     assert loaded["kept"].tolist() == [1.0, 1.0]
 
 
-def test_control_documents_are_replaced_atomically_without_temporaries(tmp_path: Path) -> None:
+def test_a_committed_epoch_is_write_once_without_overwrite(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, {"w": np.zeros(2)})
+    before = files_under(tmp_path / "trainer_0.1")
+    with pytest.raises(AlreadyCommittedError, match=r"overwrite=True") as info:
+        save(storage, 1, {"w": np.ones(2)})
+    assert (info.value.epoch, info.value.nodes) == (1, (NODE,))
+    assert isinstance(info.value, FileExistsError)
+    assert files_under(tmp_path / "trainer_0.1") == before
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].tolist() == [
+        0.0,
+        0.0,
+    ]
+
+
+def test_a_second_commit_of_one_node_and_epoch_is_refused(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    first = save(storage, 1)
+    record = (tmp_path / node_commit_key(1, NODE)).read_bytes()
+    with pytest.raises(AlreadyCommittedError):  # a racing writer that got past the check
+        protocol.commit_epoch(storage, 1, [first])
+    assert (tmp_path / node_commit_key(1, NODE)).read_bytes() == record
+
+
+def test_control_documents_are_created_atomically_without_temporaries(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)
     save(storage, 1, node="trainer_1")
-    assert os.listdir(tmp_path / "_ckptstore") == ["epoch-1.commit.json"]
+    assert os.listdir(tmp_path / "_ckptstore") == ["epoch-1"]
+    assert sorted(os.listdir(tmp_path / "_ckptstore" / "epoch-1")) == [
+        "trainer_0.commit.json",
+        "trainer_1.commit.json",
+    ]
+
+
+def test_commit_records_of_earlier_versions_are_still_read_and_retracted(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    first = save(storage, 1, node="trainer_0")
+    second = save(storage, 1, node="trainer_1")
+    legacy = protocol.EpochCommit(1, {"trainer_0": first, "trainer_1": second}, "then")
+    protocol.retract_epoch(storage, 1, ["trainer_0", "trainer_1"])
+    storage.put_document(commit_record_key(1), legacy.encode())
+    assert protocol.committed_nodes(storage, 1) == {"trainer_0", "trainer_1"}
+    assert protocol.committed_nodes(storage, 1, ["trainer_1"]) == {"trainer_1"}
+    with pytest.raises(AlreadyCommittedError):
+        save(storage, 1, node="trainer_1")
+    save(storage, 1, node="trainer_1", overwrite=True)
+    assert (tmp_path / node_commit_key(1, "trainer_1")).exists()
+    assert protocol.committed_nodes(storage, 1) == {"trainer_0", "trainer_1"}
+    protocol.retract_epoch(storage, 1, ["trainer_0"])
+    assert not (tmp_path / commit_record_key(1)).exists()
+    assert protocol.committed_nodes(storage, 1) == {"trainer_1"}
 
 
 # -- commit records --------------------------------------------------------------------------
@@ -171,16 +223,18 @@ def test_retract_removes_only_the_nodes_being_saved(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1, node="trainer_0")
     save(storage, 1, node="trainer_1")
-    key = tmp_path / commit_record_key(1)
+    key = tmp_path / node_commit_key(1, "trainer_1")
     before = key.read_bytes()
     protocol.retract_epoch(storage, 1, ["trainer_9"])
-    assert key.read_bytes() == before  # nothing to retract: not rewritten
+    assert protocol.committed_nodes(storage, 1) == {"trainer_0", "trainer_1"}
     protocol.retract_epoch(storage, 1, ["trainer_0"])
     assert protocol.committed_nodes(storage, 1) == {"trainer_1"}
-    with pytest.raises(CheckpointNotFoundError, match=r"committed only for \['trainer_1'\]"):
+    assert key.read_bytes() == before  # the other node's record is untouched
+    with pytest.raises(CheckpointNotFoundError, match=r"save of this epoch is not committed"):
         protocol.open_node(storage, "trainer_0", 1)
     protocol.retract_epoch(storage, 1, ["trainer_1"])
     assert not key.exists()
+    assert protocol.read_commit(storage, 1) is None
     protocol.retract_epoch(storage, 1, ["trainer_1"])  # no record: nothing to do
     protocol.retract_epoch(storage, 7, ["trainer_1"])
 
@@ -201,8 +255,8 @@ def test_retract_then_commit_makes_the_new_save_visible(tmp_path: Path) -> None:
 def test_a_corrupt_commit_record_is_reported(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)
-    flip_byte(tmp_path / commit_record_key(1), 20)
-    with pytest.raises(CorruptCheckpointError, match=r"epoch-1\.commit\.json"):
+    flip_byte(tmp_path / node_commit_key(1, NODE), 20)
+    with pytest.raises(CorruptCheckpointError, match=r"trainer_0\.commit\.json"):
         protocol.read_commit(storage, 1)
     with pytest.raises(CorruptCheckpointError):
         protocol.open_node(storage, NODE, 1)
@@ -211,14 +265,11 @@ def test_a_corrupt_commit_record_is_reported(tmp_path: Path) -> None:
 def test_a_corrupt_commit_record_does_not_block_saving_the_epoch_again(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)
-    flip_byte(tmp_path / commit_record_key(1), 20)
-    protocol.retract_epoch(storage, 1, [NODE])
-    assert not (tmp_path / commit_record_key(1)).exists()
-    save(storage, 1)
-    assert protocol.committed_nodes(storage, 1) == {NODE}
-    flip_byte(tmp_path / commit_record_key(1), 20)
-    save(storage, 1, node="trainer_1")  # commit_epoch replaces what it cannot read
-    assert protocol.committed_nodes(storage, 1) == {"trainer_1"}
+    flip_byte(tmp_path / node_commit_key(1, NODE), 20)
+    save(storage, 1, node="trainer_1")  # other nodes' records are independent
+    assert protocol.committed_nodes(storage, 1, ["trainer_1"]) == {"trainer_1"}
+    save(storage, 1)  # unreadable, so never visible: replaced without overwrite
+    assert protocol.committed_nodes(storage, 1) == {NODE, "trainer_1"}
 
 
 # -- the in-place protocol on object stores --------------------------------------------------
@@ -233,19 +284,21 @@ def test_in_place_saves_delete_the_old_manifest_first_and_stale_chunks() -> None
         assert "trainer_0.1/gone/c.0" in old_keys
         assert "trainer_0.1/w/c.2" in old_keys  # 12000 bytes in 4096-byte chunks
         storage.calls.clear()
-        save(storage, 1, {"w": np.arange(10.0)})
-        first_call = storage.calls[0]
-        assert first_call == ("delete", "trainer_0.1/ckptstore.manifest.json")
+        save(storage, 1, {"w": np.arange(10.0)}, overwrite=True)
+        assert storage.calls[:2] == [
+            ("delete", "_ckptstore/epoch-1/trainer_0.commit.json"),  # uncommitted first
+            ("delete", "trainer_0.1/ckptstore.manifest.json"),
+        ]
         writes = [i for i, (action, _) in enumerate(storage.calls) if action == "write"]
         deletes = [key for action, key in storage.calls if action == "delete"]
         assert max(i for i, (a, _) in enumerate(storage.calls) if a == "delete") < writes[0]
         assert "trainer_0.1/gone/c.0" in deletes
         assert "trainer_0.1/w/c.2" in deletes
         manifest_write = storage.calls.index(("write", "trainer_0.1/ckptstore.manifest.json"))
-        commit_put = storage.calls.index(("put", "_ckptstore/epoch-1.commit.json"))
+        commit_put = storage.calls.index(("put", "_ckptstore/epoch-1/trainer_0.commit.json"))
         assert writes[-2] == manifest_write < commit_put  # data, manifest, then the commit
         assert memory_keys(url) == [
-            "_ckptstore/epoch-1.commit.json",
+            "_ckptstore/epoch-1/trainer_0.commit.json",
             "trainer_0.1/ckptstore.manifest.json",
             "trainer_0.1/w/c.0",
             "trainer_0.1/w/zarr.json",
@@ -305,6 +358,7 @@ def test_open_node_refuses_the_manifest_of_another_node(tmp_path: Path) -> None:
     forged = protocol.NodeCommit(
         NODE, 1, other.db_type, other.manifest_crc32c, other.nbytes, other.stored_bytes, 2
     )
+    protocol.retract_epoch(storage, 1, [NODE])
     protocol.commit_epoch(storage, 1, [forged])
     with pytest.raises(CorruptCheckpointError, match=r"belongs to trainer_1\.1"):
         protocol.open_node(storage, NODE, 1)
@@ -364,3 +418,18 @@ def test_node_commit_accounts_for_data_and_manifest(tmp_path: Path) -> None:
     assert commit.nblobs == 2
     assert commit.stored_bytes == data_size
     assert commit.stored_bytes > commit.nbytes + manifest_size - 1
+
+
+def test_an_interrupted_multi_node_commit_does_not_block_saving_the_epoch_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    save(storage, 1, node="trainer_0")  # trainer_1's record was never created
+    with caplog.at_level("WARNING"):
+        protocol.check_not_committed(storage, 1, ["trainer_0", "trainer_1"])
+    assert "interrupted commit" in caplog.text
+    assert protocol.read_commit(storage, 1) is None
+    save(storage, 1, node="trainer_0")
+    save(storage, 1, node="trainer_1")
+    with pytest.raises(AlreadyCommittedError):  # complete now: write-once again
+        protocol.check_not_committed(storage, 1, ["trainer_0", "trainer_1"])

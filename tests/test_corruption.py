@@ -28,7 +28,7 @@ from ckptstore import (
 from ckptstore.builtin._json_catalog import CATALOG_KEY, JsonCatalog
 from ckptstore.io import ParallelIO
 from ckptstore.protocol._commit import open_node, read_blobs, verify_node
-from ckptstore.records._layout import CONTROL_DIR, MANIFEST_NAME
+from ckptstore.records._layout import CONTROL_DIR, MANIFEST_NAME, parse_node_commit_key
 from ckptstore.records._manifest import NodeManifest
 
 NODES = ["trainer_0", "trainer_1"]
@@ -129,7 +129,8 @@ def check_detected(
         assert Path(original[0]).read_bytes() != original[1]
         return
     if key.startswith(CONTROL_DIR + "/") or key.endswith(MANIFEST_NAME):
-        node = key.split(".", 1)[0] if key.endswith(MANIFEST_NAME) else NODES[0]
+        record = parse_node_commit_key(key)  # a node's commit record: that node is refused
+        node = key.split(".", 1)[0] if record is None else record[1]
         with pytest.raises(CorruptCheckpointError):
             open_node(storage, node, 1)
         return

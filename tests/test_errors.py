@@ -22,8 +22,11 @@ from ckptstore import (
     UnsupportedBlobError,
 )
 from ckptstore.errors import (
+    AlreadyCommittedError,
     FrozenGroupError,
     InvalidPluginError,
+    KeyExistsError,
+    LeaseHeldError,
     NodeLostError,
     NotRunError,
     ObjectNotFoundError,
@@ -47,6 +50,9 @@ ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
     (SaveFailedError(1, "/c", {"n": "x"}), OSError),
     (TooManySaveFailuresError(3, OSError("x")), RuntimeError),
     (NodeLostError("n", "tcp://w", "worker died"), RuntimeError),
+    (KeyExistsError("/c", "_ckptstore/x"), FileExistsError),
+    (AlreadyCommittedError("/c", 3, ["n"]), FileExistsError),
+    (LeaseHeldError("/c", "n", "host h, pid 1", 30.0), RuntimeError),
 ]
 
 

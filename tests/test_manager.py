@@ -314,6 +314,7 @@ def test_load_from_another_prefix_with_path_prefix(tmp_path: Path) -> None:
     session.run(manager.save(1))
     shutil.copytree(tmp_path / "main", tmp_path / "copy")
     session.workspace(NODE)["w"] = np.zeros(3)
+    manager.overwrite = True  # replacing committed epoch 1 on purpose
     session.run(manager.save(1))  # the main prefix now holds zeros
     session.run(manager.load(1, path_prefix=str(tmp_path / "copy")))
     assert session.workspace(NODE)["w"].tolist() == [0.0, 1.0, 2.0]

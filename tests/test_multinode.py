@@ -121,6 +121,7 @@ def test_one_node_failing_names_it_and_leaves_the_epoch_uncommitted(
     session.run(initialised(tmp_path, session, db_type="zarr", path_type="failing_local").save(1))
     disk_full[0] = True
     manager = initialised(tmp_path, session, db_type="zarr", path_type="failing_local")
+    manager.overwrite = True  # replacing committed epoch 1 on purpose
     with pytest.raises(SaveFailedError) as info:
         session.run(manager.save(1))  # the re-save retracts the old epoch 1 first
     error = info.value

@@ -75,6 +75,7 @@ def test_an_archive_with_unrecorded_bytes_cannot_be_copied(tmp_path: Path) -> No
     forged = protocol.NodeCommit(
         NODE, 4, "npz", crc32c_of([data]), node.nbytes, node.stored_bytes, node.nblobs
     )
+    protocol.retract_epoch(storage, 4, [NODE])  # the forger replaces the record
     protocol.commit_epoch(storage, 4, [forged])
     dest = tmp_path / "dest"
     with pytest.raises(CorruptCheckpointError, match="unrecorded"):

@@ -68,8 +68,8 @@ class JsonCatalog(MetadataHandler):
         epochs: dict[int, dict[str, Any]] = {}
         for key in storage.list_keys(CONTROL_DIR):
             epoch = parse_commit_record_key(key)
-            if epoch is None:
-                continue
+            if epoch is None or epoch in epochs:
+                continue  # (one record per node: several keys per epoch)
             try:
                 record = protocol.read_commit(storage, epoch)
             except CorruptCheckpointError:
@@ -87,7 +87,7 @@ class JsonCatalog(MetadataHandler):
         storage = self.require_storage()
         nodes = set(self.node_names)
         if user_epoch is not None:
-            committed = protocol.committed_nodes(storage, user_epoch)
+            committed = protocol.committed_nodes(storage, user_epoch, nodes)
             if not nodes <= committed:
                 complete = sorted(
                     e for e, entry in self.epochs().items() if nodes <= set(entry["nodes"])
@@ -105,7 +105,7 @@ class JsonCatalog(MetadataHandler):
             if not nodes <= set(entry["nodes"]):
                 continue
             try:
-                committed = protocol.committed_nodes(storage, epoch)
+                committed = protocol.committed_nodes(storage, epoch, nodes)
             except CorruptCheckpointError as error:
                 log.warning("skipping epoch %d: %s", epoch, error)
                 continue
@@ -120,8 +120,11 @@ class JsonCatalog(MetadataHandler):
             self._store({e: entry for e, entry in current.items() if e not in set(epochs)})
 
     def write(self, epoch: int) -> None:
-        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
         epochs = self.epochs()
+        others = epochs.get(epoch, {}).get("nodes", ())  # other jobs' nodes, if still there
+        record = require_commit(
+            self.require_storage(), epoch, self.node_names, action="catalog", also=others
+        )
         epochs[epoch] = _entry(record)
         self._store(epochs)
 

@@ -26,7 +26,12 @@ from typing import IO, Any, ClassVar
 
 from ckptstore._environment import choice_variable
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    KeyExistsError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType
@@ -78,6 +83,7 @@ class LocalPath(PathType):
     name = "local"
     protocols: ClassVar[tuple[str, ...]] = ("", "file", "local")
     supports_rename = True
+    atomic_create = True
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
@@ -247,6 +253,29 @@ class LocalPath(PathType):
             finally:
                 os.close(fd)
             os.replace(temporary, path)
+            _fsync_dir(directory)
+
+    def create_document(self, key: str, data: bytes) -> None:
+        """Write a temporary file beside ``key``, fsync it, then hard-link it to
+        ``key``: ``link`` fails if ``key`` exists, so exactly one of two racing writers
+        creates it, and readers see all of it or nothing. The directory is fsynced."""
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{secrets.token_hex(4)}")
+        with self._errors("create", key):
+            fd = self._open_for_write(temporary)
+            try:
+                try:
+                    _write_all(fd, [memoryview(data)])
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.link(temporary, path)
+            except FileExistsError:
+                raise KeyExistsError(self.display_url, key) from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary)
             _fsync_dir(directory)
 
     def sync(self) -> None:

@@ -188,7 +188,7 @@ class SqliteCatalog(MetadataHandler):
         storage = self.require_storage()
         nodes = set(self.node_names)
         if user_epoch is not None:
-            committed = protocol.committed_nodes(storage, user_epoch)
+            committed = protocol.committed_nodes(storage, user_epoch, nodes)
             if not nodes <= committed:
                 raise CheckpointNotFoundError(
                     storage.display_url,
@@ -200,7 +200,7 @@ class SqliteCatalog(MetadataHandler):
                 )
             return user_epoch
         for epoch in reversed(self._complete(nodes)):
-            if nodes <= protocol.committed_nodes(storage, epoch):
+            if nodes <= protocol.committed_nodes(storage, epoch, nodes):
                 return epoch
         return None
 
@@ -208,7 +208,10 @@ class SqliteCatalog(MetadataHandler):
         return [epoch for epoch, entry in self.epochs().items() if nodes <= set(entry["nodes"])]
 
     def write(self, epoch: int) -> None:
-        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
+        others = self.epochs().get(epoch, {}).get("nodes", ())  # other jobs' nodes, if there
+        record = require_commit(
+            self.require_storage(), epoch, self.node_names, action="catalog", also=others
+        )
         with self.connect() as connection:
             run_id = self._run_id(connection)
             connection.execute("DELETE FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, epoch))

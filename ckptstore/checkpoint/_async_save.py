@@ -37,8 +37,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from ckptstore import protocol
 from ckptstore.checkpoint._node_tasks import blobs_to_save, save_arrays
-from ckptstore.errors import CorruptCheckpointError, SaveFailedError
+from ckptstore.errors import AlreadyCommittedError, CorruptCheckpointError, SaveFailedError
 from ckptstore.execution._session import Runnable, Session
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._staging import StagingPool
@@ -113,14 +114,18 @@ def stage_node(
     slots: int = 1,
     retries: int = 0,
     backoff: float = 0.5,
+    overwrite: bool = False,
 ) -> int:
     """Copy the listed blobs into a staging slot (waiting for a free one: the node's
     back-pressure) and queue their write; returns the ticket :func:`await_node_save`
-    takes. With ``commit`` (a single-node save) the write also retracts and commits.
+    takes. With ``commit`` (a single-node save) the node must not be committed for
+    ``epoch`` yet (checked now; ``overwrite`` uncommits it), and the write commits.
 
     The write is retried ``retries`` times on storage errors, from the same staged copy.
     """
     arrays = blobs_to_save(ws, node, epoch, names)
+    if commit:
+        protocol.check_not_committed(location.storage, epoch, [node], overwrite=overwrite)
     writer = _writer(location, node, slots)
     slot = writer.pool.acquire()
     try:
@@ -131,7 +136,9 @@ def stage_node(
 
     def write() -> NodeStats:
         try:
-            return _write_with_retries(staged, location, node, epoch, commit, retries, backoff)
+            return _write_with_retries(
+                staged, location, node, epoch, commit, retries, backoff, overwrite
+            )
         finally:
             writer.pool.release(slot)
 
@@ -150,10 +157,20 @@ def _write_with_retries(
     commit: bool,
     retries: int,
     backoff: float,
+    overwrite: bool,
 ) -> NodeStats:
     for attempt in range(retries + 1):
         try:
-            stats = save_arrays(staged, location=location, node=node, epoch=epoch, commit=commit)
+            stats = save_arrays(
+                staged,
+                location=location,
+                node=node,
+                epoch=epoch,
+                commit=commit,
+                overwrite=overwrite,
+            )
+        except AlreadyCommittedError:
+            raise  # write-once: retrying cannot help
         except (OSError, CorruptCheckpointError) as error:
             if attempt == retries:
                 raise

@@ -69,9 +69,14 @@ class ManagerBase(ABC):
         location: CheckpointLocation,
         metadata_handler: str | MetadataHandler | Any | None,
         retention: RetentionPolicy | None = None,
+        *,
+        overwrite: bool = False,
     ) -> None:
         self._location = location
         self.retention = retention
+        self.overwrite = overwrite
+        """Whether a save may replace an epoch already committed for its nodes (it is
+        uncommitted first); otherwise such a save raises ``AlreadyCommittedError``."""
         self._db_prefix = location.prefix
         self._db_type = location.db_type
         self._metadata_handler = get_registry().metadata_handler(metadata_handler)
@@ -305,8 +310,10 @@ class CheckpointManager(ManagerBase):
     passed to :meth:`init` (``JobRunner`` passes the job's node), else the current node.
 
     ``retention`` (e.g. ``KeepLast(3)``) is applied by the runner after each committed
-    save. ``io`` tunes the chunked I/O engine; ``path_type`` forces a path type instead of
-    choosing it from the URL; ``storage_options`` go to the path type (endpoint,
+    save. Committed epochs are write-once: saving one again raises
+    :class:`~ckptstore.errors.AlreadyCommittedError` unless ``overwrite=True``, which
+    uncommits it first. ``io`` tunes the chunked I/O engine; ``path_type`` forces a path
+    type instead of choosing it from the URL; ``storage_options`` go to the path type (endpoint,
     credentials...).
 
     Example::
@@ -331,6 +338,7 @@ class CheckpointManager(ManagerBase):
         storage_options: Mapping[str, object] | None = None,
         location: CheckpointLocation | None = None,
         retention: RetentionPolicy | None = None,
+        overwrite: bool = False,
     ) -> None:
         super().__init__(
             location
@@ -339,6 +347,7 @@ class CheckpointManager(ManagerBase):
             ),
             metadata_handler,
             retention,
+            overwrite=overwrite,
         )
         self._node_name = validate_node_name(str(node_name))
         self._workspace_node: str | None = None
@@ -416,6 +425,7 @@ class CheckpointManager(ManagerBase):
                 epoch=epoch,
                 names=self.blob_list(),
                 commit=commit,
+                overwrite=self.overwrite,
             ),
             name="checkpoint_save",
             node=self._task_node(),
@@ -443,6 +453,7 @@ class CheckpointManager(ManagerBase):
                 slots=options.slots,
                 retries=options.retries,
                 backoff=options.backoff,
+                overwrite=self.overwrite,
             ),
             name="checkpoint_stage",
             node=self._task_node(),

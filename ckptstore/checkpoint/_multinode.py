@@ -43,7 +43,9 @@ class MultiNodeCheckpointManager(ManagerBase):
 
     Saves run on every node at once (each node writes its own data); the epoch's commit
     record is written only once every node succeeded. Per-node managers have no
-    metadata handler: this object alone talks to it, as in Caffe2.
+    metadata handler: this object alone talks to it, as in Caffe2. Committed epochs are
+    write-once: saving one again raises :class:`~ckptstore.errors.AlreadyCommittedError`
+    unless ``overwrite=True``, which uncommits the job's nodes first.
 
     Example::
 
@@ -63,11 +65,12 @@ class MultiNodeCheckpointManager(ManagerBase):
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
         retention: RetentionPolicy | None = None,
+        overwrite: bool = False,
     ) -> None:
         location = CheckpointLocation.open(
             db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
         )
-        super().__init__(location, metadata_handler, retention)
+        super().__init__(location, metadata_handler, retention, overwrite=overwrite)
         self._node_managers: list[tuple[str, CheckpointManager]] | None = None
         self._node_names: list[str] = []
 
@@ -150,7 +153,13 @@ class MultiNodeCheckpointManager(ManagerBase):
         nodes = self.node_names()
         group = self._task_group(
             lambda manager: manager.save_task(epoch, commit=False),
-            before_run=partial(protocol.retract_epoch, location.storage, epoch, nodes),
+            before_run=partial(
+                protocol.check_not_committed,
+                location.storage,
+                epoch,
+                nodes,
+                overwrite=self.overwrite,
+            ),
             after_run=partial(commit_saves, storage=location.storage, epoch=epoch),
         )
         self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
@@ -160,7 +169,13 @@ class MultiNodeCheckpointManager(ManagerBase):
         location = self.location
         return self._task_group(
             lambda manager: manager.stage_task(epoch, options, commit=False),
-            before_run=partial(protocol.retract_epoch, location.storage, epoch, self.node_names()),
+            before_run=partial(
+                protocol.check_not_committed,
+                location.storage,
+                epoch,
+                self.node_names(),
+                overwrite=self.overwrite,
+            ),
         )
 
     def _finish_group(self, epoch: int, tickets: list[Any]) -> TaskGroup:
@@ -187,7 +202,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         self._create_managers(nodes)
         names = self.node_names()
         location = self._read_location(None, None)
-        committed = protocol.committed_nodes(location.storage, epoch)
+        committed = protocol.committed_nodes(location.storage, epoch, names)
         self._stats_outputs = []
         absent = [node for node in names if node not in committed]
         if absent:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ckptstore import protocol
-from ckptstore.errors import BlobNotFoundError, SaveFailedError
+from ckptstore.errors import AlreadyCommittedError, BlobNotFoundError, SaveFailedError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._location import CheckpointLocation
@@ -60,15 +60,19 @@ def save_node(
     epoch: int,
     names: Sequence[str],
     commit: bool,
+    overwrite: bool = False,
 ) -> NodeStats:
     """Save the listed blobs as ``node``'s checkpoint of ``epoch``. With ``commit`` (a
-    single-node save) the epoch is retracted first and committed after."""
+    single-node save) the node must not be committed for ``epoch`` yet
+    (:class:`~ckptstore.errors.AlreadyCommittedError`; ``overwrite`` uncommits it
+    first), and it is committed after."""
     return save_arrays(
         blobs_to_save(ws, node, epoch, names),
         location=location,
         node=node,
         epoch=epoch,
         commit=commit,
+        overwrite=overwrite,
     )
 
 
@@ -93,6 +97,7 @@ def save_arrays(
     node: str,
     epoch: int,
     commit: bool,
+    overwrite: bool = False,
 ) -> NodeStats:
     """Save ``arrays`` as ``node``'s checkpoint of ``epoch`` (what :func:`save_node`
     does once it has picked the blobs; asynchronous saves call it on staged copies)."""
@@ -100,7 +105,7 @@ def save_arrays(
     storage = location.storage
     try:
         if commit:
-            protocol.retract_epoch(storage, epoch, [node])
+            protocol.check_not_committed(storage, epoch, [node], overwrite=overwrite)
         result = protocol.write_node(
             storage,
             node,
@@ -111,6 +116,8 @@ def save_arrays(
         )
         if commit:
             protocol.commit_epoch(storage, epoch, [result])
+    except AlreadyCommittedError:
+        raise  # write-once: not a storage failure to retry or count
     except OSError as error:
         if commit:
             raise SaveFailedError(epoch, storage.display_url, {node: _describe(error)}) from error
@@ -207,7 +214,7 @@ def partial_load(
 
 def node_exists(ws: Workspace, *, location: CheckpointLocation, node: str, epoch: int) -> bool:
     """Whether ``node``'s checkpoint of ``epoch`` is committed."""
-    return node in protocol.committed_nodes(location.storage, epoch)
+    return node in protocol.committed_nodes(location.storage, epoch, [node])
 
 
 def _read_stats(

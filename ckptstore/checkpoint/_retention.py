@@ -28,7 +28,7 @@ from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._layout import CONTROL_DIR, commit_record_key
+from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._names import get_ckpt_filename
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def remove_epochs(
         key = tombstone_key(removal.epoch)
         storage.put_document(key, encode_document(TOMBSTONE_KIND, {"nodes": list(removal.nodes)}))
         if not removal.resumed:
-            storage.delete([commit_record_key(removal.epoch)])
+            protocol.retract_epoch(storage, removal.epoch, removal.nodes)
         live = protocol.committed_nodes(storage, removal.epoch)
         for node in removal.nodes:
             if node not in live:

@@ -23,20 +23,23 @@ from typing import Any
 import numpy as np
 
 from ckptstore.checkpoint._async_save import SaveFuture
-from ckptstore.checkpoint._manager import ManagerBase
+from ckptstore.checkpoint._manager import CheckpointManager, ManagerBase
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
+    AlreadyCommittedError,
     CorruptCheckpointError,
     JobConfigurationError,
     ObjectNotFoundError,
     SaveFailedError,
+    StorageError,
     TooManySaveFailuresError,
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import newest_complete_before
+from ckptstore.protocol._commit import committed_nodes, newest_complete_before
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
 from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
@@ -67,7 +70,16 @@ class JobRunner:
     row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
     ``retention`` (e.g. :class:`~ckptstore.checkpoint._retention.KeepLast`) deletes older committed
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
-    manager's own ``retention`` applies.
+    manager's own ``retention`` applies. Committed epochs are write-once: a save of one
+    raises :class:`~ckptstore.errors.AlreadyCommittedError` at once unless
+    ``overwrite=True`` (set on the manager by :meth:`train`), which uncommits it first.
+
+    :meth:`train` takes a writer lease on each node it saves (see
+    :mod:`ckptstore.protocol._lease`): a second job on the same prefix and node stops
+    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. The
+    lease is renewed at each save, released at the end, and taken over with a warning
+    once its holder is gone (``lease_ttl`` seconds without a save, or at once when its
+    process on this host died); ``lease_ttl=None`` takes no lease.
 
     With ``async_save`` each save returns once the blobs are copied into staging
     buffers and is written, committed, catalogued and retained in the background while
@@ -97,6 +109,8 @@ class JobRunner:
         retention: RetentionPolicy | None = None,
         async_save: bool = False,
         max_saves_in_flight: int = 1,
+        overwrite: bool = False,
+        lease_ttl: float | None = DEFAULT_LEASE_TTL,
     ) -> None:
         if max_saves_in_flight < 1:
             raise JobConfigurationError(
@@ -114,6 +128,9 @@ class JobRunner:
         self.retry_backoff = retry_backoff
         self.max_consecutive_save_failures = max_consecutive_save_failures
         self.retention = retention
+        self.overwrite = overwrite
+        self.lease_ttl = lease_ttl
+        self._lease: WriterLease | None = None
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
@@ -121,12 +138,74 @@ class JobRunner:
         self.async_save = async_save
         self.max_saves_in_flight = max_saves_in_flight
         self._in_flight: list[SaveFuture] = []
+        self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
 
     def train(self, session: Session) -> int:
         """Run the job to its end; returns the number of the last epoch run."""
+        lease = self._take_lease()
+        try:
+            return self._train(session)
+        finally:
+            self._lease = None
+            if lease is not None:
+                lease.release()
+
+    def _take_lease(self) -> WriterLease | None:
+        """The writer lease of the nodes this job saves, taken (``None`` without a
+        manager or ``lease_ttl``). Storage that cannot even hold the lease is warned
+        about and left to fail the saves themselves."""
+        manager = self.checkpoint_manager
+        if manager is None or self.lease_ttl is None:
+            return None
+        nodes = self._saved_nodes(manager)
+        lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
+        try:
+            lease.acquire()
+        except StorageError as error:
+            log.warning("Could not take the writer lease (%s); saving without it", error)
+            return None
+        self._lease = lease
+        return lease
+
+    def _saved_nodes(self, manager: ManagerBase) -> list[str]:
+        """The node names this job's checkpoints are filed under."""
+        if isinstance(manager, CheckpointManager):
+            return [manager.node_name]
+        return [str(node) for node in self.job.nodes_to_checkpoint()]
+
+    def _catch_up(self, manager: ManagerBase, resume: int | None) -> int | None:
+        """Storage is the truth: when epochs after the one the catalog chose are
+        committed on every node (a crash between a commit and the catalog's update),
+        resume from the newest of them instead of saving over them. One GET per node
+        and epoch probed. Not with ``resume_from_epoch`` or ``overwrite``: those are the
+        user's choice."""
+        if self.resume_from_epoch is not None or manager.overwrite:
+            return resume
+        storage = manager.location.storage
+        nodes = set(self._saved_nodes(manager))
+        epoch = -1 if resume is None else resume
+        while True:
+            try:
+                if not nodes <= committed_nodes(storage, epoch + 1, nodes):
+                    break
+            except (OSError, CorruptCheckpointError) as error:
+                log.warning("Could not check epoch %d under storage: %s", epoch + 1, error)
+                break  # unreadable storage: the saves will say so
+            epoch += 1
+        newest = None if epoch < 0 else epoch
+        if newest != resume:
+            log.warning(
+                "The catalog is behind storage: epoch %d is committed on every node under %s; "
+                "resuming from it",
+                newest,
+                storage.display_url,
+            )
+        return newest
+
+    def _train(self, session: Session) -> int:
         job, manager = self.job, self.checkpoint_manager
         if not job.stop_conditions:
             raise JobConfigurationError(
@@ -135,9 +214,11 @@ class JobRunner:
             )
         resume = self.resume_from_epoch
         if manager is not None:
+            if self.overwrite:
+                manager.overwrite = True
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
-            resume = manager.get_resume_from_epoch_id(resume)
+            resume = self._catch_up(manager, manager.get_resume_from_epoch_id(resume))
             if resume is not None:
                 log.info("Resuming from epoch %d", resume)
         elif resume is not None:
@@ -204,6 +285,7 @@ class JobRunner:
                     older,
                 )
                 self.restore_failures.append(SaveFailure(epoch, error))
+                self._damaged_upto = max(self._damaged_upto, epoch)
                 epoch = older
                 continue
             manager.report_checkpoint_stats("checkpoint_load")
@@ -226,9 +308,11 @@ class JobRunner:
                         manager.location.storage.display_url,
                         dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
                     )
-                session.run(manager.save(epoch))
+                self._run_save(session, manager, epoch)
                 manager.write_checkpoint_metadata(epoch)
                 break
+            except AlreadyCommittedError:
+                raise  # write-once: retrying cannot help, and it is not a storage fault
             except (OSError, CorruptCheckpointError) as error:
                 log.warning(
                     "Unable to write checkpoint for epoch %d (attempt %d of %d): %s",
@@ -251,6 +335,8 @@ class JobRunner:
 
     def _start_async_save(self, manager: ManagerBase, epoch: int, session: Session) -> bool:
         self.collect_saves(self.max_saves_in_flight - 1)
+        if self._lease is not None:
+            self._lease.renew()
         try:
             if not manager.cp_accessible(epoch=None):
                 raise SaveFailedError(
@@ -258,14 +344,17 @@ class JobRunner:
                     manager.location.storage.display_url,
                     dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
                 )
-            future = manager.save_async(
-                epoch,
-                session,
-                max_in_flight=self.max_saves_in_flight,
-                retries=self.save_retries,
-                backoff=self.retry_backoff,
-                after_commit=partial(self._after_async_commit, manager),
-            )
+            with self._replacing_damaged(manager, epoch):
+                future = manager.save_async(
+                    epoch,
+                    session,
+                    max_in_flight=self.max_saves_in_flight,
+                    retries=self.save_retries,
+                    backoff=self.retry_backoff,
+                    after_commit=partial(self._after_async_commit, manager),
+                )
+        except AlreadyCommittedError:
+            raise
         except (OSError, CorruptCheckpointError) as error:
             log.warning("Unable to start the save of epoch %d: %s", epoch, error)
             self._save_failed(epoch, error)
@@ -292,6 +381,8 @@ class JobRunner:
             if error is None:
                 self._consecutive_failures = 0
                 self.committed_epochs.append(future.epoch)
+            elif isinstance(error, AlreadyCommittedError):
+                raise error  # write-once: not a storage failure to count
             elif isinstance(error, (OSError, CorruptCheckpointError)):
                 log.warning("The background save of epoch %d failed: %s", future.epoch, error)
                 self._save_failed(future.epoch, error)
@@ -327,6 +418,28 @@ class JobRunner:
                 if pending:
                     log.warning("The background save of epoch(s) %s finished", pending)
             raise
+
+    def _run_save(self, session: Session, manager: ManagerBase, epoch: int) -> None:
+        """Run the manager's save of ``epoch``. An epoch the runner fell back past
+        (committed, but it could not be restored) is replaced: it holds nothing usable."""
+        if self._lease is not None:
+            self._lease.renew()
+        with self._replacing_damaged(manager, epoch):
+            session.run(manager.save(epoch))
+
+    @contextmanager
+    def _replacing_damaged(self, manager: ManagerBase, epoch: int) -> Iterator[None]:
+        """While saving ``epoch``: if the runner fell back past it (committed, but it
+        could not be restored), let the save replace it, loudly."""
+        replace = epoch <= self._damaged_upto and not manager.overwrite
+        if replace:
+            log.warning("Replacing epoch %d, which could not be restored", epoch)
+            manager.overwrite = True
+        try:
+            yield
+        finally:
+            if replace:
+                manager.overwrite = False
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:
         manager = self.checkpoint_manager

@@ -156,6 +156,20 @@ class ObjectStoreClient(ABC):
     async def put(self, key: str, body: Body) -> None:
         """Upload ``body`` as ``key`` in one request (retried)."""
 
+    async def put_if_absent(self, key: str, body: Body) -> bool:
+        """Upload ``body`` as ``key`` only if no object ``key`` exists; ``True`` if it was
+        created, ``False`` if it already existed (nothing written).
+
+        Backends whose store takes a precondition (S3 ``If-None-Match: *``, GCS
+        ``ifGenerationMatch=0``) override this so the store itself refuses the second
+        writer, and their path type sets ``atomic_create``. This default checks with a
+        metadata request, then uploads: two writers racing can both succeed.
+        """
+        if await self.head(key) is not None:
+            return False
+        await self.put(key, body)
+        return True
+
     @abstractmethod
     async def head(self, key: str) -> ObjectInfo | None:
         """The object's metadata, or ``None`` if it does not exist (retried)."""

@@ -27,7 +27,7 @@ from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.errors import CorruptCheckpointError, StorageError
+from ckptstore.errors import CorruptCheckpointError, KeyExistsError, StorageError
 from ckptstore.io._settings import IOSettings
 from ckptstore.object_store._body import PartsReader, request_body, slice_views
 from ckptstore.object_store._client import ObjectStoreClient
@@ -138,6 +138,17 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         name = self._object(key)
         with self._errors("write", key):
             self.client.run(lambda: self.client.put(name, data))
+
+    def create_document(self, key: str, data: bytes) -> None:
+        """A single conditional upload (:meth:`ObjectStoreClient.put_if_absent`):
+        control documents are small, so never multipart."""
+        name = self._object(key)
+        with self._errors("create", key):
+            created = self.client.run(lambda: self.client.put_if_absent(name, data))
+        if not created and self.get_document(key) != data:
+            # (the same bytes: our own create, whose first answer was lost and whose
+            # retry found it done; commit records and leases carry unique content)
+            raise KeyExistsError(self.display_url, key)
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)

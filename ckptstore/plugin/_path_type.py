@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any, ClassVar
 
 from ckptstore._types import Buffer
-from ckptstore.errors import ObjectNotFoundError
+from ckptstore.errors import KeyExistsError, ObjectNotFoundError
 from ckptstore.io._settings import IOSettings
 
 __all__ = ["PathType", "redact_url"]
@@ -49,6 +49,10 @@ class PathType(ABC):
     * ``batches_small_requests``: whether the engine may run small requests one after
       another on a worker (cheap local calls), or must give each its own slot (network
       round trips: object stores set it to False).
+    * ``atomic_create``: whether :meth:`create_document` is race-free (the storage
+      refuses the write itself if the key exists: link on local disk, ``If-None-Match:
+      *`` on S3, ``ifGenerationMatch=0`` on GCS). The default implementation checks,
+      then writes: correct for one writer, not for two racing ones.
 
     Example::
 
@@ -64,6 +68,7 @@ class PathType(ABC):
     copies_on_read: ClassVar[bool] = True
     default_io: ClassVar[IOSettings] = IOSettings()
     batches_small_requests: ClassVar[bool] = True
+    atomic_create: ClassVar[bool] = False
 
     def __init__(self, url: str, **options: Any) -> None:
         self.url = url
@@ -129,6 +134,20 @@ class PathType(ABC):
         """Store a small control document so that readers see all of it or none of it,
         durably. Object stores get this from a single PUT; local disk renames."""
         self.write_bytes(key, data)
+
+    def create_document(self, key: str, data: bytes) -> None:
+        """Store a control document only if ``key`` does not exist yet, all or nothing
+        and durably; raise :class:`~ckptstore.errors.KeyExistsError` (and write nothing)
+        if it does. Commit records and writer leases are created this way, so two
+        writers can never both believe they created the same one.
+
+        This default checks, then writes (``atomic_create = False``): two writers racing
+        can both succeed. Path types whose storage can refuse the write itself override
+        it and set ``atomic_create = True``; the conformance kit holds them to it.
+        """
+        if self.get_document(key) is not None:
+            raise KeyExistsError(self.display_url, key)
+        self.put_document(key, data)
 
     def get_document(self, key: str) -> bytes | None:
         """A control document's bytes, or ``None`` if it does not exist."""

@@ -16,6 +16,7 @@ Example::
 from ckptstore.protocol._commit import (
     EpochCommit,
     NodeCommit,
+    check_not_committed,
     commit_epoch,
     committed_nodes,
     is_complete,
@@ -25,22 +26,28 @@ from ckptstore.protocol._commit import (
     publish_node,
     read_blobs,
     read_commit,
+    read_commit_under,
     require_commit,
     retract_epoch,
     verify_node,
     write_node,
 )
 from ckptstore.protocol._inventory import EpochEntry, NodeEntry, RunEntry, committed_epochs, scan
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, LeaseHolder, WriterLease, read_lease
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
     "CheckpointLocation",
     "EpochCommit",
     "EpochEntry",
+    "LeaseHolder",
     "NodeCommit",
     "NodeEntry",
     "RunEntry",
+    "WriterLease",
+    "check_not_committed",
     "commit_epoch",
     "committed_epochs",
     "committed_nodes",
@@ -53,6 +60,8 @@ __all__ = [
     "publish_node",
     "read_blobs",
     "read_commit",
+    "read_commit_under",
+    "read_lease",
     "require_commit",
     "retract_epoch",
     "scan",

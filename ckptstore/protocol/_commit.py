@@ -12,14 +12,24 @@ For each node (:func:`write_node`)::
 
 For the epoch, once every node of the save reported success (:func:`commit_epoch`)::
 
-    5. commit    ``_ckptstore/epoch-<N>.commit.json`` lists the nodes and their
-                 manifests' CRC-32C; written last, atomically
+    5. commit    ``_ckptstore/epoch-<N>/<node>.commit.json`` per node: its manifest's
+                 CRC-32C; written last, with a create-only write
+                 (:meth:`PathType.create_document`), so it is never replaced and two
+                 writers can never both commit the same node and epoch
 
-Before a save overwrites an epoch, :func:`retract_epoch` removes the nodes being saved
-from its commit record, so a crash part-way never leaves a committed epoch pointing at
-half-written data. Readers (:func:`open_node`) accept a node's checkpoint only if the
-commit record lists it and the manifest's CRC-32C matches: an epoch whose save did not
-finish is invisible to ``load``, ``check_db_exists``, ``last_epoch`` and resume.
+The epoch's commit record (:func:`read_commit`) is the union of its nodes' records, so
+concurrent jobs committing different nodes of one epoch never lose each other's. A
+committed (node, epoch) is write-once: a save of it fails at once with
+:class:`~ckptstore.errors.AlreadyCommittedError` (:func:`check_not_committed`) unless
+the caller asked to overwrite, in which case :func:`retract_epoch` first deletes the
+nodes' records, so a crash part-way never leaves a committed epoch pointing at
+half-written data. Readers (:func:`open_node`) accept a node's checkpoint only if its
+record exists and the manifest's CRC-32C matches: an epoch whose save did not finish is
+invisible to ``load``, ``check_db_exists``, ``last_epoch`` and resume.
+
+With the node names given, reading a record is one GET per node (no listing); without
+them, the epoch's record prefix is listed (operator tools only). The one-document
+records of earlier versions (``_ckptstore/epoch-<N>.commit.json``) are still read.
 
 Example::
 
@@ -31,6 +41,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,10 +52,12 @@ from typing import Any
 import numpy as np
 
 from ckptstore.errors import (
+    AlreadyCommittedError,
     BlobNotFoundError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     JobConfigurationError,
+    KeyExistsError,
     ObjectNotFoundError,
 )
 from ckptstore.execution._workspace import as_blob
@@ -53,13 +66,21 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._layout import commit_record_key, manifest_key, staging_key
+from ckptstore.records._layout import (
+    commit_record_key,
+    epoch_commit_dir,
+    manifest_key,
+    node_commit_key,
+    parse_node_commit_key,
+    staging_key,
+)
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename, validate_blob_name, validate_node_name
 
 __all__ = [
     "EpochCommit",
     "NodeCommit",
+    "check_not_committed",
     "commit_epoch",
     "committed_nodes",
     "is_complete",
@@ -69,13 +90,17 @@ __all__ = [
     "publish_node",
     "read_blobs",
     "read_commit",
+    "read_commit_under",
     "require_commit",
     "retract_epoch",
     "verify_node",
     "write_node",
 ]
 
+log = logging.getLogger(__name__)
+
 COMMIT_KIND = "ckptstore.commit"
+NODE_COMMIT_KIND = "ckptstore.node-commit"
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,31 @@ class NodeCommit:
             "duration_ns": self.duration_ns,
         }
 
+    def encode_record(self, committed_at: str) -> bytes:
+        """This node's commit record (``_ckptstore/epoch-<N>/<node>.commit.json``)."""
+        return encode_document(
+            NODE_COMMIT_KIND,
+            {"node": self.node, "epoch": self.epoch, "committed_at": committed_at, **self.encode()},
+        )
+
+    @classmethod
+    def decode_record(
+        cls, data: bytes, *, url: str, key: str, node: str, epoch: int
+    ) -> tuple[NodeCommit, str]:
+        """A node's commit record and its commit time; it must name ``node`` and
+        ``epoch`` (a record copied under another name is corrupt, not trusted)."""
+        document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
+        try:
+            if document["node"] != node or int(document["epoch"]) != epoch:
+                raise ValueError(
+                    f"it belongs to {document['node']}.{document['epoch']}, not {node}.{epoch}"
+                )
+            return cls.decode(node, epoch, document), str(document["committed_at"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CorruptCheckpointError(
+                f"commit record is malformed: {error}", url=url, file=key
+            ) from None
+
     @classmethod
     def decode(cls, node: str, epoch: int, raw: Mapping[str, Any]) -> NodeCommit:
         return cls(
@@ -117,7 +167,9 @@ class NodeCommit:
 
 @dataclass(frozen=True)
 class EpochCommit:
-    """An epoch's commit record: the nodes whose save of that epoch completed."""
+    """An epoch's commit record: the nodes whose save of that epoch completed (the
+    union of their per-node records; ``committed_at`` is the latest of theirs).
+    ``encode``/``decode`` read and write the one-document form of earlier versions."""
 
     epoch: int
     nodes: Mapping[str, NodeCommit]
@@ -235,20 +287,60 @@ def _unpublish_in_place(storage: PathType, db_key: str) -> None:
     storage.delete(f"{db_key}/{relative}" for relative in sorted(stale))
 
 
-def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
-    """Remove ``nodes`` from ``epoch``'s commit record before they are saved again."""
+def check_not_committed(
+    storage: PathType, epoch: int, nodes: Iterable[str], *, overwrite: bool = False
+) -> None:
+    """Before a save of ``nodes``' ``epoch``: committed checkpoints are write-once, so
+    raise :class:`~ckptstore.errors.AlreadyCommittedError` if they are committed, or
+    (``overwrite``) uncommit them first (:func:`retract_epoch`). One GET per node.
+
+    When only some of ``nodes`` are committed, the epoch was never complete for this
+    save's nodes (a commit interrupted between two nodes' records, which no reader of
+    these nodes accepts): those records are retracted with a warning and the save goes
+    on, so an interrupted commit never blocks the next save of the epoch. So is an
+    unreadable (corrupt) record, which no reader accepts either."""
+    nodes = sorted(set(nodes))
     try:
-        record = read_commit(storage, epoch)
+        committed = committed_nodes(storage, epoch, nodes)
+    except CorruptCheckpointError as error:
+        # unreadable: no reader accepts it, so nothing committed is replaced
+        log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
+        retract_epoch(storage, epoch, nodes)
+        return
+    if not committed:
+        return
+    if not overwrite and committed == set(nodes):
+        raise AlreadyCommittedError(storage.display_url, epoch, committed)
+    if not overwrite:
+        log.warning(
+            "Epoch %d under %s is committed for %s only, not for %s: an interrupted commit; "
+            "retracting it and saving the epoch again",
+            epoch,
+            storage.display_url,
+            sorted(committed),
+            sorted(set(nodes) - committed),
+        )
+    retract_epoch(storage, epoch, nodes)
+
+
+def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
+    """Uncommit ``nodes``' checkpoints of ``epoch`` (delete their commit records) before
+    they are saved again or deleted; other nodes' records stay as they are."""
+    names = set(nodes)
+    storage.delete(node_commit_key(epoch, node) for node in sorted(names))
+    key = commit_record_key(epoch)
+    data = storage.get_document(key)
+    if data is None:
+        return
+    try:
+        record = EpochCommit.decode(data, url=storage.display_url, key=key)
     except CorruptCheckpointError:
         # unreadable, so none of its nodes is visible: clear it so the epoch can be saved
-        storage.delete([commit_record_key(epoch)])
+        storage.delete([key])
         return
-    if record is None:
-        return
-    remaining = {name: c for name, c in record.nodes.items() if name not in set(nodes)}
+    remaining = {name: c for name, c in record.nodes.items() if name not in names}
     if remaining == dict(record.nodes):
         return
-    key = commit_record_key(epoch)
     if remaining:
         storage.put_document(key, EpochCommit(epoch, remaining, record.committed_at).encode())
     else:
@@ -256,25 +348,81 @@ def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
 
 
 def commit_epoch(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -> EpochCommit:
-    """Step 5: record that these nodes' saves of ``epoch`` are complete (merged with
-    nodes committed earlier by other jobs sharing the prefix)."""
+    """Step 5: create each node's commit record for ``epoch`` (create-only: nodes
+    committed by other jobs sharing the prefix are untouched, and a node already
+    committed raises :class:`~ckptstore.errors.AlreadyCommittedError`). Returns the
+    record of these nodes."""
+    committed_at = datetime.now(UTC).isoformat()
+    created: list[str] = []
     try:
-        existing = read_commit(storage, epoch)
-    except CorruptCheckpointError:
-        existing = None  # unreadable: none of its nodes was visible, it is replaced
-    nodes = dict(existing.nodes) if existing is not None else {}
-    nodes.update({commit.node: commit for commit in commits})
-    record = EpochCommit(epoch, nodes, datetime.now(UTC).isoformat())
-    storage.put_document(commit_record_key(epoch), record.encode())
-    return record
+        for commit in commits:
+            try:
+                storage.create_document(
+                    node_commit_key(epoch, commit.node), commit.encode_record(committed_at)
+                )
+            except KeyExistsError:
+                raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
+            created.append(commit.node)
+    except BaseException:
+        if created:  # the epoch stays invisible; leave no partial commit behind if we can
+            with contextlib.suppress(Exception):
+                storage.delete(node_commit_key(epoch, node) for node in created)
+        raise
+    return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
 
 
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_commit(storage: PathType, epoch: int) -> EpochCommit | None:
-    """The commit record of ``epoch``, or ``None`` if no save of it completed."""
-    key = commit_record_key(epoch)
+def read_commit(
+    storage: PathType, epoch: int, nodes: Iterable[str] | None = None
+) -> EpochCommit | None:
+    """The commit record of ``epoch`` (the nodes whose save of it completed), or
+    ``None`` if none did. With ``nodes``, only those are looked up, one GET each and no
+    listing (the save and resume paths); without, the epoch's records are listed."""
+    return read_commit_under(storage, "", epoch, nodes)
+
+
+def read_commit_under(
+    storage: PathType, prefix: str, epoch: int, nodes: Iterable[str] | None = None
+) -> EpochCommit | None:
+    """:func:`read_commit` for the run at ``prefix`` under ``storage`` (``""``: its root)."""
+
+    def under(key: str) -> str:
+        return f"{prefix}/{key}" if prefix else key
+
+    if nodes is None:
+        listed = storage.list_keys(under(epoch_commit_dir(epoch)))
+        parsed = (
+            parse_node_commit_key(key[len(prefix) + 1 :] if prefix else key) for key in listed
+        )
+        names = sorted({found[1] for found in parsed if found is not None and found[0] == epoch})
+    else:
+        names = sorted({validate_node_name(node) for node in nodes})
+    found: dict[str, NodeCommit] = {}
+    stamps: list[str] = []
+    for node in names:
+        key = under(node_commit_key(epoch, node))
+        data = storage.get_document(key)
+        if data is not None:
+            found[node], stamp = NodeCommit.decode_record(
+                data, url=storage.display_url, key=key, node=node, epoch=epoch
+            )
+            stamps.append(stamp)
+    if nodes is None or len(found) < len(names):
+        legacy = _read_legacy(storage, under(commit_record_key(epoch)))
+        if legacy is not None:
+            wanted = set(names) if nodes is not None else set(legacy.nodes)
+            for node, commit in legacy.nodes.items():
+                if node in wanted and node not in found:
+                    found[node] = commit
+                    stamps.append(legacy.committed_at)
+    if not found:
+        return None
+    return EpochCommit(epoch, dict(sorted(found.items())), max(stamps))
+
+
+def _read_legacy(storage: PathType, key: str) -> EpochCommit | None:
     data = storage.get_document(key)
     if data is None:
         return None
@@ -282,14 +430,23 @@ def read_commit(storage: PathType, epoch: int) -> EpochCommit | None:
 
 
 def require_commit(
-    storage: PathType, epoch: int, nodes: Iterable[str] | None = None, *, action: str | None = None
+    storage: PathType,
+    epoch: int,
+    nodes: Iterable[str] | None = None,
+    *,
+    action: str | None = None,
+    also: Iterable[str] = (),
 ) -> EpochCommit:
     """The commit record of ``epoch``; with ``nodes``, it must list every one of them.
 
     Raises :class:`CheckpointNotFoundError` saying what is missing, that ``action``
     (``"catalog"``, ``"copy"``...) was refused, and how to list the committed epochs.
+    With ``nodes``, only their records, and those of ``also`` (nodes other jobs sharing
+    the prefix committed, listed if still committed), are read: one GET each, no
+    listing.
     """
-    record = read_commit(storage, epoch)
+    nodes = None if nodes is None else list(nodes)
+    record = read_commit(storage, epoch, None if nodes is None else [*nodes, *also])
     missing = sorted(set(nodes or ()) - (set(record.nodes) if record is not None else set()))
     if record is None or missing:
         detail = f"lacks nodes {missing}" if record is not None else "does not exist"
@@ -304,9 +461,10 @@ def require_commit(
     return record
 
 
-def committed_nodes(storage: PathType, epoch: int) -> set[str]:
-    """Names of the nodes whose checkpoint of ``epoch`` is committed."""
-    record = read_commit(storage, epoch)
+def committed_nodes(storage: PathType, epoch: int, nodes: Iterable[str] | None = None) -> set[str]:
+    """Names of the nodes whose checkpoint of ``epoch`` is committed (among ``nodes``,
+    if given: one GET each, no listing)."""
+    record = read_commit(storage, epoch, nodes)
     return set(record.nodes) if record is not None else set()
 
 
@@ -338,14 +496,10 @@ def open_node_record(
 ) -> tuple[NodeManifest, bytes, NodeCommit]:
     """A committed node checkpoint's manifest, the manifest's exact bytes, and the
     node's entry in the commit record."""
-    record = read_commit(storage, epoch)
+    record = read_commit(storage, epoch, [node])
     db_key = get_ckpt_filename(node, epoch)
     if record is None or node not in record.nodes:
-        detail = (
-            "no save of this epoch completed"
-            if record is None
-            else f"the epoch is committed only for {sorted(record.nodes)}"
-        )
+        detail = "the node's save of this epoch is not committed"
         raise CheckpointNotFoundError(
             storage.display_url,
             node,

@@ -31,10 +31,10 @@ from ckptstore.records._layout import (
     MANIFEST_NAME,
     RETIRED_MARK,
     STAGING_MARK,
-    commit_record_key,
     manifest_key,
     parse_commit_record_key,
     parse_db_key,
+    parse_node_commit_key,
 )
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename, join_url
@@ -169,6 +169,8 @@ def _run_prefixes(keys: Iterable[str]) -> set[str]:
         parts = key.split("/")
         if len(parts) >= 2 and _marks_a_run(parts[-2], parts[-1]):
             runs.add("/".join(parts[:-2]))
+        elif len(parts) >= 3 and parse_node_commit_key("/".join(parts[-3:])) is not None:
+            runs.add("/".join(parts[:-3]))
     return runs
 
 
@@ -252,12 +254,8 @@ def _run_entry(storage: PathType, prefix: str, found: _Found) -> RunEntry:
 
 
 def _read_commit(storage: PathType, prefix: str, epoch: int) -> protocol.EpochCommit | None:
-    key = _join(prefix, commit_record_key(epoch))
-    data = storage.get_document(key)
-    if data is None:
-        return None
     try:
-        return protocol.EpochCommit.decode(data, url=storage.display_url, key=key)
+        return protocol.read_commit_under(storage, prefix, epoch)
     except CorruptCheckpointError:
         return None
 

@@ -6,9 +6,9 @@ Owns the on-storage vocabulary (no I/O). May import only :mod:`ckptstore.io` (ch
 
 Example::
 
-    >>> from ckptstore.records import commit_record_key, db_name
-    >>> commit_record_key(5)
-    '_ckptstore/epoch-5.commit.json'
+    >>> from ckptstore.records import db_name, node_commit_key
+    >>> node_commit_key(5, "trainer_0")
+    '_ckptstore/epoch-5/trainer_0.commit.json'
     >>> db_name(3, "trainer_0", "/ckpt")
     '/ckpt/trainer_0.3'
 """
@@ -27,8 +27,13 @@ from ckptstore.records._layout import (
     RETIRED_MARK,
     STAGING_MARK,
     commit_record_key,
+    epoch_commit_dir,
+    lease_key,
     manifest_key,
+    node_commit_key,
+    parse_commit_record_key,
     parse_db_key,
+    parse_node_commit_key,
     retired_key,
     staging_key,
 )
@@ -61,10 +66,15 @@ __all__ = [
     "decode_dtype",
     "encode_document",
     "encode_dtype",
+    "epoch_commit_dir",
     "get_ckpt_filename",
     "join_url",
+    "lease_key",
     "manifest_key",
+    "node_commit_key",
+    "parse_commit_record_key",
     "parse_db_key",
+    "parse_node_commit_key",
     "plain_dtype",
     "retired_key",
     "safe_dtype",

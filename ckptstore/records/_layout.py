@@ -6,16 +6,21 @@
     <root>/<node>.<epoch>/ckptstore.manifest.json
                                            blobs, shapes, dtypes, a CRC-32C per chunk;
                                            written after the data
+    <root>/_ckptstore/epoch-<N>/<node>.commit.json
+                                           one node's commit record for epoch N: its
+                                           manifest's CRC; created once (never
+                                           replaced), written last. The epoch's record
+                                           is the union of its nodes' records
     <root>/_ckptstore/epoch-<N>.commit.json
-                                           the epoch's commit record: the nodes whose
-                                           save completed, with their manifests' CRC;
-                                           written last
+                                           the one-document commit record of earlier
+                                           versions (still read, never written)
+    <root>/_ckptstore/lease/<node>.json    the writer lease of the job writing <node>
     <root>/.<node>.<epoch>.staging-<token>/  a save in progress (renaming storages)
 
 Example::
 
-    >>> commit_record_key(5)
-    '_ckptstore/epoch-5.commit.json'
+    >>> node_commit_key(5, "trainer_0")
+    '_ckptstore/epoch-5/trainer_0.commit.json'
 """
 
 from __future__ import annotations
@@ -28,8 +33,13 @@ __all__ = [
     "RETIRED_MARK",
     "STAGING_MARK",
     "commit_record_key",
+    "epoch_commit_dir",
+    "lease_key",
     "manifest_key",
+    "node_commit_key",
+    "parse_commit_record_key",
     "parse_db_key",
+    "parse_node_commit_key",
     "retired_key",
     "staging_key",
 ]
@@ -39,21 +49,52 @@ CONTROL_DIR = "_ckptstore"
 STAGING_MARK = ".staging-"
 RETIRED_MARK = ".retired-"
 _COMMIT_RECORD = re.compile(r"epoch-(\d+)\.commit\.json")
+_NODE_COMMIT_RECORD = re.compile(r"epoch-(\d+)/([A-Za-z0-9_][A-Za-z0-9_:\-.]*)\.commit\.json")
+LEASE_DIR = f"{CONTROL_DIR}/lease"
 _DB_KEY = re.compile(r"(?P<node>[A-Za-z0-9_][A-Za-z0-9_:\-.]*)\.(?P<epoch>\d+)")
 
 
 def commit_record_key(epoch: int) -> str:
-    """Key of the commit record of ``epoch``."""
+    """Key of the one-document commit record of ``epoch`` that earlier versions wrote
+    (read for compatibility; new commits are per node: :func:`node_commit_key`)."""
     return f"{CONTROL_DIR}/epoch-{epoch}.commit.json"
 
 
+def epoch_commit_dir(epoch: int) -> str:
+    """The prefix holding ``epoch``'s per-node commit records."""
+    return f"{CONTROL_DIR}/epoch-{epoch}"
+
+
+def node_commit_key(epoch: int, node: str) -> str:
+    """Key of ``node``'s commit record for ``epoch`` (created once, never replaced)."""
+    return f"{epoch_commit_dir(epoch)}/{node}.commit.json"
+
+
+def lease_key(node: str) -> str:
+    """Key of the writer lease of ``node`` under a checkpoint root."""
+    return f"{LEASE_DIR}/{node}.json"
+
+
+def parse_node_commit_key(key: str) -> tuple[int, str] | None:
+    """``(epoch, node)`` of a per-node commit record key, ``None`` for another key."""
+    prefix = CONTROL_DIR + "/"
+    if not key.startswith(prefix):
+        return None
+    match = _NODE_COMMIT_RECORD.fullmatch(key[len(prefix) :])
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
 def parse_commit_record_key(key: str) -> int | None:
-    """The epoch a commit record key belongs to, or ``None`` for another key."""
+    """The epoch a commit record key (per node, or an earlier version's one-document
+    record) belongs to, or ``None`` for another key."""
     prefix = CONTROL_DIR + "/"
     if not key.startswith(prefix):
         return None
     match = _COMMIT_RECORD.fullmatch(key[len(prefix) :])
-    return int(match.group(1)) if match else None
+    if match:
+        return int(match.group(1))
+    per_node = parse_node_commit_key(key)
+    return per_node[0] if per_node else None
 
 
 def manifest_key(db_key: str) -> str:

@@ -32,6 +32,7 @@ from ckptstore.execution._task import Task, TaskOutput
 from ckptstore.execution._workspace import Workspace
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import WriterLease, committed_epochs, retract_epoch
 from ckptstore.records._stats import NodeStats
 
 __all__ = ["DemoConfig", "DemoResult", "build_demo_job", "run_demo"]
@@ -181,11 +182,21 @@ class _Progress:
             print(f"epoch {first.epoch:3d}: checkpoint FAILED: {first.error}", file=self.out)
 
 
+def _start_over(directory: str, nodes: list[str]) -> None:
+    """``--fresh``: uncommit every epoch first, then delete the checkpoints; refused
+    (:class:`~ckptstore.errors.LeaseHeldError`) while another job writes there."""
+    storage = get_registry().open_path(directory)
+    with WriterLease(storage, nodes):
+        for epoch in committed_epochs(storage):
+            retract_epoch(storage, epoch, nodes)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoResult | None:
     """Train (or resume) the demo job; None if it had already reached ``epochs``."""
-    if config.fresh:
-        shutil.rmtree(config.directory, ignore_errors=True)
     job, outputs = build_demo_job(config)
+    if config.fresh:
+        _start_over(config.directory, [str(node) for node in job.nodes_to_checkpoint()])
     manager = MultiNodeCheckpointManager(config.directory, config.db_type, metadata_handler="json")
     nodes = job.nodes_to_checkpoint()
     manager.set_params(nodes)
@@ -208,7 +219,7 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoResult | None:
     registry.register(progress, name="ckptstore-demo-progress")
     try:
         session = LocalSession()
-        runner = JobRunner(job, manager)
+        runner = JobRunner(job, manager, overwrite=config.fresh)
         last = runner.train(session)
         weights = {
             name: output.fetch().copy()

@@ -169,7 +169,7 @@ def test_partial_loads_read_only_the_requested_blobs_bytes(
     assert session.workspace("reader")["b"].tolist() == list(range(10))
     assert storage.chunk_reads == {"trainer_0.1/blobs.npz": 40}
     assert sorted(storage.document_reads) == [
-        "_ckptstore/epoch-1.commit.json",
+        "_ckptstore/epoch-1/trainer_0.commit.json",
         "trainer_0.1/ckptstore.manifest.json",
     ]
 
@@ -199,6 +199,7 @@ def forge(tmp_path: Path, storage: LocalPath, dtype: str) -> bytes:
     data = NodeManifest(NODE, 1, "npz", {"w": BlobRecord("w", dtype, (1,), (chunk,))}).encode()
     storage.write_bytes("trainer_0.1/ckptstore.manifest.json", data)
     commit = protocol.NodeCommit(NODE, 1, "npz", crc32c_of([data]), 8, len(data), 1)
+    protocol.retract_epoch(storage, 1, [NODE])  # the forger replaces the record
     protocol.commit_epoch(storage, 1, [commit])
     return head
 

@@ -184,7 +184,7 @@ def test_partial_loads_read_only_the_requested_blobs_bytes(
     assert session.workspace("reader")["b"].tolist() == list(range(10))
     assert storage.chunk_reads == {"trainer_0.1/b/c.0": 40, "trainer_0.1/c/c.0.0": 2400}
     assert sorted(storage.document_reads) == [
-        "_ckptstore/epoch-1.commit.json",
+        "_ckptstore/epoch-1/trainer_0.commit.json",
         "trainer_0.1/ckptstore.manifest.json",
     ]
 

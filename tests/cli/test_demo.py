@@ -11,7 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptstore.errors import JobConfigurationError
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.errors import JobConfigurationError, LeaseHeldError
+from ckptstore.protocol import LeaseHolder, committed_nodes
+from ckptstore.records._layout import lease_key
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 
@@ -103,3 +106,20 @@ def test_errors_exit_with_a_message(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "ckptstore: error:" in result.stderr
     assert "--nodes >= 2" in result.stderr
+
+
+def test_fresh_uncommits_then_starts_over_but_not_under_a_live_writer(tmp_path: Path) -> None:
+    directory = str(tmp_path / "demo")
+    out = io.StringIO()
+    run_demo(DemoConfig(directory, epochs=2, nodes=2), out)
+    storage = LocalPath(directory)
+    other = LeaseHolder("trainer_0", "other-job", "elsewhere", 7, 1000.0, 4e9)
+    storage.put_document(lease_key("trainer_0"), other.encode())
+    with pytest.raises(LeaseHeldError, match="host elsewhere, pid 7"):
+        run_demo(DemoConfig(directory, epochs=1, nodes=2, fresh=True), out)
+    assert committed_nodes(storage, 2, ["trainer_0", "trainer_1"]) == {"trainer_0", "trainer_1"}
+    storage.delete([lease_key("trainer_0")])
+    fresh = run_demo(DemoConfig(directory, epochs=1, nodes=2, fresh=True), out)
+    assert fresh is not None
+    assert fresh.resumed_from is None
+    assert committed_nodes(storage, 2, ["trainer_0", "trainer_1"]) == set()  # uncommitted, gone

@@ -3,6 +3,14 @@
 Subclass :class:`PathTypeConformance` and give it a ``storage`` fixture: a path type
 rooted at a fresh, empty location.
 
+Create-only writes (:meth:`PathType.create_document`, which commit records and writer
+leases rely on) are held to their contract: a second create of a key raises
+:class:`~ckptstore.errors.KeyExistsError` and changes nothing; and a path type that
+claims ``atomic_create`` must let exactly one of several racing creates win. A test
+server that ignores the store's precondition overrides
+:meth:`PathTypeConformance.races_are_refused` (and says so in its docs); the race then
+only has to leave one whole document.
+
 Example::
 
     class TestMyStore(PathTypeConformance):
@@ -14,6 +22,8 @@ Example::
 from __future__ import annotations
 
 import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -21,7 +31,12 @@ import pytest
 from ckptstore import protocol
 from ckptstore._types import Buffer
 from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.errors import CorruptCheckpointError, InvalidNameError, ObjectNotFoundError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    InvalidNameError,
+    KeyExistsError,
+    ObjectNotFoundError,
+)
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType, redact_url
@@ -41,6 +56,46 @@ class PathTypeConformance:
             def storage(self, tmp_path) -> PathType:
                 return LocalPath(str(tmp_path))
     """
+
+    RACERS = 8
+
+    def races_are_refused(self, storage: PathType) -> bool:
+        """Whether racing creates must have exactly one winner: the path type's
+        ``atomic_create`` claim, unless the test server is known to ignore it."""
+        return storage.atomic_create
+
+    def test_create_document_creates_once(self, storage: PathType) -> None:
+        storage.create_document("_ckptstore/once.json", b"first")
+        with pytest.raises(KeyExistsError) as caught:
+            storage.create_document("_ckptstore/once.json", b"second")
+        assert isinstance(caught.value, FileExistsError)
+        assert caught.value.key == "_ckptstore/once.json"
+        assert storage.get_document("_ckptstore/once.json") == b"first"
+        assert storage.list_keys("_ckptstore") == ["_ckptstore/once.json"]  # no temporaries
+        storage.delete(["_ckptstore/once.json"])
+        storage.create_document("_ckptstore/once.json", b"third")
+        assert storage.get_document("_ckptstore/once.json") == b"third"
+
+    def test_racing_creates_have_one_winner(self, storage: PathType) -> None:
+        start = threading.Barrier(self.RACERS)
+
+        def create(index: int) -> bool:
+            start.wait()
+            try:
+                storage.create_document("_ckptstore/race.json", b"writer-%d" % index)
+            except KeyExistsError:
+                return False
+            return True
+
+        with ThreadPoolExecutor(self.RACERS) as pool:
+            won = [i for i, ok in enumerate(pool.map(create, range(self.RACERS))) if ok]
+        stored = storage.get_document("_ckptstore/race.json")
+        if self.races_are_refused(storage):
+            assert len(won) == 1, f"{len(won)} racing creates all succeeded"
+            assert stored == b"writer-%d" % won[0]
+        else:  # a check-then-write fallback: at least one wins, the document is whole
+            assert won
+            assert stored in {b"writer-%d" % i for i in won}
 
     def test_write_parts_stores_their_concatenation(self, storage: PathType) -> None:
         parts: list[Buffer] = [b"head-", bytearray(b"middle-"), np.arange(4, dtype="<u2")]

@@ -190,10 +190,10 @@ class ObjectStoreScenarios(OnObjectStore):
         assert runner.committed_epochs == [0, 1, 2, 3]  # every epoch saved locally
 
         remote = store.path_type(store.url)
-        assert protocol.committed_nodes(remote, 3) == set(NODES)
-        assert protocol.read_commit(remote, 2) is None  # only the final epoch is uploaded
-        local_record = protocol.read_commit(LocalPath(local), 3)
-        remote_record = protocol.read_commit(remote, 3)
+        assert protocol.committed_nodes(remote, 3, NODES) == set(NODES)
+        assert protocol.read_commit(remote, 2, NODES) is None  # only the final epoch goes up
+        local_record = protocol.read_commit(LocalPath(local), 3, NODES)
+        remote_record = protocol.read_commit(remote, 3, NODES)
         assert local_record is not None
         assert remote_record is not None
         for node in NODES:  # the very same manifests, byte for byte
@@ -201,8 +201,10 @@ class ObjectStoreScenarios(OnObjectStore):
             assert remote_record.nodes[node].manifest_crc32c == local_crc
 
         uploads = store.faults.uploads()
-        assert uploads[-1].endswith("/_ckptstore/epoch-3.commit.json")  # written last
-        assert sum(target.endswith("epoch-3.commit.json") for target in uploads) == 1
+        records = sorted(f"/_ckptstore/epoch-3/{node}.commit.json" for node in NODES)
+        last = uploads[-len(NODES) :]  # the nodes' commit records are written last ...
+        assert sorted(target[target.index("/_ckptstore/") :] for target in last) == records
+        assert sum(target.endswith(tuple(records)) for target in uploads) == len(NODES)  # once
         assert store.faults.listings() == []
 
         from_local = LocalSession()
@@ -300,14 +302,14 @@ class ObjectStoreScenarios(OnObjectStore):
         manager = MultiNodeCheckpointManager(store.url, "npz", "json", storage_options=FAST)
         runner = JobRunner(counting_job(epochs=2), manager, save_retries=0, retry_backoff=0)
         store.faults.fail_next(
-            1000, status=503, methods={store.api.upload_method}, path="epoch-2.commit.json"
+            1000, status=503, methods={store.api.upload_method}, path="_ckptstore/epoch-2/"
         )
         runner.train(LocalSession())
         assert runner.committed_epochs == [0, 1]
         assert [failure.epoch for failure in runner.save_failures] == [2]
         storage = manager.location.storage
         assert storage.exists("trainer_0.2/ckptstore.manifest.json")  # data landed ...
-        assert protocol.read_commit(storage, 2) is None  # ... but was never committed
+        assert protocol.read_commit(storage, 2, NODES) is None  # ... but was never committed
 
         store.faults.clear_faults()
         session = LocalSession()
@@ -362,7 +364,7 @@ class ObjectStoreScenarios(OnObjectStore):
         assert "check that it is up and reachable" in reason
         store.faults.restore()
         storage = store.path_type(store.url)
-        assert protocol.read_commit(storage, 2) is None
+        assert protocol.read_commit(storage, 2, NODES) is None
         assert storage.exists("trainer_0.2/ckptstore.manifest.json")  # the other node's save
 
         session = LocalSession()

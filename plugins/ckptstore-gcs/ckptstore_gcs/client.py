@@ -26,6 +26,7 @@ from ckptstore.object_store import (
     ObjectInfo,
     ObjectStoreClient,
     Read,
+    RequestError,
     gather_all,
 )
 from ckptstore_gcs.composite import GCSCompositeUpload
@@ -117,6 +118,28 @@ class GCSClient(ObjectStoreClient):
             headers={"Content-Type": "application/octet-stream"},
             data=body,
         )
+
+    async def put_if_absent(self, key: str, body: Body) -> bool:
+        """Upload with ``ifGenerationMatch=0``: GCS itself refuses it (412
+        ``conditionNotMet``) when ``key`` exists. A metadata request goes first, so a
+        store that ignores the precondition (gcp-storage-emulator does) still refuses
+        a create of an existing key, though not two racing ones."""
+        if await self.head(key) is not None:
+            return False
+        try:
+            await self.request(
+                "POST",
+                f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o",
+                self.describe("upload", key) + " (ifGenerationMatch=0)",
+                params={"uploadType": "media", "name": key, "ifGenerationMatch": "0"},
+                headers={"Content-Type": "application/octet-stream"},
+                data=body,
+            )
+        except RequestError as error:
+            if error.status == 412:
+                return False
+            raise
+        return True
 
     async def head(self, key: str) -> ObjectInfo | None:
         try:

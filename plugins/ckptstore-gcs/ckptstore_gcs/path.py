@@ -33,6 +33,7 @@ class GCSPath(ObjectStorePath[GCSOptions, GCSClient]):
 
     name = "gcs"
     protocols = ("gs", "gcs")
+    atomic_create = True  # upload with ifGenerationMatch=0 (GCSClient.put_if_absent)
     bucket_rule = "a GCS URL names a bucket: gs://BUCKET/prefix"
     options_type = GCSOptions
     client_type = GCSClient

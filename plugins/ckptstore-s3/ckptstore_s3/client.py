@@ -29,6 +29,7 @@ __all__ = ["S3Client"]
 
 T = TypeVar("T")
 _DELETE_BATCH = 1000
+_CONFLICT_ATTEMPTS = 5
 
 
 class S3Client(ObjectStoreClient):
@@ -61,6 +62,34 @@ class S3Client(ObjectStoreClient):
 
     async def put(self, key: str, body: Body) -> None:
         await self.call("put_object", self.describe("PUT", key), Key=key, Body=body)
+
+    async def put_if_absent(self, key: str, body: Body) -> bool:
+        """PUT with ``If-None-Match: *``: S3 itself refuses it (412
+        ``PreconditionFailed``) when ``key`` exists. A 409
+        ``ConditionalRequestConflict`` (another conditional write of ``key`` in flight)
+        is settled by looking again: if the object now exists the other writer won,
+        otherwise the PUT is sent again."""
+        describe = self.describe("PUT", key) + " (If-None-Match: *)"
+        for _ in range(_CONFLICT_ATTEMPTS):
+            try:
+                await self.call("put_object", describe, Key=key, Body=body, IfNoneMatch="*")
+            except RequestError as error:
+                if error.status == 412 or error.code == "PreconditionFailed":
+                    return False
+                if error.status != 409 and error.code != "ConditionalRequestConflict":
+                    raise
+                if await self.head(key) is not None:
+                    return False
+                continue
+            return True
+        raise RequestError(
+            f"{describe} failed: HTTP 409 ConditionalRequestConflict {_CONFLICT_ATTEMPTS} times "
+            "in a row; another writer keeps creating this object at the same moment",
+            status=409,
+            code="ConditionalRequestConflict",
+            attempts=_CONFLICT_ATTEMPTS,
+            retryable=True,
+        )
 
     async def head(self, key: str) -> ObjectInfo | None:
         try:

@@ -1,0 +1,321 @@
+"""One ZIP archive per node checkpoint, written in parallel at precomputed offsets: the
+writer shared by the ``zarr`` and ``npz`` formats.
+
+The archive's layout (:class:`~ckptstore.io._zip.ZipLayout`) is fixed before any byte
+is written, so its pieces go to storage in parallel through the I/O engine:
+
+* runs of small members (documents, npy headers, small blobs) are one piece each:
+  the worker checksums every member, builds its local header and writes headers and
+  data of the whole run with one ``pwritev``;
+* a member larger than ``chunk_bytes`` is cut into pieces of about that size (each a
+  contiguous range of the array's C-order bytes, so no copy for C-contiguous arrays),
+  written in parallel; its local header goes last, once the CRC-32s of its pieces are
+  combined;
+* the central directory goes at the end.
+
+Local disk writes every piece in place (``pwritev``) and fsyncs the file once; object
+stores upload the archive as one multipart upload with parallel parts. Nothing is
+padded but the alignment of large members' data.
+
+The manifest records every blob's byte range(s) with a CRC-32C each, and every other
+byte of the archive (headers, documents, central directory) as checksummed gap ranges,
+so any flipped byte is found by ``verify``; a partial load reads only its blobs' ranges.
+Before reading, :func:`check_ranges` refuses recorded ranges that leave the file or
+overlap each other (the manifest is untrusted input).
+
+Example::
+
+    written = write_archive(db, "blobs.npz", [Member("w.npy", header, "w", array)])
+    written.blobs["w"].chunks  # byte ranges of w's data in blobs.npz
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
+from ckptstore.io._engine import WriteRequest
+from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.plugin._db_type import DBLocation, WrittenDB
+from ckptstore.plugin._path_type import PositionalWriter
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+
+__all__ = ["Member", "check_ranges", "manifest_ranges", "write_archive"]
+
+GROUP_BYTES = 4 << 20
+"""A run of small members is cut into pieces of about this many bytes..."""
+GROUP_MEMBERS = 512
+"""...or this many members, whichever comes first."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One archive member: ``prefix`` (a document, an npy header) followed by the bytes of
+    ``array`` (the blob ``blob``), if any."""
+
+    name: str
+    prefix: bytes
+    blob: str | None = None
+    array: np.ndarray[Any, Any] | None = None
+    chunk_shape: tuple[int, ...] = ()
+
+    @property
+    def data_size(self) -> int:
+        return 0 if self.array is None else int(self.array.nbytes)
+
+
+class _Ranges:
+    """What the workers found, collected under a lock: blob ranges and gap ranges."""
+
+    def __init__(self, archive: str) -> None:
+        self.archive = archive
+        self.lock = threading.Lock()
+        self.blob_chunks: dict[str, dict[int, ChunkRecord]] = {}
+        self.gaps: list[ChunkRecord] = []
+        self.member_crc: dict[int, int] = {}
+        self.piece_crc: dict[tuple[int, int], tuple[int, int]] = {}  # (member, n) -> crc, len
+
+    def chunk(self, blob: str, number: int, offset: int, data: memoryview) -> None:
+        record = ChunkRecord(self.archive, offset, data.nbytes, data.nbytes, crc32c_of([data]))
+        with self.lock:
+            self.blob_chunks.setdefault(blob, {})[number] = record
+
+    def gap(self, offset: int, parts: Sequence[memoryview]) -> None:
+        size = sum(part.nbytes for part in parts)
+        if size:
+            record = ChunkRecord(self.archive, offset, size, size, crc32c_of(parts))
+            with self.lock:
+                self.gaps.append(record)
+
+
+def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
+    """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
+    records (data ranges) and the gap records (everything else), all checksummed."""
+    layout = ZipLayout.plan([ZipMember(m.name, len(m.prefix) + m.data_size) for m in members])
+    piece_bytes = db.io.settings.chunk_bytes
+    found = _Ranges(archive)
+    db.storage.prepare_keys([db.key(archive)])
+    big: list[int] = []
+    with db.storage.open_positional(db.key(archive), layout.total_size) as target:
+        requests = _requests(layout, members, piece_bytes, found, target, archive, big)
+        db.write(requests)
+        for index in big:  # headers of members written in pieces: their CRC-32 is known now
+            member, placed = members[index], layout.members[index]
+            crc = crc32_of([member.prefix])
+            for number in range(len(_pieces(member, piece_bytes))):
+                piece_crc, length = found.piece_crc[(index, number)]
+                crc = crc32_combine(crc, piece_crc, length)
+            head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
+            target.write_at(placed.header_offset, head)
+            found.gap(placed.header_offset, head)
+            found.member_crc[index] = crc
+        crcs = [found.member_crc[i] for i in range(len(members))]
+        tail = memoryview(layout.central_directory(crcs))
+        target.write_at(layout.directory_offset, [tail])
+        found.gap(layout.directory_offset, [tail])
+    blobs = {}
+    for member in members:
+        if member.blob is None or member.array is None:
+            continue
+        chunks = found.blob_chunks.get(member.blob, {})
+        blobs[member.blob] = BlobRecord(
+            member.blob,
+            member.array.dtype.str,
+            member.array.shape,
+            tuple(chunks[n] for n in sorted(chunks)),
+            layout={"chunk_shape": list(member.chunk_shape)} if member.chunk_shape else {},
+        )
+    return WrittenDB(blobs, tuple(sorted(found.gaps, key=lambda gap: gap.offset)))
+
+
+def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
+    array = member.array
+    assert array is not None
+    shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
+    return list(array_chunks(array.shape, array.dtype.itemsize, shape))
+
+
+def _requests(
+    layout: ZipLayout,
+    members: Sequence[Member],
+    piece_bytes: int,
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+    big: list[int],
+) -> Iterator[WriteRequest]:
+    run: list[int] = []
+    run_bytes = 0
+    for index, member in enumerate(members):
+        if member.data_size > piece_bytes:
+            if run:  # a run is a contiguous range of the archive: it ends here
+                yield _run_request(layout, members, run, found, target, archive)
+                run, run_bytes = [], 0
+            big.append(index)
+            yield from _piece_requests(layout, index, member, piece_bytes, found, target, archive)
+            continue
+        run.append(index)
+        run_bytes += member.data_size + len(member.prefix)
+        if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
+            yield _run_request(layout, members, run, found, target, archive)
+            run, run_bytes = [], 0
+    if run:
+        yield _run_request(layout, members, run, found, target, archive)
+
+
+def _data(member: Member) -> memoryview:
+    array = member.array
+    if array is None:
+        return memoryview(b"")
+    if array.flags.c_contiguous:
+        return byte_view(array.reshape(-1).view(np.uint8))
+    return byte_view(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def _run_request(
+    layout: ZipLayout,
+    members: Sequence[Member],
+    run: list[int],
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+) -> WriteRequest:
+    indexes = list(run)
+    start = layout.members[indexes[0]].header_offset
+    nbytes = layout.members[indexes[-1]].end - start
+    copies = sum(members[i].data_size for i in indexes if not _contiguous(members[i]))
+
+    def produce() -> list[Buffer]:
+        views: list[Buffer] = []
+        gap: list[memoryview] = []
+        gap_start = start
+        for index in indexes:
+            member, placed = members[index], layout.members[index]
+            data = _data(member)
+            prefix = memoryview(member.prefix)
+            crc = crc32_of([prefix, data])
+            found.member_crc[index] = crc
+            header = memoryview(layout.local_header(index, crc))
+            views += [header, prefix, data]
+            gap += [header, prefix]
+            if data.nbytes and member.blob is not None:
+                found.gap(gap_start, gap)
+                found.chunk(member.blob, 0, placed.end - data.nbytes, data)
+                gap, gap_start = [], placed.end
+        found.gap(gap_start, gap)
+        return views
+
+    return WriteRequest(
+        archive,
+        produce,
+        nbytes,
+        holds=copies,
+        blob=members[indexes[0]].blob,
+        target=target,
+        offset=start,
+        checksum=False,
+    )
+
+
+def _contiguous(member: Member) -> bool:
+    return member.array is None or bool(member.array.flags.c_contiguous)
+
+
+def _piece_requests(
+    layout: ZipLayout,
+    index: int,
+    member: Member,
+    piece_bytes: int,
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+) -> Iterator[WriteRequest]:
+    array = member.array
+    blob = member.blob
+    assert array is not None
+    assert blob is not None
+    base = layout.members[index].data_offset + len(member.prefix)
+    chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
+    for number, chunk in enumerate(_pieces(member, piece_bytes)):
+
+        def produce(chunk: ArrayChunk = chunk, number: int = number) -> list[Buffer]:
+            data = byte_view(chunk_data(array, chunk, chunk_shape))
+            found.chunk(blob, number, base + chunk.start, data)
+            with found.lock:
+                found.piece_crc[(index, number)] = (crc32_of([data]), data.nbytes)
+            return [data]
+
+        yield WriteRequest(
+            archive,
+            produce,
+            chunk.nbytes,
+            holds=0 if array.flags.c_contiguous else chunk.nbytes,
+            blob=blob,
+            chunk=number,
+            target=target,
+            offset=base + chunk.start,
+            checksum=False,
+        )
+
+
+# -- reading: the manifest's ranges are untrusted ------------------------------------------
+
+
+def check_ranges(
+    db: DBLocation,
+    ranges: Iterable[tuple[str | None, ChunkRecord]],
+) -> None:
+    """Refuse recorded ranges (``(blob or None, record)``) that end past their file or
+    overlap each other, before anything is allocated or read: a manifest is data from
+    storage, and a forged one must not make a load read the wrong bytes or allocate at
+    will. Raises :class:`CorruptCheckpointError` naming the blob and the file."""
+    by_key: dict[str, list[tuple[int, int, str | None]]] = {}
+    for blob, record in ranges:
+        by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
+    url = db.storage.display_url
+    for key, spans in by_key.items():
+        if len(spans) == 1:
+            continue  # a file of its own: a short read is caught by the read itself
+        try:
+            size = db.storage.size(db.key(key))
+        except ObjectNotFoundError:
+            raise CorruptCheckpointError(
+                "the file is missing", url=url, file=db.key(key), blob=spans[0][2]
+            ) from None
+        spans.sort(key=lambda span: span[0])
+        previous_end, previous_blob = 0, None
+        for offset, stored, blob in spans:
+            if offset + stored > size:
+                raise CorruptCheckpointError(
+                    f"the manifest places {stored} bytes at offset {offset}, past the end of "
+                    f"the {size}-byte file",
+                    url=url,
+                    file=db.key(key),
+                    blob=blob,
+                )
+            if offset < previous_end:
+                other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
+                raise CorruptCheckpointError(
+                    f"the manifest's range at offset {offset} overlaps {other}",
+                    url=url,
+                    file=db.key(key),
+                    blob=blob,
+                )
+            previous_end, previous_blob = offset + stored, blob
+
+
+def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkRecord]]:
+    """Every range a manifest records: blob chunks (with their blob) and format files."""
+    for record in manifest.blobs.values():
+        for chunk in record.chunks:
+            yield record.name, chunk
+    for chunk in manifest.files:
+        yield None, chunk

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ckptstore.builtin import local_path
+from ckptstore.builtin import _local_path as local_path
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 calls = 0
@@ -47,6 +47,7 @@ def main() -> None:
         "open",
         "write",
         "writev",
+        "pwritev",
         "fsync",
         "rename",
         "replace",

@@ -33,31 +33,32 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import WriteRequest
 from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.io._zip import crc32_buffer as _crc32
 from ckptstore.plugin._db_type import DBLocation, WrittenDB
 from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
 __all__ = ["Member", "check_ranges", "manifest_ranges", "write_archive"]
 
-GROUP_BYTES = 4 << 20
-"""A run of small members is cut into pieces of about this many bytes..."""
+GROUP_BYTES = 1 << 20
+"""A run of small members is cut into pieces of about this many bytes (each copied
+into one buffer and written with one call)..."""
 GROUP_MEMBERS = 512
 """...or this many members, whichever comes first."""
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     """One archive member: ``prefix`` (a document, an npy header) followed by the bytes of
     ``array`` (the blob ``blob``), if any."""
 
@@ -130,7 +131,7 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
             member.blob,
             member.array.dtype.str,
             member.array.shape,
-            tuple(chunks[n] for n in sorted(chunks)),
+            tuple(chunks[n] for n in sorted(chunks)) if len(chunks) > 1 else tuple(chunks.values()),
             layout={"chunk_shape": list(member.chunk_shape)} if member.chunk_shape else {},
         )
     return WrittenDB(blobs, tuple(sorted(found.gaps, key=lambda gap: gap.offset)))
@@ -188,41 +189,61 @@ def _run_request(
     target: PositionalWriter,
     archive: str,
 ) -> WriteRequest:
+    """A run of small members, copied into one buffer (headers, documents and data in
+    archive order) and written with one call: per member, a CRC-32 for the ZIP, a
+    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob."""
     indexes = list(run)
     start = layout.members[indexes[0]].header_offset
     nbytes = layout.members[indexes[-1]].end - start
-    copies = sum(members[i].data_size for i in indexes if not _contiguous(members[i]))
 
     def produce() -> list[Buffer]:
-        views: list[Buffer] = []
-        gap: list[memoryview] = []
-        gap_start = start
+        buffer = bytearray(nbytes)
+        view = memoryview(buffer)
+        chunks: list[tuple[str, ChunkRecord]] = []
+        gaps: list[ChunkRecord] = []
+        crcs: dict[int, int] = {}
+        gap_start = 0
         for index in indexes:
             member, placed = members[index], layout.members[index]
+            header = placed.header_offset - start
+            layout.local_header_into(buffer, header, index)
+            first = placed.data_offset - start
+            data_at = first + len(member.prefix)
+            buffer[first:data_at] = member.prefix
             data = _data(member)
-            prefix = memoryview(member.prefix)
-            crc = crc32_of([prefix, data])
-            found.member_crc[index] = crc
-            header = memoryview(layout.local_header(index, crc))
-            views += [header, prefix, data]
-            gap += [header, prefix]
+            end = data_at + data.nbytes
+            if data.nbytes:
+                view[data_at:end] = data
+            crc = _crc32(view[first:end])
+            layout.patch_crc(buffer, header, crc)
+            crcs[index] = crc
             if data.nbytes and member.blob is not None:
-                found.gap(gap_start, gap)
-                found.chunk(member.blob, 0, placed.end - data.nbytes, data)
-                gap, gap_start = [], placed.end
-        found.gap(gap_start, gap)
-        return views
+                gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
+                chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
+                gap_start = end
+        if gap_start < nbytes:
+            gaps.append(_record(archive, start + gap_start, view[gap_start:]))
+        with found.lock:
+            found.member_crc.update(crcs)
+            found.gaps.extend(gap for gap in gaps if gap.stored)
+            for blob, chunk in chunks:
+                found.blob_chunks[blob] = {0: chunk}
+        return [buffer]
 
     return WriteRequest(
         archive,
         produce,
         nbytes,
-        holds=copies,
+        holds=nbytes,
         blob=members[indexes[0]].blob,
         target=target,
         offset=start,
         checksum=False,
     )
+
+
+def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:
+    return ChunkRecord(archive, offset, data.nbytes, data.nbytes, _crc32c(data))
 
 
 def _contiguous(member: Member) -> bool:

@@ -147,11 +147,12 @@ class ZarrDB(DBType):
             _Plan(name, array, tuple(max(d, 1) for d in array.shape), ())
             for name, array in blobs.items()
         ]
-        groups = {METADATA: _group_document()}
+        group = _group_document()
+        groups = {METADATA: group}
         for plan in plans:
             parts = plan.name.split("/")
             for depth in range(1, len(parts)):
-                groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", _group_document())
+                groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
         members = [Member(key, document) for key, document in groups.items()]
         for plan in plans:
             members.append(Member(f"{plan.name}/{METADATA}", self._array_document(plan)))

@@ -8,9 +8,13 @@ import crc32c as _crc32c
 
 from ckptstore._types import Buffer, byte_view
 
-__all__ = ["CHECKSUM_ALGORITHM", "crc32c_of"]
+__all__ = ["CHECKSUM_ALGORITHM", "crc32c_buffer", "crc32c_of"]
 
 CHECKSUM_ALGORITHM = "crc32c"
+
+crc32c_buffer = _crc32c.crc32c
+"""CRC-32C of one contiguous byte buffer (``crc32c_buffer(view, previous=0)``): the
+hot path for thousands of small pieces, without :func:`crc32c_of`'s loop."""
 
 
 def crc32c_of(parts: Iterable[Buffer], value: int = 0) -> int:

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 try:  # ISA-L's CRC-32 is ~5x faster than zlib's; same polynomial, same values
     from isal.isal_zlib import crc32 as _crc32
@@ -39,6 +40,7 @@ __all__ = [
     "ALIGN_FROM",
     "ZipLayout",
     "ZipMember",
+    "crc32_buffer",
     "crc32_combine",
     "crc32_of",
 ]
@@ -57,9 +59,14 @@ _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _END = struct.Struct("<IHHHHIIH")
 _END64 = struct.Struct("<IQHHIIQQQQ")
 _LOCATOR64 = struct.Struct("<IIQI")
+_CRC = struct.Struct("<I")
 LOCAL_HEADER_SIZE = _LOCAL.size
 CENTRAL_HEADER_SIZE = _CENTRAL.size
 END_SIZE = _END.size
+
+
+crc32_buffer = _crc32
+"""CRC-32 of one contiguous byte buffer (``crc32_buffer(view, previous=0)``)."""
 
 
 def crc32_of(parts: Sequence[Buffer], value: int = 0) -> int:
@@ -119,8 +126,7 @@ class ZipMember:
     size: int
 
 
-@dataclass(frozen=True)
-class PlacedMember:
+class PlacedMember(NamedTuple):
     """A member with its place: local header at ``header_offset``, ``padding`` bytes of
     extra field, data at ``data_offset``."""
 
@@ -140,14 +146,6 @@ class PlacedMember:
         return self.data_offset + self.size
 
 
-def _needs_zip64_local(size: int) -> bool:
-    return size >= _U32
-
-
-def _local_extra_size(size: int) -> int:
-    return 20 if _needs_zip64_local(size) else 0
-
-
 @dataclass(frozen=True)
 class ZipLayout:
     """Where every byte of an archive goes. Build with :meth:`plan`."""
@@ -161,20 +159,23 @@ class ZipLayout:
     def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
         placed = []
         offset = 0
+        directory_size = 0
+        fixed = LOCAL_HEADER_SIZE
         for member in members:
             encoded = member.name.encode()
-            base = offset + LOCAL_HEADER_SIZE + len(encoded) + _local_extra_size(member.size)
+            size = member.size
+            base = offset + fixed + len(encoded)
             padding = 0
-            if member.size >= ALIGN_FROM:
+            if size >= ALIGN_FROM:
+                if size >= _U32:
+                    base += 20
                 padding = (-(base + 4)) % ALIGN + 4  # a padding field is at least 4 bytes
             data_offset = base + padding
-            placed.append(
-                PlacedMember(member.name, encoded, member.size, offset, data_offset, padding)
-            )
-            offset = data_offset + member.size
-        directory_size = sum(
-            CENTRAL_HEADER_SIZE + len(m.encoded) + len(_central_extra(m)) for m in placed
-        )
+            placed.append(PlacedMember(member.name, encoded, size, offset, data_offset, padding))
+            directory_size += CENTRAL_HEADER_SIZE + len(encoded)
+            if size >= _U32 or offset >= _U32:
+                directory_size += len(_central_extra(placed[-1]))
+            offset = data_offset + size
         tail = directory_size + END_SIZE
         if _needs_zip64_end(len(placed), offset, directory_size):
             tail += _END64.size + _LOCATOR64.size
@@ -182,37 +183,30 @@ class ZipLayout:
 
     def local_header(self, index: int, crc: int) -> bytes:
         """The local header (with its extra fields) of member ``index``."""
-        member = self.members[index]
-        extra = b""
-        size32 = member.size
-        if _needs_zip64_local(member.size):
-            extra = struct.pack("<HHQQ", 1, 16, member.size, member.size)
-            size32 = _U32
-        if member.padding:
-            extra += struct.pack("<HH", _PADDING_ID, member.padding - 4) + bytes(member.padding - 4)
-        header = _LOCAL.pack(
-            0x04034B50,
-            45 if extra[:2] == b"\x01\x00" else 20,
-            _flags(member),
-            0,  # stored
-            _DOS_TIME,
-            _DOS_DATE,
-            crc,
-            size32,
-            size32,
-            len(member.encoded),
-            len(extra),
-        )
-        return header + member.encoded + extra
+        return _local_header(self.members[index], crc)
+
+    def local_header_into(self, buffer: bytearray, at: int, index: int) -> int:
+        """Write member ``index``'s local header into ``buffer`` at ``at`` with a zero
+        CRC-32 (see :meth:`patch_crc`); returns where the header ends."""
+        header = _local_header(self.members[index], 0)
+        buffer[at : at + len(header)] = header
+        return at + len(header)
+
+    @staticmethod
+    def patch_crc(buffer: bytearray, header_at: int, crc: int) -> None:
+        """Set the CRC-32 of the local header written at ``header_at``."""
+        _CRC.pack_into(buffer, header_at + 14, crc)
 
     def central_directory(self, crcs: Sequence[int]) -> bytes:
         """The central directory and end records, given every member's CRC-32."""
         out = bytearray()
+        pack = _CENTRAL.pack
         for member, crc in zip(self.members, crcs, strict=True):
-            extra = _central_extra(member)
-            size32 = _U32 if member.size >= _U32 else member.size
-            offset32 = _U32 if member.header_offset >= _U32 else member.header_offset
-            out += _CENTRAL.pack(
+            size = member.size
+            offset = member.header_offset
+            extra = _central_extra(member) if size >= _U32 or offset >= _U32 else b""
+            size32 = _U32 if size >= _U32 else size
+            out += pack(
                 0x02014B50,
                 (3 << 8) | 45,  # made by unix, spec 4.5
                 45 if extra else 20,
@@ -229,9 +223,10 @@ class ZipLayout:
                 0,
                 0,
                 0o100644 << 16,
-                offset32,
+                _U32 if offset >= _U32 else offset,
             )
-            out += member.encoded + extra
+            out += member.encoded
+            out += extra
         count = len(self.members)
         start, size = self.directory_offset, self.directory_size
         if _needs_zip64_end(count, start, size):
@@ -244,6 +239,30 @@ class ZipLayout:
         else:
             out += _END.pack(0x06054B50, 0, 0, count, count, size, start, 0)
         return bytes(out)
+
+
+def _local_header(member: PlacedMember, crc: int) -> bytes:
+    extra = b""
+    size32 = member.size
+    if member.size >= _U32:
+        extra = struct.pack("<HHQQ", 1, 16, member.size, member.size)
+        size32 = _U32
+    if member.padding:
+        extra += struct.pack("<HH", _PADDING_ID, member.padding - 4) + bytes(member.padding - 4)
+    header = _LOCAL.pack(
+        0x04034B50,
+        45 if extra[:2] == b"\x01\x00" else 20,
+        _flags(member),
+        0,  # stored
+        _DOS_TIME,
+        _DOS_DATE,
+        crc,
+        size32,
+        size32,
+        len(member.encoded),
+        len(extra),
+    )
+    return header + member.encoded + extra
 
 
 def _flags(member: PlacedMember) -> int:

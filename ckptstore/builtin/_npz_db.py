@@ -62,12 +62,12 @@ class NpzDB(DBType):
     def read(
         self, db: DBLocation, records: Sequence[BlobRecord]
     ) -> dict[str, np.ndarray[Any, Any]]:
-        check_ranges(db, ((r.name, c) for r in records for c in r.chunks))
+        check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         return read_raw_blobs(db, records)
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
         try:
-            check_ranges(db, manifest_ranges(manifest))
+            check_ranges(db, ARCHIVE, manifest_ranges(manifest))
         except CorruptCheckpointError as error:
             return [error]
         return verify_records(db, manifest)

@@ -292,19 +292,21 @@ def _piece_requests(
 
 def check_ranges(
     db: DBLocation,
+    archive: str,
     ranges: Iterable[tuple[str | None, ChunkRecord]],
 ) -> None:
-    """Refuse recorded ranges (``(blob or None, record)``) that end past their file or
-    overlap each other, before anything is allocated or read: a manifest is data from
-    storage, and a forged one must not make a load read the wrong bytes or allocate at
-    will. Raises :class:`CorruptCheckpointError` naming the blob and the file."""
+    """Refuse recorded ranges (``(blob or None, record)``) of ``archive`` that end past
+    the file or overlap each other, before anything is allocated or read: a manifest is
+    data from storage, and a forged one must not make a load read the wrong bytes or
+    allocate at will (one size request for the archive). Raises
+    :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
+    (one file per chunk, compressed zarr) are checked by their reads."""
     by_key: dict[str, list[tuple[int, int, str | None]]] = {}
     for blob, record in ranges:
-        by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
+        if record.key == archive:
+            by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
     url = db.storage.display_url
     for key, spans in by_key.items():
-        if len(spans) == 1:
-            continue  # a file of its own: a short read is caught by the read itself
         try:
             size = db.storage.size(db.key(key))
         except ObjectNotFoundError:

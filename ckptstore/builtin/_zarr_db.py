@@ -305,7 +305,7 @@ class ZarrDB(DBType):
     def read(
         self, db: DBLocation, records: Sequence[BlobRecord]
     ) -> dict[str, np.ndarray[Any, Any]]:
-        check_ranges(db, ((r.name, c) for r in records for c in r.chunks))
+        check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         raw = [record for record in records if record.codec == "raw"]
         arrays = read_raw_blobs(db, raw)
         compressed = [record for record in records if record.codec != "raw"]
@@ -315,7 +315,7 @@ class ZarrDB(DBType):
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
         try:
-            check_ranges(db, manifest_ranges(manifest))
+            check_ranges(db, ARCHIVE, manifest_ranges(manifest))
         except CorruptCheckpointError as error:
             return [error]
         return super().verify(db, manifest)

@@ -142,3 +142,18 @@ def test_forged_offsets_are_refused_before_reading(
     assert caught.value.blob == "b"
     assert caught.value.file == f"trainer_0.1/{ARCHIVES[db_type]}"
     assert "crc" not in str(caught.value).lower()  # says where, never a checksum value
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_forged_range_is_refused_even_when_it_is_the_only_one_read(
+    tmp_path: Path, db_type: str
+) -> None:
+    location, records, db = forged(db_type, tmp_path, "past_the_end")
+    with pytest.raises(CorruptCheckpointError, match="past the end") as caught:
+        db.read(location, records[1:])
+    assert caught.value.blob == "b"
+    storage = location.storage
+    manifest = protocol.open_node(storage, NODE, 1)
+    forged_manifest = replace(manifest, blobs={"b": records[1]})
+    (problem,) = db.verify(location, forged_manifest)
+    assert problem.blob == "b"

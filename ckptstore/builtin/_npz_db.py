@@ -21,13 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.builtin._packed import Member, check_ranges, manifest_ranges, write_archive
+from ckptstore.builtin._packed import (
+    Member,
+    check_ranges,
+    manifest_ranges,
+    read_archive,
+    write_archive,
+)
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._db_type import (
     DBLocation,
     DBType,
     WrittenDB,
-    read_raw_blobs,
     verify_records,
 )
 from ckptstore.plugin._markers import hookimpl
@@ -63,7 +68,7 @@ class NpzDB(DBType):
         self, db: DBLocation, records: Sequence[BlobRecord]
     ) -> dict[str, np.ndarray[Any, Any]]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
-        return read_raw_blobs(db, records)
+        return read_archive(db, ARCHIVE, records)
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
         try:

@@ -29,11 +29,17 @@ from typing import Any
 import numpy as np
 
 from ckptstore._types import Buffer
-from ckptstore.builtin._packed import Member, check_ranges, manifest_ranges, write_archive
+from ckptstore.builtin._packed import (
+    Member,
+    check_ranges,
+    manifest_ranges,
+    read_archive,
+    write_archive,
+)
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.records._layout import MANIFEST_NAME
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
@@ -307,7 +313,7 @@ class ZarrDB(DBType):
     ) -> dict[str, np.ndarray[Any, Any]]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         raw = [record for record in records if record.codec == "raw"]
-        arrays = read_raw_blobs(db, raw)
+        arrays = read_archive(db, ARCHIVE, raw)
         compressed = [record for record in records if record.codec != "raw"]
         if compressed:
             arrays.update(_read_compressed(db, compressed))

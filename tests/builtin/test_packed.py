@@ -157,3 +157,26 @@ def test_a_forged_range_is_refused_even_when_it_is_the_only_one_read(
     forged_manifest = replace(manifest, blobs={"b": records[1]})
     (problem,) = db.verify(location, forged_manifest)
     assert problem.blob == "b"
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_small_blobs_read_together_are_still_checked_one_by_one(
+    tmp_path: Path, db_type: str
+) -> None:
+    storage = CountingLocalPath(str(tmp_path))
+    values = {f"w{i}": np.full(100, i, dtype=np.int64) for i in range(300)}
+    save(storage, values, FORMATS[db_type](), ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    storage.chunk_reads.clear()
+    loaded = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
+    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    assert storage.chunk_reads[f"trainer_0.1/{ARCHIVES[db_type]}"] < archive.stat().st_size
+    with open(archive, "r+b") as file:  # damage one blob in the middle of a run
+        file.seek(manifest.blobs["w157"].chunks[0].offset + 9)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ 1]))
+    with pytest.raises(CorruptCheckpointError) as caught:
+        protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    assert (caught.value.blob, caught.value.chunk) == ("w157", 0)

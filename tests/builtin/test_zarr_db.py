@@ -218,7 +218,11 @@ def test_partial_loads_read_only_the_requested_blobs_bytes(
     with Node("reader"):
         session.run(manager.load_blobs_from_checkpoint(["b", "c"], 1))
     assert session.workspace("reader")["b"].tolist() == list(range(10))
-    assert storage.chunk_reads == {"trainer_0.1/blobs.zarr.zip": 40 + 2400}
+    (read,) = storage.chunk_reads.items()
+    assert read[0] == "trainer_0.1/blobs.zarr.zip"
+    # b and c, and the few hundred bytes of ZIP headers and zarr documents between them
+    # (neighbouring ranges are read with one request); never a's 40,000 bytes
+    assert 40 + 2400 <= read[1] < 40 + 2400 + 1024
     assert sorted(storage.document_reads) == [
         "_ckptstore/epoch-1.commit.json",
         "trainer_0.1/ckptstore.manifest.json",

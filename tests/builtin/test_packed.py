@@ -5,6 +5,7 @@ checked against the file before anything is read."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -180,3 +181,30 @@ def test_small_blobs_read_together_are_still_checked_one_by_one(
     with pytest.raises(CorruptCheckpointError) as caught:
         protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
     assert (caught.value.blob, caught.value.chunk) == ("w157", 0)
+
+
+@pytest.mark.parametrize("count", [10, 2000])
+def test_a_save_syncs_each_file_and_directory_once_whatever_the_blob_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    from ckptstore.builtin import _local_path
+
+    synced: list[str] = []
+    real_fsync = _local_path.os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(_local_path.os, "fsync", fsync)
+    monkeypatch.setattr(_local_path, "_SYNCFS", None)  # calling it would fail the test
+    storage = LocalPath(str(tmp_path))
+    assert storage.durability == "fsync"
+    values = {f"w{i}": np.full(100, i) for i in range(count)}
+    save(storage, values, ZarrDB(), ParallelIO())
+    names = sorted(Path(path).name for path in synced)
+    # the archive and the manifest (staging dir), the staging dir's and the root's
+    # entries, the commit record and its directory: the same for 10 or 2000 blobs
+    assert len(synced) <= 8, names
+    assert names.count("blobs.zarr.zip") == 1
+    assert names.count("ckptstore.manifest.json") == 1

@@ -52,6 +52,7 @@ def main() -> None:
         "open",
         "write",
         "writev",
+        "pwritev",
         "fsync",
         "rename",
         "replace",

@@ -136,12 +136,7 @@ def test_a_resave_replaces_the_old_checkpoint_whole(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1, {"old": np.zeros(3), "kept": np.zeros(2)})
     save(storage, 1, {"kept": np.ones(2)}, overwrite=True)
-    assert files_under(tmp_path / "trainer_0.1") == [
-        "ckptstore.manifest.json",
-        "kept/c.0",
-        "kept/zarr.json",
-        "zarr.json",
-    ]
+    assert files_under(tmp_path / "trainer_0.1") == ["blobs.zarr.zip", "ckptstore.manifest.json"]
     assert not any(".retired-" in name for name in os.listdir(tmp_path))
     manifest = protocol.open_node(storage, NODE, 1)
     assert list(manifest.blobs) == ["kept"]
@@ -276,15 +271,16 @@ def test_a_corrupt_commit_record_does_not_block_saving_the_epoch_again(tmp_path:
 
 
 def test_in_place_saves_delete_the_old_manifest_first_and_stale_chunks() -> None:
+    chunked = ZarrDB(compression="zstd")  # a layout of one file per chunk
     with memory_root() as url:
         storage = RecordingMemoryPath(url)
         assert not storage.supports_rename
-        save(storage, 1, {"w": np.arange(1500.0), "gone": np.zeros(600)})
+        save(storage, 1, {"w": np.arange(1500.0), "gone": np.zeros(600)}, chunked)
         old_keys = memory_keys(url)
         assert "trainer_0.1/gone/c.0" in old_keys
         assert "trainer_0.1/w/c.2" in old_keys  # 12000 bytes in 4096-byte chunks
         storage.calls.clear()
-        save(storage, 1, {"w": np.arange(10.0)}, overwrite=True)
+        save(storage, 1, {"w": np.arange(10.0)}, chunked, overwrite=True)
         assert storage.calls[:2] == [
             ("delete", "_ckptstore/epoch-1/trainer_0.commit.json"),  # uncommitted first
             ("delete", "trainer_0.1/ckptstore.manifest.json"),
@@ -368,7 +364,8 @@ def test_loads_are_all_or_nothing(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     values = {"a": np.arange(4.0), "b": np.arange(4.0) + 10}
     save(storage, 1, values)
-    flip_byte(tmp_path / "trainer_0.1" / "b" / "c.0", 5)
+    offset = protocol.open_node(storage, NODE, 1).blobs["b"].chunks[0].offset
+    flip_byte(tmp_path / "trainer_0.1" / "blobs.zarr.zip", offset + 5)
     location = CheckpointLocation(storage, ZarrDB(), IO)
     ws = Workspace({"a": np.zeros(4), "b": np.zeros(4)})
     with pytest.raises(CorruptCheckpointError) as info:
@@ -394,7 +391,7 @@ def test_read_blobs_reads_what_is_asked(tmp_path: Path) -> None:
 
 def test_verify_node_reports_every_damaged_or_missing_piece(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
-    save(storage, 1)
+    save(storage, 1, None, ZarrDB(compression="zstd"))  # a layout of one file per chunk
     assert protocol.verify_node(storage, NODE, 1, ZarrDB(), engine()) == []
     flip_byte(tmp_path / "trainer_0.1" / "w" / "c.1", 0)
     os.unlink(tmp_path / "trainer_0.1" / "step" / "c")

@@ -1,10 +1,13 @@
 """The ``local`` path type: checkpoints in a directory on local disk.
 
-Writes go straight to the OS (``writev``/``preadv`` on the arrays' own memory, no
-copies). Durability is a barrier taken once per save: ``syncfs`` on Linux (one flush
-for thousands of files), per-file ``fsync`` elsewhere or on request, or ``none`` for
-scratch space such as ``/dev/shm``. Control documents are always written to a temporary
-name, fsynced and renamed.
+Writes go straight to the OS (``writev``/``pwritev``/``preadv`` on the arrays' own
+memory, no copies). Durability: ``fsync`` (default) syncs each file written, and the
+directories whose entries changed, once: a packed node checkpoint is a few files, so
+that is a few syncs, and nothing else on the file system is flushed. ``syncfs`` flushes
+the whole file system once per save instead (for formats writing thousands of files;
+it also waits for other processes' data); ``none`` is for scratch space such as
+``/dev/shm``. Control documents are always written to a temporary name, fsynced and
+renamed.
 
 Example::
 
@@ -34,7 +37,7 @@ from ckptstore.errors import (
 )
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._path_type import PathType, PositionalWriter
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
 from ckptstore.records._names import validate_key
 
@@ -72,8 +75,8 @@ def _start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
 class LocalPath(PathType):
     """Checkpoints under a local directory (plain path or ``file://`` URL).
 
-    ``durability``: ``"syncfs"`` (default where available), ``"fsync"`` or ``"none"``;
-    also settable with ``CKPTSTORE_DURABILITY``.
+    ``durability``: ``"fsync"`` (default), ``"syncfs"`` or ``"none"``; also settable
+    with ``CKPTSTORE_DURABILITY``.
 
     Example::
 
@@ -103,7 +106,7 @@ class LocalPath(PathType):
         mode = (
             durability
             or choice_variable(os.environ, "CKPTSTORE_DURABILITY", DURABILITY_MODES)
-            or ("syncfs" if _SYNCFS is not None else "fsync")
+            or "fsync"
         )
         if mode not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {mode!r}")
@@ -180,6 +183,13 @@ class LocalPath(PathType):
             finally:
                 os.close(fd)
             self._note_dir(path)
+
+    def open_positional(self, key: str, size: int) -> PositionalWriter:
+        path = self._path(key)
+        with self._errors("write", key):
+            fd = self._open_for_write(path)
+        self._note_dir(path)
+        return _LocalPositionalWriter(self, key, size, fd)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
         path = self._path(key)
@@ -323,6 +333,65 @@ class LocalPath(PathType):
         except OSError as error:
             raise StorageError(self.display_url, None, "list", error) from error
         return sorted(name for name in names if name.startswith(starts))
+
+
+class _LocalPositionalWriter(PositionalWriter):
+    """``pwritev`` of each piece into one open file; ``close`` fsyncs it once."""
+
+    def __init__(self, storage: LocalPath, key: str, size: int, fd: int) -> None:
+        super().__init__(key, size)
+        self._storage = storage
+        self._fd = fd
+
+    def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
+        with self._storage._errors("write", self.key):
+            _pwrite_all(self._fd, [byte_view(part) for part in parts], offset)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        with self._storage._errors("write", self.key):
+            try:
+                if os.fstat(fd).st_size != self.size:
+                    raise OSError(f"wrote {os.fstat(fd).st_size} bytes of {self.size}")
+                if self._storage.durability == "fsync":
+                    os.fsync(fd)
+                elif self._storage.durability == "syncfs":
+                    _start_writeback(fd)
+            finally:
+                os.close(fd)
+
+    def abort(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
+    """Write every view in order from ``offset`` (``pwritev``, resumed after short
+    writes)."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        batch: list[memoryview] = []
+        size = 0
+        for view in views[:_IOV_MAX]:
+            if size + view.nbytes > _MAX_RW:
+                if not batch:
+                    batch.append(view[:_MAX_RW])
+                break
+            batch.append(view)
+            size += view.nbytes
+        written = os.pwritev(fd, batch, offset)
+        offset += written
+        while written:
+            head = views[0]
+            if written >= head.nbytes:
+                written -= head.nbytes
+                views.pop(0)
+            else:
+                views[0] = head[written:]
+                written = 0
 
 
 class _SyncingFileIO(io.FileIO):

@@ -1,10 +1,12 @@
 """The ``npz`` DB type: one uncompressed ``.npz`` archive per node per epoch.
 
 ``<node>.<epoch>/blobs.npz`` opens with plain ``np.load`` (``allow_pickle=False``).
-Members are streamed chunk by chunk straight from the arrays (no second copy of the
-state in memory); every chunk's CRC-32C and every byte of zip and npy headers between
-them is recorded, so a flipped byte anywhere in the archive is detected. Loads read
-only the requested members' chunks, in parallel, straight into place.
+It is written by the parallel archive writer shared with ``zarr``
+(:mod:`ckptstore.builtin._packed`): members' bytes go straight from the arrays to
+their precomputed offsets, in parallel; every data piece's CRC-32C and every byte of
+zip and npy headers between them is recorded, so a flipped byte anywhere in the
+archive is detected. Loads read only the requested members' ranges, in parallel,
+straight into place.
 ml_dtypes blobs are headed as unsigned integers of their size (the manifest names the
 type; see :mod:`ckptstore.records._dtypes`).
 
@@ -15,26 +17,33 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import io
-import zipfile
-from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ckptstore._types import byte_view
-from ckptstore.io._checksum import crc32c_of
-from ckptstore.io._chunking import array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.builtin._packed import (
+    Member,
+    check_ranges,
+    manifest_ranges,
+    read_archive,
+    write_archive,
+)
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.plugin._db_type import (
+    DBLocation,
+    DBType,
+    WrittenDB,
+    verify_records,
+)
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.records._dtypes import encode_dtype, plain_dtype
-from ckptstore.records._manifest import BlobRecord, ChunkRecord
+from ckptstore.records._manifest import BlobRecord, NodeManifest
 
 __all__ = ["NpzDB"]
 
 ARCHIVE = "blobs.npz"
-_EPOCH_1980 = (1980, 1, 1, 0, 0, 0)
 
 
 class NpzDB(DBType):
@@ -48,31 +57,29 @@ class NpzDB(DBType):
     name = "npz"
 
     def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
-        target = db.io.settings.chunk_bytes
-        records: dict[str, BlobRecord] = {}
-        with db.open_write(ARCHIVE) as raw:
-            stream = _GapRecorder(raw)
-            with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-                for name, array in blobs.items():
-                    info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH_1980)
-                    with archive.open(info, "w", force_zip64=True) as member:
-                        member.write(_npy_header(array))
-                        chunks = []
-                        chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, target)
-                        for chunk in array_chunks(array.shape, array.dtype.itemsize, chunk_shape):
-                            data = chunk_data(array, chunk, chunk_shape)
-                            offset = stream.position
-                            with stream.data():
-                                member.write(byte_view(data))
-                            crc = crc32c_of([data])
-                            chunks.append(
-                                ChunkRecord(ARCHIVE, offset, data.nbytes, data.nbytes, crc)
-                            )
-                    records[name] = BlobRecord(
-                        name, encode_dtype(name, array.dtype), array.shape, tuple(chunks)
-                    )
-            gaps = stream.finish()
-        return WrittenDB(records, tuple(gaps))
+        members = [
+            Member(f"{name}.npy", _npy_header(array), name, array) for name, array in blobs.items()
+        ]
+        written = write_archive(db, ARCHIVE, members)
+        records = {
+            name: written.blobs.get(name)
+            or BlobRecord(name, encode_dtype(name, array.dtype), array.shape, ())
+            for name, array in blobs.items()
+        }
+        return WrittenDB(records, written.files)
+
+    def read(
+        self, db: DBLocation, records: Sequence[BlobRecord]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
+        return read_archive(db, ARCHIVE, records)
+
+    def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+        try:
+            check_ranges(db, ARCHIVE, manifest_ranges(manifest))
+        except CorruptCheckpointError as error:
+            return [error]
+        return verify_records(db, manifest)
 
 
 def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
@@ -84,65 +91,6 @@ def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
     }
     np.lib.format.write_array_header_1_0(header, fields)
     return header.getvalue()
-
-
-class _GapRecorder(io.RawIOBase):
-    """Passes writes through, counting the position, and checksums every byte written
-    outside :meth:`data` blocks (zip and npy headers) as gap records. It refuses to
-    seek, so zipfile streams (data descriptors) instead of rewriting headers."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        super().__init__()
-        self._inner = inner
-        self.position = 0
-        self._in_data = False
-        self._gap_start = 0
-        self._gap_crc = 0
-        self._gaps: list[ChunkRecord] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self.position
-
-    def write(self, data: Any) -> int:
-        view = byte_view(data)
-        if not self._in_data:
-            self._gap_crc = crc32c_of([view], self._gap_crc)
-        self._inner.write(view)
-        self.position += view.nbytes
-        return view.nbytes
-
-    @contextlib.contextmanager
-    def data(self) -> Iterator[None]:
-        self._close_gap()
-        self._in_data = True
-        try:
-            yield
-        finally:
-            self._in_data = False
-            self._gap_start = self.position
-            self._gap_crc = 0
-
-    def _close_gap(self) -> None:
-        size = self.position - self._gap_start
-        if size:
-            self._gaps.append(ChunkRecord(ARCHIVE, self._gap_start, size, size, self._gap_crc))
-
-    def finish(self) -> list[ChunkRecord]:
-        self._close_gap()
-        return self._gaps
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def close(self) -> None:
-        # the underlying stream is closed by its own context manager
-        super().close()
 
 
 @hookimpl

@@ -1,13 +1,16 @@
 """The ``zarr`` DB type (the default): one zarr v3 group per node per epoch, one array
 per blob, readable by plain zarr-python, xarray or tensorstore without ckptstore.
 
-ckptstore writes the zarr documents and chunk files itself, through the parallel I/O
-engine, instead of going through zarr-python's per-array machinery: that is what makes
-thousands of small blobs cheap. Chunks are cut so that each is one contiguous range of
-the array's bytes (see :mod:`ckptstore.io._chunking`), written without copies; small
-blobs are never split. Chunk keys use zarr's default encoding with the ``.`` separator,
-so a blob's chunks sit next to its ``zarr.json``. Codecs are off by default;
-``compression="zstd"`` or ``"blosc"`` turns them on.
+Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: the zarr
+hierarchy inside a stored ZIP, the layout zarr's own ``ZipStore`` and fsspec's
+``zip::`` URLs read. Each array is a single chunk (chunk shape = array shape: no edge
+padding), written by the shared parallel archive writer
+(:mod:`ckptstore.builtin._packed`) in pieces at precomputed offsets; the manifest
+records those pieces' byte ranges and CRC-32Cs, so loads stay parallel and partial.
+
+With ``compression="zstd"`` or ``"blosc"``, chunks are compressed one by one (sizes
+unknown in advance), so that layout is a zarr directory store: one file per chunk and
+per document. Chunk keys use zarr's default encoding with the ``.`` separator.
 
 Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core types,
 ``S``/``U``/datetime64/timedelta64 as the data types zarr-python defines, longdouble as
@@ -15,8 +18,8 @@ Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core type
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", ZarrDB(compression="zstd"))
-    zarr.open_group("/ckpt/trainer_0.3")["w"][:]   # plain zarr reads it
+    CheckpointManager("/ckpt", "trainer_0", ZarrDB())
+    zarr.open_group(zarr.storage.ZipStore("/ckpt/trainer_0.3/blobs.zarr.zip", mode="r"))
 """
 
 from __future__ import annotations
@@ -31,19 +34,27 @@ from typing import Any
 import numpy as np
 
 from ckptstore._types import Buffer
-from ckptstore.errors import UnsupportedBlobError
+from ckptstore.builtin._packed import (
+    Member,
+    check_ranges,
+    manifest_ranges,
+    read_archive,
+    write_archive,
+)
+from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs
+from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.records._dtypes import encode_dtype, plain_dtype
 from ckptstore.records._layout import MANIFEST_NAME
-from ckptstore.records._manifest import BlobRecord, ChunkRecord
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
-__all__ = ["COMPRESSIONS", "ZarrDB"]
+__all__ = ["ARCHIVE", "COMPRESSIONS", "ZarrDB"]
 
 COMPRESSIONS = ("zstd", "blosc")
 METADATA = "zarr.json"
+ARCHIVE = "blobs.zarr.zip"
 _DATA_TYPES = {
     "b": {1: "bool"},
     "i": {1: "int8", 2: "int16", 4: "int32", 8: "int64"},
@@ -157,6 +168,49 @@ class ZarrDB(DBType):
 
     def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
         _refuse_nested_arrays(blobs)
+        if self.compression is None:
+            return self._write_archive(db, blobs)
+        return self._write_directory(db, blobs)
+
+    def _write_archive(
+        self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
+    ) -> WrittenDB:
+        """The hierarchy in one stored ZIP; one chunk per array."""
+        plans = [
+            _Plan(name, array, tuple(max(d, 1) for d in array.shape), ())
+            for name, array in blobs.items()
+        ]
+        group = _group_document()
+        groups = {METADATA: group}
+        for plan in plans:
+            parts = plan.name.split("/")
+            for depth in range(1, len(parts)):
+                groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
+        members = [Member(key, document) for key, document in groups.items()]
+        for plan in plans:
+            members.append(Member(f"{plan.name}/{METADATA}", self._array_document(plan)))
+            if plan.array.size:
+                chunk = f"{plan.name}/{_chunk_key((0,) * plan.array.ndim)}"
+                members.append(Member(chunk, b"", plan.name, plan.array, plan.chunk_shape))
+        written = write_archive(db, ARCHIVE, members)
+        empty = {
+            plan.name: BlobRecord(
+                plan.name,
+                plan.array.dtype.str,
+                plan.array.shape,
+                (),
+                layout={"chunk_shape": list(plan.chunk_shape)},
+            )
+            for plan in plans
+            if not plan.array.size
+        }
+        records = {plan.name: written.blobs.get(plan.name) or empty[plan.name] for plan in plans}
+        return WrittenDB(records, written.files)
+
+    def _write_directory(
+        self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
+    ) -> WrittenDB:
+        """Compressed chunks: one file per chunk and per document."""
         target = db.io.settings.chunk_bytes
         plans = []
         for name, array in blobs.items():
@@ -289,12 +343,20 @@ class ZarrDB(DBType):
     def read(
         self, db: DBLocation, records: Sequence[BlobRecord]
     ) -> dict[str, np.ndarray[Any, Any]]:
+        check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         raw = [record for record in records if record.codec == "raw"]
-        arrays = read_raw_blobs(db, raw)
+        arrays = read_archive(db, ARCHIVE, raw)
         compressed = [record for record in records if record.codec != "raw"]
         if compressed:
             arrays.update(_read_compressed(db, compressed))
         return {record.name: arrays[record.name] for record in records}
+
+    def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+        try:
+            check_ranges(db, ARCHIVE, manifest_ranges(manifest))
+        except CorruptCheckpointError as error:
+            return [error]
+        return super().verify(db, manifest)
 
 
 def _refuse_nested_arrays(blobs: Mapping[str, Any]) -> None:

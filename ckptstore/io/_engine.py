@@ -29,7 +29,7 @@ from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._settings import IOSettings
 
 if TYPE_CHECKING:
-    from ckptstore.plugin._path_type import PathType
+    from ckptstore.plugin._path_type import PathType, PositionalWriter
 
 __all__ = ["ParallelIO", "ReadRequest", "WriteRequest", "WriteResult"]
 
@@ -45,6 +45,10 @@ class WriteRequest:
     ``parts`` may be a callable producing them inside a worker, so that copies (for a
     non-contiguous array, or compression) are made only once the budget allows it;
     ``holds`` is how many bytes such a producer allocates.
+
+    With ``target``, the parts are written at ``offset`` of that file instead (one
+    piece of a file written in parallel); ``checksum=False`` skips the CRC-32C (the
+    producer computed the checksums it needs itself; the result's ``crc32c`` is 0).
     """
 
     key: str
@@ -53,6 +57,9 @@ class WriteRequest:
     holds: int = 0
     blob: str | None = None
     chunk: int | None = None
+    target: PositionalWriter | None = None
+    offset: int = 0
+    checksum: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,11 @@ class ParallelIO:
         def perform(request: WriteRequest) -> WriteResult:
             parts = request.parts() if callable(request.parts) else request.parts
             views = [byte_view(part) for part in parts]
-            crc = crc32c_of(views)
-            storage.write_parts(_join(prefix, request.key), views)
+            crc = crc32c_of(views) if request.checksum else 0
+            if request.target is not None:
+                request.target.write_at(request.offset, views)
+            else:
+                storage.write_parts(_join(prefix, request.key), views)
             return WriteResult(request.key, sum(view.nbytes for view in views), crc)
 
         return self._run(requests, cost, perform, batch=storage.batches_small_requests)

@@ -23,7 +23,7 @@ Example::
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.plugin._path_type import PathType, redact_url
+from ckptstore.plugin._path_type import PathType, PositionalWriter, redact_url
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 
@@ -34,6 +34,7 @@ __all__ = [
     "MetadataHandler",
     "PathType",
     "PluginInfo",
+    "PositionalWriter",
     "Registry",
     "UploadTaskGroupBuilder",
     "WrittenDB",

@@ -16,15 +16,16 @@ Example::
 from __future__ import annotations
 
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, ClassVar
 
-from ckptstore._types import Buffer
+from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import KeyExistsError, ObjectNotFoundError
 from ckptstore.io._settings import IOSettings
 
-__all__ = ["PathType", "redact_url"]
+__all__ = ["PathType", "PositionalWriter", "redact_url"]
 
 _CREDENTIALS_IN_URL = re.compile(r"(?<=://)[^/@]*@")
 
@@ -32,6 +33,77 @@ _CREDENTIALS_IN_URL = re.compile(r"(?<=://)[^/@]*@")
 def redact_url(url: str) -> str:
     """``url`` with any ``user:secret@`` part and query string removed, for messages."""
     return _CREDENTIALS_IN_URL.sub("", url).split("?", 1)[0]
+
+
+class PositionalWriter(ABC):
+    """One file of known size written in pieces at known offsets, from many threads at
+    once. The file exists (whole, and as durable as the path type makes files) once
+    :meth:`close` returns; :meth:`abort` gives up.
+
+    Example::
+
+        with storage.open_positional("trainer_0.3/blobs.zip", 8) as out:
+            out.write_at(4, [b"5678"]); out.write_at(0, [b"1234"])
+    """
+
+    def __init__(self, key: str, size: int) -> None:
+        self.key = key
+        self.size = size
+
+    @abstractmethod
+    def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
+        """Write the concatenation of ``parts`` at ``offset`` (thread-safe)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish the file: every byte of ``[0, size)`` must have been written."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Give up: the file is left incomplete or not created (never published)."""
+
+    def __enter__(self) -> PositionalWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class _GatheringWriter(PositionalWriter):
+    """The default :class:`PositionalWriter`: keeps the written views (no copies: they
+    point into the caller's buffers, which live until the save ends) and stores them as
+    one object with :meth:`PathType.write_parts` on close, which object stores upload
+    as one multipart upload with parallel parts."""
+
+    def __init__(self, storage: PathType, key: str, size: int) -> None:
+        super().__init__(key, size)
+        self._storage = storage
+        self._pieces: list[tuple[int, list[memoryview]]] = []
+        self._lock = threading.Lock()
+
+    def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
+        views = [byte_view(part) for part in parts]
+        with self._lock:
+            self._pieces.append((offset, views))
+
+    def close(self) -> None:
+        pieces, self._pieces = sorted(self._pieces, key=lambda piece: piece[0]), []
+        views: list[memoryview] = []
+        position = 0
+        for offset, parts in pieces:
+            if offset != position:
+                raise ValueError(f"{self.key}: bytes {position}..{offset} were never written")
+            views.extend(parts)
+            position += sum(view.nbytes for view in parts)
+        if position != self.size:
+            raise ValueError(f"{self.key}: wrote {position} bytes of {self.size}")
+        self._storage.write_parts(self.key, views)
+
+    def abort(self) -> None:
+        self._pieces = []
 
 
 class PathType(ABC):
@@ -155,6 +227,12 @@ class PathType(ABC):
             return self.read_bytes(key)
         except ObjectNotFoundError:
             return None
+
+    def open_positional(self, key: str, size: int) -> PositionalWriter:
+        """A writer creating ``key`` (``size`` bytes) from pieces written at offsets in
+        parallel. The default gathers the pieces and stores them with
+        :meth:`write_parts` on close; local disk writes each piece in place."""
+        return _GatheringWriter(self, key, size)
 
     def prepare_keys(self, keys: Iterable[str]) -> None:
         """Get ready to write ``keys`` (called before a batch of parallel writes).

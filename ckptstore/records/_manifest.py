@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,9 @@ from ckptstore.records._names import validate_blob_name, validate_key, validate_
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
 
 MANIFEST_KIND = "ckptstore.manifest"
+_validated_key = lru_cache(maxsize=1024)(validate_key)
+"""``validate_key``, remembered: a packed manifest names the same file thousands of times
+(invalid keys raise, and exceptions are never cached)."""
 
 
 def safe_dtype(text: str, blob: str) -> np.dtype[Any]:
@@ -58,7 +62,7 @@ class ChunkRecord:
         for value in (offset, stored, size, crc):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"chunk field {value!r} is not a non-negative integer")
-        return cls(validate_key(key), offset, stored, size, crc)
+        return cls(_validated_key(key), offset, stored, size, crc)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ def test_demo_checkpoints_are_plain_zarr(tmp_path: Path) -> None:
     import zarr
 
     run_demo(DemoConfig(str(tmp_path), epochs=1), io.StringIO())
-    group = zarr.open_group(str(tmp_path / "trainer_1.1"), mode="r")
+    store = zarr.storage.ZipStore(tmp_path / "trainer_1.1" / "blobs.zarr.zip", mode="r")
+    group = zarr.open_group(store, mode="r")
     assert group["trainer_1/weights"].shape == (32,)
     assert int(group["trainer_1/epoch"][...]) == 1
 

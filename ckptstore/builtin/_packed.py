@@ -1,0 +1,467 @@
+"""One ZIP archive per node checkpoint, written in parallel at precomputed offsets: the
+writer shared by the ``zarr`` and ``npz`` formats.
+
+The archive's layout (:class:`~ckptstore.io._zip.ZipLayout`) is fixed before any byte
+is written, so its pieces go to storage in parallel through the I/O engine:
+
+* runs of small members (documents, npy headers, small blobs) are one piece each:
+  the worker checksums every member, builds its local header and writes headers and
+  data of the whole run with one ``pwritev``;
+* a member larger than ``chunk_bytes`` is cut into pieces of about that size (each a
+  contiguous range of the array's C-order bytes, so no copy for C-contiguous arrays),
+  written in parallel; its local header goes last, once the CRC-32s of its pieces are
+  combined;
+* the central directory goes at the end.
+
+Local disk writes every piece in place (``pwritev``) and fsyncs the file once; object
+stores upload the archive as one multipart upload with parallel parts. Nothing is
+padded but the alignment of large members' data.
+
+The manifest records every blob's byte range(s) with a CRC-32C each, and every other
+byte of the archive (headers, documents, central directory) as checksummed gap ranges,
+so any flipped byte is found by ``verify``; a partial load reads only its blobs' ranges.
+Before reading, :func:`check_ranges` refuses recorded ranges that leave the file or
+overlap each other (the manifest is untrusted input).
+
+Example::
+
+    written = write_archive(db, "blobs.npz", [Member("w.npy", header, "w", array)])
+    written.blobs["w"].chunks  # byte ranges of w's data in blobs.npz
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ckptstore._types import Buffer, byte_view
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.io._checksum import crc32c_buffer as _crc32c
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
+from ckptstore.io._engine import ReadRequest, WriteRequest
+from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.io._zip import crc32_buffer as _crc32
+from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
+from ckptstore.plugin._path_type import PositionalWriter
+from ckptstore.records._dtypes import encode_dtype
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+
+__all__ = ["Member", "check_ranges", "manifest_ranges", "read_archive", "write_archive"]
+
+GROUP_BYTES = 1 << 20
+"""A run of small members is cut into pieces of about this many bytes (each copied
+into one buffer and written with one call)..."""
+GROUP_MEMBERS = 512
+"""...or this many members, whichever comes first."""
+
+
+class Member(NamedTuple):
+    """One archive member: ``prefix`` (a document, an npy header) followed by the bytes of
+    ``array`` (the blob ``blob``), if any."""
+
+    name: str
+    prefix: bytes
+    blob: str | None = None
+    array: np.ndarray[Any, Any] | None = None
+    chunk_shape: tuple[int, ...] = ()
+
+    @property
+    def data_size(self) -> int:
+        return 0 if self.array is None else int(self.array.nbytes)
+
+
+class _Ranges:
+    """What the workers found, collected under a lock: blob ranges and gap ranges."""
+
+    def __init__(self, archive: str) -> None:
+        self.archive = archive
+        self.lock = threading.Lock()
+        self.blob_chunks: dict[str, dict[int, ChunkRecord]] = {}
+        self.gaps: list[ChunkRecord] = []
+        self.member_crc: dict[int, int] = {}
+        self.piece_crc: dict[tuple[int, int], tuple[int, int]] = {}  # (member, n) -> crc, len
+
+    def chunk(self, blob: str, number: int, offset: int, data: memoryview) -> None:
+        record = ChunkRecord(self.archive, offset, data.nbytes, data.nbytes, crc32c_of([data]))
+        with self.lock:
+            self.blob_chunks.setdefault(blob, {})[number] = record
+
+    def gap(self, offset: int, parts: Sequence[memoryview]) -> None:
+        size = sum(part.nbytes for part in parts)
+        if size:
+            record = ChunkRecord(self.archive, offset, size, size, crc32c_of(parts))
+            with self.lock:
+                self.gaps.append(record)
+
+
+def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
+    """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
+    records (data ranges) and the gap records (everything else), all checksummed."""
+    layout = ZipLayout.plan([ZipMember(m.name, len(m.prefix) + m.data_size) for m in members])
+    piece_bytes = db.io.settings.chunk_bytes
+    found = _Ranges(archive)
+    db.storage.prepare_keys([db.key(archive)])
+    big: list[int] = []
+    with db.storage.open_positional(db.key(archive), layout.total_size) as target:
+        requests = _requests(layout, members, piece_bytes, found, target, archive, big)
+        db.write(requests)
+        for index in big:  # headers of members written in pieces: their CRC-32 is known now
+            member, placed = members[index], layout.members[index]
+            crc = crc32_of([member.prefix])
+            for number in range(len(_pieces(member, piece_bytes))):
+                piece_crc, length = found.piece_crc[(index, number)]
+                crc = crc32_combine(crc, piece_crc, length)
+            head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
+            target.write_at(placed.header_offset, head)
+            found.gap(placed.header_offset, head)
+            found.member_crc[index] = crc
+        crcs = [found.member_crc[i] for i in range(len(members))]
+        tail = memoryview(layout.central_directory(crcs))
+        target.write_at(layout.directory_offset, [tail])
+        found.gap(layout.directory_offset, [tail])
+    blobs = {}
+    for member in members:
+        if member.blob is None or member.array is None:
+            continue
+        chunks = found.blob_chunks.get(member.blob, {})
+        blobs[member.blob] = BlobRecord(
+            member.blob,
+            encode_dtype(member.blob, member.array.dtype),
+            member.array.shape,
+            tuple(chunks[n] for n in sorted(chunks)) if len(chunks) > 1 else tuple(chunks.values()),
+            layout={"chunk_shape": list(member.chunk_shape)} if member.chunk_shape else {},
+        )
+    return WrittenDB(blobs, tuple(sorted(found.gaps, key=lambda gap: gap.offset)))
+
+
+def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
+    array = member.array
+    assert array is not None
+    shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
+    return list(array_chunks(array.shape, array.dtype.itemsize, shape))
+
+
+def _requests(
+    layout: ZipLayout,
+    members: Sequence[Member],
+    piece_bytes: int,
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+    big: list[int],
+) -> Iterator[WriteRequest]:
+    run: list[int] = []
+    run_bytes = 0
+    for index, member in enumerate(members):
+        if member.data_size > piece_bytes:
+            if run:  # a run is a contiguous range of the archive: it ends here
+                yield _run_request(layout, members, run, found, target, archive)
+                run, run_bytes = [], 0
+            big.append(index)
+            yield from _piece_requests(layout, index, member, piece_bytes, found, target, archive)
+            continue
+        run.append(index)
+        run_bytes += member.data_size + len(member.prefix)
+        if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
+            yield _run_request(layout, members, run, found, target, archive)
+            run, run_bytes = [], 0
+    if run:
+        yield _run_request(layout, members, run, found, target, archive)
+
+
+def _data(member: Member) -> memoryview:
+    array = member.array
+    if array is None:
+        return memoryview(b"")
+    if array.flags.c_contiguous:
+        return byte_view(array.reshape(-1).view(np.uint8))
+    return byte_view(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def _run_request(
+    layout: ZipLayout,
+    members: Sequence[Member],
+    run: list[int],
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+) -> WriteRequest:
+    """A run of small members, copied into one buffer (headers, documents and data in
+    archive order) and written with one call: per member, a CRC-32 for the ZIP, a
+    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob."""
+    indexes = list(run)
+    start = layout.members[indexes[0]].header_offset
+    nbytes = layout.members[indexes[-1]].end - start
+
+    def produce() -> list[Buffer]:
+        buffer = bytearray(nbytes)
+        view = memoryview(buffer)
+        chunks: list[tuple[str, ChunkRecord]] = []
+        gaps: list[ChunkRecord] = []
+        crcs: dict[int, int] = {}
+        gap_start = 0
+        for index in indexes:
+            member, placed = members[index], layout.members[index]
+            header = placed.header_offset - start
+            layout.local_header_into(buffer, header, index)
+            first = placed.data_offset - start
+            data_at = first + len(member.prefix)
+            buffer[first:data_at] = member.prefix
+            data = _data(member)
+            end = data_at + data.nbytes
+            if data.nbytes:
+                view[data_at:end] = data
+            crc = _crc32(view[first:end])
+            layout.patch_crc(buffer, header, crc)
+            crcs[index] = crc
+            if data.nbytes and member.blob is not None:
+                gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
+                chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
+                gap_start = end
+        if gap_start < nbytes:
+            gaps.append(_record(archive, start + gap_start, view[gap_start:]))
+        with found.lock:
+            found.member_crc.update(crcs)
+            found.gaps.extend(gap for gap in gaps if gap.stored)
+            for blob, chunk in chunks:
+                found.blob_chunks[blob] = {0: chunk}
+        return [buffer]
+
+    return WriteRequest(
+        archive,
+        produce,
+        nbytes,
+        holds=nbytes,
+        blob=members[indexes[0]].blob,
+        target=target,
+        offset=start,
+        checksum=False,
+    )
+
+
+def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:
+    return ChunkRecord(archive, offset, data.nbytes, data.nbytes, _crc32c(data))
+
+
+def _contiguous(member: Member) -> bool:
+    return member.array is None or bool(member.array.flags.c_contiguous)
+
+
+def _piece_requests(
+    layout: ZipLayout,
+    index: int,
+    member: Member,
+    piece_bytes: int,
+    found: _Ranges,
+    target: PositionalWriter,
+    archive: str,
+) -> Iterator[WriteRequest]:
+    array = member.array
+    blob = member.blob
+    assert array is not None
+    assert blob is not None
+    base = layout.members[index].data_offset + len(member.prefix)
+    chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
+    for number, chunk in enumerate(_pieces(member, piece_bytes)):
+
+        def produce(chunk: ArrayChunk = chunk, number: int = number) -> list[Buffer]:
+            data = byte_view(chunk_data(array, chunk, chunk_shape))
+            found.chunk(blob, number, base + chunk.start, data)
+            with found.lock:
+                found.piece_crc[(index, number)] = (crc32_of([data]), data.nbytes)
+            return [data]
+
+        yield WriteRequest(
+            archive,
+            produce,
+            chunk.nbytes,
+            holds=0 if array.flags.c_contiguous else chunk.nbytes,
+            blob=blob,
+            chunk=number,
+            target=target,
+            offset=base + chunk.start,
+            checksum=False,
+        )
+
+
+# -- reading: the manifest's ranges are untrusted ------------------------------------------
+
+
+def check_ranges(
+    db: DBLocation,
+    archive: str,
+    ranges: Iterable[tuple[str | None, ChunkRecord]],
+) -> None:
+    """Refuse recorded ranges (``(blob or None, record)``) of ``archive`` that end past
+    the file or overlap each other, before anything is allocated or read: a manifest is
+    data from storage, and a forged one must not make a load read the wrong bytes or
+    allocate at will (one size request for the archive). Raises
+    :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
+    (one file per chunk, compressed zarr) are checked by their reads."""
+    by_key: dict[str, list[tuple[int, int, str | None]]] = {}
+    for blob, record in ranges:
+        if record.key == archive:
+            by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
+    url = db.storage.display_url
+    for key, spans in by_key.items():
+        try:
+            size = db.storage.size(db.key(key))
+        except ObjectNotFoundError:
+            raise CorruptCheckpointError(
+                "the file is missing", url=url, file=db.key(key), blob=spans[0][2]
+            ) from None
+        spans.sort(key=lambda span: span[0])
+        previous_end, previous_blob = 0, None
+        for offset, stored, blob in spans:
+            if offset + stored > size:
+                raise CorruptCheckpointError(
+                    f"the manifest places {stored} bytes at offset {offset}, past the end of "
+                    f"the {size}-byte file",
+                    url=url,
+                    file=db.key(key),
+                    blob=blob,
+                )
+            if offset < previous_end:
+                other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
+                raise CorruptCheckpointError(
+                    f"the manifest's range at offset {offset} overlaps {other}",
+                    url=url,
+                    file=db.key(key),
+                    blob=blob,
+                )
+            previous_end, previous_blob = offset + stored, blob
+
+
+def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkRecord]]:
+    """Every range a manifest records: blob chunks (with their blob) and format files."""
+    for record in manifest.blobs.values():
+        for chunk in record.chunks:
+            yield record.name, chunk
+    for chunk in manifest.files:
+        yield None, chunk
+
+
+# -- reading: neighbouring small ranges in one request -------------------------------------
+
+COALESCE_GAP = 64 << 10
+"""Requested ranges at most this far apart are read with one request (the bytes between
+them, ZIP headers and documents, go to a scratch buffer)..."""
+COALESCE_BYTES = 4 << 20
+"""...up to this many bytes per request; larger pieces are read on their own."""
+ALONE_FROM = 256 << 10
+"""Ranges larger than this get a request (and a worker) of their own."""
+_MAX_TARGETS = 500
+
+
+class _Span(NamedTuple):
+    offset: int
+    target: memoryview
+    crc32c: int
+    blob: str
+    chunk: int
+
+
+def read_archive(
+    db: DBLocation, archive: str, records: Sequence[BlobRecord]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Read raw blobs from ``archive``: each range lands in place in a new array; runs of
+    neighbouring small ranges are read with one ranged read each (thousands of small
+    blobs cost tens of requests, not thousands) and checked range by range. Ranges of
+    other files (older layouts) are read by :func:`read_raw_blobs`."""
+    inside = [r for r in records if r.chunks and all(c.key == archive for c in r.chunks)]
+    elsewhere = [r for r in records if not (r.chunks and all(c.key == archive for c in r.chunks))]
+    arrays = read_raw_blobs(db, elsewhere) if elsewhere else {}
+    spans: list[_Span] = []
+    for record in inside:
+        if record.codec != "raw" or any(c.stored != c.size for c in record.chunks):
+            arrays.update(read_raw_blobs(db, [record]))
+            continue
+        array = arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
+        dest = byte_view(array.reshape(-1).view(np.uint8))
+        position = 0
+        for number, chunk in enumerate(record.chunks):
+            target = dest[position : position + chunk.size]
+            spans.append(_Span(chunk.offset, target, chunk.crc32c, record.name, number))
+            position += chunk.size
+    spans.sort(key=lambda span: span.offset)
+    db.read(_coalesced(db, archive, spans))
+    return {record.name: arrays[record.name] for record in records}
+
+
+def _coalesced(db: DBLocation, archive: str, spans: list[_Span]) -> Iterator[ReadRequest]:
+    group: list[_Span] = []
+    end = 0
+    for span in spans:
+        size = span.target.nbytes
+        if group and (
+            span.offset - end > COALESCE_GAP
+            or end - group[0].offset + size > COALESCE_BYTES
+            or len(group) >= _MAX_TARGETS
+        ):
+            yield _group_request(db, archive, group)
+            group = []
+        if size > ALONE_FROM:
+            yield ReadRequest(
+                archive,
+                span.offset,
+                [span.target],
+                size,
+                crc32c=span.crc32c,
+                blob=span.blob,
+                chunk=span.chunk,
+            )
+            continue
+        group.append(span)
+        end = span.offset + size
+    if group:
+        yield _group_request(db, archive, group)
+
+
+def _group_request(db: DBLocation, archive: str, group: list[_Span]) -> ReadRequest:
+    start = group[0].offset
+    last = group[-1]
+    nbytes = last.offset + last.target.nbytes - start
+    gaps = nbytes - sum(span.target.nbytes for span in group)
+    check = db.io.settings.verify
+
+    def targets() -> list[memoryview]:
+        views: list[memoryview] = []
+        scratch = memoryview(bytearray(gaps))
+        position = start
+        for span in group:
+            if span.offset > position:
+                views.append(scratch[: span.offset - position])
+                scratch = scratch[span.offset - position :]
+            views.append(span.target)
+            position = span.offset + span.target.nbytes
+        return views
+
+    def verify(_: Sequence[memoryview]) -> None:
+        if not check:
+            return
+        for span in group:
+            actual = _crc32c(span.target)
+            if actual != span.crc32c:
+                raise CorruptCheckpointError(
+                    f"CRC-32C of {span.target.nbytes} bytes at offset {span.offset} is "
+                    f"{actual:#010x}, the manifest recorded {span.crc32c:#010x}",
+                    url=db.storage.display_url,
+                    file=db.key(archive),
+                    blob=span.blob,
+                    chunk=span.chunk,
+                )
+
+    return ReadRequest(
+        archive,
+        start,
+        targets,
+        nbytes,
+        holds=gaps,
+        finish=verify,
+        blob=group[0].blob,
+        chunk=group[0].chunk,
+    )

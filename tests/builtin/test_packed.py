@@ -1,0 +1,210 @@
+"""The packed archive both built-in formats write (``zarr`` and ``npz``): a constant
+number of files whatever the blob count, no wasted allocation, readable by plain zarr
+and numpy, partial loads that read one blob's range only, and recorded ranges that are
+checked against the file before anything is read."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from ckpt_helpers import CountingLocalPath
+
+from ckptstore import CorruptCheckpointError, LocalPath
+from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBLocation, DBType
+from ckptstore.protocol import _commit as protocol
+from ckptstore.records._manifest import ChunkRecord
+
+NODE = "trainer_0"
+ARCHIVES = {"zarr": "blobs.zarr.zip", "npz": "blobs.npz"}
+FORMATS = {"zarr": ZarrDB, "npz": NpzDB}
+SMALL_PIECES = IOSettings(chunk_bytes=64 << 10, concurrency=3, memory_budget=1 << 20)
+
+
+def save(storage: LocalPath, values: dict[str, np.ndarray], db: DBType, io: ParallelIO) -> None:
+    commit = protocol.write_node(storage, NODE, 1, values, db, io)
+    protocol.commit_epoch(storage, 1, [commit])
+
+
+def mixed_blobs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(12)
+    return {
+        "big": rng.normal(size=(300, 100)),  # 240 KB: 4 pieces of 64 KiB, written apart
+        "big_fortran": np.asfortranarray(rng.normal(size=(90, 100))),  # pieces are copies
+        "small/a": np.arange(7, dtype=np.int32),
+        "small/b": rng.normal(size=(3, 4)).astype(np.float32),
+        "strided": np.arange(100, dtype=np.int16)[::2],
+        "scalar": np.array(3.5),
+        "empty": np.zeros((0, 4), dtype=np.uint8),
+        "flags": np.array([True, False]),
+    }
+
+
+def plain_read(directory: Path, db_type: str) -> dict[str, np.ndarray]:
+    """Every blob, read the way docs/reading-without-ckptstore.md shows."""
+    if db_type == "npz":
+        with np.load(directory / "blobs.npz", allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    store = zarr.storage.ZipStore(directory / "blobs.zarr.zip", mode="r")
+    group = zarr.open_group(store, mode="r")
+    arrays = {}
+    for path, array in group.arrays():
+        arrays[path] = array[...]
+    for name, subgroup in group.groups():
+        for path, array in subgroup.arrays():
+            arrays[f"{name}/{path}"] = array[...]
+    return arrays
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_plain_zarr_and_numpy_read_every_blob(tmp_path: Path, db_type: str) -> None:
+    values = mixed_blobs()
+    storage = LocalPath(str(tmp_path))
+    save(storage, values, FORMATS[db_type](), ParallelIO(SMALL_PIECES))
+    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    assert sorted(loaded) == sorted(values)
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+    manifest = protocol.open_node(storage, NODE, 1)
+    assert len(manifest.blobs["big"].chunks) == 4  # cut into pieces, each checksummed
+    back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    for name, value in values.items():
+        assert back[name].dtype == value.dtype
+        np.testing.assert_array_equal(back[name], value)
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_ten_thousand_blobs_make_a_few_files_with_no_wasted_space(
+    tmp_path: Path, db_type: str
+) -> None:
+    blobs = {f"layer{i // 100}/w{i}": np.full(512, i, dtype=np.float64) for i in range(10_000)}
+    storage = LocalPath(str(tmp_path))
+    save(storage, blobs, FORMATS[db_type](), ParallelIO(storage.default_io))
+    files = [path for path in (tmp_path / "trainer_0.1").rglob("*") if path.is_file()]
+    assert len(files) <= 4
+    assert sorted(path.name for path in files) == sorted(
+        [ARCHIVES[db_type], "ckptstore.manifest.json"]
+    )
+    stored = sum(path.stat().st_size for path in files)
+    allocated = sum(path.stat().st_blocks * 512 for path in files)
+    assert allocated <= 1.1 * stored
+    assert stored <= 1.5 * 10_000 * 4096  # headers, documents and manifest included
+    directory = tmp_path / "trainer_0.1"
+    if db_type == "npz":
+        with np.load(directory / "blobs.npz", allow_pickle=False) as archive:
+            last = archive["layer99/w9999"]
+    else:
+        store = zarr.storage.ZipStore(directory / "blobs.zarr.zip", mode="r")
+        last = zarr.open_array(store, path="layer99/w9999", mode="r")[...]
+    np.testing.assert_array_equal(last, blobs["layer99/w9999"])
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_partial_load_reads_only_that_blobs_range(tmp_path: Path, db_type: str) -> None:
+    storage = CountingLocalPath(str(tmp_path))
+    values = {"a": np.zeros(100_000), "b": np.arange(1000, dtype=np.int32), "c": np.ones(50_000)}
+    save(storage, values, FORMATS[db_type](), ParallelIO(SMALL_PIECES))
+    manifest = protocol.open_node(storage, NODE, 1)
+    storage.chunk_reads.clear()
+    loaded = protocol.read_blobs(storage, manifest, ["b"], FORMATS[db_type](), ParallelIO())
+    assert loaded["b"].tolist() == list(range(1000))
+    assert storage.chunk_reads == {f"trainer_0.1/{ARCHIVES[db_type]}": 4000}
+
+
+def forged(db_type: str, tmp_path: Path, offset_of: str) -> tuple[DBLocation, list, DBType]:
+    storage = LocalPath(str(tmp_path))
+    db = FORMATS[db_type]()
+    save(storage, {"a": np.zeros(1000), "b": np.ones(1000)}, db, ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    a, b = manifest.blobs["a"], manifest.blobs["b"]
+    size = (tmp_path / "trainer_0.1" / ARCHIVES[db_type]).stat().st_size
+    offset = {"past_the_end": size - 10, "overlapping": a.chunks[0].offset + 8}[offset_of]
+    chunk: ChunkRecord = replace(b.chunks[0], offset=offset)
+    records = [a, replace(b, chunks=(chunk,))]
+    return DBLocation(storage, "trainer_0.1", ParallelIO()), records, db
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+@pytest.mark.parametrize("offset_of", ["past_the_end", "overlapping"])
+def test_forged_offsets_are_refused_before_reading(
+    tmp_path: Path, db_type: str, offset_of: str
+) -> None:
+    location, records, db = forged(db_type, tmp_path, offset_of)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        db.read(location, records)
+    assert caught.value.blob == "b"
+    assert caught.value.file == f"trainer_0.1/{ARCHIVES[db_type]}"
+    assert "crc" not in str(caught.value).lower()  # says where, never a checksum value
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_forged_range_is_refused_even_when_it_is_the_only_one_read(
+    tmp_path: Path, db_type: str
+) -> None:
+    location, records, db = forged(db_type, tmp_path, "past_the_end")
+    with pytest.raises(CorruptCheckpointError, match="past the end") as caught:
+        db.read(location, records[1:])
+    assert caught.value.blob == "b"
+    storage = location.storage
+    manifest = protocol.open_node(storage, NODE, 1)
+    forged_manifest = replace(manifest, blobs={"b": records[1]})
+    (problem,) = db.verify(location, forged_manifest)
+    assert problem.blob == "b"
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_small_blobs_read_together_are_still_checked_one_by_one(
+    tmp_path: Path, db_type: str
+) -> None:
+    storage = CountingLocalPath(str(tmp_path))
+    values = {f"w{i}": np.full(100, i, dtype=np.int64) for i in range(300)}
+    save(storage, values, FORMATS[db_type](), ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    storage.chunk_reads.clear()
+    loaded = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
+    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    assert storage.chunk_reads[f"trainer_0.1/{ARCHIVES[db_type]}"] < archive.stat().st_size
+    with open(archive, "r+b") as file:  # damage one blob in the middle of a run
+        file.seek(manifest.blobs["w157"].chunks[0].offset + 9)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ 1]))
+    with pytest.raises(CorruptCheckpointError) as caught:
+        protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    assert (caught.value.blob, caught.value.chunk) == ("w157", 0)
+
+
+@pytest.mark.parametrize("count", [10, 2000])
+def test_a_save_syncs_each_file_and_directory_once_whatever_the_blob_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    from ckptstore.builtin import _local_path
+
+    synced: list[str] = []
+    real_fsync = _local_path.os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(_local_path.os, "fsync", fsync)
+    monkeypatch.setattr(_local_path, "_SYNCFS", None)  # calling it would fail the test
+    storage = LocalPath(str(tmp_path))
+    assert storage.durability == "fsync"
+    values = {f"w{i}": np.full(100, i) for i in range(count)}
+    save(storage, values, ZarrDB(), ParallelIO())
+    names = sorted(Path(path).name for path in synced)
+    # the archive and the manifest (staging dir), the staging dir's and the root's
+    # entries, the commit record and its directory: the same for 10 or 2000 blobs
+    assert len(synced) <= 8, names
+    assert names.count("blobs.zarr.zip") == 1
+    assert names.count("ckptstore.manifest.json") == 1

@@ -1,0 +1,102 @@
+"""The precomputed ZIP layout: Python's zipfile reads what it lays out (names, sizes,
+CRC-32s, aligned data, ZIP64 offsets and member counts), and CRC-32s of pieces combine
+into the CRC-32 of the whole."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout, ZipMember, crc32_combine, crc32_of
+
+
+def build(contents: dict[str, bytes]) -> tuple[ZipLayout, bytes]:
+    layout = ZipLayout.plan([ZipMember(name, len(data)) for name, data in contents.items()])
+    out = bytearray(layout.total_size)
+    crcs = []
+    for index, (member, data) in enumerate(zip(layout.members, contents.values(), strict=True)):
+        crc = crc32_of([data])
+        crcs.append(crc)
+        header = layout.local_header(index, crc)
+        assert len(header) == member.header_size
+        out[member.header_offset : member.data_offset] = header
+        out[member.data_offset : member.end] = data
+    tail = layout.central_directory(crcs)
+    out[layout.directory_offset :] = tail
+    assert layout.directory_offset + len(tail) == layout.total_size
+    return layout, bytes(out)
+
+
+def test_zipfile_reads_and_verifies_every_member() -> None:
+    contents = {
+        "zarr.json": b'{"zarr_format": 3}',
+        "w/c.0": os.urandom(ALIGN_FROM + 123),
+        "empty": b"",
+        "名前/ü.npy": b"unicode names are flagged UTF-8",
+    }
+    layout, archive = build(contents)
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert opened.testzip() is None  # every CRC-32 checks
+        assert opened.namelist() == list(contents)
+        for name, data in contents.items():
+            info = opened.getinfo(name)
+            assert info.compress_type == zipfile.ZIP_STORED
+            assert opened.read(name) == data
+    assert layout.members[1].data_offset % ALIGN == 0  # large members are aligned
+    assert layout.members[0].padding == 0  # small ones are packed tight
+
+
+def test_a_wrong_crc_is_caught_by_zipfile() -> None:
+    _, archive = build({"a": b"hello world"})
+    broken = bytearray(archive)
+    broken[archive.index(b"hello")] ^= 1
+    with zipfile.ZipFile(io.BytesIO(bytes(broken))) as opened, pytest.raises(zipfile.BadZipFile):
+        opened.read("a")
+
+
+def test_zip64_end_records_for_many_members() -> None:
+    contents = {f"m{i}": b"" for i in range(70_000)}  # more than a 16-bit count holds
+    _, archive = build(contents)
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert len(opened.infolist()) == 70_000
+
+
+def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path) -> None:
+    big = (4 << 30) + 10  # a sparse member: zeros never written
+    layout = ZipLayout.plan([ZipMember("big", big), ZipMember("after", 5)])
+    zeros = crc32_of([b"\0" * (1 << 20)])
+    crc_big, length = 0, 0
+    while length < big:  # CRC-32 of 4 GiB of zeros from CRC-32s of 1 MiB pieces
+        step = min(1 << 20, big - length)
+        crc_big = crc32_combine(
+            crc_big, zeros if step == 1 << 20 else zlib.crc32(bytes(step)), step
+        )
+        length += step
+    crcs = [crc_big, crc32_of([b"after"])]
+    path = tmp_path / "sparse.zip"
+    with open(path, "wb") as out:
+        for index, member in enumerate(layout.members):
+            out.seek(member.header_offset)
+            out.write(layout.local_header(index, crcs[index]))
+        out.seek(layout.members[1].data_offset)
+        out.write(b"after")
+        out.seek(layout.directory_offset)
+        out.write(layout.central_directory(crcs))
+    assert path.stat().st_size == layout.total_size
+    with zipfile.ZipFile(path) as opened:
+        assert opened.getinfo("big").file_size == big
+        assert opened.getinfo("after").header_offset > 1 << 32
+        assert opened.read("after") == b"after"
+
+
+@pytest.mark.parametrize("split", [0, 1, 4095, 4096, 100_000])
+def test_crc32_combine_matches_zlib(split: int) -> None:
+    data = os.urandom(100_000)
+    head, tail = data[:split], data[split:]
+    assert crc32_combine(zlib.crc32(head), zlib.crc32(tail), len(tail)) == zlib.crc32(data)
+    assert crc32_of([head, tail]) == zlib.crc32(data)

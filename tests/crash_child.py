@@ -3,7 +3,7 @@
     python crash_child.py DIR DB_TYPE EPOCHS K [async]
 
 K = 0 never kills; then the number of counted calls is printed at exit as
-``calls=<n>``. Counted: opening, writing, syncing, renaming, creating (and linking) and deleting
+``calls=<n>``. Counted: opening for writing, writing, syncing, renaming, creating (and linking) and deleting
 files and directories, including the buffered writes of sequential formats, so a kill
 can land anywhere inside a save: data, manifest, durability barrier, rename, commit
 record or catalog. With ``async`` the job saves asynchronously
@@ -48,8 +48,17 @@ def main() -> None:
         int(sys.argv[3]),
         int(sys.argv[4]),
     )
+    plain_open = os.open
+    count_open = counted(plain_open, kill_at)
+
+    def open_for_writing_counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        # reads change nothing on storage: only opens that can write are kill points
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            return int(count_open(path, flags, *args, **kwargs))
+        return plain_open(path, flags, *args, **kwargs)
+
+    os.open = open_for_writing_counted  # type: ignore[assignment]
     for name in (
-        "open",
         "write",
         "writev",
         "pwritev",

@@ -196,7 +196,7 @@ class ZarrDB(DBType):
         empty = {
             plan.name: BlobRecord(
                 plan.name,
-                plan.array.dtype.str,
+                encode_dtype(plan.name, plan.array.dtype),
                 plan.array.shape,
                 (),
                 layout={"chunk_shape": list(plan.chunk_shape)},

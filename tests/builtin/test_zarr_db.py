@@ -245,7 +245,7 @@ def test_strings_datetimes_and_longdouble_open_with_plain_zarr(
     storage = LocalPath(str(tmp_path))
     values = other_values()
     save(storage, values, ZarrDB(compression=compression))
-    group = zarr.open_group(str(tmp_path / "trainer_0.1"), mode="r")
+    group = open_plain(tmp_path / "trainer_0.1", compression)
     for name, value in values.items():
         read = np.asarray(group[name][...])
         if value.dtype.kind == "f":  # zarr has no longdouble: its raw bytes
@@ -265,7 +265,7 @@ def test_ml_dtypes_open_with_plain_zarr_as_unsigned_integers_with_their_type_nam
         "f8": np.array([0.5, -2.0], dtype=ml_dtypes.float8_e4m3fn),
     }
     save(storage, values)
-    group = zarr.open_group(str(tmp_path / "trainer_0.1"), mode="r")
+    group = open_plain(tmp_path / "trainer_0.1")
     assert group["bf16"].attrs["ckptstore_dtype"] == "<ml_dtypes.bfloat16"
     assert group["f8"].attrs["ckptstore_dtype"] == "|ml_dtypes.float8_e4m3fn"
     for name, value in values.items():

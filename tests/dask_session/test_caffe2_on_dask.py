@@ -47,7 +47,7 @@ def scenario_numbers(make_session: SessionFactory, ckpt: str) -> dict[str, objec
     for epoch in range(1, 5):
         with make_session() as session:
             manager = MultiNodeCheckpointManager(ckpt, "npz")
-            runner = JobRunner(job, manager, resume_from_epoch=epoch)
+            runner = JobRunner(job, manager, resume_from_epoch=epoch, overwrite=True)  # rewind
             resumed.append((runner.train(session), totals(session)))
     numbers["resumed"] = resumed
     loaded = []
@@ -83,7 +83,7 @@ def test_checkpoints_load_under_the_other_session(
         )
     with sessions[reader]() as session:
         manager = MultiNodeCheckpointManager(str(tmp_path), metadata_handler="json")
-        runner = JobRunner(job, manager, resume_from_epoch=2)
+        runner = JobRunner(job, manager, resume_from_epoch=2, overwrite=True)  # a rewind
         assert runner.train(session) == 4
         assert runner.committed_epochs == [3, 4]
         assert totals(session) == [145, 145, 145]
@@ -128,7 +128,7 @@ def test_a_checkpoint_of_three_workers_loads_on_two(
     two = {"trainer_0": workers[0], "trainer_1": workers[0], "trainer_2": workers[1]}
     with DaskSession(client, two) as session:
         manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json")
-        runner = JobRunner(job, manager, resume_from_epoch=1)
+        runner = JobRunner(job, manager, resume_from_epoch=1, overwrite=True)  # a rewind
         assert runner.train(session) == 4
         assert set(session.node_to_worker().values()) == {workers[0], workers[1]}
         assert totals(session) == [145, 145, 145]

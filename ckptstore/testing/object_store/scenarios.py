@@ -31,7 +31,7 @@ from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._manager import CheckpointManager
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
-from ckptstore.errors import SaveFailedError, TooManySaveFailuresError
+from ckptstore.errors import AlreadyCommittedError, SaveFailedError, TooManySaveFailuresError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession
 from ckptstore.testing.conformance import NODES, counting_job, expected_state, flip_byte
@@ -138,6 +138,9 @@ class ObjectStoreScenarios(OnObjectStore):
             session.run(manager.init(["trainer_0"]))
         session.run(manager.save(1))
         workspace["a"] = np.arange(10.0) * 2
+        with pytest.raises(AlreadyCommittedError):  # write-once unless asked
+            session.run(manager.save(1))
+        manager.overwrite = True  # replacing committed epoch 1 on purpose
         session.run(manager.save(1))
         workspace["a"] = np.zeros(1)
         session.run(manager.load(1))

@@ -161,8 +161,8 @@ class ParallelIO:
                     actual = crc32c_of(targets)
                     if actual != request.crc32c:
                         raise CorruptCheckpointError(
-                            f"CRC-32C of {request.nbytes} bytes at offset {request.offset} is "
-                            f"{actual:#010x}, the manifest recorded {request.crc32c:#010x}",
+                            f"the CRC-32C of the {request.nbytes} bytes at offset "
+                            f"{request.offset} differs from the one recorded in the manifest",
                             url=storage.display_url,
                             file=request.file or key,
                             blob=request.blob,

@@ -60,8 +60,17 @@ def corrupt_in_node(storage: PathType, node: str, epoch: int) -> Iterator[None]:
         yield
     except CorruptCheckpointError as error:
         raise error.located(node=node, epoch=epoch) from None
-    except (CkptStoreError, OSError, MemoryError):
+    except (CkptStoreError, OSError):
         raise
+    except MemoryError:
+        # numpy refuses an impossible np.empty at once, before touching memory
+        raise CorruptCheckpointError(
+            "the checkpoint declares more bytes than this machine can allocate (if it is "
+            "genuine, load it where more memory is available)",
+            url=storage.display_url,
+            node=node,
+            epoch=epoch,
+        ) from None
     except Exception as error:
         raise CorruptCheckpointError(
             f"the stored bytes cannot be decoded ({type(error).__name__})",

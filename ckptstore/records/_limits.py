@@ -38,6 +38,8 @@ class Limits:
     * ``max_file_bytes``: offsets and lengths inside one stored file.
     * ``max_chunks``: chunks and files listed in one manifest.
     * ``max_blobs``: blobs in one node checkpoint.
+    * ``max_compression_ratio``: decoded bytes per stored byte of a compressed chunk
+      (zstd cannot exceed about 32768: one byte per 128 KiB block, plus headers).
     """
 
     max_document_bytes: int = 512 << 20
@@ -48,6 +50,7 @@ class Limits:
     max_file_bytes: int = 1 << 50
     max_chunks: int = 10_000_000
     max_blobs: int = 10_000_000
+    max_compression_ratio: int = 1 << 17
 
     def __post_init__(self) -> None:
         for field in fields(self):

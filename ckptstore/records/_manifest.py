@@ -138,10 +138,13 @@ class BlobRecord:
             # a raw chunk stores its bytes plus padding: never fewer (readers would
             # otherwise take the difference as negative padding and skip the CRC check)
             raise ValueError("a raw chunk stores fewer bytes than it supplies")
-        if record.codec != "raw" and any(c.size > limits.max_chunk_bytes for c in record.chunks):
+        if record.codec != "raw" and any(
+            c.size > min(limits.max_chunk_bytes, max(c.stored, 1) * limits.max_compression_ratio)
+            for c in record.chunks
+        ):
             raise ValueError(
-                f"a compressed chunk decodes to more than the limit of {limits.max_chunk_bytes} "
-                "bytes"
+                f"a compressed chunk decodes to more than {limits.max_chunk_bytes} bytes or "
+                f"{limits.max_compression_ratio} times its stored size"
             )
         if sum(c.size for c in record.chunks) != record.nbytes:
             raise ValueError(

@@ -53,8 +53,11 @@ def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
     storage = manager.location.storage
     nodes = set(manager.node_names())
     for older in range(epoch - 1, -1, -1):
-        if nodes <= committed_nodes(storage, older):
-            return older
+        try:
+            if nodes <= committed_nodes(storage, older):
+                return older
+        except CorruptCheckpointError as error:  # a damaged record: that epoch is out too
+            log.warning("Skipping epoch %d while looking for an intact one: %s", older, error)
     return None
 
 

@@ -130,12 +130,16 @@ def guarded(run: Runner) -> Runner:
         except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
+        except (OSError, MemoryError, RecursionError) as error:
+            # never a traceback: whatever is stored, the operator gets one line
+            return _fail(error, EXIT_ERROR)
 
     return wrapper
 
 
 def _fail(error: Exception, code: int) -> int:
-    print(f"ckptstore: error: {error}", file=sys.stderr)
+    message = " ".join(str(error).split()) or type(error).__name__  # one line, always
+    print(f"ckptstore: error: {message}", file=sys.stderr)
     return code
 
 

@@ -23,6 +23,7 @@ from typing import IO, Any, ClassVar
 from ckptstore._types import Buffer
 from ckptstore.errors import ObjectNotFoundError
 from ckptstore.io._settings import IOSettings
+from ckptstore.records._limits import current_limits
 
 __all__ = ["PathType", "redact_url"]
 
@@ -131,11 +132,22 @@ class PathType(ABC):
         self.write_bytes(key, data)
 
     def get_document(self, key: str) -> bytes | None:
-        """A control document's bytes, or ``None`` if it does not exist."""
+        """A control document's bytes, or ``None`` if it does not exist.
+
+        Storages on local disk read at most one byte more than the document size limit
+        (:class:`~ckptstore.records.Limits`), so a forged giant document is refused
+        without being read whole."""
         try:
-            return self.read_bytes(key)
+            return self.read_document(key)
         except ObjectNotFoundError:
             return None
+
+    def read_document(self, key: str) -> bytes:
+        """A stored document's bytes (bounded read on local disk, see
+        :meth:`get_document`); raises ``ObjectNotFoundError`` if it does not exist."""
+        if self.local_directory() is not None:
+            return self.read_bytes(key, 0, current_limits().max_document_bytes + 1)
+        return self.read_bytes(key)
 
     def prepare_keys(self, keys: Iterable[str]) -> None:
         """Get ready to write ``keys`` (called before a batch of parallel writes).

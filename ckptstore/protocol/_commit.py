@@ -359,7 +359,7 @@ def _open_node_record(
         )
     key = manifest_key(db_key)
     try:
-        data = storage.read_bytes(key)
+        data = storage.read_document(key)
     except ObjectNotFoundError:
         raise CorruptCheckpointError(
             "the epoch is committed but the node's manifest is missing",

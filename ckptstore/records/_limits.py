@@ -42,7 +42,7 @@ class Limits:
       (zstd cannot exceed about 32768: one byte per 128 KiB block, plus headers).
     """
 
-    max_document_bytes: int = 512 << 20
+    max_document_bytes: int = 64 << 20
     max_json_depth: int = 64
     max_ndim: int = 64
     max_blob_bytes: int = 1 << 44

@@ -32,6 +32,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
+from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
 __all__ = ["DURABILITY_MODES", "LocalPath"]
@@ -262,6 +263,25 @@ class LocalPath(PathType):
                 file.seek(offset)
                 return file.read() if length is None else file.read(length)
 
+    def read_document(self, key: str) -> bytes:
+        """A control document, refused by its size (``fstat``) before it is read if it
+        is larger than the document limit."""
+        limit = current_limits().max_document_bytes
+        with self._errors("read", key):
+            fd = self._open_file(key, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                if size > limit:
+                    raise CorruptCheckpointError(
+                        f"the document is {size} bytes, more than the limit of {limit} "
+                        "(CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)",
+                        url=self.display_url,
+                        file=key,
+                    )
+                return os.pread(fd, size, 0) if size else b""
+            finally:
+                os.close(fd)
+
     def exists(self, key: str) -> bool:
         try:
             with self._parent(key) as (parent, name):
@@ -299,25 +319,21 @@ class LocalPath(PathType):
                 os.unlink(name, dir_fd=parent)
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        """Regular files under ``prefix``; links (and what they point to) are left out."""
+        """Regular files under ``prefix``; links (and what they point to) are left out,
+        and never opened."""
         keys: list[str] = []
         try:
             if prefix:
-                with self._parent(prefix) as (parent, name):
-                    walk = [
-                        (f"{os.path.dirname(prefix)}/{d}".lstrip("/"), files, fd)
-                        for d, _, files, fd in _fwalk_regular(name, parent)
-                    ]
+                with self._parent(f"{prefix}/-") as (parent, _):
+                    _collect_regular(parent, prefix, keys)
             else:
-                walk = [
-                    (os.path.relpath(d, self.root), files, fd)
-                    for d, _, files, fd in _fwalk_regular(self.root, None)
-                ]
+                fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+                try:
+                    _collect_regular(fd, "", keys)
+                finally:
+                    os.close(fd)
         except (FileNotFoundError, NotADirectoryError, CorruptCheckpointError):
             return []
-        for directory, files, _ in walk:
-            relative = "" if directory == "." else directory.replace(os.sep, "/")
-            keys.extend(f"{relative}/{name}" if relative else name for name in files)
         return sorted(keys)
 
     def open_write(self, key: str) -> IO[bytes]:
@@ -474,15 +490,27 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO n
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _fwalk_regular(top: str, dir_fd: int | None) -> Iterator[tuple[str, list[str], list[str], int]]:
-    """``os.fwalk`` (never descends into links) keeping only regular files."""
-    for directory, dirs, files, fd in os.fwalk(top, dir_fd=dir_fd):
-        regular = []
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                    regular.append(name)
-        yield directory, dirs, regular, fd
+def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
+    """Append the regular files under directory ``fd`` (named ``relative``) to ``keys``,
+    descending only into real directories, each opened with ``O_NOFOLLOW``."""
+    with os.scandir(fd) as entries:
+        found = [
+            (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+            for e in entries
+        ]
+    for name, is_dir, is_file in found:
+        key = f"{relative}/{name}" if relative else name
+        if is_file:
+            keys.append(key)
+        elif is_dir:
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or replaced by a link since it was listed
+            try:
+                _collect_regular(child, key, keys)
+            finally:
+                os.close(child)
 
 
 def _create_at(parent: int, name: str) -> int:

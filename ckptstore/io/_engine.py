@@ -23,7 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import CorruptCheckpointError
+from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._settings import IOSettings
@@ -169,7 +169,18 @@ class ParallelIO:
                             chunk=request.chunk,
                         )
                 if request.finish is not None:
-                    request.finish(targets)
+                    try:
+                        request.finish(targets)  # decoding stored bytes (decompression...)
+                    except (CkptStoreError, MemoryError):
+                        raise
+                    except Exception as error:
+                        raise CorruptCheckpointError(
+                            f"the stored bytes cannot be decoded ({type(error).__name__})",
+                            url=storage.display_url,
+                            file=request.file or key,
+                            blob=request.blob,
+                            chunk=request.chunk,
+                        ) from error
             except Exception as error:
                 if on_error is None:
                     raise

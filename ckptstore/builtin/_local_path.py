@@ -264,23 +264,18 @@ class LocalPath(PathType):
                 return file.read() if length is None else file.read(length)
 
     def read_document(self, key: str) -> bytes:
-        """A control document, refused by its size (``fstat``) before it is read if it
-        is larger than the document limit."""
+        """A control document, refused by its size before it is read if it is larger
+        than the document limit (a file that grows meanwhile is cut at that size)."""
         limit = current_limits().max_document_bytes
-        with self._errors("read", key):
-            fd = self._open_file(key, os.O_RDONLY)
-            try:
-                size = os.fstat(fd).st_size
-                if size > limit:
-                    raise CorruptCheckpointError(
-                        f"the document is {size} bytes, more than the limit of {limit} "
-                        "(CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)",
-                        url=self.display_url,
-                        file=key,
-                    )
-                return os.pread(fd, size, 0) if size else b""
-            finally:
-                os.close(fd)
+        size = self.size(key)
+        if size > limit:
+            raise CorruptCheckpointError(
+                f"the document is {size} bytes, more than the limit of {limit} "
+                "(CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)",
+                url=self.display_url,
+                file=key,
+            )
+        return self.read_bytes(key, 0, size)
 
     def exists(self, key: str) -> bool:
         try:

@@ -27,14 +27,20 @@ from typing import Any
 import numpy as np
 
 from ckptstore._types import Buffer
-from ckptstore.errors import UnsupportedBlobError
+from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs
+from ckptstore.plugin._db_type import (
+    DBLocation,
+    DBType,
+    WrittenDB,
+    read_raw_blobs,
+    verify_records,
+)
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.records._layout import MANIFEST_NAME
 from ckptstore.records._limits import current_limits
-from ckptstore.records._manifest import BlobRecord, ChunkRecord
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
 __all__ = ["COMPRESSIONS", "ZarrDB"]
 
@@ -256,6 +262,11 @@ class ZarrDB(DBType):
 
     # -- reading ----------------------------------------------------------------------
 
+    def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+        """CRC-32Cs, and each compressed chunk's header: the size it declares must fit
+        the blob (a chunk that would expand beyond it is reported, not decoded)."""
+        return verify_records(db, manifest, check_chunk=_check_declared_size)
+
     def read(
         self, db: DBLocation, records: Sequence[BlobRecord]
     ) -> dict[str, np.ndarray[Any, Any]]:
@@ -336,6 +347,14 @@ def _chunk_bound(record: BlobRecord) -> int:
     if bound > current_limits().max_chunk_bytes:
         raise ValueError("the manifest's chunk shape is beyond the chunk size limit")
     return max(bound, 1)
+
+
+def _check_declared_size(record: BlobRecord, chunk: ChunkRecord, data: memoryview) -> None:
+    if record.codec == "raw":
+        return
+    declared = _declared_size(record.codec, data)
+    if declared is None or not chunk.size <= declared <= _chunk_bound(record):
+        raise ValueError("the compressed chunk declares a size that does not fit its blob")
 
 
 def _scratch(nbytes: int) -> list[memoryview]:

@@ -22,7 +22,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ReadRequest
-from ckptstore.plugin._db_type import DBLocation, verify_records
+from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
@@ -56,7 +56,7 @@ def copy_node(
             if not _is_whole(records):
                 _stream_file(src, target, key, records)
         if verify:
-            problems = verify_records(target, manifest)
+            problems = source.reader_for(manifest).verify(target, manifest)
             if problems:
                 raise problems[0]
         return manifest_bytes

@@ -127,7 +127,7 @@ def wrong_types(forge: Forge, outside: Path) -> None:
 
 def traversal_blob_name(forge: Forge, outside: Path) -> None:
     body = forge.manifest()
-    name, record = forge.blob()
+    name, _ = forge.blob()
     body["blobs"]["../../outside/\u202esecret\x00"] = body["blobs"].pop(name)
     forge.write_manifest(body)
 
@@ -182,7 +182,7 @@ def commit_of_other_epoch(forge: Forge, outside: Path) -> None:
 def _replace_chunk(forge: Forge, data: bytes, *, declared: int | None = None) -> None:
     """Replace a compressed chunk with ``data``, CRCs recomputed; with ``declared``, the
     manifest also says the chunk decodes to that many bytes (shape to match)."""
-    name, record = forge.blob()
+    name, _ = forge.blob()
     forge.data_file(name).write_bytes(data)
     forge.resign_chunks(name)
     if declared is not None:
@@ -198,7 +198,8 @@ def _zstd_frame_declaring(nbytes: int) -> bytes:
     """A small zstd frame of zeros whose header declares ``nbytes`` of content."""
     frame = bytearray(numcodecs.Zstd(level=19).encode(np.zeros(1 << 20, np.uint8)))
     descriptor = frame[4]
-    assert descriptor >> 6 == 2 and descriptor & 0x20  # 4-byte size, single segment
+    assert descriptor >> 6 == 2  # a 4-byte content size
+    assert descriptor & 0x20  # in a single segment
     frame[5:9] = nbytes.to_bytes(4, "little")
     return bytes(frame)
 

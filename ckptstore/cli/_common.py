@@ -5,7 +5,7 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
     0  success
     1  error (storage unreachable, unknown plugin, bad option...)
     2  bad command line
-    3  verification failed: corrupt or missing data (the message names the blob)
+    3  corrupt checkpoint: damaged, forged or missing data (any command)
     4  not found: the epoch or checkpoint asked for is not committed
     130 interrupted
 
@@ -231,7 +231,10 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_ERROR: "error: storage unreachable, unknown plugin, bad option...",
     EXIT_USAGE: "bad command line",
-    EXIT_CORRUPT: "verification failed: corrupt or missing data (the message names the blob)",
+    EXIT_CORRUPT: (
+        "corrupt checkpoint: damaged, forged or missing data (any command; the one-line "
+        "message names the epoch, node, blob and file)"
+    ),
     EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed",
     EXIT_INTERRUPTED: "interrupted",
 }

@@ -25,6 +25,7 @@ from ckptstore.records._layout import (
     retired_key,
     staging_key,
 )
+from ckptstore.records._limits import Limits, current_limits, set_limits
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest, safe_dtype
 from ckptstore.records._names import (
     db_name,
@@ -44,9 +45,11 @@ __all__ = [
     "STAGING_MARK",
     "BlobRecord",
     "ChunkRecord",
+    "Limits",
     "NodeManifest",
     "NodeStats",
     "commit_record_key",
+    "current_limits",
     "db_name",
     "decode_document",
     "encode_document",
@@ -56,6 +59,7 @@ __all__ = [
     "parse_db_key",
     "retired_key",
     "safe_dtype",
+    "set_limits",
     "staging_key",
     "validate_blob_name",
     "validate_key",

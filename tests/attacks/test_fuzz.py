@@ -314,3 +314,17 @@ def _check_load(pristine: Pristine, case: Case, *, exact: bool) -> None:
                     assert got.dtype == value.dtype
                     assert got.shape == value.shape
                     assert got.tobytes() == value.tobytes()
+
+
+def test_every_stored_file_replaced_by_a_link_out_fails_typed(
+    pristine: Pristine, case: Case
+) -> None:
+    """Deterministic companion of the fuzzer: each stored file of the epoch, in turn,
+    becomes a symbolic link to a file outside the prefix."""
+    for target in pristine.targets:
+        case.watch.events()
+        try:
+            _mutate_bytes(case.run / target, ("link_outside", None), case.outside)
+            _check_load(pristine, case, exact=True)
+        finally:
+            case.restore()

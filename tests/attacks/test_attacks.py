@@ -171,3 +171,15 @@ def test_cli_exits_corrupt_with_one_line(
     else:
         assert code == EXIT_CORRUPT, (out, err)
     forged.assert_outside_untouched()
+
+
+def test_an_explicitly_requested_forged_epoch_raises(tmp_path: Path) -> None:
+    """No fallback when the user named the epoch: the typed error reaches them."""
+    run = tmp_path / "run"
+    manager = MultiNodeCheckpointManager(str(run), "zarr", metadata_handler="json")
+    assert JobRunner(counting_job(epochs=EPOCH), manager).train(LocalSession()) == EPOCH
+    ATTACKS["shape_10e12"].attack(Forge(run), tmp_path)
+    manager = MultiNodeCheckpointManager(str(run), "zarr", metadata_handler="json")
+    runner = JobRunner(counting_job(epochs=EPOCH), manager, resume_from_epoch=EPOCH)
+    with pytest.raises(CorruptCheckpointError, match=f"epoch {EPOCH}"):
+        runner.train(LocalSession())

@@ -19,7 +19,11 @@ from ckptstore.errors import CkptStoreError, CorruptCheckpointError, ObjectNotFo
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._manifest import ChunkRecord
 
-__all__ = ["check_pieces_fit", "corrupt_in_node"]
+__all__ = ["REMOTE_UNCHECKED_BYTES", "check_pieces_fit", "corrupt_in_node"]
+
+REMOTE_UNCHECKED_BYTES = 64 << 20
+"""On remote storage, pieces totalling at most this many bytes are not size-checked
+before they are read (local files always are: a ``stat`` is cheap)."""
 
 
 def check_pieces_fit(
@@ -29,10 +33,16 @@ def check_pieces_fit(
     lies inside its stored file under ``root``; one ``size`` call per distinct file.
     With ``missing_ok``, pieces of missing files are left for the reader to report."""
     ends: dict[str, int] = {}
+    total = 0
     for piece in pieces:
+        total += piece.stored
         end = piece.offset + piece.stored
         if end > ends.get(piece.key, -1):
             ends[piece.key] = end
+    if total <= REMOTE_UNCHECKED_BYTES and storage.local_directory() is None:
+        # remote storage: a size request per object costs a round trip; buffers this
+        # small are harmless, and a short object is still reported when it is read
+        return
     for relative, end in ends.items():
         key = f"{root}/{relative}"
         try:

@@ -19,11 +19,11 @@ from ckptstore.errors import CkptStoreError, CorruptCheckpointError, ObjectNotFo
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._manifest import ChunkRecord
 
-__all__ = ["REMOTE_UNCHECKED_BYTES", "check_pieces_fit", "corrupt_in_node"]
+__all__ = ["UNCHECKED_BYTES", "check_pieces_fit", "corrupt_in_node"]
 
-REMOTE_UNCHECKED_BYTES = 64 << 20
-"""On remote storage, pieces totalling at most this many bytes are not size-checked
-before they are read (local files always are: a ``stat`` is cheap)."""
+UNCHECKED_BYTES = 64 << 20
+"""Pieces totalling at most this many bytes are not size-checked before they are read:
+the buffers are harmless, and a short file is reported by the read itself."""
 
 
 def check_pieces_fit(
@@ -39,9 +39,9 @@ def check_pieces_fit(
         end = piece.offset + piece.stored
         if end > ends.get(piece.key, -1):
             ends[piece.key] = end
-    if total <= REMOTE_UNCHECKED_BYTES and storage.local_directory() is None:
-        # remote storage: a size request per object costs a round trip; buffers this
-        # small are harmless, and a short object is still reported when it is read
+    if total <= UNCHECKED_BYTES:
+        # a size request per file costs a round trip (a stat, a HEAD); buffers this
+        # small are harmless, and a short file is still reported when it is read
         return
     for relative, end in ends.items():
         key = f"{root}/{relative}"

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "AlreadyCommittedError",
@@ -244,7 +245,9 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
 
     Example::
 
-        except CorruptCheckpointError as err: print(err.blob, err.chunk, err.file)
+        except CorruptCheckpointError as err: print(err.epoch, err.node, err.blob, err.file)
+
+    Messages never quote a checksum value (that would help forge a matching chunk).
     """
 
     def __init__(
@@ -255,12 +258,21 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
         file: str | None = None,
         blob: str | None = None,
         chunk: int | None = None,
+        node: str | None = None,
+        epoch: int | None = None,
     ) -> None:
+        self.detail = detail
         self.url = url
         self.file = file
         self.blob = blob
         self.chunk = chunk
+        self.node = node
+        self.epoch = epoch
         where = [f"in {url}"]
+        if epoch is not None:
+            where.append(f"epoch {epoch}")
+        if node is not None:
+            where.append(f"node {node!r}")
         if blob is not None:
             where.append(f"blob {blob!r}")
         if chunk is not None:
@@ -272,6 +284,28 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
             "after it was written; restore from another epoch or tier (`ckptstore verify` "
             "lists every damaged blob)."
         )
+
+    def located(self, *, node: str, epoch: int) -> CorruptCheckpointError:
+        """This error with the node checkpoint it was found in filled in (if unset)."""
+        if self.node is not None and self.epoch is not None:
+            return self
+        return CorruptCheckpointError(
+            self.detail,
+            url=self.url,
+            file=self.file,
+            blob=self.blob,
+            chunk=self.chunk,
+            node=self.node if self.node is not None else node,
+            epoch=self.epoch if self.epoch is not None else epoch,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = ("url", "file", "blob", "chunk", "node", "epoch")
+        return (_rebuild_corrupt, (self.detail, {name: getattr(self, name) for name in fields}))
+
+
+def _rebuild_corrupt(detail: str, fields: dict[str, Any]) -> CorruptCheckpointError:
+    return CorruptCheckpointError(detail, **fields)
 
 
 class StorageError(CkptStoreError, OSError):

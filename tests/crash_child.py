@@ -4,9 +4,9 @@
 
 K = 0 never kills; then the number of counted calls is printed at exit as
 ``calls=<n>``. Counted: opening for writing, writing, syncing, renaming, creating
-(and linking) and deleting files and directories, including the buffered writes of sequential formats, so a kill
-can land anywhere inside a save: data, manifest, durability barrier, rename, commit
-record or catalog. With ``async`` the job saves asynchronously
+(and linking) and deleting files and directories, including the buffered writes of
+sequential formats, so a kill can land anywhere inside a save: data, manifest,
+durability barrier, rename, commit record or catalog. With ``async`` the job saves asynchronously
 (``JobRunner(async_save=True)``), so most kills land in a background writer thread
 while the next epoch trains.
 """

@@ -10,6 +10,7 @@ from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManif
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.protocol._commit import EpochCommit, NodeCommit
 from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._limits import Limits, set_limits
 
 KIND = "ckptstore.test"
 
@@ -113,3 +114,33 @@ def test_the_checksum_does_not_depend_on_key_order() -> None:
     document = json.loads(data)
     reordered = json.dumps(dict(reversed(list(document.items())))).encode()
     assert decode(reordered)["a"] == 2
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # RecursionError in json.loads without the check
+        b'{"a":' + b"9" * 5000 + b"}",  # ValueError: too many digits for int()
+        b'{"a":NaN}',
+        b'{"a":Infinity}',
+        b"\xff\xfe",
+    ],
+    ids=["deep", "huge-integer", "nan", "infinity", "not-utf8"],
+)
+def test_untrusted_json_fails_as_corrupt_checkpoint(data: bytes) -> None:
+    with pytest.raises(CorruptCheckpointError):
+        decode_document(data, "ckptstore.commit", url="/ckpt", key="k")
+
+
+def test_document_size_and_depth_limits_are_configurable() -> None:
+    data = encode_document("ckptstore.commit", {"nested": [[[1]]]})
+    try:
+        set_limits(Limits(max_json_depth=3))
+        with pytest.raises(CorruptCheckpointError, match="nested 4 levels deep"):
+            decode_document(data, "ckptstore.commit", url="/ckpt", key="k")
+        set_limits(Limits(max_document_bytes=len(data) - 1))
+        with pytest.raises(CorruptCheckpointError, match="more than the limit"):
+            decode_document(data, "ckptstore.commit", url="/ckpt", key="k")
+    finally:
+        set_limits(None)
+    assert decode_document(data, "ckptstore.commit", url="/ckpt", key="k")["nested"] == [[[1]]]

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
@@ -63,7 +65,27 @@ class FsspecPath(PathType):
 
     def _path(self, key: str) -> str:
         key = validate_key(key)
-        return f"{self.root}/{key}" if self.root else key
+        path = f"{self.root}/{key}" if self.root else key
+        if isinstance(self.fs, LocalFileSystem):
+            self._refuse_links(path, key)
+        return path
+
+    def _refuse_links(self, path: str, key: str) -> None:
+        """On a local-disk fsspec filesystem, refuse a key reached through a symbolic
+        link (resolved-path check: the key's real directory must be the one under the
+        root, and the key itself no link), like the ``local`` path type does."""
+        root = os.path.realpath(self.root or "/")
+        relative = os.path.dirname(key)
+        while relative and not os.path.lexists(os.path.join(self.root or "/", relative)):
+            relative = os.path.dirname(relative)  # the nearest existing ancestor
+        expected = os.path.normpath(os.path.join(root, relative))
+        resolved = os.path.realpath(os.path.join(self.root or "/", relative))
+        if resolved != expected or os.path.islink(path):
+            raise CorruptCheckpointError(
+                "a symbolic link inside the checkpoint; ckptstore never follows links there",
+                url=self.display_url,
+                file=key,
+            )
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str | None) -> Iterator[None]:

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import io
 import os
 import secrets
 import shutil
+import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar
@@ -39,6 +41,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType, PositionalWriter
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
+from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
 __all__ = ["DURABILITY_MODES", "LocalPath"]
@@ -135,6 +138,76 @@ class LocalPath(PathType):
         return f"{self.root}/{validate_key(key)}"
 
     @contextlib.contextmanager
+    def _parent(self, key: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """The directory holding ``key``, opened component by component from the root
+        without following links (``O_NOFOLLOW``), and the key's last component.
+
+        A symbolic link (or anything but a directory) on the way is refused with
+        :class:`CorruptCheckpointError`: nothing outside the root is ever reached
+        through a link placed inside it. ``create`` makes missing directories."""
+        *directories, name = validate_key(key).split("/")
+        try:  # the root itself is the caller's choice: links in its path are theirs
+            fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.makedirs(self.root, exist_ok=True)
+            fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        try:
+            for part in directories:
+                child = self._enter(fd, part, key, create)
+                os.close(fd)
+                fd = child
+            yield fd, name
+        finally:
+            os.close(fd)
+
+    def _enter(self, fd: int, part: str, key: str, create: bool) -> int:
+        """Open directory ``part`` under ``fd`` without following a link."""
+        try:
+            try:
+                return os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError as error:
+            if error.errno in (errno.ENOTDIR, errno.ELOOP):
+                raise self._not_followed(key, part) from None
+            raise
+
+    def _not_followed(self, key: str, part: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"{part!r} is a symbolic link or not a regular file/directory; ckptstore never "
+            "follows links inside a checkpoint",
+            url=self.display_url,
+            file=key,
+        )
+
+    def _open_file(self, key: str, flags: int) -> int:
+        """Open the regular file ``key`` for reading without following any link."""
+        with self._parent(key) as (parent, name):
+            try:
+                fd = os.open(name, flags | _FILE_FLAGS, dir_fd=parent)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise self._not_followed(key, name) from None
+                raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise self._not_followed(key, name)
+        return fd
+
+    def _create_file(self, key: str) -> int:
+        """Create ``key`` afresh (``O_EXCL``, no link followed): an existing entry,
+        whether a file hard-linked elsewhere or a symbolic link, is unlinked first, so
+        a write never changes a file outside the root."""
+        with self._parent(key, create=True) as (parent, name):
+            return _create_at(parent, name)
+
+    @contextlib.contextmanager
     def _errors(self, action: str, key: str | None) -> Iterator[None]:
         try:
             yield
@@ -147,14 +220,6 @@ class LocalPath(PathType):
         except OSError as error:
             raise StorageError(self.display_url, key, action, error) from error
 
-    def _open_for_write(self, path: str) -> int:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        try:
-            return os.open(path, flags, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            return os.open(path, flags, 0o644)
-
     def _note_dir(self, path: str) -> None:
         if self.durability == "fsync":
             with self._lock:
@@ -166,14 +231,17 @@ class LocalPath(PathType):
         directories = sorted({os.path.dirname(self._path(key)) for key in keys})
         with self._errors("create directories for", None):
             for directory in directories:
-                os.makedirs(directory, exist_ok=True)
+                relative = os.path.relpath(directory, self.root)
+                if relative != ".":
+                    with self._parent(f"{relative}/-", create=True):
+                        pass
                 self._note_dir(directory)  # its entry in the parent
                 self._note_dir(os.path.join(directory, ""))  # the entries it will hold
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         path = self._path(key)
         with self._errors("write", key):
-            fd = self._open_for_write(path)
+            fd = self._create_file(key)
             try:
                 written = _write_all(fd, [byte_view(p) for p in parts])
                 if self.durability == "fsync":
@@ -187,14 +255,13 @@ class LocalPath(PathType):
     def open_positional(self, key: str, size: int) -> PositionalWriter:
         path = self._path(key)
         with self._errors("write", key):
-            fd = self._open_for_write(path)
+            fd = self._create_file(key)
         self._note_dir(path)
         return _LocalPositionalWriter(self, key, size, fd)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
-        path = self._path(key)
         with self._errors("read", key):
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._open_file(key, os.O_RDONLY)
             try:
                 missing = _read_all(fd, list(targets), offset)
             finally:
@@ -207,44 +274,84 @@ class LocalPath(PathType):
             )
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
-        path = self._path(key)
-        with self._errors("read", key), open(path, "rb") as file:
-            file.seek(offset)
-            return file.read() if length is None else file.read(length)
+        with self._errors("read", key):
+            fd = self._open_file(key, os.O_RDONLY)
+            with open(fd, "rb") as file:
+                file.seek(offset)
+                return file.read() if length is None else file.read(length)
+
+    def read_document(self, key: str) -> bytes:
+        """A control document, refused by its size before it is read if it is larger
+        than the document limit (a file that grows meanwhile is cut at that size)."""
+        limit = current_limits().max_document_bytes
+        size = self.size(key)
+        if size > limit:
+            raise CorruptCheckpointError(
+                f"the document is {size} bytes, more than the limit of {limit} "
+                "(CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)",
+                url=self.display_url,
+                file=key,
+            )
+        return self.read_bytes(key, 0, size)
 
     def exists(self, key: str) -> bool:
-        return os.path.exists(self._path(key))
+        try:
+            with self._parent(key) as (parent, name):
+                os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
 
     def size(self, key: str) -> int:
-        with self._errors("read size of", key):
-            return os.path.getsize(self._path(key))
+        with self._errors("read size of", key), self._parent(key) as (parent, name):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise self._not_followed(key, name)
+            return info.st_size
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
-            with self._errors("delete", key), contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(key))
+            with (
+                self._errors("delete", key),
+                contextlib.suppress(FileNotFoundError),
+                self._parent(key) as (parent, name),
+            ):
+                os.unlink(name, dir_fd=parent)  # a link is removed, never its target
 
     def delete_tree(self, prefix: str) -> None:
-        path = self._path(prefix)
-        with self._errors("delete", prefix):
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.unlink(path)
+        with (
+            self._errors("delete", prefix),
+            contextlib.suppress(FileNotFoundError),
+            self._parent(prefix) as (parent, name),
+        ):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(name, dir_fd=parent)  # fd-based: never follows links
+            else:
+                os.unlink(name, dir_fd=parent)
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        base = self._path(prefix) if prefix else self.root
+        """Regular files under ``prefix``; links (and what they point to) are left out,
+        and never opened."""
         keys: list[str] = []
-        for directory, _, files in os.walk(base):
-            relative = os.path.relpath(directory, self.root)
-            for name in files:
-                keys.append(name if relative == "." else f"{relative}/{name}".replace(os.sep, "/"))
+        try:
+            if prefix:
+                with self._parent(f"{prefix}/-") as (parent, _):
+                    _collect_regular(parent, prefix, keys)
+            else:
+                fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+                try:
+                    _collect_regular(fd, "", keys)
+                finally:
+                    os.close(fd)
+        except (FileNotFoundError, NotADirectoryError, CorruptCheckpointError):
+            return []
         return sorted(keys)
 
     def open_write(self, key: str) -> IO[bytes]:
         path = self._path(key)
         with self._errors("write", key):
-            fd = self._open_for_write(path)
+            fd = self._create_file(key)
         self._note_dir(path)
         raw = _SyncingFileIO(
             fd, fsync=self.durability == "fsync", early=self.durability == "syncfs"
@@ -252,41 +359,41 @@ class LocalPath(PathType):
         return io.BufferedWriter(raw, buffer_size=1 << 20)
 
     def put_document(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{secrets.token_hex(4)}")
-        with self._errors("write", key):
-            fd = self._open_for_write(temporary)
+        with self._errors("write", key), self._parent(key, create=True) as (parent, name):
+            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
+            fd = _create_at(parent, temporary)
             try:
                 _write_all(fd, [memoryview(data)])
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(temporary, path)
-            _fsync_dir(directory)
+            # replaces the entry itself: a link at ``key`` is replaced, never followed
+            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+            os.fsync(parent)
 
     def create_document(self, key: str, data: bytes) -> None:
         """Write a temporary file beside ``key``, fsync it, then hard-link it to
         ``key``: ``link`` fails if ``key`` exists, so exactly one of two racing writers
-        creates it, and readers see all of it or nothing. The directory is fsynced."""
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{secrets.token_hex(4)}")
-        with self._errors("create", key):
-            fd = self._open_for_write(temporary)
+        creates it, and readers see all of it or nothing. The directory is fsynced. Like
+        every write here, it goes through directory descriptors and follows no link."""
+        with self._errors("create", key), self._parent(key, create=True) as (parent, name):
+            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
+            fd = _create_at(parent, temporary)
             try:
                 try:
                     _write_all(fd, [memoryview(data)])
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                os.link(temporary, path)
+                os.link(
+                    temporary, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
+                )
             except FileExistsError:
                 raise KeyExistsError(self.display_url, key) from None
             finally:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temporary)
-            _fsync_dir(directory)
+                    os.unlink(temporary, dir_fd=parent)
+            os.fsync(parent)
 
     def sync(self) -> None:
         with self._errors("sync", None):
@@ -312,17 +419,25 @@ class LocalPath(PathType):
         return os.access(self.root, os.W_OK | os.X_OK)
 
     def replace_tree(self, source: str, target: str) -> None:
-        source_path, target_path = self._path(source), self._path(target)
-        with self._errors("rename into", target):
-            if os.path.exists(target_path):
-                retired = self._path(retired_key(target, secrets.token_hex(4)))
-                os.rename(target_path, retired)
-                os.rename(source_path, target_path)
-                _fsync_dir(os.path.dirname(target_path))
-                shutil.rmtree(retired, ignore_errors=True)
+        retired = retired_key(target, secrets.token_hex(4))
+        with (
+            self._errors("rename into", target),
+            self._parent(source) as (src_parent, src_name),
+            self._parent(target) as (
+                parent,
+                name,
+            ),
+        ):
+            if self.exists(target):
+                with self._parent(retired) as (old_parent, old_name):
+                    os.rename(name, old_name, src_dir_fd=parent, dst_dir_fd=old_parent)
+                os.rename(src_name, name, src_dir_fd=src_parent, dst_dir_fd=parent)
+                os.fsync(parent)
+                with contextlib.suppress(StorageError):
+                    self.delete_tree(retired)
             else:
-                os.rename(source_path, target_path)
-                _fsync_dir(os.path.dirname(target_path))
+                os.rename(src_name, name, src_dir_fd=src_parent, dst_dir_fd=parent)
+                os.fsync(parent)
 
     def staging_keys(self, db_key: str) -> list[str]:
         starts = (f".{db_key}{STAGING_MARK}", f".{db_key}{RETIRED_MARK}")
@@ -463,6 +578,43 @@ def _read_all(fd: int, views: list[memoryview], offset: int) -> int:
                 views[0] = head[count:]
                 count = 0
     return 0
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never hangs
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
+    """Append the regular files under directory ``fd`` (named ``relative``) to ``keys``,
+    descending only into real directories, each opened with ``O_NOFOLLOW``."""
+    with os.scandir(fd) as entries:
+        found = [
+            (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+            for e in entries
+        ]
+    for name, is_dir, is_file in found:
+        key = f"{relative}/{name}" if relative else name
+        if is_file:
+            keys.append(key)
+        elif is_dir:
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or replaced by a link since it was listed
+            try:
+                _collect_regular(child, key, keys)
+            finally:
+                os.close(child)
+
+
+def _create_at(parent: int, name: str) -> int:
+    """Create ``name`` in directory ``parent``, replacing whatever entry is there."""
+    try:
+        return os.open(name, _CREATE_FLAGS, 0o644, dir_fd=parent)
+    except FileExistsError:
+        os.unlink(name, dir_fd=parent)  # a hard link or symlink: drop the entry only
+        return os.open(name, _CREATE_FLAGS, 0o644, dir_fd=parent)
 
 
 def _fsync_dir(directory: str) -> None:

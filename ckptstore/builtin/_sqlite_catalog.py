@@ -27,12 +27,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ckptstore import protocol
-from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
+from ckptstore.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    JobConfigurationError,
+)
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import require_commit
@@ -129,8 +134,11 @@ class SqliteCatalog(MetadataHandler):
         """A connection in a transaction (committed on success), schema created."""
         path = self.database
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        if not (self._database or os.environ.get(DATABASE_ENV)):
+            self._refuse_links(path)
         connection = sqlite3.connect(path, timeout=30)
         try:
+            connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
             connection.execute("PRAGMA foreign_keys = ON")
             if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 connection.executescript(_SCHEMA)
@@ -139,6 +147,26 @@ class SqliteCatalog(MetadataHandler):
                 yield connection
         finally:
             connection.close()
+
+    def _refuse_links(self, path: str) -> None:
+        """The catalog inside the checkpoint root is stored data: refuse it if a link
+        (symbolic, or a hard link shared with another file) would send SQLite's writes
+        outside the root (see docs/security.md)."""
+        directory = self.require_storage().local_directory() or ""
+        expected = os.path.join(os.path.realpath(directory), CONTROL_DIR, DEFAULT_NAME)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if os.path.realpath(path) != expected or (
+            info is not None and (not stat.S_ISREG(info.st_mode) or info.st_nlink > 1)
+        ):
+            raise CorruptCheckpointError(
+                "the catalog database is reached through a link; ckptstore never follows "
+                "links inside a checkpoint",
+                url=self.require_storage().display_url,
+                file=f"{CONTROL_DIR}/{DEFAULT_NAME}",
+            )
 
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read query against the catalog; rows as tuples."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -44,10 +45,16 @@ from ckptstore.builtin._packed import (
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
+from ckptstore.plugin._db_type import (
+    DBLocation,
+    DBType,
+    WrittenDB,
+    verify_records,
+)
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.records._dtypes import encode_dtype, plain_dtype
 from ckptstore.records._layout import MANIFEST_NAME
+from ckptstore.records._limits import current_limits
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
 __all__ = ["ARCHIVE", "COMPRESSIONS", "ZarrDB"]
@@ -352,11 +359,14 @@ class ZarrDB(DBType):
         return {record.name: arrays[record.name] for record in records}
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+        """The archive's ranges against its real size, CRC-32Cs, and each compressed
+        chunk's header: the size it declares must fit the blob (a chunk that would expand
+        beyond it is reported, not decoded)."""
         try:
             check_ranges(db, ARCHIVE, manifest_ranges(manifest))
         except CorruptCheckpointError as error:
             return [error]
-        return super().verify(db, manifest)
+        return verify_records(db, manifest, check_chunk=_check_declared_size)
 
 
 def _refuse_nested_arrays(blobs: Mapping[str, Any]) -> None:
@@ -388,7 +398,10 @@ def _read_compressed(
 
     def requests() -> Iterator[ReadRequest]:
         for record in records:
+            if record.codec not in COMPRESSIONS:
+                raise UnsupportedBlobError(record.name, f"unknown codec {record.codec!r}")
             codec = _numcodec(record.codec, 0)
+            bound = _chunk_bound(record)
             dest = arrays[record.name].reshape(-1).view(np.uint8)
             position = 0
             for number, chunk in enumerate(record.chunks):
@@ -398,8 +411,10 @@ def _read_compressed(
                     partial(_scratch, chunk.stored),
                     chunk.stored,
                     crc32c=chunk.crc32c,
-                    holds=chunk.stored + chunk.size,
-                    finish=_decoder(codec, dest[position : position + chunk.size]),
+                    holds=chunk.stored + bound,
+                    finish=_decoder(
+                        record.codec, codec, bound, dest[position : position + chunk.size]
+                    ),
                     blob=record.name,
                     chunk=number,
                 )
@@ -409,16 +424,69 @@ def _read_compressed(
     return arrays
 
 
+def _chunk_bound(record: BlobRecord) -> int:
+    """Bytes one chunk of ``record`` decodes to (its padded chunk), from the manifest's
+    chunk shape, checked against the limits: decompression never goes beyond it."""
+    chunk_shape = record.layout.get("chunk_shape")
+    if (
+        not isinstance(chunk_shape, list)
+        or len(chunk_shape) != len(record.shape)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in chunk_shape)
+    ):
+        raise ValueError("the manifest's chunk shape does not fit the blob's shape")
+    bound = math.prod(chunk_shape) * record.numpy_dtype().itemsize
+    if bound > current_limits().max_chunk_bytes:
+        raise ValueError("the manifest's chunk shape is beyond the chunk size limit")
+    return max(bound, 1)
+
+
+def _check_declared_size(record: BlobRecord, chunk: ChunkRecord, data: memoryview) -> None:
+    if record.codec == "raw":
+        return
+    declared = _declared_size(record.codec, data)
+    if declared is None or not chunk.size <= declared <= _chunk_bound(record):
+        raise ValueError("the compressed chunk declares a size that does not fit its blob")
+
+
 def _scratch(nbytes: int) -> list[memoryview]:
     return [memoryview(bytearray(nbytes))]
 
 
-def _decoder(codec: Any, dest: np.ndarray[Any, Any]) -> Callable[[Sequence[memoryview]], None]:
+def _decoder(
+    name: str, codec: Any, bound: int, dest: np.ndarray[Any, Any]
+) -> Callable[[Sequence[memoryview]], None]:
     def decode(buffers: Sequence[memoryview]) -> None:
-        decoded = np.frombuffer(codec.decode(buffers[0]), dtype=np.uint8)
+        declared = _declared_size(name, buffers[0])
+        if declared is None or not dest.nbytes <= declared <= bound:
+            raise ValueError("the compressed chunk declares a size that does not fit its blob")
+        decoded = np.empty(declared, dtype=np.uint8)
+        codec.decode(buffers[0], out=decoded)
         dest[:] = decoded[: dest.nbytes]
 
     return decode
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _declared_size(name: str, frame: memoryview) -> int | None:
+    """The decoded size a compressed chunk declares in its header (``None``: unknown),
+    read before decoding so a small chunk cannot expand beyond its bound."""
+    data = bytes(frame[:18])
+    if name == "blosc":
+        if len(data) < 16:
+            return None
+        return int.from_bytes(data[4:8], "little")
+    if len(data) < 5 or int.from_bytes(data[:4], "little") != _ZSTD_MAGIC:
+        return None
+    descriptor = data[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if width == 0 or len(data) < start + width:
+        return None
+    value = int.from_bytes(data[start : start + width], "little")
+    return value + 256 if width == 2 else value
 
 
 @hookimpl

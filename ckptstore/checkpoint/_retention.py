@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ckptstore import protocol
-from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
+from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import CONTROL_DIR
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.records._names import get_ckpt_filename, validate_node_name
 
 if TYPE_CHECKING:
     from ckptstore.checkpoint._manager import ManagerBase
@@ -216,9 +216,11 @@ def _unfinished(storage: PathType, epoch: int) -> EpochRemoval:
     data = storage.get_document(key) or b""
     try:
         nodes = decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key)["nodes"]
-    except (CorruptCheckpointError, KeyError):
-        nodes = []
-    return EpochRemoval(epoch, tuple(str(node) for node in nodes), 0, resumed=True)
+        # stored names become keys to delete: each must be a valid node name
+        names = tuple(validate_node_name(node) for node in nodes)
+    except (CorruptCheckpointError, KeyError, TypeError, InvalidNameError):
+        names = ()
+    return EpochRemoval(epoch, names, 0, resumed=True)
 
 
 def remove_epochs(

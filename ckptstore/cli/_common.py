@@ -5,7 +5,7 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
     0  success
     1  error (storage unreachable, unknown plugin, bad option...)
     2  bad command line
-    3  verification failed: corrupt or missing data (the message names the blob)
+    3  corrupt checkpoint: damaged, forged or missing data (any command)
     4  not found: the epoch or checkpoint asked for is not committed, or nothing is at
        the URL (``ls``)
     130 interrupted
@@ -138,12 +138,16 @@ def guarded(run: Runner) -> Runner:
         except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
+        except (OSError, MemoryError, RecursionError) as error:
+            # never a traceback: whatever is stored, the operator gets one line
+            return _fail(error, EXIT_ERROR, json_mode)
 
     return wrapper
 
 
 def _fail(error: Exception, code: int, json_mode: bool) -> int:
-    return fail(str(error), code, json_mode=json_mode, kind=type(error).__name__)
+    message = " ".join(str(error).split()) or type(error).__name__  # one line, always
+    return fail(message, code, json_mode=json_mode, kind=type(error).__name__)
 
 
 def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:
@@ -225,7 +229,10 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_ERROR: "error: storage unreachable, unknown plugin, bad option...",
     EXIT_USAGE: "bad command line",
-    EXIT_CORRUPT: "verification failed: corrupt or missing data (the message names the blob)",
+    EXIT_CORRUPT: (
+        "corrupt checkpoint: damaged, forged or missing data (any command; the one-line "
+        "message names the epoch, node, blob and file)"
+    ),
     EXIT_NOT_FOUND: "not found: the epoch or checkpoint asked for is not committed, or nothing "
     "is at the URL",
     EXIT_INTERRUPTED: "interrupted",

@@ -23,7 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import CorruptCheckpointError
+from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._settings import IOSettings
@@ -171,15 +171,26 @@ class ParallelIO:
                     actual = crc32c_of(targets)
                     if actual != request.crc32c:
                         raise CorruptCheckpointError(
-                            f"CRC-32C of {request.nbytes} bytes at offset {request.offset} is "
-                            f"{actual:#010x}, the manifest recorded {request.crc32c:#010x}",
+                            f"the CRC-32C of the {request.nbytes} bytes at offset "
+                            f"{request.offset} differs from the one recorded in the manifest",
                             url=storage.display_url,
                             file=request.file or key,
                             blob=request.blob,
                             chunk=request.chunk,
                         )
                 if request.finish is not None:
-                    request.finish(targets)
+                    try:
+                        request.finish(targets)  # decoding stored bytes (decompression...)
+                    except (CkptStoreError, MemoryError):
+                        raise
+                    except Exception as error:
+                        raise CorruptCheckpointError(
+                            f"the stored bytes cannot be decoded ({type(error).__name__})",
+                            url=storage.display_url,
+                            file=request.file or key,
+                            blob=request.blob,
+                            chunk=request.chunk,
+                        ) from error
             except Exception as error:
                 if on_error is None:
                     raise

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, ClassVar
 
 import numpy as np
@@ -182,15 +182,25 @@ def _with_scratch(target: memoryview, padding: int) -> Any:
     return targets
 
 
-def verify_records(db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+def verify_records(
+    db: DBLocation,
+    manifest: NodeManifest,
+    *,
+    check_chunk: Callable[[BlobRecord, ChunkRecord, memoryview], None] | None = None,
+) -> list[CorruptCheckpointError]:
     """Re-read every chunk and format file recorded in ``manifest`` and check its
-    CRC-32C; report each damaged, missing or short piece instead of stopping at the first."""
+    CRC-32C; report each damaged, missing or short piece instead of stopping at the first.
+    ``check_chunk`` (a format's own check of a chunk's bytes, such as a compressed
+    chunk's declared size) runs on every chunk whose CRC matched; raising reports it."""
     problems: list[CorruptCheckpointError] = []
 
     def requests() -> Iterator[ReadRequest]:
         for record in manifest.blobs.values():
             for number, chunk in enumerate(record.chunks):
-                yield _verify_request(chunk, record.name, number)
+                request = _verify_request(chunk, record.name, number)
+                if check_chunk is not None:
+                    request = replace(request, finish=_checker(check_chunk, record, chunk))
+                yield request
         for chunk in manifest.files:
             yield _verify_request(chunk, None, None)
 
@@ -212,6 +222,17 @@ def verify_records(db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckp
 
     db.read(requests(), verify=True, on_error=collect)
     return problems
+
+
+def _checker(
+    check: Callable[[BlobRecord, ChunkRecord, memoryview], None],
+    record: BlobRecord,
+    chunk: ChunkRecord,
+) -> Callable[[Sequence[memoryview]], None]:
+    def finish(buffers: Sequence[memoryview]) -> None:
+        check(record, chunk, buffers[0])
+
+    return finish
 
 
 def _verify_request(chunk: ChunkRecord, blob: str | None, number: int | None) -> ReadRequest:

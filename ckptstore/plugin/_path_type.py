@@ -24,6 +24,7 @@ from typing import IO, Any, ClassVar
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import KeyExistsError, ObjectNotFoundError
 from ckptstore.io._settings import IOSettings
+from ckptstore.records._limits import current_limits
 
 __all__ = ["PathType", "PositionalWriter", "redact_url"]
 
@@ -222,9 +223,13 @@ class PathType(ABC):
         self.put_document(key, data)
 
     def get_document(self, key: str) -> bytes | None:
-        """A control document's bytes, or ``None`` if it does not exist."""
+        """A control document's bytes, or ``None`` if it does not exist.
+
+        Storages on local disk read at most one byte more than the document size limit
+        (:class:`~ckptstore.records.Limits`), so a forged giant document is refused
+        without being read whole."""
         try:
-            return self.read_bytes(key)
+            return self.read_document(key)
         except ObjectNotFoundError:
             return None
 
@@ -233,6 +238,13 @@ class PathType(ABC):
         parallel. The default gathers the pieces and stores them with
         :meth:`write_parts` on close; local disk writes each piece in place."""
         return _GatheringWriter(self, key, size)
+
+    def read_document(self, key: str) -> bytes:
+        """A stored document's bytes (bounded read on local disk, see
+        :meth:`get_document`); raises ``ObjectNotFoundError`` if it does not exist."""
+        if self.local_directory() is not None:
+            return self.read_bytes(key, 0, current_limits().max_document_bytes + 1)
+        return self.read_bytes(key)
 
     def prepare_keys(self, keys: Iterable[str]) -> None:
         """Get ready to write ``keys`` (called before a batch of parallel writes).

@@ -65,6 +65,7 @@ from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import (
     commit_record_key,
@@ -157,12 +158,19 @@ class NodeCommit:
             node=validate_node_name(node),
             epoch=epoch,
             db_type=str(raw["db_type"]),
-            manifest_crc32c=int(raw["manifest_crc32c"]),
-            nbytes=int(raw["nbytes"]),
-            stored_bytes=int(raw["stored_bytes"]),
-            nblobs=int(raw["nblobs"]),
-            duration_ns=int(raw.get("duration_ns", 0)),
+            manifest_crc32c=_stored_int(raw["manifest_crc32c"], 1 << 32),
+            nbytes=_stored_int(raw["nbytes"]),
+            stored_bytes=_stored_int(raw["stored_bytes"]),
+            nblobs=_stored_int(raw["nblobs"]),
+            duration_ns=_stored_int(raw.get("duration_ns", 0)),
         )
+
+
+def _stored_int(value: object, end: int = 1 << 63) -> int:
+    """An integer field of a stored document, in ``[0, end)``; ValueError otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < end:
+        raise ValueError("a count or size is not an integer in range")
+    return value
 
 
 @dataclass(frozen=True)
@@ -193,14 +201,17 @@ class EpochCommit:
     def decode(cls, data: bytes, *, url: str, key: str) -> EpochCommit:
         document = decode_document(data, COMMIT_KIND, url=url, key=key)
         try:
-            epoch = int(document["epoch"])
+            epoch = _stored_int(document["epoch"])
+            if not isinstance(document["nodes"], dict):
+                raise ValueError("nodes is not an object")
             nodes = {
                 name: NodeCommit.decode(name, epoch, raw) for name, raw in document["nodes"].items()
             }
             return cls(epoch, nodes, str(document["committed_at"]))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
+            # InvalidNameError is a ValueError; the message is cut: stored text is untrusted
             raise CorruptCheckpointError(
-                f"commit record is malformed: {error}", url=url, file=key
+                f"commit record is malformed: {type(error).__name__}", url=url, file=key
             ) from None
 
 
@@ -410,7 +421,7 @@ def read_commit_under(
             )
             stamps.append(stamp)
     if nodes is None or len(found) < len(names):
-        legacy = _read_legacy(storage, under(commit_record_key(epoch)))
+        legacy = _read_legacy(storage, under(commit_record_key(epoch)), epoch)
         if legacy is not None:
             wanted = set(names) if nodes is not None else set(legacy.nodes)
             for node, commit in legacy.nodes.items():
@@ -422,11 +433,16 @@ def read_commit_under(
     return EpochCommit(epoch, dict(sorted(found.items())), max(stamps))
 
 
-def _read_legacy(storage: PathType, key: str) -> EpochCommit | None:
+def _read_legacy(storage: PathType, key: str, epoch: int) -> EpochCommit | None:
     data = storage.get_document(key)
     if data is None:
         return None
-    return EpochCommit.decode(data, url=storage.display_url, key=key)
+    record = EpochCommit.decode(data, url=storage.display_url, key=key)
+    if record.epoch != epoch:
+        raise CorruptCheckpointError(
+            "the commit record belongs to another epoch", url=storage.display_url, file=key
+        )
+    return record
 
 
 def require_commit(
@@ -477,12 +493,16 @@ def newest_complete_before(storage: PathType, epoch: int, nodes: Iterable[str]) 
     """The newest epoch before ``epoch`` committed on every one of ``nodes``, or ``None``.
 
     Reads commit records one by one, newest first, without listing storage: the rare
-    path after the chosen epoch turned out damaged.
+    path after the chosen epoch turned out damaged. An epoch whose record is damaged is
+    skipped (it cannot be trusted either), with a warning.
     """
     wanted = set(nodes)
     for older in range(epoch - 1, -1, -1):
-        if is_complete(storage, older, wanted):
-            return older
+        try:
+            if is_complete(storage, older, wanted):
+                return older
+        except CorruptCheckpointError as error:
+            log.warning("Skipping epoch %d while looking for an intact one: %s", older, error)
     return None
 
 
@@ -496,6 +516,13 @@ def open_node_record(
 ) -> tuple[NodeManifest, bytes, NodeCommit]:
     """A committed node checkpoint's manifest, the manifest's exact bytes, and the
     node's entry in the commit record."""
+    with corrupt_in_node(storage, node, epoch):
+        return _open_node_record(storage, node, epoch)
+
+
+def _open_node_record(
+    storage: PathType, node: str, epoch: int
+) -> tuple[NodeManifest, bytes, NodeCommit]:
     record = read_commit(storage, epoch, [node])
     db_key = get_ckpt_filename(node, epoch)
     if record is None or node not in record.nodes:
@@ -510,7 +537,7 @@ def open_node_record(
         )
     key = manifest_key(db_key)
     try:
-        data = storage.read_bytes(key)
+        data = storage.read_document(key)
     except ObjectNotFoundError:
         raise CorruptCheckpointError(
             "the epoch is committed but the node's manifest is missing",
@@ -559,7 +586,9 @@ def read_blobs(
         )
     records = [manifest.blobs[name] for name in wanted if name in manifest.blobs]
     db = DBLocation(storage, get_ckpt_filename(manifest.node, manifest.epoch), io)
-    return db_type.read(db, records)
+    with corrupt_in_node(storage, manifest.node, manifest.epoch):
+        check_pieces_fit(storage, db.root, (chunk for r in records for chunk in r.chunks))
+        return db_type.read(db, records)
 
 
 def verify_node(
@@ -571,4 +600,11 @@ def verify_node(
     except CorruptCheckpointError as error:
         return [error]
     db = DBLocation(storage, get_ckpt_filename(node, epoch), io)
-    return db_type.verify(db, manifest)
+    pieces = [*(chunk for r in manifest.blobs.values() for chunk in r.chunks), *manifest.files]
+    try:
+        with corrupt_in_node(storage, node, epoch):
+            check_pieces_fit(storage, db.root, pieces, missing_ok=True)
+            problems = db_type.verify(db, manifest)
+    except CorruptCheckpointError as error:
+        return [error]
+    return [problem.located(node=node, epoch=epoch) for problem in problems]

@@ -267,7 +267,7 @@ def _join(prefix: str, key: str) -> str:
 def _uncommitted(storage: PathType, prefix: str, node: str, epoch: int) -> NodeEntry:
     key = _join(prefix, manifest_key(get_ckpt_filename(node, epoch)))
     try:
-        data = storage.read_bytes(key)
+        data = storage.read_document(key)
         manifest = NodeManifest.decode(data, url=storage.display_url, key=key)
     except (CorruptCheckpointError, ObjectNotFoundError):
         return NodeEntry(node, epoch, "uncommitted")

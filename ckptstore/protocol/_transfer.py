@@ -22,9 +22,10 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ReadRequest
-from ckptstore.plugin._db_type import DBLocation, verify_records
+from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._manifest import ChunkRecord, NodeManifest
 from ckptstore.records._names import get_ckpt_filename
@@ -44,6 +45,8 @@ def copy_node(
     engine = source.engine()
     src = DBLocation(source.storage, db_key, engine)
     pieces = _pieces_by_file(manifest)
+    with corrupt_in_node(source.storage, node, epoch):
+        check_pieces_fit(source.storage, db_key, (p for group in pieces.values() for p in group))
 
     def fill(root: str) -> bytes:
         target = DBLocation(dest, root, engine)
@@ -53,12 +56,13 @@ def copy_node(
             if not _is_whole(records):
                 _stream_file(src, target, key, records)
         if verify:
-            problems = verify_records(target, manifest)
+            problems = source.reader_for(manifest).verify(target, manifest)
             if problems:
                 raise problems[0]
         return manifest_bytes
 
-    protocol.publish_node(dest, db_key, fill)
+    with corrupt_in_node(source.storage, node, epoch):
+        protocol.publish_node(dest, db_key, fill)
     return NodeStats(
         node=node,
         epoch=epoch,
@@ -128,7 +132,8 @@ def _stream_file(
         for data, chunk in zip(_read_pieces(src, key, records, span), records, strict=True):
             if crc32c_of([data]) != chunk.crc32c:
                 raise CorruptCheckpointError(
-                    f"CRC-32C mismatch in the {chunk.stored} bytes at offset {chunk.offset}",
+                    f"the CRC-32C of the {chunk.stored} bytes at offset {chunk.offset} "
+                    "differs from the one recorded in the manifest",
                     url=src.storage.display_url,
                     file=src.key(key),
                 )

@@ -37,6 +37,7 @@ from ckptstore.records._layout import (
     retired_key,
     staging_key,
 )
+from ckptstore.records._limits import Limits, current_limits, set_limits
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest, safe_dtype
 from ckptstore.records._names import (
     db_name,
@@ -57,10 +58,12 @@ __all__ = [
     "STAGING_MARK",
     "BlobRecord",
     "ChunkRecord",
+    "Limits",
     "NodeManifest",
     "NodeStats",
     "check_value",
     "commit_record_key",
+    "current_limits",
     "db_name",
     "decode_document",
     "decode_dtype",
@@ -78,6 +81,7 @@ __all__ = [
     "plain_dtype",
     "retired_key",
     "safe_dtype",
+    "set_limits",
     "staging_key",
     "validate_blob_name",
     "validate_key",

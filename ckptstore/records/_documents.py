@@ -10,12 +10,15 @@ Example::
 from __future__ import annotations
 
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._checksum import crc32c_of
+from ckptstore.records._limits import current_limits
 
-__all__ = ["decode_document", "encode_document"]
+__all__ = ["decode_document", "encode_document", "parse_untrusted_json"]
 
 _VERSION = 1
 
@@ -42,10 +45,7 @@ def decode_document(data: bytes, kind: str, *, url: str, key: str) -> dict[str, 
     def corrupt(detail: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(detail, url=url, file=key)
 
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise corrupt(f"not valid JSON ({error})") from None
+    document = parse_untrusted_json(data, url=url, key=key)
     if not isinstance(document, dict):
         raise corrupt("not a JSON object")
     recorded = document.pop("crc32c", None)
@@ -59,3 +59,41 @@ def decode_document(data: bytes, kind: str, *, url: str, key: str) -> dict[str, 
             f"ckptstore (it reads version {_VERSION}); upgrade ckptstore"
         )
     return document
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+_DEPTH = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_untrusted_json(data: bytes, *, url: str, key: str) -> Any:
+    """``json.loads`` for stored bytes: size and nesting depth are checked first
+    (against :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
+    and numbers too long to parse are refused; every failure is a
+    :class:`CorruptCheckpointError`, never a ``RecursionError`` or ``MemoryError``."""
+    limits = current_limits()
+
+    def corrupt(detail: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(detail, url=url, file=key)
+
+    if len(data) > limits.max_document_bytes:
+        raise corrupt(
+            f"the document is {len(data)} bytes, more than the limit of "
+            f"{limits.max_document_bytes} (CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)"
+        )
+    brackets = _BRACKETS.findall(_STRING.sub(b"", data))
+    if brackets:
+        depth = max(accumulate(_DEPTH[bracket[0]] for bracket in brackets))
+        if depth > limits.max_json_depth:
+            raise corrupt(
+                f"JSON nested {depth} levels deep, more than the limit of {limits.max_json_depth}"
+            )
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        # JSONDecodeError is a ValueError; so are over-long integers and NaN/Infinity
+        raise corrupt(f"not valid JSON ({type(error).__name__})") from None

@@ -24,6 +24,7 @@ import numpy as np
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
+from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
 
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
@@ -58,10 +59,17 @@ class ChunkRecord:
 
     @classmethod
     def decode(cls, raw: Any) -> ChunkRecord:
+        if not isinstance(raw, list) or len(raw) != 5:
+            raise ValueError("a chunk record is a list of 5 fields")
         key, offset, stored, size, crc = raw
+        most = current_limits().max_file_bytes
         for value in (offset, stored, size, crc):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"chunk field {value!r} is not a non-negative integer")
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+                raise ValueError(f"chunk field {value!r} is not an integer in [0, {most}]")
+        if crc >= 1 << 32:
+            raise ValueError("a chunk's CRC-32C field is out of range")
+        if offset + stored > most:
+            raise ValueError(f"a chunk ends beyond {most} bytes")
         return cls(_validated_key(key), offset, stored, size, crc)
 
 
@@ -103,11 +111,20 @@ class BlobRecord:
     @classmethod
     def decode(cls, name: str, raw: Mapping[str, Any]) -> BlobRecord:
         validate_blob_name(name, new=False)
+        limits = current_limits()
         shape = raw["shape"]
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
-            raise ValueError(f"shape {shape!r} is not a list of non-negative integers")
+            raise ValueError("the shape is not a list of non-negative integers")
+        if len(shape) > limits.max_ndim:
+            raise ValueError(f"{len(shape)} dimensions, more than the limit of {limits.max_ndim}")
+        if not isinstance(raw["chunks"], list) or len(raw["chunks"]) > limits.max_chunks:
+            raise ValueError(f"chunks is not a list of at most {limits.max_chunks} records")
+        if math.prod(shape) * safe_dtype(str(raw["dtype"]), name).itemsize > limits.max_blob_bytes:
+            raise ValueError(
+                f"shape {shape} needs more than the limit of {limits.max_blob_bytes} bytes"
+            )
         record = cls(
             name=name,
             dtype=str(raw["dtype"]),
@@ -121,7 +138,15 @@ class BlobRecord:
             # a raw chunk stores its bytes plus padding: never fewer (readers would
             # otherwise take the difference as negative padding and skip the CRC check)
             raise ValueError("a raw chunk stores fewer bytes than it supplies")
-        if record.codec == "raw" and sum(c.size for c in record.chunks) != record.nbytes:
+        if record.codec != "raw" and any(
+            c.size > min(limits.max_chunk_bytes, max(c.stored, 1) * limits.max_compression_ratio)
+            for c in record.chunks
+        ):
+            raise ValueError(
+                f"a compressed chunk decodes to more than {limits.max_chunk_bytes} bytes or "
+                f"{limits.max_compression_ratio} times its stored size"
+            )
+        if sum(c.size for c in record.chunks) != record.nbytes:
             raise ValueError(
                 f"chunks supply {sum(c.size for c in record.chunks)} bytes, "
                 f"dtype and shape need {record.nbytes}"
@@ -172,10 +197,17 @@ class NodeManifest:
     @classmethod
     def decode(cls, data: bytes, *, url: str, key: str) -> NodeManifest:
         document = decode_document(data, MANIFEST_KIND, url=url, key=key)
+        limits = current_limits()
         try:
             epoch = document["epoch"]
-            if not isinstance(epoch, int) or epoch < 0:
-                raise ValueError(f"epoch {epoch!r} is not a non-negative integer")
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 1 << 63:
+                raise ValueError("the epoch is not a non-negative 64-bit integer")
+            if not isinstance(document["blobs"], dict) or not isinstance(document["files"], list):
+                raise ValueError("blobs is not an object or files not a list")
+            if len(document["blobs"]) > limits.max_blobs:
+                raise ValueError(f"more than the limit of {limits.max_blobs} blobs")
+            if len(document["files"]) > limits.max_chunks:
+                raise ValueError(f"more than the limit of {limits.max_chunks} files")
             return cls(
                 node=validate_node_name(document["node"]),
                 epoch=epoch,
@@ -188,5 +220,11 @@ class NodeManifest:
             )
         except (KeyError, TypeError, ValueError, AttributeError, CkptStoreError) as error:
             raise CorruptCheckpointError(
-                f"manifest is malformed: {type(error).__name__}: {error}", url=url, file=key
+                f"manifest is malformed: {type(error).__name__}: {_short(error)}", url=url, file=key
             ) from None
+
+
+def _short(error: BaseException) -> str:
+    """An error's message cut to one short line (stored text is attacker-chosen)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 200 else text[:197] + "..."

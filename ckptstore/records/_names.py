@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 
@@ -76,6 +77,9 @@ def validate_node_name(name: object) -> str:
     return name
 
 
+_WINDOWS_RESERVED = re.compile(r"(?i)(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9])(\..*)?|.*[. ]")
+
+
 def _check_segments(what: str, name: str) -> None:
     if name.startswith("/"):
         raise InvalidNameError(what, name, "it must be relative, without a leading '/'")
@@ -83,6 +87,10 @@ def _check_segments(what: str, name: str) -> None:
         if segment in ("", ".", ".."):
             raise InvalidNameError(
                 what, name, "empty, '.' and '..' path segments could escape the prefix"
+            )
+        if os.name == "nt" and (_WINDOWS_RESERVED.fullmatch(segment) or ":" in segment):
+            raise InvalidNameError(
+                what, name, f"{segment!r} is a reserved file name on this platform"
             )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from ckpt_helpers import memory_keys, memory_root
@@ -98,3 +100,23 @@ def test_the_registry_serves_fsspec_urls(registry: Registry) -> None:
         assert type(storage) is FsspecPath
         storage.write_bytes("k", b"v")
         assert memory_keys(url) == ["k"]
+
+
+def test_local_disk_through_fsspec_refuses_links_out_of_the_root(tmp_path: Path) -> None:
+    """docs/security.md: a resolved-path check on fsspec's local filesystem."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "linked").symlink_to(outside)
+    (root / "file").symlink_to(outside / "secret")
+    storage = FsspecPath(f"file://{root}")
+    for key in ("file", "linked/secret", "linked/new/doc"):
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.read_bytes(key)
+    with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+        storage.write_bytes("linked/new/doc", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    storage.write_bytes("real/doc", b"x")
+    assert storage.read_bytes("real/doc") == b"x"

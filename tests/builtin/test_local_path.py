@@ -199,3 +199,60 @@ def test_prepare_keys_creates_each_parent_once_and_fsync_mode_syncs_them(
     assert {str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a/b"), str(tmp_path / "d")} <= set(
         synced
     )
+
+
+# -- links inside the root (docs/security.md) ------------------------------------------
+
+
+@pytest.fixture
+def linked_root(tmp_path: Path) -> tuple[LocalPath, Path]:
+    """A root whose ``linked/`` directory and ``data/file`` are links to ``outside``."""
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret").write_bytes(b"secret")
+    (outside / "dir" / "doc").write_bytes(b"outside doc")
+    root = tmp_path / "root"
+    (root / "data").mkdir(parents=True)
+    (root / "linked").symlink_to(outside / "dir")
+    (root / "data" / "file").symlink_to(outside / "secret")
+    return LocalPath(str(root)), outside
+
+
+def test_reads_never_follow_a_link_out_of_the_root(linked_root: tuple[LocalPath, Path]) -> None:
+    storage, _ = linked_root
+    for key in ("data/file", "linked/doc"):
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.read_bytes(key)
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.read_into(key, 0, [memoryview(bytearray(3))])
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.size(key)
+    assert storage.list_keys() == []
+    assert storage.list_keys("linked") == []
+
+
+def test_writes_and_deletes_never_go_through_a_link(
+    linked_root: tuple[LocalPath, Path], tmp_path: Path
+) -> None:
+    storage, outside = linked_root
+    hard = tmp_path / "root" / "data" / "hard"
+    hard.hardlink_to(outside / "secret")
+    storage.write_bytes("data/file", b"new")  # the symlink is replaced, not followed
+    storage.write_bytes("data/hard", b"new")  # the hard link is replaced, not written
+    with storage.open_write("data/other") as stream:
+        stream.write(b"x")
+    with pytest.raises(CorruptCheckpointError):
+        storage.put_document("linked/doc", b"{}")  # a control dir that is a link
+    with pytest.raises(CorruptCheckpointError):
+        storage.delete(["linked/doc"])
+    storage.delete_tree("linked")  # removes the link only
+    assert (outside / "secret").read_bytes() == b"secret"
+    assert (outside / "dir" / "doc").read_bytes() == b"outside doc"
+    assert storage.read_bytes("data/file") == b"new"
+    assert not (tmp_path / "root" / "linked").exists()
+
+
+def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(CorruptCheckpointError):
+        LocalPath(str(tmp_path)).read_bytes("fifo")

@@ -15,7 +15,7 @@ from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast
 from ckptstore.checkpoint._runner import JobRunner
-from ckptstore.errors import JobConfigurationError
+from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.execution._session import LocalSession
 from ckptstore.plugin._registry import Registry
 from ckptstore.testing.conformance import (
@@ -139,3 +139,26 @@ def test_object_store_roots_need_a_database(
     monkeypatch.setenv(DATABASE_ENV, str(tmp_path / "env.sqlite"))
     assert manager.get_resume_from_epoch_id(None) is None
     assert (tmp_path / "env.sqlite").exists()
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_linked_database_inside_the_root_is_refused(tmp_path: Path, link: str) -> None:
+    """docs/security.md: SQLite writes in place, so a catalog file linked to one
+    outside the root would be written through; it is refused, and the outside file
+    keeps its bytes."""
+    url = str(tmp_path / "run")
+    train(url, "sqlite")
+    database = tmp_path / "run" / "_ckptstore" / "catalog.sqlite"
+    outside = tmp_path / "outside.sqlite"
+    outside.write_bytes(database.read_bytes())
+    database.unlink()
+    if link == "symlink":
+        database.symlink_to(outside)
+    else:
+        database.hardlink_to(outside)
+    before = outside.read_bytes()
+    handler = SqliteCatalog()
+    handler.set_params(url, "npz", ["trainer_0"], storage=LocalPath(url))
+    with pytest.raises(CorruptCheckpointError, match="through a link"):
+        handler.epochs()
+    assert outside.read_bytes() == before

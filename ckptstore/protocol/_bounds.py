@@ -1,0 +1,90 @@
+"""Stored pieces checked against the real stored files before anything is allocated,
+and whatever a format raises on forged bytes turned into one typed error.
+
+A manifest is untrusted (see docs/security.md): its offsets and lengths must fall
+inside files that exist, so a forged "10^12 elements" or "2^64 offset" is refused
+after one ``size`` call per file, not after allocating terabytes.
+
+Example::
+
+    check_pieces_fit(storage, "trainer_0.3", manifest.files)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+from ckptstore.errors import CkptStoreError, CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._manifest import ChunkRecord
+
+__all__ = ["UNCHECKED_BYTES", "check_pieces_fit", "corrupt_in_node"]
+
+UNCHECKED_BYTES = 64 << 20
+"""Pieces totalling at most this many bytes are not size-checked before they are read:
+the buffers are harmless, and a short file is reported by the read itself."""
+
+
+def check_pieces_fit(
+    storage: PathType, root: str, pieces: Iterable[ChunkRecord], *, missing_ok: bool = False
+) -> None:
+    """Raise :class:`CorruptCheckpointError` unless every piece (``offset + stored``)
+    lies inside its stored file under ``root``; one ``size`` call per distinct file.
+    With ``missing_ok``, pieces of missing files are left for the reader to report."""
+    ends: dict[str, int] = {}
+    total = 0
+    for piece in pieces:
+        total += piece.stored
+        end = piece.offset + piece.stored
+        if end > ends.get(piece.key, -1):
+            ends[piece.key] = end
+    if total <= UNCHECKED_BYTES:
+        # a size request per file costs a round trip (a stat, a HEAD); buffers this
+        # small are harmless, and a short file is still reported when it is read
+        return
+    for relative, end in ends.items():
+        key = f"{root}/{relative}"
+        try:
+            size = storage.size(key)
+        except ObjectNotFoundError:
+            if missing_ok:
+                continue
+            raise CorruptCheckpointError(
+                "the file is missing", url=storage.display_url, file=key
+            ) from None
+        if end > size:
+            raise CorruptCheckpointError(
+                f"the manifest records bytes up to offset {end}, the file holds {size}",
+                url=storage.display_url,
+                file=key,
+            )
+
+
+@contextlib.contextmanager
+def corrupt_in_node(storage: PathType, node: str, epoch: int) -> Iterator[None]:
+    """Name ``node`` and ``epoch`` in every :class:`CorruptCheckpointError` raised
+    inside, and turn what a format raises while decoding stored bytes (anything but
+    ckptstore's own and storage errors) into one."""
+    try:
+        yield
+    except CorruptCheckpointError as error:
+        raise error.located(node=node, epoch=epoch) from None
+    except (CkptStoreError, OSError):
+        raise
+    except MemoryError:
+        # numpy refuses an impossible np.empty at once, before touching memory
+        raise CorruptCheckpointError(
+            "the checkpoint declares more bytes than this machine can allocate (if it is "
+            "genuine, load it where more memory is available)",
+            url=storage.display_url,
+            node=node,
+            epoch=epoch,
+        ) from None
+    except Exception as error:
+        raise CorruptCheckpointError(
+            f"the stored bytes cannot be decoded ({type(error).__name__})",
+            url=storage.display_url,
+            node=node,
+            epoch=epoch,
+        ) from error

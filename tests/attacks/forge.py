@@ -1,0 +1,121 @@
+"""Forging stored bytes the way an attacker who controls the checkpoint prefix can:
+any byte, with checksums recomputed so they match (see docs/security.md), and a
+watch on a directory outside the prefix that sees every access to it."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ckptstore.io._checksum import crc32c_of
+from ckptstore.records._layout import commit_record_key, manifest_key
+from ckptstore.records._names import get_ckpt_filename
+
+NODE = "trainer_0"
+EPOCH = 2
+
+
+def canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def signed(canonical_body: bytes) -> bytes:
+    """A control document with a valid CRC-32C over ``canonical_body`` (``{...}``)."""
+    return b'{"crc32c":%d,%s' % (crc32c_of([canonical_body]), canonical_body[1:])
+
+
+class Forge:
+    """One node checkpoint of a run under ``root``, edited in place with valid CRCs."""
+
+    def __init__(self, root: Path, node: str = NODE, epoch: int = EPOCH) -> None:
+        self.root, self.node, self.epoch = root, node, epoch
+        self.db = root / get_ckpt_filename(node, epoch)
+        self.manifest_path = root / manifest_key(get_ckpt_filename(node, epoch))
+        self.commit_path = root / commit_record_key(epoch)
+
+    def manifest(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.manifest_path.read_bytes())
+        document.pop("crc32c")
+        return document
+
+    def commit(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.commit_path.read_bytes())
+        document.pop("crc32c")
+        return document
+
+    def write_commit_bytes(self, data: bytes) -> None:
+        self.commit_path.write_bytes(data)
+
+    def write_commit(self, body: dict[str, Any]) -> None:
+        self.write_commit_bytes(signed(canonical(body)))
+
+    def write_manifest_bytes(self, data: bytes) -> None:
+        """Replace the manifest and make the commit record vouch for it."""
+        self.manifest_path.write_bytes(data)
+        commit = self.commit()
+        commit["nodes"][self.node]["manifest_crc32c"] = crc32c_of([data])
+        self.write_commit(commit)
+
+    def write_manifest(self, body: dict[str, Any]) -> None:
+        self.write_manifest_bytes(signed(canonical(body)))
+
+    def blob(self, name: str | None = None) -> tuple[str, dict[str, Any]]:
+        """A blob of the node (default: its largest) and its manifest record."""
+        blobs = self.manifest()["blobs"]
+        name = name or max(blobs, key=lambda n: sum(c[2] for c in blobs[n]["chunks"]))
+        return name, blobs[name]
+
+    def data_file(self, name: str | None = None) -> Path:
+        """The stored file holding the first chunk of a blob."""
+        return self.db / self.blob(name)[1]["chunks"][0][0]
+
+    def recorded_crcs(self) -> set[int]:
+        """Every CRC-32C recorded for this node (none may appear in an error)."""
+        manifest = self.manifest()
+        crcs = {chunk[4] for record in manifest["blobs"].values() for chunk in record["chunks"]}
+        crcs |= {chunk[4] for chunk in manifest["files"]}
+        crcs.add(self.commit()["nodes"][self.node]["manifest_crc32c"])
+        return crcs
+
+    def resign_chunks(self, name: str) -> None:
+        """Recompute the CRC-32C of every chunk of blob ``name`` from the stored bytes
+        (after forging them), so checksums match the forgery."""
+        body = self.manifest()
+        for chunk in body["blobs"][name]["chunks"]:
+            data = (self.db / chunk[0]).read_bytes()[chunk[1] : chunk[1] + chunk[2]]
+            chunk[4] = crc32c_of([data])
+        self.write_manifest(body)
+
+
+# -- a watch on the outside of the prefix ------------------------------------------------
+
+_IN_ALL_EVENTS = 0xFFF  # access, modify, attrib, close, open, move, create, delete
+
+
+class OutsideWatch:
+    """inotify on a directory outside the prefix (and each file in it): every open,
+    read, write, create or delete there, through any path or link, is an event."""
+
+    def __init__(self, directory: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self._fd >= 0, os.strerror(ctypes.get_errno())
+        for path in [directory, *sorted(directory.rglob("*"))]:
+            if path.is_symlink():
+                continue
+            assert self._libc.inotify_add_watch(self._fd, os.fsencode(path), _IN_ALL_EVENTS) >= 0
+
+    def events(self) -> int:
+        """Bytes of events seen since the last call (0: nothing touched)."""
+        total = 0
+        while True:
+            try:
+                total += len(os.read(self._fd, 1 << 16))
+            except BlockingIOError:
+                return total
+
+    def close(self) -> None:
+        os.close(self._fd)

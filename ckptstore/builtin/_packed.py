@@ -447,8 +447,8 @@ def _group_request(db: DBLocation, archive: str, group: list[_Span]) -> ReadRequ
             actual = _crc32c(span.target)
             if actual != span.crc32c:
                 raise CorruptCheckpointError(
-                    f"CRC-32C of {span.target.nbytes} bytes at offset {span.offset} is "
-                    f"{actual:#010x}, the manifest recorded {span.crc32c:#010x}",
+                    f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
+                    "differs from the one the manifest recorded",
                     url=db.storage.display_url,
                     file=db.key(archive),
                     blob=span.blob,

@@ -13,7 +13,8 @@ from pathlib import Path
 import numcodecs
 import numpy as np
 
-from tests.attacks.forge import EPOCH, NODE, Forge, canonical, signed
+from ckptstore.records._layout import CONTROL_DIR
+from tests.attacks.forge import EPOCH, Forge, canonical, signed
 
 Attack = Callable[[Forge, Path], None]
 ALL_FORMATS = ("zarr", "npz", "lmdb")
@@ -48,7 +49,7 @@ def symlinked_node_dir(forge: Forge, outside: Path) -> None:
 
 
 def symlinked_control_dir(forge: Forge, outside: Path) -> None:
-    _move_out(forge.commit_path.parent, outside)
+    _move_out(forge.root / CONTROL_DIR, outside)
 
 
 def symlinked_manifest(forge: Forge, outside: Path) -> None:
@@ -156,21 +157,21 @@ def deep_json_commit(forge: Forge, outside: Path) -> None:
 
 def huge_integer_commit(forge: Forge, outside: Path) -> None:
     body = forge.commit()
-    body["nodes"][NODE]["nbytes"] = -7
+    body["nbytes"] = -7
     text = canonical(body).replace(b'"nbytes":-7', b'"nbytes":' + b"9" * 5000)
     forge.write_commit_bytes(signed(text))
 
 
 def float_fields_commit(forge: Forge, outside: Path) -> None:
     body = forge.commit()
-    body["nodes"][NODE]["nbytes"] = 1e308
-    body["nodes"][NODE]["nblobs"] = True
+    body["nbytes"] = 1e308
+    body["nblobs"] = True
     forge.write_commit(body)
 
 
 def traversal_node_name(forge: Forge, outside: Path) -> None:
     body = forge.commit()
-    body["nodes"]["../outside/secret"] = body["nodes"][NODE]
+    body["node"] = "../outside/secret"
     forge.write_commit(body)
 
 

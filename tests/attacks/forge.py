@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptstore.io._checksum import crc32c_of
-from ckptstore.records._layout import commit_record_key, manifest_key
+from ckptstore.records._layout import manifest_key, node_commit_key
 from ckptstore.records._names import get_ckpt_filename
 
 NODE = "trainer_0"
@@ -34,7 +34,7 @@ class Forge:
         self.root, self.node, self.epoch = root, node, epoch
         self.db = root / get_ckpt_filename(node, epoch)
         self.manifest_path = root / manifest_key(get_ckpt_filename(node, epoch))
-        self.commit_path = root / commit_record_key(epoch)
+        self.commit_path = root / node_commit_key(epoch, node)  # this node's commit record
 
     def manifest(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.manifest_path.read_bytes())
@@ -56,7 +56,7 @@ class Forge:
         """Replace the manifest and make the commit record vouch for it."""
         self.manifest_path.write_bytes(data)
         commit = self.commit()
-        commit["nodes"][self.node]["manifest_crc32c"] = crc32c_of([data])
+        commit["manifest_crc32c"] = crc32c_of([data])
         self.write_commit(commit)
 
     def write_manifest(self, body: dict[str, Any]) -> None:
@@ -77,7 +77,7 @@ class Forge:
         manifest = self.manifest()
         crcs = {chunk[4] for record in manifest["blobs"].values() for chunk in record["chunks"]}
         crcs |= {chunk[4] for chunk in manifest["files"]}
-        crcs.add(self.commit()["nodes"][self.node]["manifest_crc32c"])
+        crcs.add(self.commit()["manifest_crc32c"])
         return crcs
 
     def resign_chunks(self, name: str) -> None:

@@ -18,6 +18,7 @@ Example::
     JobRunner(job, manager).train(LocalSession())   # run again: resumes by itself
 """
 
+from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport
 from ckptstore.builtin._copy_upload import CopyUpload
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._json_catalog import JsonCatalog
@@ -31,6 +32,7 @@ from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
     BlobNotFoundError,
+    CatalogCorruptError,
     CheckpointNotFoundError,
     CkptStoreError,
     CorruptCheckpointError,
@@ -72,6 +74,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BlobNotFoundError",
     "BlobRecord",
+    "CatalogCorruptError",
+    "CatalogEntry",
     "CheckpointManager",
     "CheckpointNotFoundError",
     "ChunkRecord",
@@ -84,6 +88,7 @@ __all__ = [
     "FrozenGroupError",
     "FsspecPath",
     "IOSettings",
+    "IndexCatalog",
     "InvalidNameError",
     "InvalidPluginError",
     "Job",
@@ -106,6 +111,7 @@ __all__ = [
     "PathType",
     "PluginError",
     "RangeNotSatisfiableError",
+    "RebuildReport",
     "RequestError",
     "RetentionPolicy",
     "SaveFailedError",

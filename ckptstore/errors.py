@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 __all__ = [
     "BlobNotFoundError",
+    "CatalogCorruptError",
     "CheckpointNotFoundError",
     "CkptStoreError",
     "CorruptCheckpointError",
@@ -234,6 +235,27 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
             f"corrupt checkpoint ({', '.join(where)}): {detail}. The data on storage changed "
             "after it was written; restore from another epoch or tier (`ckptstore verify` "
             "lists every damaged blob)."
+        )
+
+
+class CatalogCorruptError(CkptStoreError, ValueError):
+    """A metadata handler's catalog (an index of the commit records) cannot be read.
+
+    Jobs rebuild the catalog from storage by themselves when they meet this; it reaches
+    the caller only from a catalog's own query methods.
+
+    Example::
+
+        except CatalogCorruptError as err: print(err.url, err.file)
+    """
+
+    def __init__(self, detail: str, *, url: str, file: str | None = None) -> None:
+        self.url = url
+        self.file = file
+        where = f"{file!r} of {url}" if file is not None else url
+        super().__init__(
+            f"the catalog {where} is unreadable: {detail}. It is only an index of the "
+            f"commit records: `ckptstore catalog rebuild {url}` recreates it from storage."
         )
 
 

@@ -97,7 +97,7 @@ def test_nodes_hold_sizes_checksums_and_durations(tmp_path: Path) -> None:
         for name, node in sorted(record.nodes.items())
     ]
     assert all(row[6] > 0 for row in rows)
-    assert catalog.epochs()[2]["nodes"] == list(NODES)
+    assert catalog.epochs()[2].nodes == tuple(NODES)
 
 
 def test_reports_and_failures_are_events(tmp_path: Path) -> None:

@@ -207,7 +207,6 @@ def plan_retention(
         for removal in (_unfinished(storage, key, epoch) for key, epoch in _tombstones(keys))
         if owned is None or not owned.isdisjoint(removal.nodes)
     ]
-    pending = {removal.epoch for removal in removals}
     mine: dict[int, tuple[str, ...]] = {}
     sizes: dict[int, int] = {}
     committed = committed_epochs_in(keys)
@@ -226,16 +225,21 @@ def plan_retention(
             mine[epoch] = names
             sizes[epoch] = sum(record.nodes[n].stored_bytes for n in names)
     kept = policy.keep(sorted(mine)) | protected
-    for epoch, names in mine.items():
-        if epoch not in kept and epoch not in pending:
-            removals.append(EpochRemoval(epoch, names, sizes[epoch]))
-    deleted = {removal.epoch for removal in removals if not removal.resumed}
+    fresh = [
+        EpochRemoval(epoch, names, sizes[epoch])
+        for epoch, names in mine.items()
+        if epoch not in kept
+    ]
+    # a fresh removal rewrites (then drops) the tombstone of the same nodes itself
+    replaced = {removal.key for removal in fresh}
+    removals = [removal for removal in removals if removal.key not in replaced] + fresh
+    deleted = {removal.epoch for removal in fresh}
     keep = tuple(epoch for epoch in sorted(mine) if epoch not in deleted)
     return RetentionPlan(storage.display_url, keep, tuple(sorted(removals, key=_by_epoch)))
 
 
-def _by_epoch(removal: EpochRemoval) -> int:
-    return removal.epoch
+def _by_epoch(removal: EpochRemoval) -> tuple[int, bool]:
+    return removal.epoch, not removal.resumed  # an unfinished deletion first
 
 
 def _tombstones(keys: Iterable[str]) -> list[tuple[str, int]]:

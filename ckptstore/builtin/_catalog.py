@@ -229,18 +229,30 @@ class IndexCatalog(MetadataHandler):
                 )
         return chosen
 
+    def _catalogued_epochs(self) -> set[int]:
+        """The epochs the catalog lists (a catalog may answer without reading every
+        entry; the default reads them all)."""
+        return set(self._read_entries())
+
+    def _read_entry(self, epoch: int) -> CatalogEntry | None:
+        """One epoch's entry, or ``None`` (the default reads every entry)."""
+        return self._read_entries().get(epoch)
+
     def _agrees(
         self, listed: list[int], unreadable: set[int], chosen: int | None, nodes: set[str]
     ) -> bool:
         """Whether the catalog lists the committed epochs, and the chosen one in full."""
         try:
-            entries = self._read_entries()
+            catalogued = self._catalogued_epochs()
+            if catalogued - set(listed) or set(listed) - unreadable - catalogued:
+                return False
+            if chosen is None:
+                return True
+            entry = self._read_entry(chosen)
         except CatalogCorruptError as error:
             log.warning("%s", error)
             return False
-        if set(entries) - set(listed) or set(listed) - unreadable - set(entries):
-            return False
-        return chosen is None or (chosen in entries and nodes <= set(entries[chosen].nodes))
+        return entry is not None and nodes <= set(entry.nodes)
 
     def _complete(self, nodes: set[str]) -> list[int]:
         """Epochs committed on every one of ``nodes`` (reads every commit record: only

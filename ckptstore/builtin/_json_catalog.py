@@ -53,25 +53,41 @@ class JsonCatalog(IndexCatalog):
 
     name = "json"
 
-    def _read_entries(self) -> dict[int, CatalogEntry]:
-        storage = self.require_storage()
-        entries = {}
-        for key in storage.list_keys(CATALOG_DIR):
+    def _entry_keys(self) -> dict[int, str]:
+        """The catalog's entries by epoch, from one listing of the catalog directory."""
+        keys = {}
+        for key in self.require_storage().list_keys(CATALOG_DIR):
             match = _ENTRY.fullmatch(key[len(CATALOG_DIR) + 1 :])
-            if match is None:
-                continue  # a writer's temporary file, or something else
-            data = storage.get_document(key)
-            if data is None:
-                continue  # forgotten since it was listed
-            epoch = int(match.group(1))
-            try:
-                raw = decode_document(data, ENTRY_KIND, url=storage.display_url, key=key)
-                if int(raw["epoch"]) != epoch:
-                    raise ValueError(f"it describes epoch {raw['epoch']}")
-                entries[epoch] = CatalogEntry.from_json(epoch, raw)
-            except (CorruptCheckpointError, KeyError, TypeError, ValueError) as error:
-                raise CatalogCorruptError(str(error), url=storage.display_url, file=key) from None
+            if match is not None:  # else a writer's temporary file, or something else
+                keys[int(match.group(1))] = key
+        return keys
+
+    def _catalogued_epochs(self) -> set[int]:
+        return set(self._entry_keys())  # one LIST, no entry read
+
+    def _read_entry(self, epoch: int) -> CatalogEntry | None:
+        return self._decode(epoch, entry_key(epoch))
+
+    def _read_entries(self) -> dict[int, CatalogEntry]:
+        entries = {}
+        for epoch, key in sorted(self._entry_keys().items()):
+            entry = self._decode(epoch, key)
+            if entry is not None:  # else forgotten since it was listed
+                entries[epoch] = entry
         return entries
+
+    def _decode(self, epoch: int, key: str) -> CatalogEntry | None:
+        storage = self.require_storage()
+        data = storage.get_document(key)
+        if data is None:
+            return None
+        try:
+            raw = decode_document(data, ENTRY_KIND, url=storage.display_url, key=key)
+            if int(raw["epoch"]) != epoch:
+                raise ValueError(f"it describes epoch {raw['epoch']}")
+            return CatalogEntry.from_json(epoch, raw)
+        except (CorruptCheckpointError, KeyError, TypeError, ValueError) as error:
+            raise CatalogCorruptError(str(error), url=storage.display_url, file=key) from None
 
     def _put_entry(self, record: EpochCommit) -> None:
         entry = CatalogEntry.from_commit(record)

@@ -40,9 +40,13 @@ from typing import Any
 
 from ckptstore.errors import CatalogCorruptError, CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import require_commit
-from ckptstore.protocol._commit import EpochCommit, committed_nodes, read_commit
-from ckptstore.protocol._inventory import committed_epochs
+from ckptstore.protocol import (
+    EpochCommit,
+    committed_epochs,
+    committed_nodes,
+    read_commit,
+    require_commit,
+)
 
 __all__ = ["CatalogEntry", "IndexCatalog", "RebuildReport"]
 

@@ -32,10 +32,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import _commit as protocol
-from ckptstore.protocol._inventory import committed_epochs_in
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._names import get_ckpt_filename
@@ -209,7 +208,7 @@ def plan_retention(
     ]
     mine: dict[int, tuple[str, ...]] = {}
     sizes: dict[int, int] = {}
-    committed = committed_epochs_in(keys)
+    committed = protocol.committed_epochs_in(keys)
     for epoch in committed:
         if upto is not None and epoch > upto:
             continue

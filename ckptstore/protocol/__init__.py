@@ -28,7 +28,14 @@ from ckptstore.protocol._commit import (
     verify_node,
     write_node,
 )
-from ckptstore.protocol._inventory import EpochEntry, NodeEntry, RunEntry, committed_epochs, scan
+from ckptstore.protocol._inventory import (
+    EpochEntry,
+    NodeEntry,
+    RunEntry,
+    committed_epochs,
+    committed_epochs_in,
+    scan,
+)
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
@@ -41,6 +48,7 @@ __all__ = [
     "RunEntry",
     "commit_epoch",
     "committed_epochs",
+    "committed_epochs_in",
     "committed_nodes",
     "copy_node",
     "copy_node_task",

@@ -28,13 +28,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ckptstore import protocol
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError
 from ckptstore.execution._session import LocalSession
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import _commit as protocol
-from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._stats import ACTIONS, NodeStats
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
@@ -192,7 +191,7 @@ class MetadataHandlerConformance:
         runner.train(LocalSession())
         assert runner.checkpoint_manager is not None
         storage = runner.checkpoint_manager.location.storage
-        assert committed_epochs(storage) == list(range(last + 1))
+        assert protocol.committed_epochs(storage) == list(range(last + 1))
         start = threading.Barrier(writers)
         errors: list[BaseException] = []
 

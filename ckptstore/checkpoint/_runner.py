@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import committed_nodes
+from ckptstore.protocol import committed_epochs, committed_nodes
 
 __all__ = ["JobRunner", "SaveFailure"]
 
@@ -58,6 +59,27 @@ def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
     return None
 
 
+def _refuse_to_start_over(manager: ManagerBase, job_nodes: Sequence[str]) -> None:
+    """Raise if an epoch is committed on every node of the job: starting from scratch
+    would overwrite it (lists the control directory once, then reads commit records
+    newest first until one is complete)."""
+    storage = manager.location.storage
+    nodes = set(job_nodes)
+    for epoch in reversed(committed_epochs(storage)):
+        try:
+            complete = nodes <= committed_nodes(storage, epoch)
+        except CorruptCheckpointError:
+            continue
+        if complete:
+            raise JobConfigurationError(
+                f"refusing to start from scratch over committed checkpoints: epoch {epoch} "
+                f"is committed on every node of this job under {storage.display_url}. "
+                f"Resume with JobRunner(..., resume_from_epoch={epoch}) or a metadata "
+                "handler (metadata_handler='json' resumes by itself), or pass "
+                "JobRunner(..., overwrite=True) to start over and overwrite them."
+            )
+
+
 class JobRunner:
     """Runs a :class:`~ckptstore.Job` with checkpoints.
 
@@ -68,7 +90,10 @@ class JobRunner:
     row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
     ``retention`` (e.g. :class:`~ckptstore.checkpoint._retention.KeepLast`) deletes older committed
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
-    manager's own ``retention`` applies.
+    manager's own ``retention`` applies. A job never starts from scratch over an
+    epoch committed on every one of its nodes (it would overwrite it): without a
+    metadata handler or ``resume_from_epoch`` to resume from, ``train`` raises
+    :class:`~ckptstore.errors.JobConfigurationError` unless ``overwrite=True``.
 
     Example::
 
@@ -88,6 +113,7 @@ class JobRunner:
         retry_backoff: float = 0.5,
         max_consecutive_save_failures: int | None = None,
         retention: RetentionPolicy | None = None,
+        overwrite: bool = False,
     ) -> None:
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
@@ -101,6 +127,7 @@ class JobRunner:
         self.retry_backoff = retry_backoff
         self.max_consecutive_save_failures = max_consecutive_save_failures
         self.retention = retention
+        self.overwrite = overwrite
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
@@ -129,6 +156,12 @@ class JobRunner:
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
                 "from: pass checkpoint_manager=..."
             )
+        if manager is not None and resume is None and not self.overwrite:
+            try:
+                filed_under = manager.node_names()
+            except JobConfigurationError:  # a multi-node manager before init: the job's
+                filed_under = job.nodes_to_checkpoint()
+            _refuse_to_start_over(manager, filed_under)
         from_scratch = resume is None
         if from_scratch:
             session.run(job.init_group)

@@ -222,7 +222,11 @@ class IndexCatalog(MetadataHandler):
                 chosen = epoch
                 break
         if not self._agrees(listed, unreadable, chosen, nodes):
-            report = self.rebuild()
+            try:
+                report = self.rebuild()
+            except (OSError, CatalogCorruptError) as error:  # the answer stands regardless
+                log.warning("could not repair the catalog (resuming anyway): %s", error)
+                return chosen
             if report.changed:
                 resume = "nothing" if chosen is None else f"epoch {chosen}"
                 log.warning(

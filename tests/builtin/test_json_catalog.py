@@ -247,3 +247,18 @@ def test_two_writer_processes_lose_no_catalog_entry(tmp_path: Path) -> None:
     entries = catalog_for(root, ["trainer_0"]).epochs()
     assert set(entries) == written  # 48 epochs, none lost
     assert all(entries[epoch].nodes == (f"trainer_{epoch % 2}",) for epoch in written)
+
+
+def test_a_catalog_that_cannot_be_repaired_never_stops_the_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "run"
+    train(str(root), JsonCatalog, epochs=3)
+    shutil.rmtree(root / CATALOG_DIR)
+
+    def read_only(self: LocalPath, key: str, data: bytes) -> None:
+        raise PermissionError(f"read-only: {key}")
+
+    monkeypatch.setattr(LocalPath, "put_document", read_only)
+    assert catalog_for(root, list(NODES)).last_epoch() == 3
+    assert "could not repair the catalog (resuming anyway)" in caplog.text

@@ -18,6 +18,7 @@ Example::
     JobRunner(job, manager).train(LocalSession())   # run again: resumes by itself
 """
 
+from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport
 from ckptstore.builtin._copy_upload import CopyUpload
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._json_catalog import JsonCatalog
@@ -33,6 +34,7 @@ from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
     AlreadyCommittedError,
     BlobNotFoundError,
+    CatalogCorruptError,
     CheckpointNotFoundError,
     CkptStoreError,
     CorruptCheckpointError,
@@ -77,6 +79,8 @@ __all__ = [
     "AlreadyCommittedError",
     "BlobNotFoundError",
     "BlobRecord",
+    "CatalogCorruptError",
+    "CatalogEntry",
     "CheckpointManager",
     "CheckpointNotFoundError",
     "ChunkRecord",
@@ -89,6 +93,7 @@ __all__ = [
     "FrozenGroupError",
     "FsspecPath",
     "IOSettings",
+    "IndexCatalog",
     "InvalidNameError",
     "InvalidPluginError",
     "Job",
@@ -113,6 +118,7 @@ __all__ = [
     "PathType",
     "PluginError",
     "RangeNotSatisfiableError",
+    "RebuildReport",
     "RequestError",
     "RetentionPolicy",
     "SaveFailedError",

@@ -21,6 +21,7 @@ from typing import Any
 __all__ = [
     "AlreadyCommittedError",
     "BlobNotFoundError",
+    "CatalogCorruptError",
     "CheckpointNotFoundError",
     "CkptStoreError",
     "CorruptCheckpointError",
@@ -306,6 +307,27 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
 
 def _rebuild_corrupt(detail: str, fields: dict[str, Any]) -> CorruptCheckpointError:
     return CorruptCheckpointError(detail, **fields)
+
+
+class CatalogCorruptError(CkptStoreError, ValueError):
+    """A metadata handler's catalog (an index of the commit records) cannot be read.
+
+    Jobs rebuild the catalog from storage by themselves when they meet this; it reaches
+    the caller only from a catalog's own query methods.
+
+    Example::
+
+        except CatalogCorruptError as err: print(err.url, err.file)
+    """
+
+    def __init__(self, detail: str, *, url: str, file: str | None = None) -> None:
+        self.url = url
+        self.file = file
+        where = f"{file!r} of {url}" if file is not None else url
+        super().__init__(
+            f"the catalog {where} is unreadable: {detail}. It is only an index of the "
+            f"commit records: `ckptstore catalog rebuild {url}` recreates it from storage."
+        )
 
 
 class StorageError(CkptStoreError, OSError):

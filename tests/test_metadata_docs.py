@@ -10,7 +10,7 @@ from doc_examples import python_blocks, run_as_test_module
 
 def test_the_page_has_a_handler_a_reporter_and_a_conformance_class() -> None:
     code = "\n".join(python_blocks("metadata.md"))
-    assert "class TextCatalog(MetadataHandler)" in code
+    assert "class TextCatalog(IndexCatalog)" in code
     assert "def ckptstore_report(self, action_name, stats)" in code
     assert "class TestTextCatalog(MetadataHandlerConformance)" in code
 
@@ -18,5 +18,5 @@ def test_the_page_has_a_handler_a_reporter_and_a_conformance_class() -> None:
 def test_the_examples_run_and_the_handler_conforms(tmp_path: Path) -> None:
     result = run_as_test_module("metadata.md", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 passed" in result.stdout
+    assert "11 passed" in result.stdout
     assert (tmp_path / "catalog.jsonl").exists()

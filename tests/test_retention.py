@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +29,8 @@ from ckptstore.execution._session import LocalSession
 from ckptstore.io._engine import ParallelIO
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import encode_document
-from ckptstore.testing.conformance import NODES, counting_job
+from ckptstore.testing.conformance import NODES, counting_job, expected_state
+from ckptstore.testing.conformance.samples import assert_same_blob
 
 
 def save(
@@ -174,3 +179,126 @@ def test_the_runners_retention_wins_over_the_managers(tmp_path: Path) -> None:
     runner = JobRunner(counting_job(epochs=4), manager, retention=KeepLast(3))
     assert runner.train(LocalSession()) == 4
     assert committed_epochs(LocalPath(url)) == [2, 3, 4]
+
+
+# -- ownership: a job's retention deletes only its own nodes ---------------------------
+
+
+def run_job(url: str, node: str, epochs: int) -> tuple[JobRunner, LocalSession]:
+    """One single-node job on the shared prefix, KeepLast(2), json catalog."""
+    session = LocalSession()
+    manager = MultiNodeCheckpointManager(url, "npz", metadata_handler="json")
+    runner = JobRunner(counting_job((node,), epochs=epochs), manager, retention=KeepLast(2))
+    runner.train(session)
+    return runner, session
+
+
+def test_two_jobs_sharing_a_prefix_keep_their_newest_epochs(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    storage = LocalPath(url)
+    run_job(url, "trainer_0", 5)  # A: epochs 0..5, keeps 4 and 5
+    run_job(url, "trainer_1", 7)  # B: epochs 0..7 on the same prefix, keeps 6 and 7
+    assert {
+        e for e in committed_epochs(storage) if "trainer_0" in protocol.committed_nodes(storage, e)
+    } == {4, 5}
+    assert {
+        e for e in committed_epochs(storage) if "trainer_1" in protocol.committed_nodes(storage, e)
+    } == {6, 7}
+    for node, newest in (("trainer_0", 5), ("trainer_1", 7)):
+        for epoch in (newest - 1, newest):
+            manifest = protocol.open_node(storage, node, epoch)
+            assert protocol.verify_node(storage, node, epoch, NpzDB(), ParallelIO()) == []
+            assert manifest.node == node
+    # both resume from their own newest epoch, with the state saved then
+    for node, newest in (("trainer_0", 5), ("trainer_1", 7)):
+        runner, session = run_job(url, node, newest)
+        assert runner.committed_epochs == [newest + 1]
+        for name, blob in expected_state(node, newest + 1, (node,)).items():
+            assert_same_blob(session.workspace(node)[name].copy(), blob)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != "_ckptstore") == [
+        "trainer_0.5",
+        "trainer_0.6",
+        "trainer_1.7",
+        "trainer_1.8",
+    ]
+
+
+def test_an_epochs_commit_record_goes_only_with_its_last_node(storage: LocalPath) -> None:
+    plan = enforce(storage, KeepLast(2), nodes=["trainer_0"])
+    assert [(r.epoch, r.nodes) for r in plan.delete] == [(e, ("trainer_0",)) for e in range(6)]
+    assert committed_epochs(storage) == list(range(8))  # trainer_1 is still in every epoch
+    assert all(protocol.committed_nodes(storage, e) == {"trainer_1"} for e in range(6))
+    assert not storage.exists("trainer_0.0/ckptstore.manifest.json")
+    assert storage.exists("trainer_1.0/ckptstore.manifest.json")
+    enforce(storage, KeepLast(2), nodes=["trainer_1"])
+    assert committed_epochs(storage) == [6, 7]  # now nobody's: the commit records went
+
+
+def test_dry_run_with_nodes_plans_only_their_share(storage: LocalPath) -> None:
+    plan = enforce(storage, KeepLast(7), nodes=["trainer_1"], dry_run=True)
+    assert [(r.epoch, r.nodes) for r in plan.delete] == [(0, ("trainer_1",))]
+    assert plan.freed_bytes == protocol.read_commit(storage, 0).nodes["trainer_1"].stored_bytes
+    assert protocol.committed_nodes(storage, 0) == set(NODES)
+
+
+def test_retention_lists_the_control_directory_once(
+    storage: LocalPath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed: list[str] = []
+    original = LocalPath.list_keys
+
+    def counting(self: LocalPath, prefix: str = "") -> list[str]:
+        listed.append(prefix)
+        return original(self, prefix)
+
+    monkeypatch.setattr(LocalPath, "list_keys", counting)
+    enforce(storage, KeepLast(2), upto=7, protect={7}, nodes=list(NODES))
+    assert listed == ["_ckptstore"]
+
+
+RETENTION_CHILD = Path(__file__).with_name("retention_crash_child.py")
+
+
+def run_retention_child(directory: Path, node: str, kill_at: int) -> str:
+    result = subprocess.run(
+        [sys.executable, str(RETENTION_CHILD), str(directory), node, str(kill_at)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode in (0, -signal.SIGKILL), result.stderr
+    assert (result.returncode == 0) == (kill_at == 0)
+    return result.stdout
+
+
+def assert_every_committed_node_loads(storage: LocalPath) -> None:
+    for epoch in committed_epochs(storage):
+        for node in protocol.committed_nodes(storage, epoch):
+            protocol.open_node(storage, node, epoch)
+            assert protocol.verify_node(storage, node, epoch, NpzDB(), ParallelIO()) == []
+
+
+def test_sigkill_mid_retention_never_leaves_a_committed_unloadable_epoch(
+    storage: LocalPath, tmp_path: Path
+) -> None:
+    template = Path(storage.root)
+    shutil.copytree(template, tmp_path / "count")
+    total = int(run_retention_child(tmp_path / "count", "trainer_0", 0).split("=")[1])
+    assert total > 20
+    # every step of the first epoch's removal, then points spread over the rest
+    for kill_at in sorted({*range(1, 9), *range(9, total + 1, max(1, total // 12))}):
+        crashed = tmp_path / f"crashed-{kill_at}"
+        shutil.copytree(template, crashed)
+        run_retention_child(crashed, "trainer_0", kill_at)
+        crashed_storage = LocalPath(str(crashed))
+        assert_every_committed_node_loads(crashed_storage)
+        # trainer_1 never lost anything; the next pass finishes trainer_0's deletion
+        assert all("trainer_1" in protocol.committed_nodes(crashed_storage, e) for e in range(8))
+        enforce(crashed_storage, KeepLast(1), nodes=["trainer_0"])
+        assert_every_committed_node_loads(crashed_storage)
+        owned = [e for e in range(8) if "trainer_0" in protocol.committed_nodes(crashed_storage, e)]
+        assert owned == [7]
+        assert sorted(p.name for p in crashed.glob("trainer_0.*")) == ["trainer_0.7"]
+        # (a document write killed before its rename may leave a hidden temporary file)
+        left = [k for k in crashed_storage.list_keys("_ckptstore") if k.endswith("json")]
+        assert not [k for k in left if "deleting" in k]

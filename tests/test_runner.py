@@ -558,3 +558,40 @@ def test_a_handler_whose_report_fails_does_not_stop_the_job(tmp_path: Path) -> N
     assert runner.train(LocalSession()) == 2
     assert runner.committed_epochs == [0, 1, 2]
     assert handler.written() == [0, 1, 2]
+
+
+# -- never start over committed epochs by accident ---------------------------------------
+
+
+def test_a_job_without_a_handler_refuses_to_start_over_committed_epochs(tmp_path: Path) -> None:
+    job, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    commit = tmp_path / "_ckptstore" / "epoch-2.commit.json"
+    before = commit.read_bytes()
+    again, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
+    runner = JobRunner(again, MultiNodeCheckpointManager(str(tmp_path), "npz"))
+    with pytest.raises(JobConfigurationError, match="epoch 2 is committed") as info:
+        runner.train(LocalSession())
+    assert "resume_from_epoch=2" in str(info.value)
+    assert "overwrite=True" in str(info.value)
+    assert runner.committed_epochs == []
+    assert commit.read_bytes() == before  # nothing was overwritten
+
+
+def test_overwrite_true_starts_over_on_purpose(tmp_path: Path) -> None:
+    job, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
+    JobRunner(job, CheckpointManager(str(tmp_path), "trainer_0", "npz")).train(LocalSession())
+    again, _ = build_counter_job(nodes=("trainer_0",), epochs=1)
+    manager = CheckpointManager(str(tmp_path), "trainer_0", "npz")
+    runner = JobRunner(again, manager, overwrite=True)
+    assert runner.train(LocalSession()) == 1
+    assert runner.committed_epochs == [0, 1]
+
+
+def test_a_job_with_other_nodes_may_start_on_a_shared_prefix(tmp_path: Path) -> None:
+    job, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    other, _ = build_counter_job(nodes=("trainer_1",), epochs=1)
+    runner = JobRunner(other, MultiNodeCheckpointManager(str(tmp_path), "npz"))
+    assert runner.train(LocalSession()) == 1
+    assert runner.committed_epochs == [0, 1]

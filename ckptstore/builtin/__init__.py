@@ -2,6 +2,7 @@
 like any installed plugin's), registered from ``BUILTIN_PLUGINS`` in
 :mod:`ckptstore.plugin._registry`."""
 
+from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport
 from ckptstore.builtin._copy_upload import CopyUpload
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._json_catalog import JsonCatalog
@@ -11,11 +12,14 @@ from ckptstore.builtin._sqlite_catalog import SqliteCatalog
 from ckptstore.builtin._zarr_db import ZarrDB
 
 __all__ = [
+    "CatalogEntry",
     "CopyUpload",
     "FsspecPath",
+    "IndexCatalog",
     "JsonCatalog",
     "LocalPath",
     "NpzDB",
+    "RebuildReport",
     "SqliteCatalog",
     "ZarrDB",
 ]

@@ -1,9 +1,10 @@
 """The ``json`` metadata handler: a small catalog beside the checkpoints.
 
-``<db_prefix>/_ckptstore/catalog.json`` lists every committed epoch with its nodes and
-size. ``last_epoch`` answers from it with one read (no bucket listing), after checking
-the chosen epoch's commit record is still there, so a job re-run with no arguments
-resumes by itself from the newest epoch complete on every node.
+One document per committed epoch, ``<db_prefix>/_ckptstore/catalog/epoch-<N>.json``,
+with its nodes and sizes: two jobs writing different epochs never touch the same
+object, so neither can lose the other's entries. The catalog is an index of the
+commit records (see :mod:`ckptstore.builtin._catalog`): a missing, damaged or stale
+catalog is rebuilt from them, and ``last_epoch`` answers from storage.
 
 Example::
 
@@ -12,130 +13,95 @@ Example::
 
 from __future__ import annotations
 
-import logging
+import re
 from collections.abc import Sequence
-from typing import Any
 
-from ckptstore import protocol
-from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog
+from ckptstore.errors import CatalogCorruptError, CorruptCheckpointError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import require_commit
+from ckptstore.protocol import EpochCommit
 from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
+from ckptstore.records._layout import CONTROL_DIR
 
-__all__ = ["CATALOG_KEY", "JsonCatalog"]
+__all__ = ["CATALOG_DIR", "LEGACY_CATALOG_KEY", "JsonCatalog", "entry_key"]
 
-log = logging.getLogger(__name__)
+CATALOG_DIR = f"{CONTROL_DIR}/catalog"
+LEGACY_CATALOG_KEY = f"{CONTROL_DIR}/catalog.json"  # one document for all epochs, up to 0.x
+ENTRY_KIND = "ckptstore.catalog-entry"
+_ENTRY = re.compile(r"epoch-(\d+)\.json")
 
-CATALOG_KEY = f"{CONTROL_DIR}/catalog.json"
-CATALOG_KIND = "ckptstore.catalog"
+
+def entry_key(epoch: int) -> str:
+    """Where the catalog entry of ``epoch`` is stored."""
+    return f"{CATALOG_DIR}/epoch-{epoch}.json"
 
 
-class JsonCatalog(MetadataHandler):
-    """Committed epochs in a JSON document next to the checkpoints.
+class JsonCatalog(IndexCatalog):
+    """Committed epochs as JSON documents next to the checkpoints, one per epoch.
 
     ``last_epoch(user_epoch=N)`` checks that epoch ``N`` is committed on every node and
     returns it (the user's choice is never silently replaced); ``last_epoch()`` returns
-    the newest complete epoch or ``None``.
+    the newest epoch committed on every node, or ``None``.
 
     Example::
 
         handler = JsonCatalog()
         manager = CheckpointManager("/ckpt", "trainer_0", "npz", metadata_handler=handler)
-        handler.epochs()  # {0: {...}, 1: {...}} once the job saved
+        handler.epochs()  # {0: CatalogEntry(...), 1: ...} once the job saved
     """
 
     name = "json"
 
-    def epochs(self) -> dict[int, dict[str, Any]]:
-        """Every epoch in the catalog: ``{epoch: {"nodes": [...], "nbytes": ...}}``."""
+    def _entry_keys(self) -> dict[int, str]:
+        """The catalog's entries by epoch, from one listing of the catalog directory."""
+        keys = {}
+        for key in self.require_storage().list_keys(CATALOG_DIR):
+            match = _ENTRY.fullmatch(key[len(CATALOG_DIR) + 1 :])
+            if match is not None:  # else a writer's temporary file, or something else
+                keys[int(match.group(1))] = key
+        return keys
+
+    def _catalogued_epochs(self) -> set[int]:
+        return set(self._entry_keys())  # one LIST, no entry read
+
+    def _read_entry(self, epoch: int) -> CatalogEntry | None:
+        return self._decode(epoch, entry_key(epoch))
+
+    def _read_entries(self) -> dict[int, CatalogEntry]:
+        entries = {}
+        for epoch, key in sorted(self._entry_keys().items()):
+            entry = self._decode(epoch, key)
+            if entry is not None:  # else forgotten since it was listed
+                entries[epoch] = entry
+        return entries
+
+    def _decode(self, epoch: int, key: str) -> CatalogEntry | None:
         storage = self.require_storage()
-        data = storage.get_document(CATALOG_KEY)
+        data = storage.get_document(key)
         if data is None:
-            return {}
+            return None
         try:
-            document = decode_document(data, CATALOG_KIND, url=storage.display_url, key=CATALOG_KEY)
-            return {int(epoch): entry for epoch, entry in document["epochs"].items()}
-        except (CorruptCheckpointError, KeyError, TypeError, ValueError, AttributeError) as error:
-            log.warning("catalog %s is unreadable (%s); rebuilding it", CATALOG_KEY, error)
-            return self._rebuild()
+            raw = decode_document(data, ENTRY_KIND, url=storage.display_url, key=key)
+            if int(raw["epoch"]) != epoch:
+                raise ValueError(f"it describes epoch {raw['epoch']}")
+            return CatalogEntry.from_json(epoch, raw)
+        except (CorruptCheckpointError, KeyError, TypeError, ValueError) as error:
+            raise CatalogCorruptError(str(error), url=storage.display_url, file=key) from None
 
-    def _rebuild(self) -> dict[int, dict[str, Any]]:
-        """Recreate the catalog from the commit records (lists the control directory:
-        a recovery path, never taken by a healthy save or resume)."""
-        storage = self.require_storage()
-        epochs: dict[int, dict[str, Any]] = {}
-        for key in storage.list_keys(CONTROL_DIR):
-            epoch = parse_commit_record_key(key)
-            if epoch is None or epoch in epochs:
-                continue  # (one record per node: several keys per epoch)
-            try:
-                record = protocol.read_commit(storage, epoch)
-            except CorruptCheckpointError:
-                continue
-            if record is not None:
-                epochs[epoch] = _entry(record)
-        self._store(epochs)
-        return epochs
-
-    def _store(self, epochs: dict[int, dict[str, Any]]) -> None:
-        body = {"epochs": {str(epoch): entry for epoch, entry in sorted(epochs.items())}}
-        self.require_storage().put_document(CATALOG_KEY, encode_document(CATALOG_KIND, body))
-
-    def last_epoch(self, user_epoch: int | None = None) -> int | None:
-        storage = self.require_storage()
-        nodes = set(self.node_names)
-        if user_epoch is not None:
-            committed = protocol.committed_nodes(storage, user_epoch, nodes)
-            if not nodes <= committed:
-                complete = sorted(
-                    e for e, entry in self.epochs().items() if nodes <= set(entry["nodes"])
-                )
-                raise CheckpointNotFoundError(
-                    storage.display_url,
-                    None,
-                    user_epoch,
-                    f"cannot resume from epoch {user_epoch}: it is not committed for nodes "
-                    f"{sorted(nodes - committed)} under {storage.display_url}. Complete epochs: "
-                    f"{complete or 'none'}.",
-                )
-            return user_epoch
-        for epoch, entry in sorted(self.epochs().items(), reverse=True):
-            if not nodes <= set(entry["nodes"]):
-                continue
-            try:
-                committed = protocol.committed_nodes(storage, epoch, nodes)
-            except CorruptCheckpointError as error:
-                log.warning("skipping epoch %d: %s", epoch, error)
-                continue
-            if nodes <= committed:
-                return epoch
-        return None
-
-    def forget(self, epochs: Sequence[int]) -> None:
-        """Drop deleted ``epochs`` from the catalog (retention calls this)."""
-        current = self.epochs()
-        if any(epoch in current for epoch in epochs):
-            self._store({e: entry for e, entry in current.items() if e not in set(epochs)})
-
-    def write(self, epoch: int) -> None:
-        epochs = self.epochs()
-        others = epochs.get(epoch, {}).get("nodes", ())  # other jobs' nodes, if still there
-        record = require_commit(
-            self.require_storage(), epoch, self.node_names, action="catalog", also=others
+    def _put_entry(self, record: EpochCommit) -> None:
+        entry = CatalogEntry.from_commit(record)
+        body = {"epoch": entry.epoch, **entry.to_json()}
+        self.require_storage().put_document(
+            entry_key(entry.epoch), encode_document(ENTRY_KIND, body)
         )
-        epochs[epoch] = _entry(record)
-        self._store(epochs)
 
+    def _drop_entries(self, epochs: Sequence[int]) -> None:
+        self.require_storage().delete([entry_key(epoch) for epoch in epochs])
 
-def _entry(record: protocol.EpochCommit) -> dict[str, Any]:
-    return {
-        "nodes": sorted(record.nodes),
-        "nbytes": record.nbytes,
-        "committed_at": record.committed_at,
-        "db_types": sorted({node.db_type for node in record.nodes.values()}),
-    }
+    def _reset(self) -> None:
+        storage = self.require_storage()
+        storage.delete([*storage.list_keys(CATALOG_DIR), LEGACY_CATALOG_KEY])
 
 
 @hookimpl

@@ -12,8 +12,11 @@ For teams keeping many runs in one place: one database file can catalog every ru
 
 The database lives at ``database=``, else ``$CKPTSTORE_SQLITE_DATABASE``, else beside
 local checkpoints (``<root>/_ckptstore/catalog.sqlite``); object-store roots need one
-of the first two. ``last_epoch`` answers from the catalog and checks the chosen
-epoch's commit record, so it never resumes from an epoch whose commit is gone.
+of the first two. The catalog is an index of the commit records (see
+:mod:`ckptstore.builtin._catalog`): ``last_epoch`` answers from storage, and a
+missing, unreadable (even zero-filled) or stale database is rebuilt from them. Every
+change is one ``BEGIN IMMEDIATE`` transaction with a busy timeout, so concurrent jobs
+never lose each other's entries.
 
 Example::
 
@@ -25,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import stat
@@ -32,22 +36,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ckptstore import protocol
+from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog
 from ckptstore.errors import (
-    CheckpointNotFoundError,
+    CatalogCorruptError,
     CorruptCheckpointError,
     JobConfigurationError,
+    StorageError,
 )
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.protocol import require_commit
+from ckptstore.protocol import EpochCommit
 from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._stats import NodeStats
 
-__all__ = ["DATABASE_ENV", "DEFAULT_NAME", "SqliteCatalog"]
+__all__ = ["BUSY_TIMEOUT_S", "DATABASE_ENV", "DEFAULT_NAME", "SqliteCatalog"]
+
+log = logging.getLogger(__name__)
 
 DATABASE_ENV = "CKPTSTORE_SQLITE_DATABASE"
 DEFAULT_NAME = "catalog.sqlite"
+BUSY_TIMEOUT_S = 60.0
 SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -94,7 +102,7 @@ CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, action, epoch);
 """
 
 
-class SqliteCatalog(MetadataHandler):
+class SqliteCatalog(IndexCatalog):
     """Committed epochs, nodes and every reported operation in an SQLite database.
 
     Example::
@@ -131,20 +139,36 @@ class SqliteCatalog(MetadataHandler):
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection in a transaction (committed on success), schema created."""
+        """A connection in one ``BEGIN IMMEDIATE`` transaction (committed on success,
+        rolled back on error), schema created. SQLite errors come out typed:
+        :class:`CatalogCorruptError` for a file that is not a database, else
+        :class:`StorageError`."""
         path = self.database
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not (self._database or os.environ.get(DATABASE_ENV)):
-            self._refuse_links(path)
-        connection = sqlite3.connect(path, timeout=30)
         try:
-            connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
-            connection.execute("PRAGMA foreign_keys = ON")
-            if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                connection.executescript(_SCHEMA)
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            with connection:
-                yield connection
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            if not (self._database or os.environ.get(DATABASE_ENV)):
+                self._refuse_links(path)
+            connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
+            raise StorageError(path, None, "open the sqlite catalog", error) from error
+        try:
+            with _typed_errors(path):
+                connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
+                connection.execute("PRAGMA foreign_keys = ON")
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                connection.execute(statement)
+                        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    yield connection
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
         finally:
             connection.close()
 
@@ -170,7 +194,7 @@ class SqliteCatalog(MetadataHandler):
 
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read query against the catalog; rows as tuples."""
-        with self.connect() as connection:
+        with self.connect() as connection, _typed_errors(self.database):
             return list(connection.execute(sql, parameters))
 
     def _run_id(self, connection: sqlite3.Connection) -> int:
@@ -182,76 +206,51 @@ class SqliteCatalog(MetadataHandler):
         row = connection.execute("SELECT run_id FROM runs WHERE url = ?", (url,)).fetchone()
         return int(row[0])
 
-    # -- queries ----------------------------------------------------------------------
-
-    def epochs(self) -> dict[int, dict[str, Any]]:
-        """This run's cataloged epochs: ``{epoch: {"nodes": [...], "nbytes": ...}}``."""
-        with self.connect() as connection:
-            run_id = self._run_id(connection)
-            rows = connection.execute(
-                "SELECT e.epoch, e.committed_at, e.nbytes, e.stored_bytes, "
-                "group_concat(n.node, char(10)) FROM epochs e JOIN nodes n "
-                "ON n.run_id = e.run_id AND n.epoch = e.epoch WHERE e.run_id = ? "
-                "GROUP BY e.epoch ORDER BY e.epoch",
-                (run_id,),
-            ).fetchall()
-        return {
-            int(epoch): {
-                "committed_at": committed_at,
-                "nbytes": int(nbytes),
-                "stored_bytes": int(stored),
-                "nodes": sorted(str(nodes).split("\n")),
-            }
-            for epoch, committed_at, nbytes, stored, nodes in rows
-        }
-
     def runs(self) -> list[str]:
         """The URL of every run in the database."""
         with self.connect() as connection:
             return [row[0] for row in connection.execute("SELECT url FROM runs ORDER BY url")]
 
-    # -- the handler contract ---------------------------------------------------------
+    # -- storage of the catalog -------------------------------------------------------
 
-    def last_epoch(self, user_epoch: int | None = None) -> int | None:
-        storage = self.require_storage()
-        nodes = set(self.node_names)
-        if user_epoch is not None:
-            committed = protocol.committed_nodes(storage, user_epoch, nodes)
-            if not nodes <= committed:
-                raise CheckpointNotFoundError(
-                    storage.display_url,
-                    None,
-                    user_epoch,
-                    f"cannot resume from epoch {user_epoch}: it is not committed for nodes "
-                    f"{sorted(nodes - committed)} under {storage.display_url}. Complete "
-                    f"epochs: {self._complete(nodes) or 'none'}.",
-                )
-            return user_epoch
-        for epoch in reversed(self._complete(nodes)):
-            if nodes <= protocol.committed_nodes(storage, epoch, nodes):
-                return epoch
-        return None
-
-    def _complete(self, nodes: set[str]) -> list[int]:
-        return [epoch for epoch, entry in self.epochs().items() if nodes <= set(entry["nodes"])]
-
-    def write(self, epoch: int) -> None:
-        others = self.epochs().get(epoch, {}).get("nodes", ())  # other jobs' nodes, if there
-        record = require_commit(
-            self.require_storage(), epoch, self.node_names, action="catalog", also=others
-        )
+    def _read_entries(self) -> dict[int, CatalogEntry]:
         with self.connect() as connection:
             run_id = self._run_id(connection)
-            connection.execute("DELETE FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, epoch))
+            rows = connection.execute(
+                "SELECT e.epoch, e.committed_at, e.nbytes, e.stored_bytes, "
+                "group_concat(n.node, char(10)), group_concat(n.db_type, char(10)) "
+                "FROM epochs e JOIN nodes n ON n.run_id = e.run_id AND n.epoch = e.epoch "
+                "WHERE e.run_id = ? GROUP BY e.epoch ORDER BY e.epoch",
+                (run_id,),
+            ).fetchall()
+        return {
+            int(epoch): CatalogEntry(
+                epoch=int(epoch),
+                nodes=tuple(sorted(str(nodes).split("\n"))),
+                nbytes=int(nbytes),
+                stored_bytes=int(stored),
+                committed_at=str(committed_at),
+                db_types=tuple(sorted(set(str(db_types).split("\n")))),
+            )
+            for epoch, committed_at, nbytes, stored, nodes, db_types in rows
+        }
+
+    def _put_entry(self, record: EpochCommit) -> None:
+        entry = CatalogEntry.from_commit(record)
+        with self.connect() as connection:
+            run_id = self._run_id(connection)
+            connection.execute(
+                "DELETE FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, entry.epoch)
+            )
             connection.execute(
                 "INSERT INTO epochs VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
-                    epoch,
-                    record.committed_at,
-                    record.nbytes,
-                    sum(node.stored_bytes for node in record.nodes.values()),
-                    len(record.nodes),
+                    entry.epoch,
+                    entry.committed_at,
+                    entry.nbytes,
+                    entry.stored_bytes,
+                    len(entry.nodes),
                 ),
             )
             connection.executemany(
@@ -259,7 +258,7 @@ class SqliteCatalog(MetadataHandler):
                 [
                     (
                         run_id,
-                        epoch,
+                        entry.epoch,
                         name,
                         node.db_type,
                         node.nbytes,
@@ -271,6 +270,24 @@ class SqliteCatalog(MetadataHandler):
                     for name, node in sorted(record.nodes.items())
                 ],
             )
+
+    def _drop_entries(self, epochs: Sequence[int]) -> None:
+        with self.connect() as connection:
+            run_id = self._run_id(connection)
+            connection.executemany(
+                "DELETE FROM epochs WHERE run_id = ? AND epoch = ?",
+                [(run_id, epoch) for epoch in epochs],
+            )
+
+    def _reset(self) -> None:
+        path = self.database
+        aside = f"{path}.unreadable-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%f')}"
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path + suffix, aside + suffix)
+        log.warning("moved the unreadable sqlite catalog %s aside to %s", path, aside)
+
+    # -- events -----------------------------------------------------------------------
 
     def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
         if not stats:
@@ -296,14 +313,17 @@ class SqliteCatalog(MetadataHandler):
                 ],
             )
 
-    def forget(self, epochs: Sequence[int]) -> None:
-        """Drop deleted epochs (and their nodes) from the catalog; events are kept."""
-        with self.connect() as connection:
-            run_id = self._run_id(connection)
-            connection.executemany(
-                "DELETE FROM epochs WHERE run_id = ? AND epoch = ?",
-                [(run_id, epoch) for epoch in epochs],
-            )
+
+@contextlib.contextmanager
+def _typed_errors(path: str) -> Iterator[None]:
+    """SQLite's errors as ckptstore's: a damaged file is a corrupt catalog (rebuilt by
+    the caller), anything else (locked past the busy timeout, I/O) a storage error."""
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        raise StorageError(path, None, "use the sqlite catalog", error) from error
+    except sqlite3.DatabaseError as error:
+        raise CatalogCorruptError(str(error), url=path) from error
 
 
 def _now() -> str:

@@ -1,13 +1,20 @@
 """Retention: which committed epochs to keep, and deleting the others safely.
 
 A policy picks the epochs to keep among the committed ones (:class:`KeepLast`: the
-newest ``last`` and every ``every``-th). Deletion touches only what commit records own:
-for each epoch let go, a tombstone naming its nodes is written, the commit record is
-deleted (the epoch is invisible from then on), then exactly the node checkpoints the
-record listed, then the tombstone. An interrupted deletion is finished by the next one.
-Uncommitted epochs, staging directories and anything else under the root are never
-touched, nor are epochs newer than ``upto`` (the runner passes the epoch it just saved,
-so a job resumed from an older epoch never deletes the epochs it is about to redo).
+newest ``last`` and every ``every``-th). Retention deletes only what it owns: given the
+job's ``nodes``, it considers the epochs where those nodes are committed, and deletes
+only those nodes' checkpoints; another job sharing the prefix keeps its nodes, and the
+epoch's shared control files (its commit record, its catalog entry) go only when no
+node remains in it. ``nodes=None`` (``ckptstore gc`` without ``--node``) owns every node.
+
+For each epoch let go: a tombstone naming the nodes is written, the nodes are retracted
+from the commit record (uncommitted first, so a crash never leaves an epoch that looks
+committed but is not loadable), then exactly those node checkpoints are deleted, then
+the tombstone. An interrupted deletion is finished by the next one. Uncommitted epochs,
+staging directories and anything else under the root are never touched, nor are epochs
+newer than ``upto`` (the runner passes the epoch it just saved, so a job resumed from
+an older epoch never deletes the epochs it is about to redo). A pass lists the control
+directory once, then reads the commit records of the epochs it considers.
 
 Example::
 
@@ -18,7 +25,9 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -26,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._names import get_ckpt_filename, validate_node_name
@@ -40,6 +48,7 @@ __all__ = [
     "KeepLast",
     "RetentionPlan",
     "RetentionPolicy",
+    "carry_out",
     "enforce",
     "plan_retention",
     "remove_epochs",
@@ -51,9 +60,17 @@ log = logging.getLogger(__name__)
 TOMBSTONE_KIND = "ckptstore.deleting"
 
 
-def tombstone_key(epoch: int) -> str:
-    """Where the deletion of ``epoch`` is recorded until it is complete."""
-    return f"{CONTROL_DIR}/epoch-{epoch}.deleting.json"
+_TOMBSTONE = re.compile(r"epoch-(\d+)\.deleting(?:-[0-9a-f]{12})?\.json")
+
+
+def tombstone_key(epoch: int, nodes: Iterable[str] | None = None) -> str:
+    """Where the deletion of ``nodes`` of ``epoch`` is recorded until it is complete
+    (one key per set of nodes, so two jobs deleting their nodes of one epoch never
+    overwrite each other's tombstone; without ``nodes``, the old single-key form)."""
+    if nodes is None:
+        return f"{CONTROL_DIR}/epoch-{epoch}.deleting.json"
+    digest = hashlib.sha256("\n".join(sorted(nodes)).encode()).hexdigest()[:12]
+    return f"{CONTROL_DIR}/epoch-{epoch}.deleting-{digest}.json"
 
 
 @runtime_checkable
@@ -127,6 +144,12 @@ class EpochRemoval:
     nodes: tuple[str, ...]
     stored_bytes: int
     resumed: bool = False
+    tombstone: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The tombstone recording this removal."""
+        return self.tombstone or tombstone_key(self.epoch, self.nodes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,49 +193,65 @@ def plan_retention(
     *,
     upto: int | None = None,
     protect: Iterable[int] = (),
+    nodes: Iterable[str] | None = None,
 ) -> RetentionPlan:
-    """What ``policy`` keeps and deletes among the committed epochs ``<= upto``, plus
-    any deletion an earlier run left unfinished."""
+    """What ``policy`` keeps and deletes among the epochs ``<= upto`` where ``nodes``
+    (``None``: any node) are committed, plus any deletion of those nodes an earlier run
+    left unfinished. Lists the control directory once."""
+    owned = None if nodes is None else set(nodes)
     protected = set(protect)
-    committed = committed_epochs(storage)
-    considered = [epoch for epoch in committed if upto is None or epoch <= upto]
-    kept = policy.keep(considered) | protected
-    removals = [_unfinished(storage, epoch) for epoch in _tombstoned(storage)]
-    pending = {removal.epoch for removal in removals}
-    for epoch in considered:
-        if epoch in kept or epoch in pending:
+    keys = storage.list_keys(CONTROL_DIR)
+    removals = [
+        removal
+        for removal in (_unfinished(storage, key, epoch) for key, epoch in _tombstones(keys))
+        if owned is None or not owned.isdisjoint(removal.nodes)
+    ]
+    mine: dict[int, tuple[str, ...]] = {}
+    sizes: dict[int, int] = {}
+    committed = protocol.committed_epochs_in(keys)
+    for epoch in committed:
+        if upto is not None and epoch > upto:
             continue
-        record = protocol.read_commit(storage, epoch)
-        if record is not None:
-            removals.append(
-                EpochRemoval(
-                    epoch,
-                    tuple(sorted(record.nodes)),
-                    sum(node.stored_bytes for node in record.nodes.values()),
-                )
-            )
-    deleted = {removal.epoch for removal in removals}
-    keep = tuple(epoch for epoch in committed if epoch not in deleted)
+        try:
+            record = protocol.read_commit(storage, epoch)
+        except CorruptCheckpointError as error:
+            log.warning("retention leaves epoch %d alone: %s", epoch, error)
+            continue
+        if record is None:
+            continue
+        names = tuple(sorted(n for n in record.nodes if owned is None or n in owned))
+        if names:
+            mine[epoch] = names
+            sizes[epoch] = sum(record.nodes[n].stored_bytes for n in names)
+    kept = policy.keep(sorted(mine)) | protected
+    fresh = [
+        EpochRemoval(epoch, names, sizes[epoch])
+        for epoch, names in mine.items()
+        if epoch not in kept
+    ]
+    # a fresh removal rewrites (then drops) the tombstone of the same nodes itself
+    replaced = {removal.key for removal in fresh}
+    removals = [removal for removal in removals if removal.key not in replaced] + fresh
+    deleted = {removal.epoch for removal in fresh}
+    keep = tuple(epoch for epoch in sorted(mine) if epoch not in deleted)
     return RetentionPlan(storage.display_url, keep, tuple(sorted(removals, key=_by_epoch)))
 
 
-def _by_epoch(removal: EpochRemoval) -> int:
-    return removal.epoch
+def _by_epoch(removal: EpochRemoval) -> tuple[int, bool]:
+    return removal.epoch, not removal.resumed  # an unfinished deletion first
 
 
-def _tombstoned(storage: PathType) -> list[int]:
-    epochs = []
-    for key in storage.list_keys(CONTROL_DIR):
-        name = key.rsplit("/", 1)[-1]
-        if name.startswith("epoch-") and name.endswith(".deleting.json"):
-            number = name[len("epoch-") : -len(".deleting.json")]
-            if number.isdigit():
-                epochs.append(int(number))
-    return sorted(epochs)
+def _tombstones(keys: Iterable[str]) -> list[tuple[str, int]]:
+    found = []
+    for key in keys:
+        directory, _, name = key.rpartition("/")
+        match = _TOMBSTONE.fullmatch(name)
+        if directory == CONTROL_DIR and match is not None:
+            found.append((key, int(match.group(1))))
+    return sorted(found, key=lambda item: item[1])
 
 
-def _unfinished(storage: PathType, epoch: int) -> EpochRemoval:
-    key = tombstone_key(epoch)
+def _unfinished(storage: PathType, key: str, epoch: int) -> EpochRemoval:
     data = storage.get_document(key) or b""
     try:
         nodes = decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key)["nodes"]
@@ -220,7 +259,7 @@ def _unfinished(storage: PathType, epoch: int) -> EpochRemoval:
         names = tuple(validate_node_name(node) for node in nodes)
     except (CorruptCheckpointError, KeyError, TypeError, InvalidNameError):
         names = ()
-    return EpochRemoval(epoch, names, 0, resumed=True)
+    return EpochRemoval(epoch, names, 0, resumed=True, tombstone=key)
 
 
 def remove_epochs(
@@ -229,12 +268,13 @@ def remove_epochs(
     *,
     on_removed: Callable[[EpochRemoval], None] | None = None,
 ) -> None:
-    """Delete each epoch: tombstone, commit record, owned node checkpoints, tombstone.
+    """Delete each removal's nodes of its epoch: tombstone, retract those nodes from
+    the commit record (uncommit first), delete their checkpoints, drop the tombstone.
 
-    Resuming an unfinished deletion leaves alone the nodes a new commit record of the
-    epoch lists (saved again since)."""
+    Resuming an unfinished deletion retracts nothing and leaves alone the nodes the
+    epoch's commit record lists (never retracted, or saved again since)."""
     for removal in removals:
-        key = tombstone_key(removal.epoch)
+        key = removal.key
         storage.put_document(key, encode_document(TOMBSTONE_KIND, {"nodes": list(removal.nodes)}))
         if not removal.resumed:
             protocol.retract_epoch(storage, removal.epoch, removal.nodes)
@@ -254,29 +294,45 @@ def enforce(
     dry_run: bool = False,
     upto: int | None = None,
     protect: Iterable[int] = (),
+    nodes: Iterable[str] | None = None,
     handler: Any = None,
     on_removed: Callable[[EpochRemoval], None] | None = None,
 ) -> RetentionPlan:
-    """Plan and (unless ``dry_run``) carry out ``policy``; the handler forgets the
-    deleted epochs if it can (:class:`ForgetsEpochs`)."""
-    plan = plan_retention(storage, policy, upto=upto, protect=protect)
-    if dry_run or not plan.delete:
-        return plan
-    remove_epochs(storage, plan.delete, on_removed=on_removed)
-    if isinstance(handler, ForgetsEpochs):
-        handler.forget([removal.epoch for removal in plan.delete])
+    """Plan and (unless ``dry_run``) carry out ``policy`` for ``nodes`` (``None``: every
+    node); the handler brings the touched epochs' entries in line with storage if it
+    can (:class:`ForgetsEpochs`)."""
+    plan = plan_retention(storage, policy, upto=upto, protect=protect, nodes=nodes)
+    if not dry_run:
+        carry_out(storage, plan, handler=handler, on_removed=on_removed)
     return plan
 
 
+def carry_out(
+    storage: PathType,
+    plan: RetentionPlan,
+    *,
+    handler: Any = None,
+    on_removed: Callable[[EpochRemoval], None] | None = None,
+) -> None:
+    """Delete what ``plan`` lets go, then tell the handler (:class:`ForgetsEpochs`)."""
+    if not plan.delete:
+        return
+    remove_epochs(storage, plan.delete, on_removed=on_removed)
+    if isinstance(handler, ForgetsEpochs):
+        handler.forget(sorted({removal.epoch for removal in plan.delete}))
+
+
 def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int) -> None:
-    """Apply ``policy`` after ``epoch`` was committed (what :class:`JobRunner` calls).
-    A failure is logged, never raised: the save itself succeeded."""
+    """Apply ``policy`` to the manager's own nodes after ``epoch`` was committed (what
+    :class:`JobRunner` calls). A failure is logged, never raised: the save itself
+    succeeded."""
     try:
         plan = enforce(
             manager.location.storage,
             policy,
             upto=epoch,
             protect={epoch},
+            nodes=manager.node_names(),
             handler=manager.metadata_handler,
         )
     except (OSError, CorruptCheckpointError) as error:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -39,6 +39,7 @@ from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import committed_nodes, newest_complete_before
+from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
 from ckptstore.records._stats import NodeStats
 
@@ -58,6 +59,27 @@ class SaveFailure:
 def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
     """The newest epoch before ``epoch`` committed on every node of ``manager``."""
     return newest_complete_before(manager.location.storage, epoch, manager.node_names())
+
+
+def _refuse_to_start_over(manager: ManagerBase, job_nodes: Sequence[str]) -> None:
+    """Raise if an epoch is committed on every node of the job: starting from scratch
+    would overwrite it (lists the control directory once, then reads commit records
+    newest first until one is complete)."""
+    storage = manager.location.storage
+    nodes = set(job_nodes)
+    for epoch in reversed(committed_epochs(storage)):
+        try:
+            complete = nodes <= committed_nodes(storage, epoch)
+        except CorruptCheckpointError:
+            continue
+        if complete:
+            raise JobConfigurationError(
+                f"refusing to start from scratch over committed checkpoints: epoch {epoch} "
+                f"is committed on every node of this job under {storage.display_url}. "
+                f"Resume with JobRunner(..., resume_from_epoch={epoch}) or a metadata "
+                "handler (metadata_handler='json' resumes by itself), or pass "
+                "JobRunner(..., overwrite=True) to start over and overwrite them."
+            )
 
 
 class JobRunner:
@@ -88,6 +110,11 @@ class JobRunner:
     next save or at the end of :meth:`train` and counts exactly like a synchronous one;
     ``train`` returns only after the last save finished. On Ctrl-C, ``train`` waits for
     the saves in flight (a second Ctrl-C abandons them: they are never committed).
+
+    A job never starts from scratch over an epoch committed on every one of its nodes
+    (it would overwrite it): without a metadata handler or ``resume_from_epoch`` to
+    resume from, ``train`` raises :class:`~ckptstore.errors.JobConfigurationError`
+    unless ``overwrite=True``.
 
     Example::
 
@@ -226,6 +253,12 @@ class JobRunner:
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
                 "from: pass checkpoint_manager=..."
             )
+        if manager is not None and resume is None and not self.overwrite:
+            try:
+                filed_under = manager.node_names()
+            except JobConfigurationError:  # a multi-node manager before init: the job's
+                filed_under = job.nodes_to_checkpoint()
+            _refuse_to_start_over(manager, filed_under)
         from_scratch = resume is None
         if from_scratch:
             session.run(job.init_group)

@@ -1,13 +1,16 @@
-"""``ckptstore gc URL --keep-last N [--keep-every K] [--dry-run]``: delete old epochs."""
+"""``ckptstore gc URL --keep-last N [--keep-every K] [--node NAME]... [--dry-run]``:
+delete old epochs (only the given nodes' checkpoints with ``--node``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ckptstore.checkpoint._retention import EpochRemoval, KeepLast, enforce, plan_retention
+from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog
+from ckptstore.checkpoint._retention import EpochRemoval, KeepLast, carry_out, plan_retention
 from ckptstore.cli import _common as common
 from ckptstore.cli._progress import ProgressBar
+from ckptstore.plugin._path_type import PathType
 
 
 def register(commands: Any) -> None:
@@ -17,8 +20,11 @@ def register(commands: Any) -> None:
         run,
         summary="delete committed epochs a retention policy lets go",
         description="Keep the newest N committed epochs (and every K-th), delete the other "
-        "committed ones: commit record first, then exactly the node checkpoints it lists. "
-        "Uncommitted epochs and saves in progress are never touched.",
+        "committed ones: the nodes are retracted from the commit record first, then exactly "
+        "their checkpoints are deleted. With --node, only those nodes' checkpoints are "
+        "considered and deleted (a job's share of a prefix); an epoch's commit record goes "
+        "only when no node remains in it. Uncommitted epochs and saves in progress are "
+        "never touched. --dry-run lists what would go and deletes nothing.",
         arguments=_arguments,
     )
 
@@ -26,6 +32,12 @@ def register(commands: Any) -> None:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-last", type=int, required=True, metavar="N")
     parser.add_argument("--keep-every", type=int, metavar="K", help="also keep epochs %% K == 0")
+    parser.add_argument(
+        "--node",
+        action="append",
+        metavar="NAME",
+        help="delete only this node's checkpoints (repeatable; default: every node)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
 
 
@@ -33,23 +45,21 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
     policy = KeepLast(args.keep_last, every=args.keep_every)
-    planned = plan_retention(storage, policy)
-    if args.dry_run:
-        plan = planned
-    else:
-        with ProgressBar(len(planned.delete), "gc", unit="epochs", enabled=args.progress) as bar:
+    plan = plan_retention(storage, policy, nodes=args.node)
+    if not args.dry_run:
+        with ProgressBar(len(plan.delete), "gc", unit="epochs", enabled=args.progress) as bar:
 
             def removed(removal: EpochRemoval) -> None:
                 bar.advance()
 
-            plan = enforce(storage, policy, on_removed=removed)
+            carry_out(storage, plan, handler=_json_catalog(storage), on_removed=removed)
     if args.json:
         common.print_json({**plan.to_json(), "dry_run": args.dry_run})
         return common.EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
     for removal in plan.delete:
         print(
-            f"{verb} epoch {removal.epoch} ({len(removal.nodes)} node(s), "
+            f"{verb} epoch {removal.epoch} (node(s) {', '.join(removal.nodes) or '-'}, "
             f"{common.format_bytes(removal.stored_bytes)})"
         )
     print(
@@ -57,3 +67,12 @@ def run(args: argparse.Namespace) -> int:
         f"{list(plan.keep)}"
     )
     return common.EXIT_OK
+
+
+def _json_catalog(storage: PathType) -> JsonCatalog | None:
+    """The root's json catalog, if it has one, so that it forgets what gc deleted."""
+    if not storage.list_keys(CATALOG_DIR):
+        return None
+    catalog = JsonCatalog()
+    catalog.set_params(storage.display_url, "", [], storage=storage)
+    return catalog

@@ -5,6 +5,12 @@ The runner calls, in this order: ``set_params`` at the start of ``train``;
 ``write(epoch)`` after an epoch's save is committed; ``report`` after each save, load,
 partial load or failure.
 
+The contract (``docs/metadata.md``): the commit records are the truth and a catalog is
+an index of them. ``last_epoch`` is derived from storage when in doubt (a missing,
+unreadable or stale catalog never makes a job start over committed epochs), and
+``write(epoch)`` may be called concurrently by several jobs, losing nothing.
+:class:`ckptstore.builtin.IndexCatalog` implements it once for catalogs.
+
 Example::
 
     class PrintingHandler(MetadataHandler):

@@ -191,7 +191,8 @@ class PathType(ABC):
 
     @abstractmethod
     def list_keys(self, prefix: str = "") -> list[str]:
-        """Every key under ``prefix`` (recursive, sorted). Used by operator tools only."""
+        """Every key under ``prefix`` (recursive, sorted). Used by operator tools, and by
+        resume and retention on the control directory only."""
 
     @abstractmethod
     def open_write(self, key: str) -> IO[bytes]:

@@ -32,7 +32,14 @@ from ckptstore.protocol._commit import (
     verify_node,
     write_node,
 )
-from ckptstore.protocol._inventory import EpochEntry, NodeEntry, RunEntry, committed_epochs, scan
+from ckptstore.protocol._inventory import (
+    EpochEntry,
+    NodeEntry,
+    RunEntry,
+    committed_epochs,
+    committed_epochs_in,
+    scan,
+)
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, LeaseHolder, WriterLease, read_lease
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
@@ -50,6 +57,7 @@ __all__ = [
     "check_not_committed",
     "commit_epoch",
     "committed_epochs",
+    "committed_epochs_in",
     "committed_nodes",
     "copy_node",
     "copy_node_task",

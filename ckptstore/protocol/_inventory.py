@@ -1,6 +1,8 @@
 """What is stored under a URL: runs (checkpoint roots), their epochs and node
-checkpoints, committed or not, with sizes. Used by the operator tools (``ckptstore
-ls``, ``gc``); it lists the storage, so it is never on the save or resume path.
+checkpoints, committed or not, with sizes. :func:`scan` lists the whole storage: it is
+for the operator tools (``ckptstore ls``, ``gc``), never on the save or resume path.
+:func:`committed_epochs` lists only the control directory: resume (when it chooses the
+epoch) and retention (once per pass) call it.
 
 A run is a prefix holding ckptstore's layout (see :mod:`ckptstore.records._layout`). An epoch is
 ``committed`` when its commit record lists every node checkpoint found for it,
@@ -44,6 +46,7 @@ __all__ = [
     "NodeEntry",
     "RunEntry",
     "committed_epochs",
+    "committed_epochs_in",
     "scan",
 ]
 
@@ -133,9 +136,15 @@ class RunEntry:
 
 def committed_epochs(storage: PathType, prefix: str = "") -> list[int]:
     """The epochs with a commit record under ``prefix``, ascending (lists the control
-    directory only)."""
+    directory only: one LIST, what resume and retention afford once per call)."""
+    return committed_epochs_in(storage.list_keys(_join(prefix, CONTROL_DIR)), prefix)
+
+
+def committed_epochs_in(keys: Iterable[str], prefix: str = "") -> list[int]:
+    """The epochs with a commit record among ``keys`` listed under ``prefix``'s control
+    directory, ascending (for callers that list it once for several purposes)."""
     epochs = set()
-    for key in storage.list_keys(_join(prefix, CONTROL_DIR)):
+    for key in keys:
         epoch = parse_commit_record_key(key[len(prefix) + 1 :] if prefix else key)
         if epoch is not None:
             epochs.add(epoch)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from cli_helpers import Cli, train
 
+from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.protocol import committed_nodes
 from ckptstore.protocol._inventory import committed_epochs
 
 
@@ -37,3 +39,27 @@ def test_keep_last_must_be_positive(cli: Cli, run_url: str) -> None:
     result = cli("gc", run_url, "--keep-last", "0")
     assert result.code == 1
     assert "keep-last must be at least 1" in result.err
+
+
+def test_gc_of_one_node_leaves_the_other_nodes_committed(cli: Cli, run_url: str) -> None:
+    dry = cli("gc", run_url, "--keep-last", "1", "--node", "trainer_0", "--dry-run", "--json")
+    assert dry.code == 0
+    assert [(r["epoch"], r["nodes"]) for r in dry.json()["delete"]] == [
+        (epoch, ["trainer_0"]) for epoch in (0, 1, 2)
+    ]
+    assert sorted(p.name for p in Path(run_url).glob("trainer_0.*")) == [
+        f"trainer_0.{epoch}" for epoch in range(4)
+    ]  # the dry run deleted nothing
+    result = cli("gc", run_url, "--keep-last", "1", "--node", "trainer_0")
+    assert result.code == 0
+    assert "deleted epoch 0 (node(s) trainer_0" in result.out
+    storage = LocalPath(run_url)
+    assert committed_epochs(storage) == [0, 1, 2, 3]  # trainer_1 is still in every epoch
+    assert [committed_nodes(storage, epoch) for epoch in range(4)] == [{"trainer_1"}] * 3 + [
+        {"trainer_0", "trainer_1"}
+    ]
+    assert sorted(p.name for p in Path(run_url).glob("trainer_0.*")) == ["trainer_0.3"]
+    assert cli("verify", run_url).code == 0
+    catalog = JsonCatalog()
+    catalog.set_params(run_url, "npz", ["trainer_1"], storage=storage)
+    assert catalog._read_entries()[0].nodes == ("trainer_1",)  # the catalog followed

@@ -13,7 +13,17 @@ COMMANDS = [
 
 
 def test_every_documented_command_is_registered() -> None:
-    assert set(COMMANDS) == {"convert", "cp", "demo", "gc", "inspect", "ls", "plugins", "verify"}
+    assert set(COMMANDS) == {
+        "catalog",
+        "convert",
+        "cp",
+        "demo",
+        "gc",
+        "inspect",
+        "ls",
+        "plugins",
+        "verify",
+    }
 
 
 @pytest.mark.parametrize("command", COMMANDS)

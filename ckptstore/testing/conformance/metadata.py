@@ -3,6 +3,13 @@
 Subclass :class:`MetadataHandlerConformance` and give it a ``make_handler`` fixture
 returning a factory: each call builds a new handler, as a new process would.
 
+Beyond resuming correctly, the kit holds handlers to the catalog contract of
+``docs/metadata.md``: the commit records are the truth, so epochs committed while the
+catalog heard nothing (a deleted or stale catalog) are still resumed from, and
+``write(epoch)`` called by several jobs at once loses no epoch (checked through
+``epochs()`` when the handler has it, as every :class:`~ckptstore.builtin.IndexCatalog`
+does).
+
 Example::
 
     class TestMyCatalog(MetadataHandlerConformance):
@@ -14,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -156,3 +164,57 @@ class MetadataHandlerConformance:
         loaded.run(manager.init(list(NODES), retrieve_from_epoch=1))
         loaded.run(manager.load(1))
         assert np.all(loaded.workspace(NODES[1])[f"{NODES[1]}/w"] == 2.0)
+
+    def test_epochs_committed_behind_the_catalogs_back_are_resumed_from(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        # the catalog never heard of these epochs: as if it were deleted or stale
+        runner = JobRunner(
+            counting_job(epochs=3), MultiNodeCheckpointManager(checkpoint_url, self.db_type)
+        )
+        assert runner.train(LocalSession()) == 3
+        manager = self.manager(checkpoint_url, make_handler)
+        assert manager.get_resume_from_epoch_id(None) == 3
+        resumed = JobRunner(counting_job(epochs=3), manager)
+        assert resumed.train(LocalSession()) == 4  # resumed, not started over
+        assert resumed.committed_epochs == [4]
+        assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) == 4
+
+    def test_concurrent_writes_lose_no_epoch(
+        self, checkpoint_url: str, make_handler: HandlerFactory
+    ) -> None:
+        writers, per_writer = 4, 3
+        last = writers * per_writer - 1
+        runner = JobRunner(
+            counting_job(epochs=last), MultiNodeCheckpointManager(checkpoint_url, self.db_type)
+        )
+        runner.train(LocalSession())
+        assert runner.checkpoint_manager is not None
+        storage = runner.checkpoint_manager.location.storage
+        assert protocol.committed_epochs(storage) == list(range(last + 1))
+        start = threading.Barrier(writers)
+        errors: list[BaseException] = []
+
+        def write(epochs: list[int]) -> None:
+            manager = self.manager(checkpoint_url, make_handler)
+            start.wait()
+            try:
+                for epoch in epochs:
+                    manager.write_checkpoint_metadata(epoch)
+            except BaseException as error:  # reported below, in the test's thread
+                errors.append(error)
+
+        threads = [
+            threading.Thread(target=write, args=(list(range(i, last + 1, writers)),))
+            for i in range(writers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        handler = self.manager(checkpoint_url, make_handler).metadata_handler
+        listing = getattr(handler, "epochs", None)
+        if callable(listing):
+            assert set(listing()) == set(range(last + 1))
+        assert handler.last_epoch() == last

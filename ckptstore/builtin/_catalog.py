@@ -1,0 +1,341 @@
+"""What every catalog shares: the commit records in storage are the truth, the catalog
+is an index of them.
+
+:class:`IndexCatalog` implements the metadata-handler contract once (``last_epoch``
+with the user's epoch checked, damaged commit records skipped, ``write`` only for
+epochs committed on every node, ``forget``, and :meth:`IndexCatalog.rebuild`); a
+catalog subclass supplies only its storage: read every entry, put one entry, drop
+entries, and discard an unreadable catalog.
+
+``last_epoch()`` lists the control directory once (the epochs with a commit record)
+and reads the newest commit records until one lists every node of the job: a missing,
+empty, unreadable or stale catalog can never make a job start over committed epochs.
+When the catalog disagrees with storage, it is rebuilt and a warning says what changed.
+
+Example::
+
+    class MemoryCatalog(IndexCatalog):
+        name = "memory"
+        def __init__(self):
+            super().__init__()
+            self.entries = {}
+        def _read_entries(self):
+            return dict(self.entries)
+        def _put_entry(self, record):
+            self.entries[record.epoch] = CatalogEntry.from_commit(record)
+        def _drop_entries(self, epochs):
+            for epoch in epochs:
+                self.entries.pop(epoch, None)
+        def _reset(self):
+            self.entries = {}
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ckptstore.errors import CatalogCorruptError, CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.protocol import (
+    EpochCommit,
+    committed_epochs,
+    committed_nodes,
+    read_commit,
+    require_commit,
+)
+
+__all__ = ["CatalogEntry", "IndexCatalog", "RebuildReport"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One committed epoch as a catalog lists it (a copy of its commit records).
+
+    Example::
+
+        CatalogEntry(3, ("trainer_0",), nbytes=4096, stored_bytes=4400,
+                     committed_at="2026-01-01T00:00:00+00:00", db_types=("npz",))
+    """
+
+    epoch: int
+    nodes: tuple[str, ...]
+    nbytes: int
+    stored_bytes: int
+    committed_at: str
+    db_types: tuple[str, ...]
+
+    @classmethod
+    def from_commit(cls, record: EpochCommit) -> CatalogEntry:
+        """The entry describing ``record``."""
+        return cls(
+            epoch=record.epoch,
+            nodes=tuple(sorted(record.nodes)),
+            nbytes=record.nbytes,
+            stored_bytes=sum(node.stored_bytes for node in record.nodes.values()),
+            committed_at=record.committed_at,
+            db_types=tuple(sorted({node.db_type for node in record.nodes.values()})),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": list(self.nodes),
+            "nbytes": self.nbytes,
+            "stored_bytes": self.stored_bytes,
+            "committed_at": self.committed_at,
+            "db_types": list(self.db_types),
+        }
+
+    @classmethod
+    def from_json(cls, epoch: int, raw: Mapping[str, Any]) -> CatalogEntry:
+        """Parse :meth:`to_json`'s output (raises ``KeyError``/``TypeError``/``ValueError``)."""
+        return cls(
+            epoch=epoch,
+            nodes=tuple(str(node) for node in raw["nodes"]),
+            nbytes=int(raw["nbytes"]),
+            stored_bytes=int(raw["stored_bytes"]),
+            committed_at=str(raw["committed_at"]),
+            db_types=tuple(str(name) for name in raw["db_types"]),
+        )
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """What a rebuild changed: epochs ``added`` (or corrected) and ``dropped`` (no
+    longer committed); ``reset``: the old catalog was unreadable and was discarded.
+
+    Example::
+
+        report = handler.rebuild()
+        report.changed, report.describe()
+    """
+
+    url: str
+    epochs: tuple[int, ...]
+    added: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    reset: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.dropped or self.reset)
+
+    def describe(self) -> str:
+        """One line saying what was rebuilt."""
+        parts = []
+        if self.reset:
+            parts.append("discarded the unreadable catalog")
+        if self.added:
+            parts.append(f"added or corrected epochs {list(self.added)}")
+        if self.dropped:
+            parts.append(f"dropped epochs {list(self.dropped)} (no longer committed)")
+        done = "; ".join(parts) if parts else "nothing to change"
+        return f"catalog of {self.url}: {done}; it now lists {len(self.epochs)} epoch(s)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "epochs": list(self.epochs),
+            "added": list(self.added),
+            "dropped": list(self.dropped),
+            "reset": self.reset,
+            "changed": self.changed,
+        }
+
+
+class IndexCatalog(MetadataHandler):
+    """A metadata handler whose catalog is an index of the commit records.
+
+    Subclasses implement the four storage methods; the storage methods raise
+    :class:`~ckptstore.errors.CatalogCorruptError` when the catalog cannot be read, and
+    this class then rebuilds it from the commit records.
+
+    Example::
+
+        handler.last_epoch()   # newest epoch committed on every node, from storage
+        handler.epochs()       # {epoch: CatalogEntry}, repaired if it was unreadable
+        handler.rebuild()      # RebuildReport
+    """
+
+    # -- storage (what a catalog implements) ------------------------------------------
+
+    @abstractmethod
+    def _read_entries(self) -> dict[int, CatalogEntry]:
+        """Every entry in the catalog; raises CatalogCorruptError if unreadable."""
+
+    @abstractmethod
+    def _put_entry(self, record: EpochCommit) -> None:
+        """Add or replace the entry of ``record``'s epoch (its summary is
+        ``CatalogEntry.from_commit(record)``); safe against concurrent writers."""
+
+    @abstractmethod
+    def _drop_entries(self, epochs: Sequence[int]) -> None:
+        """Remove the entries of ``epochs`` (absent ones are ignored)."""
+
+    @abstractmethod
+    def _reset(self) -> None:
+        """Discard an unreadable catalog, so that it can be written again from scratch."""
+
+    # -- the handler contract ---------------------------------------------------------
+
+    def epochs(self) -> dict[int, CatalogEntry]:
+        """Every epoch in the catalog (rebuilt from storage first if it is unreadable)."""
+        try:
+            return self._read_entries()
+        except CatalogCorruptError as error:
+            log.warning("%s; rebuilding it from the commit records", error)
+            self.rebuild()
+            return self._read_entries()
+
+    def last_epoch(self, user_epoch: int | None = None) -> int | None:
+        storage = self.require_storage()
+        nodes = set(self.node_names)
+        if user_epoch is not None:
+            committed = committed_nodes(storage, user_epoch)
+            if not nodes <= committed:
+                complete = self._complete(nodes)
+                raise CheckpointNotFoundError(
+                    storage.display_url,
+                    None,
+                    user_epoch,
+                    f"cannot resume from epoch {user_epoch}: it is not committed for nodes "
+                    f"{sorted(nodes - committed)} under {storage.display_url}. Complete "
+                    f"epochs: {complete or 'none'}.",
+                )
+            return user_epoch
+        listed = committed_epochs(storage)
+        chosen = None
+        unreadable: set[int] = set()
+        for epoch in reversed(listed):
+            try:
+                committed = committed_nodes(storage, epoch)
+            except CorruptCheckpointError as error:
+                log.warning("skipping epoch %d: %s", epoch, error)
+                unreadable.add(epoch)
+                continue
+            if nodes <= committed:
+                chosen = epoch
+                break
+        if not self._agrees(listed, unreadable, chosen, nodes):
+            try:
+                report = self.rebuild()
+            except (OSError, CatalogCorruptError) as error:  # the answer stands regardless
+                log.warning("could not repair the catalog (resuming anyway): %s", error)
+                return chosen
+            if report.changed:
+                resume = "nothing" if chosen is None else f"epoch {chosen}"
+                log.warning(
+                    "the catalog disagreed with the commit records, which decide: rebuilt "
+                    "it (%s); resuming from %s",
+                    report.describe(),
+                    resume,
+                )
+        return chosen
+
+    def _catalogued_epochs(self) -> set[int]:
+        """The epochs the catalog lists (a catalog may answer without reading every
+        entry; the default reads them all)."""
+        return set(self._read_entries())
+
+    def _read_entry(self, epoch: int) -> CatalogEntry | None:
+        """One epoch's entry, or ``None`` (the default reads every entry)."""
+        return self._read_entries().get(epoch)
+
+    def _agrees(
+        self, listed: list[int], unreadable: set[int], chosen: int | None, nodes: set[str]
+    ) -> bool:
+        """Whether the catalog lists the committed epochs, and the chosen one in full."""
+        try:
+            catalogued = self._catalogued_epochs()
+            if catalogued - set(listed) or set(listed) - unreadable - catalogued:
+                return False
+            if chosen is None:
+                return True
+            entry = self._read_entry(chosen)
+        except CatalogCorruptError as error:
+            log.warning("%s", error)
+            return False
+        return entry is not None and nodes <= set(entry.nodes)
+
+    def _complete(self, nodes: set[str]) -> list[int]:
+        """Epochs committed on every one of ``nodes`` (reads every commit record: only
+        for error messages)."""
+        storage = self.require_storage()
+        complete = []
+        for epoch in committed_epochs(storage):
+            try:
+                if nodes <= committed_nodes(storage, epoch):
+                    complete.append(epoch)
+            except CorruptCheckpointError:
+                continue
+        return complete
+
+    def write(self, epoch: int) -> None:
+        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
+        try:
+            self._put_entry(record)
+        except CatalogCorruptError as error:
+            log.warning("%s; rebuilding it from the commit records", error)
+            self.rebuild()
+
+    def forget(self, epochs: Sequence[int]) -> None:
+        """Bring the entries of ``epochs`` in line with storage after retention: an epoch
+        another job still has nodes in keeps its entry, with those nodes."""
+        storage = self.require_storage()
+        gone = []
+        try:
+            for epoch in epochs:
+                try:
+                    record = read_commit(storage, epoch)
+                except CorruptCheckpointError:
+                    record = None
+                if record is None or not record.nodes:
+                    gone.append(epoch)
+                else:
+                    self._put_entry(record)
+            if gone:
+                self._drop_entries(gone)
+        except CatalogCorruptError as error:
+            log.warning("%s; rebuilding it from the commit records", error)
+            self.rebuild()
+
+    def rebuild(self) -> RebuildReport:
+        """Make the catalog list exactly the epochs committed in storage (lists the
+        control directory and reads every commit record: a repair, not a hot path)."""
+        storage = self.require_storage()
+        truth: dict[int, EpochCommit] = {}
+        for epoch in committed_epochs(storage):
+            try:
+                record = read_commit(storage, epoch)
+            except CorruptCheckpointError as error:
+                log.warning("not cataloguing epoch %d: %s", epoch, error)
+                continue
+            if record is not None and record.nodes:
+                truth[epoch] = record
+        reset = False
+        try:
+            current = self._read_entries()
+        except CatalogCorruptError as error:
+            log.warning("%s; discarding it", error)
+            self._reset()
+            current, reset = {}, True
+        added = _sorted(
+            epoch
+            for epoch, record in truth.items()
+            if current.get(epoch) != CatalogEntry.from_commit(record)
+        )
+        dropped = _sorted(epoch for epoch in current if epoch not in truth)
+        for epoch in added:
+            self._put_entry(truth[epoch])
+        if dropped:
+            self._drop_entries(dropped)
+        return RebuildReport(storage.display_url, _sorted(truth), added, dropped, reset)
+
+
+def _sorted(epochs: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(epochs))

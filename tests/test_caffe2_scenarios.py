@@ -83,7 +83,8 @@ def test_single_checkpoint_with_multi_node_manager(tmp_path: Path, db_type: str)
 def read_without_ckptstore(db_path: Path, db_type: str, blob: str) -> np.ndarray:
     """Read a blob with the format's own library only (zarr or numpy)."""
     if db_type == "zarr":
-        return np.asarray(zarr.open_group(str(db_path), mode="r")[blob][...])
+        store = zarr.storage.ZipStore(str(db_path / "blobs.zarr.zip"), mode="r")
+        return np.asarray(zarr.open_group(store, mode="r")[blob][...])
     with np.load(db_path / "blobs.npz", allow_pickle=False) as npz:
         return np.asarray(npz[blob])
 

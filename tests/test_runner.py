@@ -563,18 +563,18 @@ def test_a_handler_whose_report_fails_does_not_stop_the_job(tmp_path: Path) -> N
 # -- never start over committed epochs by accident ---------------------------------------
 
 
-def test_a_job_without_a_handler_refuses_to_start_over_committed_epochs(tmp_path: Path) -> None:
+def test_a_job_without_a_handler_resumes_from_storage_instead_of_starting_over(
+    tmp_path: Path,
+) -> None:
     job, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
-    commit = tmp_path / "_ckptstore" / "epoch-2.commit.json"
+    commit = tmp_path / "_ckptstore" / "epoch-2" / "trainer_0.commit.json"
     before = commit.read_bytes()
     again, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
     runner = JobRunner(again, MultiNodeCheckpointManager(str(tmp_path), "npz"))
-    with pytest.raises(JobConfigurationError, match="epoch 2 is committed") as info:
-        runner.train(LocalSession())
-    assert "resume_from_epoch=2" in str(info.value)
-    assert "overwrite=True" in str(info.value)
-    assert runner.committed_epochs == []
+    runner.train(LocalSession())  # storage is the truth: it resumes after epoch 2
+    assert 0 not in runner.committed_epochs  # it did not start from scratch
+    assert 2 not in runner.committed_epochs
     assert commit.read_bytes() == before  # nothing was overwritten
 
 

@@ -409,7 +409,9 @@ class LocalPath(PathType):
                 with self._lock:
                     directories, self._dirty_dirs = self._dirty_dirs, set()
                 for directory in directories:
-                    _fsync_dir(directory)
+                    # a staging directory of a failed save is gone: nothing to make durable
+                    with contextlib.suppress(FileNotFoundError):
+                        _fsync_dir(directory)
 
     def accessible(self) -> bool:
         try:

@@ -23,7 +23,7 @@ from ckptstore import (
 from ckptstore.builtin._json_catalog import CATALOG_DIR, entry_key
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol
-from ckptstore.records._layout import commit_record_key
+from ckptstore.records._layout import node_commit_key
 
 NODES = ["trainer_0", "trainer_1"]  # the conformance job's nodes too
 
@@ -78,7 +78,7 @@ def test_a_users_epoch_is_validated_never_replaced(tmp_path: Path) -> None:
 
 def test_a_newest_epoch_whose_commit_record_is_gone_is_skipped(tmp_path: Path) -> None:
     run_jobs(tmp_path, {"trainer_0": 3})
-    os.unlink(tmp_path / commit_record_key(3))
+    os.unlink(tmp_path / node_commit_key(3, "trainer_0"))
     handler = catalog_for(tmp_path, ["trainer_0"])
     assert 3 in handler.epochs()  # the catalog still lists it...
     assert handler.last_epoch() == 2  # ...but the commit record decides
@@ -141,7 +141,7 @@ def test_a_corrupt_newest_commit_record_falls_back_and_is_replaced_by_the_next_s
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     run_jobs(tmp_path, {"trainer_0": 3})
-    record = tmp_path / commit_record_key(3)
+    record = tmp_path / node_commit_key(3, "trainer_0")
     data = bytearray(record.read_bytes())
     data[25] ^= 0x01
     record.write_bytes(bytes(data))

@@ -99,12 +99,19 @@ class JobRunner:
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
         self._consecutive_failures = 0
+        self.already_finished = False
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
 
     def train(self, session: Session) -> int:
-        """Run the job to its end; returns the number of the last epoch run."""
+        """Run the job to its end; returns the number of the last epoch run.
+
+        A job resumed at or past its :func:`~ckptstore.epoch_limiter` limit is finished:
+        its last epoch is restored (and so verified; a damaged one falls back as usual),
+        then no epoch, save, upload, download or exit group runs; :attr:`already_finished`
+        is set, a warning says so and the restored epoch is returned.
+        """
         job, manager = self.job, self.checkpoint_manager
         if not job.stop_conditions:
             raise JobConfigurationError(
@@ -132,6 +139,8 @@ class JobRunner:
                 self.save_checkpoints(0, session)
             else:
                 resume = self._restore(session, manager, resume)
+                if self._finished(resume):
+                    return resume
         epoch = 1 if resume is None else resume + 1
         while True:
             session.run(job.epoch_group)
@@ -147,6 +156,21 @@ class JobRunner:
         if upload_error is not None:
             raise upload_error
         return epoch
+
+    def _finished(self, restored: int) -> bool:
+        """Whether the restored epoch already reached the job's epoch limit (then nothing
+        more runs: a rerun of a finished job only restores its last epoch)."""
+        limit = self.job.epoch_limit()
+        if limit is None or restored < limit:
+            return False
+        log.warning(
+            "Nothing to do: epoch %d is committed and epoch_limiter stops this job after "
+            "epoch %d; its state is restored, no epoch runs. Raise the limit to train further",
+            restored,
+            limit,
+        )
+        self.already_finished = True
+        return True
 
     def _restore(self, session: Session, manager: ManagerBase, epoch: int) -> int:
         """Load ``epoch`` on every node. If the epoch was chosen by the catalog (not by

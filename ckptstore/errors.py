@@ -27,6 +27,7 @@ __all__ = [
     "CorruptCheckpointError",
     "DuplicatePluginError",
     "FrozenGroupError",
+    "InProcessMockError",
     "InvalidNameError",
     "InvalidPluginError",
     "JobConfigurationError",
@@ -543,3 +544,27 @@ class RangeNotSatisfiableError(RequestError):
 
         except RangeNotSatisfiableError: return b""  # the caller reports it as short
     """
+
+
+class InProcessMockError(CkptStoreError, TypeError):
+    """moto's in-process ``mock_aws`` answered an aiobotocore request, which it cannot do.
+
+    ``mock_aws`` hands back botocore's synchronous responses; aiobotocore (under s3fs and
+    ckptstore's S3 plugin) awaits them and fails. Run moto's server in-process instead.
+
+    Example::
+
+        with mock_aws(), ckptstore.testing.in_process_moto():  # or the s3_mock_aws fixture
+            CheckpointManager("s3://bucket/run", "trainer_0")
+    """
+
+    def __init__(self, request: str) -> None:
+        self.request = request
+        super().__init__(
+            f"{request}: moto's in-process mock_aws intercepted this request, but it answers "
+            "with botocore's synchronous responses, which aiobotocore (used by s3fs and the "
+            "ckptstore S3 plugin) cannot await; nothing is wrong with the location or the "
+            "credentials. Use the `s3_mock_aws` pytest fixture of ckptstore.testing, or put "
+            "`with ckptstore.testing.in_process_moto():` inside your mock_aws block (it "
+            "serves the same mocked buckets over HTTP on 127.0.0.1); see docs/testing.md."
+        )

@@ -99,10 +99,12 @@ def test_the_example_plugin_checkpoints_and_resumes(registry: Registry) -> None:
 
     resumed = LocalSession()
     manager = MultiNodeCheckpointManager("scratch://run", "rawfiles", metadata_handler="in-memory")
-    JobRunner(counter_job(), manager).train(resumed)
+    rerun = JobRunner(counter_job(), manager)
+    assert rerun.train(resumed) == 3
     assert ("checkpoint_load", ["trainer_0"]) in module.REPORTS
-    # resumed after epoch 3 with the counter restored, so one more epoch ran: 3 + 1
-    assert resumed.workspace("trainer_0")["count"].tolist() == [4.0, 4.0, 4.0]
+    # the job was finished: epoch 3 is restored and no further epoch runs
+    assert rerun.already_finished
+    assert resumed.workspace("trainer_0")["count"].tolist() == [3.0, 3.0, 3.0]
 
 
 def test_the_readme_example_trains_then_resumes(
@@ -115,6 +117,9 @@ def test_the_readme_example_trains_then_resumes(
     namespace: dict[str, object] = {}
     exec(compile(source.group(1), "README.md", "exec"), namespace)
     assert (tmp_path / "ckpt" / "trainer_0.10").is_dir()
-    exec(compile(source.group(1), "README.md", "exec"), {})  # a second run resumes
-    assert (tmp_path / "ckpt" / "trainer_0.11").is_dir()
-    assert not (tmp_path / "ckpt" / "trainer_0.12").exists()
+    exec(compile(source.group(1), "README.md", "exec"), {})  # finished: a rerun does nothing
+    assert not (tmp_path / "ckpt" / "trainer_0.11").exists()
+    longer = source.group(1).replace("epoch_limiter(job, 10)", "epoch_limiter(job, 12)")
+    exec(compile(longer, "README.md", "exec"), {})  # a raised limit continues from 10
+    assert (tmp_path / "ckpt" / "trainer_0.12").is_dir()
+    assert not (tmp_path / "ckpt" / "trainer_0.13").exists()

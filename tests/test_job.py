@@ -147,9 +147,9 @@ def test_two_limiters_use_distinct_blobs_and_the_first_to_finish_stops() -> None
     names = sorted(n for n in session.workspace("trainer_0") if n.startswith("epoch_limiter"))
     assert names == [
         "epoch_limiter/0/done",
-        "epoch_limiter/0/remaining",
+        "epoch_limiter/0/epochs",
         "epoch_limiter/1/done",
-        "epoch_limiter/1/remaining",
+        "epoch_limiter/1/epochs",
     ]
 
 
@@ -164,4 +164,54 @@ def test_epoch_limiter_counter_is_checkpointed_and_resumes_correctly(tmp_path: P
         assert JobRunner(job, manager, resume_from_epoch=resume).train(session) == 5
         ws = session.workspace("trainer_0")
         assert ws["trainer_0/step"].item() == 5
-        assert ws["epoch_limiter/0/remaining"].item() == 0
+        assert ws["epoch_limiter/0/epochs"].item() == 5
+
+
+def _committed(root: Path) -> list[str]:
+    return sorted(p.name for p in root.glob("trainer_0.*"))
+
+
+def test_rerunning_a_finished_job_runs_nothing_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, _ = build_counter_job(epochs=3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    assert JobRunner(job, manager).train(LocalSession()) == 3
+    before = _committed(tmp_path)
+    for _ in range(2):  # Caffe2 would train one more epoch on each rerun
+        session = LocalSession()
+        manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+        runner = JobRunner(job, manager)
+        with caplog.at_level("WARNING", logger="ckptstore.checkpoint._runner"):
+            assert runner.train(session) == 3
+        assert runner.already_finished
+        assert runner.committed_epochs == []
+        assert session.workspace("trainer_0")["trainer_0/step"].item() == 3  # restored
+    assert _committed(tmp_path) == before == [f"trainer_0.{e}" for e in range(4)]
+    assert "Nothing to do: epoch 3 is committed" in caplog.text
+    assert "Raise the limit to train further" in caplog.text
+
+
+def test_raising_the_limit_continues_from_the_last_epoch(tmp_path: Path) -> None:
+    job, _ = build_counter_job(epochs=3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    assert JobRunner(job, manager).train(LocalSession()) == 3
+    longer, _ = build_counter_job(epochs=5)
+    session = LocalSession()
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(longer, manager)
+    assert runner.train(session) == 5
+    assert not runner.already_finished
+    assert runner.committed_epochs == [4, 5]
+    ws = session.workspace("trainer_0")
+    assert ws["trainer_0/step"].item() == 5  # resumed from 3, not retrained from 0
+    assert ws["epoch_limiter/0/epochs"].item() == 5
+
+
+def test_an_explicit_resume_at_the_limit_runs_nothing(tmp_path: Path) -> None:
+    job, _ = build_counter_job(epochs=2)
+    assert JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    runner = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz"), resume_from_epoch=2)
+    assert runner.train(LocalSession()) == 2
+    assert runner.already_finished
+    assert _committed(tmp_path) == ["trainer_0.0", "trainer_0.1", "trainer_0.2"]

@@ -214,8 +214,10 @@ def test_a_json_catalog_resumes_a_rerun_by_itself(tmp_path: Path) -> None:
     assert first.train(LocalSession()) == 3
     again = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"))
     session = LocalSession()
-    assert again.train(session) == 4  # resumed from 3: the limiter is spent, one more epoch
-    assert again.committed_epochs == [4]
+    assert again.train(session) == 3  # resumed from 3: finished, nothing more runs
+    assert again.already_finished
+    assert again.committed_epochs == []
+    assert session.workspace("trainer_0")["trainer_0/step"].item() == 3
 
 
 # -- save failures -------------------------------------------------------------------------

@@ -166,12 +166,19 @@ class JobRunner:
         self.max_saves_in_flight = max_saves_in_flight
         self._in_flight: list[SaveFuture] = []
         self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
+        self.already_finished = False
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
 
     def train(self, session: Session) -> int:
-        """Run the job to its end; returns the number of the last epoch run."""
+        """Run the job to its end; returns the number of the last epoch run.
+
+        A job resumed at or past its :func:`~ckptstore.epoch_limiter` limit is finished:
+        its last epoch is restored (and so verified; a damaged one falls back as usual),
+        then no epoch, save, upload, download or exit group runs; :attr:`already_finished`
+        is set, a warning says so and the restored epoch is returned.
+        """
         lease = self._take_lease()
         try:
             return self._train(session)
@@ -269,6 +276,8 @@ class JobRunner:
                     self.save_checkpoints(0, session)
             else:
                 resume = self._restore(session, manager, resume)
+                if self._finished(resume):
+                    return resume
         epoch = 1 if resume is None else resume + 1
         with self._finishing_saves():
             while True:
@@ -286,6 +295,21 @@ class JobRunner:
         if upload_error is not None:
             raise upload_error
         return epoch
+
+    def _finished(self, restored: int) -> bool:
+        """Whether the restored epoch already reached the job's epoch limit (then nothing
+        more runs: a rerun of a finished job only restores its last epoch)."""
+        limit = self.job.epoch_limit()
+        if limit is None or restored < limit:
+            return False
+        log.warning(
+            "Nothing to do: epoch %d is committed and epoch_limiter stops this job after "
+            "epoch %d; its state is restored, no epoch runs. Raise the limit to train further",
+            restored,
+            limit,
+        )
+        self.already_finished = True
+        return True
 
     def _restore(self, session: Session, manager: ManagerBase, epoch: int) -> int:
         """Load ``epoch`` on every node. If the epoch was chosen by the catalog (not by

@@ -64,6 +64,7 @@ class Job:
             list(nodes_to_checkpoint) if nodes_to_checkpoint is not None else None
         )
         self._limiter_ids = itertools.count()
+        self._epoch_limits: list[int] = []
 
     @staticmethod
     def current() -> Job:
@@ -127,16 +128,28 @@ class Job:
         for group in self.groups():
             group.freeze()
 
+    def add_epoch_limit(self, num_epochs: int) -> None:
+        """Record that the job ends after epoch ``num_epochs`` (used by :func:`epoch_limiter`;
+        the runner runs nothing when resuming at or past it)."""
+        self._epoch_limits.append(num_epochs)
+
+    def epoch_limit(self) -> int | None:
+        """The last epoch this job may run (the smallest :func:`epoch_limiter` limit), or
+        None if no limiter was added. A job resumed at or past it is finished."""
+        return min(self._epoch_limits) if self._epoch_limits else None
+
     def next_limiter_id(self) -> int:
         """A fresh index for blob names of helpers such as :func:`epoch_limiter`."""
         return next(self._limiter_ids)
 
 
 def epoch_limiter(job: Job, num_epochs: int) -> TaskOutput:
-    """Stop ``job`` after exactly ``num_epochs`` epochs.
+    """Stop ``job`` once its epoch ``num_epochs`` has run.
 
-    The remaining-epoch counter is created by ``job.init_group`` on the current node, so
-    it is checkpointed and a resumed job still stops at the right epoch.
+    The counter of epochs run so far is created by ``job.init_group`` on the current
+    node, so it is checkpointed; the limit itself is not (unlike Caffe2's countdown). So
+    rerunning a finished job runs nothing (the runner logs it and returns the last
+    epoch), and raising the limit continues training from the last committed epoch.
 
     Example::
 
@@ -145,18 +158,17 @@ def epoch_limiter(job: Job, num_epochs: int) -> TaskOutput:
     if num_epochs < 1:
         raise JobConfigurationError(f"epoch_limiter needs num_epochs >= 1, got {num_epochs}")
     prefix = f"epoch_limiter/{job.next_limiter_id()}"
-    counter, done = f"{prefix}/remaining", f"{prefix}/done"
+    counter, done = f"{prefix}/epochs", f"{prefix}/done"
+    job.add_epoch_limit(num_epochs)
 
     def init_counter(ws: Workspace) -> None:
-        ws[counter] = np.array(num_epochs - 1, dtype=np.int64)
+        ws[counter] = np.array(0, dtype=np.int64)
 
-    def count_down(ws: Workspace) -> None:
-        remaining = ws[counter]
-        finished = bool(remaining <= 0)
-        if not finished:
-            remaining -= 1
-        ws[done] = np.array(finished)
+    def count_epoch(ws: Workspace) -> None:
+        epochs = ws[counter]
+        epochs += 1
+        ws[done] = np.array(bool(epochs >= num_epochs))
 
     Task(init_counter, group=job.init_group, name=f"{prefix}/init")
-    limiter = Task(count_down, outputs=[done], group=job.epoch_group, name=f"{prefix}/count_down")
+    limiter = Task(count_epoch, outputs=[done], group=job.epoch_group, name=f"{prefix}/count")
     return job.add_stop_condition(limiter.outputs()[0])

@@ -18,16 +18,19 @@ from ckptstore.testing.fixtures import (
     gcs_storage_options,
     gcs_url,
     s3_faults,
+    s3_mock_aws,
     s3_server,
     s3_storage_options,
     s3_url,
 )
+from ckptstore.testing.in_process import InProcessMoto, in_process_moto
 from ckptstore.testing.proxy import FaultProxy, RecordedRequest
 from ckptstore.testing.servers import GcsEmulator, MotoServer, ServerProcess, free_port, wait_for
 
 __all__ = [
     "FaultProxy",
     "GcsEmulator",
+    "InProcessMoto",
     "MotoServer",
     "RecordedRequest",
     "ServerProcess",
@@ -36,7 +39,9 @@ __all__ = [
     "gcs_server",
     "gcs_storage_options",
     "gcs_url",
+    "in_process_moto",
     "s3_faults",
+    "s3_mock_aws",
     "s3_server",
     "s3_storage_options",
     "s3_url",

@@ -13,6 +13,9 @@ fixture                    scope     gives
 ``s3_faults``              test      a :class:`~ckptstore.testing.FaultProxy` in front
                                      of the server; ``s3_url`` and
                                      ``s3_storage_options`` then go through it
+``s3_mock_aws``            test      moto's ``mock_aws`` with S3 served in-process on
+                                     127.0.0.1 (an :class:`InProcessMoto`): make
+                                     buckets with boto3, checkpoint with ckptstore
 ``gcs_server`` ...         (same)    the same for GCS (gcp-storage-emulator),
 ``gcs_url``, ...                     ``"gs://<fresh bucket>/ckpt"``
 =========================  ========  ==================================================
@@ -35,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from ckptstore.testing.in_process import InProcessMoto, in_process_moto
 from ckptstore.testing.proxy import FaultProxy
 from ckptstore.testing.servers import GcsEmulator, MotoServer
 
@@ -46,6 +50,7 @@ __all__ = [
     "gcs_storage_options",
     "gcs_url",
     "s3_faults",
+    "s3_mock_aws",
     "s3_server",
     "s3_storage_options",
     "s3_url",
@@ -128,6 +133,17 @@ def s3_url(
     yield f"s3://{name}/{PREFIX}"
     if s3_server.running:
         s3_server.delete_bucket(name)
+
+
+@pytest.fixture
+def s3_mock_aws() -> Iterator[InProcessMoto]:
+    """moto's in-process ``mock_aws`` for this test, usable by ckptstore: its S3 is also
+    served over HTTP on 127.0.0.1 (:func:`~ckptstore.testing.in_process_moto`), so
+    buckets made with boto3 in the test are the ones ckptstore reads and writes."""
+    from moto import mock_aws
+
+    with mock_aws(), in_process_moto() as server:
+        yield server
 
 
 # -- GCS (gcp-storage-emulator) -----------------------------------------------------------

@@ -100,9 +100,9 @@ class ObjectStoreScenarios(OnObjectStore):
         assert runner.committed_epochs == [0, 1, 2]
         assert store.faults.count(store.api.upload_method) > 0
 
-        session = LocalSession()  # a job resumed after its last epoch runs one more
+        session = LocalSession()  # the limit raised to 3: it resumes after epoch 2
         manager = MultiNodeCheckpointManager(store.url, db_name, "json")
-        resumed = JobRunner(counting_job(epochs=2), manager)
+        resumed = JobRunner(counting_job(epochs=3), manager)
         assert resumed.train(session) == 3
         assert resumed.committed_epochs == [3]
         assert_state(session, 3)

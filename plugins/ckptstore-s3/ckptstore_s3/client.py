@@ -10,9 +10,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from ckptstore.errors import InProcessMockError
 from ckptstore.object_store import (
     Body,
     MissingObjectError,
@@ -30,6 +33,25 @@ __all__ = ["S3Client"]
 T = TypeVar("T")
 _DELETE_BATCH = 1000
 _CONFLICT_ATTEMPTS = 5
+
+_MOCK_AWS_SYMPTOMS = (
+    # aiobotocore awaiting the bytes of moto's synchronous AWSResponse (aiobotocore#1320)
+    "can't be used in 'await' expression",
+    # moto reading an aiobotocore 3 request body without awaiting it (moto#9784)
+    "'coroutine' object has no attribute",
+)
+
+
+@contextlib.contextmanager
+def _refuse_mock_aws(describe: str) -> Iterator[None]:
+    """Turn the failures of moto's in-process ``mock_aws`` answering an aiobotocore
+    request into :class:`~ckptstore.errors.InProcessMockError`, which says what to use."""
+    try:
+        yield
+    except (TypeError, AttributeError) as error:
+        if "moto" in sys.modules and any(s in str(error) for s in _MOCK_AWS_SYMPTOMS):
+            raise InProcessMockError(describe) from error
+        raise
 
 
 class S3Client(ObjectStoreClient):
@@ -53,7 +75,10 @@ class S3Client(ObjectStoreClient):
             if isinstance(body, PartsReader):
                 body.seek(0)  # a retry sends the whole body again
             client = await self.fs.set_session()
-            response: dict[str, Any] = await getattr(client, method)(Bucket=self.bucket, **params)
+            with _refuse_mock_aws(describe):
+                response: dict[str, Any] = await getattr(client, method)(
+                    Bucket=self.bucket, **params
+                )
             return response
 
         return await self.retried(attempt, describe)
@@ -102,7 +127,8 @@ class S3Client(ObjectStoreClient):
         self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
     ) -> T:
         client = await self.fs.set_session()
-        response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
+        with _refuse_mock_aws(self.describe("GET", key)):
+            response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
         async with response["Body"] as body:
             return await consume(body.read)
 

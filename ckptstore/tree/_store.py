@@ -1,0 +1,145 @@
+"""Saving and loading a tree (nested dicts/lists of arrays and scalars) as one committed
+checkpoint, without a Job: ``save_tree(root, epoch, tree)`` / ``load_tree(root)``.
+
+A tree is stored as the node checkpoint ``<root>/<node>.<epoch>`` (node ``"tree"`` by
+default) through the same commit protocol as a job's checkpoints: its arrays are blobs
+named after their key paths (see :mod:`ckptstore.tree._flatten`), and its structure and
+scalars are one small JSON document stored as the blob ``#tree`` (a name no key path can
+take), so the manifest's CRC-32C covers it too. ``ckptstore ls/inspect/verify`` work
+on it like on any checkpoint.
+
+Example::
+
+    save_tree("./ckpt", 3, {"w": np.ones(4, np.float32), "step": 3})
+    tree = load_tree("./ckpt")            # the newest committed epoch
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ckptstore.checkpoint import ManagerBase
+from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.protocol import (
+    CheckpointLocation,
+    commit_epoch,
+    committed_epochs,
+    open_node,
+    read_blobs,
+    retract_epoch,
+    write_node,
+)
+from ckptstore.records import validate_node_name
+from ckptstore.tree._flatten import ArrayAdapter, flatten, unflatten
+
+__all__ = ["SPEC_BLOB", "TreeTarget", "latest_tree_epoch", "load_tree", "save_tree"]
+
+SPEC_BLOB = "#tree"
+"""The blob holding a tree's JSON spec."""
+MAX_SPEC_BYTES = 64 << 20
+
+TreeTarget = str | CheckpointLocation | ManagerBase
+"""Where trees go: a local path or URL, an opened location, or a manager (its location)."""
+
+
+def _location(target: TreeTarget, db_type: str) -> CheckpointLocation:
+    if isinstance(target, CheckpointLocation):
+        return target
+    if isinstance(target, ManagerBase):
+        return target.location
+    return CheckpointLocation.open(str(target), db_type)
+
+
+def save_tree(
+    target: TreeTarget,
+    epoch: int,
+    tree: object,
+    *,
+    node: str = "tree",
+    db_type: str = "zarr",
+    adapter: ArrayAdapter | None = None,
+) -> None:
+    """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
+
+    Raises :class:`~ckptstore.UnsupportedBlobError` for a leaf that is not an array or
+    an ``int/float/bool/None/str`` (nothing is pickled) and for keys that are not ``str``
+    or ``int``; ``db_type`` applies when ``target`` is a path.
+    """
+    validate_node_name(node)
+    location = _location(target, db_type)
+    arrays, spec = flatten(tree, adapter)
+    document = json.dumps(spec, separators=(",", ":"), ensure_ascii=True).encode()
+    blobs: dict[str, np.ndarray[Any, Any]] = {
+        **arrays,
+        SPEC_BLOB: np.frombuffer(document, dtype=np.uint8),
+    }
+    storage = location.storage
+    retract_epoch(storage, epoch, [node])
+    commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
+    commit_epoch(storage, epoch, [commit])
+
+
+def load_tree(
+    target: TreeTarget,
+    epoch: int | None = None,
+    *,
+    node: str = "tree",
+    db_type: str = "zarr",
+    adapter: ArrayAdapter | None = None,
+) -> object:
+    """The tree :func:`save_tree` saved as ``node``'s checkpoint of ``epoch`` (default:
+    the newest epoch committed for ``node``), verified against its checksums."""
+    validate_node_name(node)
+    location = _location(target, db_type)
+    storage = location.storage
+    if epoch is None:
+        epoch = _newest(location, node)
+    manifest = open_node(storage, node, epoch)
+    url = location.db_path(node, epoch)
+    record = manifest.blobs.get(SPEC_BLOB)
+    if record is None:
+        raise CorruptCheckpointError(
+            f"it has no {SPEC_BLOB!r} blob: it was not written by save_tree; read its blobs "
+            "with CheckpointManager.load or `ckptstore inspect`",
+            url=url,
+        )
+    if record.nbytes > MAX_SPEC_BYTES or record.dtype != "|u1":
+        raise CorruptCheckpointError(
+            f"its tree spec is {record.nbytes} bytes of {record.dtype}", url=url, blob=SPEC_BLOB
+        )
+    reader, engine = location.reader_for(manifest), location.engine()
+    raw = read_blobs(storage, manifest, [SPEC_BLOB], reader, engine)[SPEC_BLOB]
+    try:
+        spec = json.loads(raw.tobytes())
+    except (ValueError, RecursionError) as error:
+        raise CorruptCheckpointError(f"its tree spec is not JSON: {error}", url=url) from None
+    if not isinstance(spec, dict):
+        raise CorruptCheckpointError("its tree spec is not a JSON object", url=url)
+    names = [name for name in manifest.blobs if name != SPEC_BLOB]
+    arrays = read_blobs(storage, manifest, names, reader, engine)
+    return unflatten(spec, arrays, adapter, url=url)
+
+
+def latest_tree_epoch(target: TreeTarget, *, node: str = "tree", db_type: str = "zarr") -> int:
+    """The newest epoch committed for ``node`` under ``target``; raises
+    :class:`~ckptstore.CheckpointNotFoundError` if there is none."""
+    return _newest(_location(target, db_type), validate_node_name(node))
+
+
+def _newest(location: CheckpointLocation, node: str) -> int:
+    for epoch in reversed(committed_epochs(location.storage)):
+        try:
+            open_node(location.storage, node, epoch)
+        except CheckpointNotFoundError:
+            continue
+        return epoch
+    raise CheckpointNotFoundError(
+        location.storage.display_url,
+        node,
+        None,
+        f"no committed tree {node!r} under {location.storage.display_url}: save one with "
+        "save_tree first, or pass node= the name it was saved under",
+    )

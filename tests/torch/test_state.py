@@ -1,0 +1,118 @@
+"""A model and its Adam optimizer: saved after a few steps, restored into fresh objects,
+training continues exactly as if never interrupted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ckptstore import BlobNotFoundError  # noqa: E402
+from ckptstore.torch import load_state, restore, save  # noqa: E402
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16),
+        torch.nn.BatchNorm1d(16),  # buffers and an int64 step counter
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 1),
+    )
+    model[3].to(torch.bfloat16)  # a bfloat16 layer
+    return model, torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(32, 8, generator=generator)
+        hidden = model[2](model[1](model[0](x)))
+        loss = model[3](hidden.to(torch.bfloat16)).float().pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def bits(state: object) -> object:
+    """A state dict with every tensor replaced by its dtype, shape and raw bytes."""
+    if isinstance(state, torch.Tensor):
+        return (
+            state.dtype,
+            tuple(state.shape),
+            bytes(state.contiguous().reshape(-1).view(torch.uint8).numpy()),
+        )
+    if isinstance(state, dict):
+        return {key: bits(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(bits(value) for value in state)
+    return state
+
+
+def test_model_and_adam_round_trip_and_training_continues_identically(tmp_path: Path) -> None:
+    model, optimizer = make()
+    train(model, optimizer, 3, seed=1)
+    save(str(tmp_path), 3, model=model, optimizer=optimizer)
+
+    fresh_model, fresh_optimizer = make()
+    assert restore(str(tmp_path), model=fresh_model, optimizer=fresh_optimizer) == 3
+    assert bits(fresh_model.state_dict()) == bits(model.state_dict())
+    assert bits(fresh_optimizer.state_dict()) == bits(optimizer.state_dict())
+
+    train(model, optimizer, 4, seed=2)
+    train(fresh_model, fresh_optimizer, 4, seed=2)
+    assert bits(fresh_model.state_dict()) == bits(model.state_dict())
+    assert bits(fresh_optimizer.state_dict()) == bits(optimizer.state_dict())
+
+
+def test_the_loaded_state_has_the_same_structure_and_types(tmp_path: Path) -> None:
+    model, optimizer = make()
+    train(model, optimizer, 2, seed=1)
+    save(str(tmp_path), 2, model=model, optimizer=optimizer)
+    state = load_state(str(tmp_path))
+    saved = optimizer.state_dict()
+    assert state["optimizer"]["param_groups"] == saved["param_groups"]  # floats, tuples, None
+    assert isinstance(state["optimizer"]["param_groups"][0]["betas"], tuple)
+    assert list(state["optimizer"]["state"]) == list(saved["state"])  # int keys
+    assert list(state["model"]) == list(model.state_dict())
+    assert state["model"]._metadata == model.state_dict()._metadata  # module versions
+    assert state["model"]["1.num_batches_tracked"].dtype == torch.int64
+    assert all(t.device.type == "cpu" for t in state["model"].values())
+
+
+def test_restoring_a_name_that_was_not_saved_changes_nothing(tmp_path: Path) -> None:
+    model, optimizer = make()
+    save(str(tmp_path), 0, model=model)
+    other, _ = make()
+    before = bits(other.state_dict())
+    with pytest.raises(BlobNotFoundError, match="optimizer"):
+        restore(str(tmp_path), model=other, optimizer=optimizer)
+    assert bits(other.state_dict()) == before
+
+
+def test_the_readme_torch_example_runs_in_five_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = README.read_text()
+    match = re.search(r"<!-- torch-example -->\n```python\n(.*?)```", text, re.S)
+    assert match, "README.md lost its torch example"
+    code = match.group(1)
+    assert (
+        len([line for line in code.splitlines() if line.strip() and not line.startswith("#")]) <= 5
+    )
+    monkeypatch.chdir(tmp_path)
+    model, optimizer = make()
+    train(model, optimizer, 1, seed=1)
+    namespace: dict[str, object] = {"model": model, "optimizer": optimizer, "epoch": 1}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["epoch"] == 1
+    assert np.array_equal(
+        load_state(str(tmp_path / "ckpt"))["model"]["0.weight"].numpy(),
+        model.state_dict()["0.weight"].numpy(),
+    )

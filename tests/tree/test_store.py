@@ -1,0 +1,69 @@
+"""save_tree / load_tree: committed, verified, found by epoch, readable by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore import CheckpointManager, CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.protocol import CheckpointLocation, open_node, verify_node
+from ckptstore.tree import SPEC_BLOB, latest_tree_epoch, load_tree, save_tree
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_tree_round_trips_through_each_format(tmp_path: Path, db_type: str) -> None:
+    tree = {"params": {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}, "step": 3, "lr": 0.1}
+    save_tree(str(tmp_path), 3, tree, db_type=db_type)
+    out = load_tree(str(tmp_path), db_type=db_type)
+    assert isinstance(out, dict)
+    assert out["step"] == 3
+    assert out["lr"] == 0.1
+    assert np.array_equal(out["params"]["w"], tree["params"]["w"])
+    location = CheckpointLocation.open(str(tmp_path), db_type)
+    manifest = open_node(location.storage, "tree", 3)
+    assert sorted(manifest.blobs) == [SPEC_BLOB, "params/w"]
+    assert verify_node(location.storage, "tree", 3, location.db_type, location.engine()) == []
+
+
+def test_the_newest_epoch_is_loaded_unless_one_is_named(tmp_path: Path) -> None:
+    for epoch in (1, 2, 5):
+        save_tree(str(tmp_path), epoch, {"epoch": epoch})
+    save_tree(str(tmp_path), 9, {"other": True}, node="other")
+    assert latest_tree_epoch(str(tmp_path)) == 5
+    assert load_tree(str(tmp_path)) == {"epoch": 5}
+    assert load_tree(str(tmp_path), 2) == {"epoch": 2}
+    assert load_tree(str(tmp_path), node="other") == {"other": True}
+
+
+def test_a_manager_is_a_target(tmp_path: Path) -> None:
+    manager = CheckpointManager(str(tmp_path), "trainer_0", "npz")
+    save_tree(manager, 0, [np.ones(2), "x"])
+    assert load_tree(manager)[1] == "x"  # type: ignore[index]
+    assert (tmp_path / "tree.0").is_dir()
+
+
+def test_nothing_saved_is_a_typed_error_that_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointNotFoundError, match="save_tree"):
+        load_tree(str(tmp_path))
+
+
+def test_an_overwritten_epoch_holds_only_the_new_tree(tmp_path: Path) -> None:
+    save_tree(str(tmp_path), 1, {"a": np.ones(3), "b": np.ones(3)}, db_type="npz")
+    save_tree(str(tmp_path), 1, {"a": np.zeros(3)}, db_type="npz")
+    out = load_tree(str(tmp_path), 1, db_type="npz")
+    assert isinstance(out, dict)
+    assert list(out) == ["a"]
+    assert out["a"].tolist() == [0.0] * 3
+
+
+def test_a_job_checkpoint_is_not_mistaken_for_a_tree(tmp_path: Path) -> None:
+    from ckpt_helpers import build_counter_job
+
+    from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
+
+    job, _ = build_counter_job(epochs=1)
+    JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
+    with pytest.raises(CorruptCheckpointError, match="not written by save_tree"):
+        load_tree(str(tmp_path), 1, node="trainer_0")

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import ctypes
 import ctypes.util
 import io
@@ -26,7 +27,13 @@ from typing import IO, Any, ClassVar
 
 from ckptstore._environment import choice_variable
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    ObjectNotFoundError,
+    StorageError,
+    StorageNotWritableError,
+    storage_error,
+)
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType
@@ -134,9 +141,9 @@ class LocalPath(PathType):
         except FileNotFoundError as error:
             if action.startswith("read"):
                 raise ObjectNotFoundError(self.display_url, key, action, error) from None
-            raise StorageError(self.display_url, key, action, error) from error
+            raise storage_error(self.display_url, key, action, error) from error
         except OSError as error:
-            raise StorageError(self.display_url, key, action, error) from error
+            raise storage_error(self.display_url, key, action, error) from error
 
     def _open_for_write(self, path: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -242,11 +249,17 @@ class LocalPath(PathType):
         with self._errors("write", key):
             fd = self._open_for_write(temporary)
             try:
-                _write_all(fd, [memoryview(data)])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)
+                try:
+                    _write_all(fd, [memoryview(data)])
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temporary, path)
+            except BaseException:
+                # a full disk (or any failure) leaves no temporary file behind
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
             _fsync_dir(directory)
 
     def sync(self) -> None:
@@ -264,6 +277,19 @@ class LocalPath(PathType):
                     directories, self._dirty_dirs = self._dirty_dirs, set()
                 for directory in directories:
                     _fsync_dir(directory)
+
+    def check_writable(self) -> None:
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as error:
+            raise StorageNotWritableError(
+                self.display_url, None, "create the checkpoint directory", error
+            ) from error
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            denied = PermissionError(errno.EACCES, "this user cannot write here", self.root)
+            if os.statvfs(self.root).f_flag & os.ST_RDONLY:
+                denied = OSError(errno.EROFS, "read-only file system", self.root)
+            raise StorageNotWritableError(self.display_url, None, "write to", denied)
 
     def accessible(self) -> bool:
         try:
@@ -292,7 +318,7 @@ class LocalPath(PathType):
         except FileNotFoundError:
             return []
         except OSError as error:
-            raise StorageError(self.display_url, None, "list", error) from error
+            raise storage_error(self.display_url, None, "list", error) from error
         return sorted(name for name in names if name.startswith(starts))
 
 

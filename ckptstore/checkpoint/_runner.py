@@ -31,6 +31,8 @@ from ckptstore.errors import (
     ObjectNotFoundError,
     SaveFailedError,
     TooManySaveFailuresError,
+    is_disk_full,
+    is_permanent,
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
@@ -60,11 +62,17 @@ def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
 class JobRunner:
     """Runs a :class:`~ckptstore.Job` with checkpoints.
 
-    Unlike Caffe2, a failed save is retried (``save_retries`` times, with exponential
-    backoff from ``retry_backoff`` seconds), counted in :attr:`save_failures`, reported
-    as ``checkpoint_save_failed`` and never committed; with
-    ``max_consecutive_save_failures`` the job stops after that many failed epochs in a
-    row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
+    Unlike Caffe2, failures stop the job by default. Errors that retrying cannot fix
+    (permission denied, a read-only filesystem, a name too long, bad names, unsupported
+    blobs, bugs) propagate at once; :meth:`train` first checks that the checkpoint
+    location can be written at all. A transient failure is retried (``save_retries``
+    times, with exponential backoff from ``retry_backoff`` seconds); a full disk
+    (:class:`~ckptstore.errors.StorageFullError`) is not retried at once. A save that
+    still fails is counted in :attr:`save_failures`, reported as
+    ``checkpoint_save_failed`` and never committed, and after
+    ``max_consecutive_save_failures`` (default 3) failed epochs in a row :meth:`train`
+    raises :class:`~ckptstore.errors.TooManySaveFailuresError`. Pass
+    ``max_consecutive_save_failures=None`` to keep training whatever the saves do.
     ``retention`` (e.g. :class:`~ckptstore.checkpoint._retention.KeepLast`) deletes older committed
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
     manager's own ``retention`` applies.
@@ -93,7 +101,7 @@ class JobRunner:
         *,
         save_retries: int = 2,
         retry_backoff: float = 0.5,
-        max_consecutive_save_failures: int | None = None,
+        max_consecutive_save_failures: int | None = 3,
         retention: RetentionPolicy | None = None,
         async_save: bool = False,
         max_saves_in_flight: int = 1,
@@ -135,6 +143,7 @@ class JobRunner:
             )
         resume = self.resume_from_epoch
         if manager is not None:
+            manager.location.storage.check_writable()
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = manager.get_resume_from_epoch_id(resume)
@@ -230,6 +239,8 @@ class JobRunner:
                 manager.write_checkpoint_metadata(epoch)
                 break
             except (OSError, CorruptCheckpointError) as error:
+                if is_permanent(error):
+                    raise
                 log.warning(
                     "Unable to write checkpoint for epoch %d (attempt %d of %d): %s",
                     epoch,
@@ -237,7 +248,7 @@ class JobRunner:
                     attempts,
                     error,
                 )
-                if attempt == attempts:
+                if attempt == attempts or is_disk_full(error):
                     self._save_failed(epoch, error)
                     return False
                 time.sleep(self.retry_backoff * 2 ** (attempt - 1))
@@ -267,6 +278,8 @@ class JobRunner:
                 after_commit=partial(self._after_async_commit, manager),
             )
         except (OSError, CorruptCheckpointError) as error:
+            if is_permanent(error):
+                raise
             log.warning("Unable to start the save of epoch %d: %s", epoch, error)
             self._save_failed(epoch, error)
             return False
@@ -292,7 +305,7 @@ class JobRunner:
             if error is None:
                 self._consecutive_failures = 0
                 self.committed_epochs.append(future.epoch)
-            elif isinstance(error, (OSError, CorruptCheckpointError)):
+            elif isinstance(error, (OSError, CorruptCheckpointError)) and not is_permanent(error):
                 log.warning("The background save of epoch %d failed: %s", future.epoch, error)
                 self._save_failed(future.epoch, error)
             else:

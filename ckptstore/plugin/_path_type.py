@@ -152,6 +152,12 @@ class PathType(ABC):
         """Whether checkpoints can be written under the root right now."""
         return True
 
+    def check_writable(self) -> None:
+        """Raise :class:`~ckptstore.errors.StorageNotWritableError` if checkpoints can
+        never be written under the root (permission denied, read-only, cannot be
+        created), so a job fails at start instead of at every save. The default checks
+        nothing (object stores learn it from the first write)."""
+
     def replace_tree(self, source: str, target: str) -> None:
         """Atomically make prefix ``source`` visible as ``target`` (replacing it).
 

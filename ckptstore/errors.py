@@ -292,7 +292,9 @@ class StorageError(CkptStoreError, OSError):
         self.action = action
         target = f"{url.rstrip('/')}/{key}" if key else url
         code = cause.errno if isinstance(cause, OSError) else None
-        name = f" ({_errno.errorcode[code]})" if code in _errno.errorcode else ""
+        name = (
+            f" ({_errno.errorcode[code]})" if code is not None and code in _errno.errorcode else ""
+        )
         super().__init__(
             f"could not {action} {target}: {type(cause).__name__}{name}: {cause}. {self.fix}"
         )

@@ -267,8 +267,8 @@ def build_counter_job(
 
 def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
     """A local path type (registered name ``failing_local``) whose writes of keys for
-    which ``should_fail(key)`` is true fail like a transient hiccup (a connection reset:
-retried, then counted; a full disk is not retried at once, see test_disk_full.py)."""
+        which ``should_fail(key)`` is true fail like a transient hiccup (a connection reset:
+    retried, then counted; a full disk is not retried at once, see test_disk_full.py)."""
 
     class FailingLocalPath(LocalPath):
         name = "failing_local"

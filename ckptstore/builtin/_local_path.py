@@ -14,15 +14,17 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import errno
 import ctypes
 import ctypes.util
+import errno
 import io
 import os
 import secrets
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import IO, Any, ClassVar
 
 from ckptstore._environment import choice_variable
@@ -238,7 +240,10 @@ class LocalPath(PathType):
             fd = self._open_for_write(path)
         self._note_dir(path)
         raw = _SyncingFileIO(
-            fd, fsync=self.durability == "fsync", early=self.durability == "syncfs"
+            fd,
+            fsync=self.durability == "fsync",
+            early=self.durability == "syncfs",
+            errors=partial(self._errors, "write", key),
         )
         return io.BufferedWriter(raw, buffer_size=1 << 20)
 
@@ -286,7 +291,9 @@ class LocalPath(PathType):
                 self.display_url, None, "create the checkpoint directory", error
             ) from error
         if not os.access(self.root, os.W_OK | os.X_OK):
-            denied = PermissionError(errno.EACCES, "this user cannot write here", self.root)
+            denied: OSError = PermissionError(
+                errno.EACCES, "this user cannot write here", self.root
+            )
             if os.statvfs(self.root).f_flag & os.ST_RDONLY:
                 denied = OSError(errno.EROFS, "read-only file system", self.root)
             raise StorageNotWritableError(self.display_url, None, "write to", denied)
@@ -322,18 +329,28 @@ class LocalPath(PathType):
         return sorted(name for name in names if name.startswith(starts))
 
 
+_ErrorScope = Callable[[], AbstractContextManager[None]]
+
+
 class _SyncingFileIO(io.FileIO):
     """A raw file that fsyncs before closing when asked to, or (``early``) starts the
     write-back of every ``EARLY_WRITEBACK_BYTES`` written as it goes."""
 
-    def __init__(self, fd: int, *, fsync: bool, early: bool = False) -> None:
+    def __init__(
+        self, fd: int, *, fsync: bool, early: bool = False, errors: _ErrorScope | None = None
+    ) -> None:
         super().__init__(fd, "wb", closefd=True)
         self._fsync = fsync
         self._early = early
         self._written = 0
         self._kicked = 0
+        self._errors = errors or contextlib.nullcontext
 
     def write(self, data: Any) -> int:
+        with self._errors():
+            return self._write(data)
+
+    def _write(self, data: Any) -> int:
         count = super().write(data) or 0
         self._written += count
         if self._early and self._written - self._kicked >= EARLY_WRITEBACK_BYTES:
@@ -342,9 +359,12 @@ class _SyncingFileIO(io.FileIO):
         return count
 
     def close(self) -> None:
-        if not self.closed and self._fsync:
-            os.fsync(self.fileno())
-        super().close()
+        try:
+            if not self.closed and self._fsync:
+                with self._errors():
+                    os.fsync(self.fileno())
+        finally:
+            super().close()
 
 
 def _write_all(fd: int, views: list[memoryview]) -> int:

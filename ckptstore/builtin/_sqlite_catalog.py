@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,7 +33,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptstore import protocol
-from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
+from ckptstore.errors import (
+    CheckpointNotFoundError,
+    CkptStoreError,
+    JobConfigurationError,
+    storage_error,
+)
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import require_commit
@@ -128,17 +134,18 @@ class SqliteCatalog(MetadataHandler):
     def connect(self) -> Iterator[sqlite3.Connection]:
         """A connection in a transaction (committed on success), schema created."""
         path = self.database
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        connection = sqlite3.connect(path, timeout=30)
-        try:
-            connection.execute("PRAGMA foreign_keys = ON")
-            if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                connection.executescript(_SCHEMA)
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            with connection:
-                yield connection
-        finally:
-            connection.close()
+        with _storage_errors(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            connection = sqlite3.connect(path, timeout=30)
+            try:
+                connection.execute("PRAGMA foreign_keys = ON")
+                if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    connection.executescript(_SCHEMA)
+                    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                with connection:
+                    yield connection
+            finally:
+                connection.close()
 
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read query against the catalog; rows as tuples."""
@@ -273,6 +280,39 @@ class SqliteCatalog(MetadataHandler):
                 "DELETE FROM epochs WHERE run_id = ? AND epoch = ?",
                 [(run_id, epoch) for epoch in epochs],
             )
+
+
+# SQLite's primary result codes that are storage failures, as the errno they report
+_SQLITE_ERRNOS = {
+    13: errno.ENOSPC,  # SQLITE_FULL
+    10: errno.EIO,  # SQLITE_IOERR (extended codes keep it in the low byte)
+    8: errno.EROFS,  # SQLITE_READONLY
+    3: errno.EACCES,  # SQLITE_PERM
+    14: errno.EACCES,  # SQLITE_CANTOPEN
+}
+
+
+@contextlib.contextmanager
+def _storage_errors(path: str) -> Iterator[None]:
+    """Raise the catalog file's storage failures (a full disk, an I/O error, a read-only
+    file) as the typed :class:`~ckptstore.errors.StorageError` they are; other
+    ``sqlite3`` errors pass unchanged."""
+    try:
+        yield
+    except CkptStoreError:
+        raise
+    except OSError as error:
+        raise storage_error(
+            os.path.dirname(path), os.path.basename(path), "write", error
+        ) from error
+    except sqlite3.Error as error:
+        code = _SQLITE_ERRNOS.get(getattr(error, "sqlite_errorcode", 0) & 0xFF)
+        if code is None:
+            raise
+        cause = OSError(code, f"{os.strerror(code)} (sqlite: {error})", path)
+        raise storage_error(
+            os.path.dirname(path), os.path.basename(path), "write", cause
+        ) from error
 
 
 def _now() -> str:

@@ -230,6 +230,7 @@ class JobRunner:
         for attempt in range(1, attempts + 1):
             try:
                 if not manager.cp_accessible(epoch=None):
+                    manager.location.storage.check_writable()  # a permanent cause: typed
                     raise SaveFailedError(
                         epoch,
                         manager.location.storage.display_url,
@@ -264,6 +265,7 @@ class JobRunner:
         self.collect_saves(self.max_saves_in_flight - 1)
         try:
             if not manager.cp_accessible(epoch=None):
+                manager.location.storage.check_writable()  # a permanent cause: typed
                 raise SaveFailedError(
                     epoch,
                     manager.location.storage.display_url,

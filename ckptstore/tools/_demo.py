@@ -181,8 +181,10 @@ class _Progress:
             print(f"epoch {first.epoch:3d}: checkpoint FAILED: {first.error}", file=self.out)
 
 
-def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoResult | None:
-    """Train (or resume) the demo job; None if it had already reached ``epochs``."""
+def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None:
+    """Train (or resume) the demo job; None if it had already reached ``epochs``.
+    Progress goes to ``out`` (the current ``sys.stdout`` by default)."""
+    out = sys.stdout if out is None else out
     if config.fresh:
         shutil.rmtree(config.directory, ignore_errors=True)
     job, outputs = build_demo_job(config)

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from ckpt_helpers import failing_local_path, register_storage
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
@@ -100,16 +101,17 @@ def test_nodes_hold_sizes_checksums_and_durations(tmp_path: Path) -> None:
     assert catalog.epochs()[2]["nodes"] == list(NODES)
 
 
-def test_reports_and_failures_are_events(tmp_path: Path) -> None:
+def test_reports_and_failures_are_events(tmp_path: Path, registry: Registry) -> None:
     catalog = SqliteCatalog(tmp_path / "c.sqlite")
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
     train(str(tmp_path / "run"), catalog, epochs=1)
     actions = catalog.query("SELECT action, count(*) FROM events GROUP BY action")
     assert dict(actions) == {"checkpoint_save": 4}
 
+    register_storage(registry, failing_local_path(lambda key: True))
     failing = SqliteCatalog(tmp_path / "c.sqlite")
-    manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), "npz", metadata_handler=failing)
+    manager = MultiNodeCheckpointManager(
+        str(tmp_path / "other"), "npz", metadata_handler=failing, path_type="failing_local"
+    )
     runner = JobRunner(counting_job(epochs=1), manager, retry_backoff=0)
     runner.train(LocalSession())
     errors = failing.query("SELECT node, error FROM events WHERE action = 'checkpoint_save_failed'")

@@ -90,6 +90,7 @@ class LocalPath(PathType):
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
+    max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
     def __init__(self, url: str, *, durability: str | None = None, **options: Any) -> None:
         if options:

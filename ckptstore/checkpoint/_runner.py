@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ckptstore.checkpoint._async_save import SaveFuture
-from ckptstore.checkpoint._manager import ManagerBase
+from ckptstore.checkpoint._manager import CheckpointManager, ManagerBase
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
     CorruptCheckpointError,
@@ -39,6 +40,7 @@ from ckptstore.execution._session import Session
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import newest_complete_before
+from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
@@ -57,6 +59,30 @@ class SaveFailure:
 def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
     """The newest epoch before ``epoch`` committed on every node of ``manager``."""
     return newest_complete_before(manager.location.storage, epoch, manager.node_names())
+
+
+# the longest names a save derives from a node's: its staging directory for a 10-digit
+# epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
+_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
+_CHUNK_SAMPLE = "c/0/0/0/0"
+
+
+def check_name_limits(manager: ManagerBase) -> None:
+    """Raise :class:`~ckptstore.errors.InvalidNameError` at init if a node or blob
+    name makes a key longer than the storage allows (255-byte local path components,
+    1024-byte S3/GCS object names), instead of failing at every save."""
+    storage = manager.location.storage
+    if isinstance(manager, MultiNodeCheckpointManager):
+        pairs = manager.node_managers()
+    elif isinstance(manager, CheckpointManager):
+        pairs = [(manager.node_names()[0], manager)]
+    else:
+        return
+    for node, node_manager in pairs:
+        directory = _STAGING_SAMPLE.format(node=node)
+        storage.check_key_limits(directory, "node name", node)
+        for blob in node_manager.blob_list():
+            storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)
 
 
 class JobRunner:
@@ -160,6 +186,7 @@ class JobRunner:
         if manager is not None:
             if resume is None:
                 session.run(manager.init(job.nodes_to_checkpoint()))
+                check_name_limits(manager)
                 with self._finishing_saves():
                     self.save_checkpoints(0, session)
             else:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import errno
 import subprocess
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
+from ckpt_helpers import register_storage
 
 from ckptstore import (
     Job,
@@ -23,7 +25,8 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
-from ckptstore.errors import is_disk_full, is_permanent
+from ckptstore.errors import InvalidNameError, is_disk_full, is_permanent
+from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
 
@@ -100,19 +103,69 @@ def test_a_filesystem_turning_read_only_stops_train_at_the_next_save(
     assert again.committed_epochs[0] == 1  # resumed from epoch 0
 
 
-def test_a_name_the_filesystem_refuses_stops_train_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("db_type", ["zarr", "npz", "lmdb"])
+def test_a_blob_name_too_long_for_local_disk_is_refused_at_init(
+    tmp_path: Path, db_type: str
+) -> None:
     long_name = "w" * 300  # a valid blob name, but longer than a path component may be
+    epochs_run: list[int] = []
     with Job() as job, Node(NODE):
         with job.init_group:
             Task(lambda ws: ws.update({long_name: np.zeros(3)}))
+        Task(lambda ws: epochs_run.append(1))
         epoch_limiter(job, 3)
-    runner = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "zarr"), save_retries=5)
-    with pytest.raises(StorageNotWritableError) as info:
+    manager = MultiNodeCheckpointManager(str(tmp_path), db_type)
+    runner = JobRunner(job, manager, save_retries=5)
+    with pytest.raises(InvalidNameError) as info:
         runner.train(LocalSession())
-    assert info.value.errno == errno.ENAMETOOLONG
-    assert "shorten the node and blob names" in str(info.value)
+    assert "255-byte limit of 'local' storage" in str(info.value)
+    assert info.value.name == long_name
+    assert epochs_run == []
     assert runner.save_failures == []
     assert protocol.read_commit(LocalPath(str(tmp_path)), 0) is None
+
+
+def test_a_node_name_is_checked_against_the_path_types_own_limit(
+    tmp_path: Path, registry: Registry
+) -> None:
+    class ShortNamesPath(LocalPath):
+        name = "short_names"
+        protocols: ClassVar[tuple[str, ...]] = ()
+        max_component_bytes: ClassVar[int | None] = 40
+
+    register_storage(registry, ShortNamesPath)
+    node = "n" * 20  # fits alone, not with the epoch and staging suffix
+    with Job() as job, Node(node):
+        with job.init_group:
+            Task(lambda ws: ws.update(w=np.zeros(3)))
+        epoch_limiter(job, 3)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "zarr", path_type="short_names")
+    runner = JobRunner(job, manager)
+    with pytest.raises(InvalidNameError, match="40-byte limit of 'short_names' storage"):
+        runner.train(LocalSession())
+    assert runner.save_failures == []
+
+
+def test_object_store_keys_are_limited_to_1024_bytes_with_the_prefix() -> None:
+    from ckptstore_s3 import S3Path
+
+    storage = S3Path("s3://bucket/" + "p" * 1000, endpoint_url="http://127.0.0.1:9")
+    storage.check_key_limits("trainer_0.1/w", "blob name", "w")  # 1013 bytes: fits
+    with pytest.raises(InvalidNameError, match="1024-byte limit of 's3' storage"):
+        storage.check_key_limits("trainer_0.1/" + "w" * 20, "blob name", "w" * 20)
+    # no per-component limit on object stores
+    S3Path("s3://bucket/run", endpoint_url="http://127.0.0.1:9").check_key_limits(
+        "x" * 600, "blob name", "x" * 600
+    )
+
+
+def test_the_filesystems_own_name_limit_is_permanent_too(small_disk: Path) -> None:
+    storage = LocalPath(str(small_disk))
+    with pytest.raises(StorageNotWritableError) as info:
+        storage.write_parts("a" * 300, [b"x"])
+    assert info.value.errno == errno.ENAMETOOLONG
+    assert "shorten the node and blob names" in str(info.value)
+    assert is_permanent(info.value)
 
 
 @pytest.mark.parametrize(

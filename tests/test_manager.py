@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from ckptstore import (
     LocalSession,
     Node,
     NpzDB,
-    SaveFailedError,
+    StorageNotWritableError,
     UnknownPluginError,
     protocol,
 )
@@ -152,15 +153,14 @@ def test_a_blob_listed_at_init_must_exist_at_save(tmp_path: Path) -> None:
     assert protocol.read_commit(manager.location.storage, 1) is None
 
 
-def test_a_single_node_save_that_fails_midway_raises_save_failed_and_leaves_nothing(
+def test_a_single_node_save_that_fails_midway_raises_typed_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
     blobs = {"ok": np.zeros(3), "x" * 300: np.ones(2)}  # longer than a file name can be
     session, manager = initialised(tmp_path, blobs, db_type="zarr")
-    with pytest.raises(SaveFailedError) as info:
+    with pytest.raises(StorageNotWritableError) as info:
         session.run(manager.save(1))
-    assert info.value.failed_nodes == (NODE,)
-    assert info.value.epoch == 1
+    assert info.value.errno == errno.ENAMETOOLONG
     assert "File name too long" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

@@ -391,6 +391,10 @@ def is_permanent(error: BaseException) -> bool:
     """
     if isinstance(error, StorageNotWritableError | InvalidNameError | UnsupportedBlobError):
         return True
+    # an object store's "access denied" (HTTP 401/403), as is or wrapped in StorageError
+    cause = error.__cause__ if isinstance(error, StorageError) else error
+    if isinstance(cause, RequestError) and cause.status in (401, 403):
+        return True
     return isinstance(error, OSError) and error.errno in _NOT_WRITABLE
 
 

@@ -25,7 +25,13 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
-from ckptstore.errors import InvalidNameError, is_disk_full, is_permanent
+from ckptstore.errors import (
+    InvalidNameError,
+    RequestError,
+    StorageError,
+    is_disk_full,
+    is_permanent,
+)
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
@@ -185,3 +191,14 @@ def test_the_filesystems_own_name_limit_is_permanent_too(small_disk: Path) -> No
 def test_errors_are_classified_by_errno(error: OSError, permanent: bool, full: bool) -> None:
     assert is_permanent(error) is permanent
     assert is_disk_full(error) is full
+
+
+def test_an_object_store_access_denied_is_permanent_a_503_is_not() -> None:
+    denied = RequestError("HTTP 403 AccessDenied", status=403, attempts=1, retryable=False)
+    slow = RequestError("HTTP 503 SlowDown", status=503, attempts=8, retryable=True)
+    assert is_permanent(denied)
+    assert not is_permanent(slow)
+    for cause, permanent in ((denied, True), (slow, False)):
+        wrapped = StorageError("s3://bucket/run", "k", "write", cause)
+        wrapped.__cause__ = cause  # as raised: `raise StorageError(...) from cause`
+        assert is_permanent(wrapped) is permanent

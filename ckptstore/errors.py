@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import errno as _errno
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,9 +43,15 @@ __all__ = [
     "RequestError",
     "SaveFailedError",
     "StorageError",
+    "StorageFullError",
+    "StorageIOError",
+    "StorageNotWritableError",
     "TooManySaveFailuresError",
     "UnknownPluginError",
     "UnsupportedBlobError",
+    "is_disk_full",
+    "is_permanent",
+    "storage_error",
 ]
 
 
@@ -344,10 +351,16 @@ class StorageError(CkptStoreError, OSError):
         self.key = key
         self.action = action
         target = f"{url.rstrip('/')}/{key}" if key else url
-        super().__init__(
-            f"could not {action} {target}: {type(cause).__name__}: {cause}. Check that the "
-            "location exists, is reachable and that your credentials allow it."
+        code = cause.errno if isinstance(cause, OSError) else None
+        name = (
+            f" ({_errno.errorcode[code]})" if code is not None and code in _errno.errorcode else ""
         )
+        super().__init__(
+            f"could not {action} {target}: {type(cause).__name__}{name}: {cause}. {self.fix}"
+        )
+        self.errno = code  # the cause's errno, so callers and is_permanent() can branch on it
+
+    fix = "Check that the location exists, is reachable and that your credentials allow it."
 
 
 class ObjectNotFoundError(StorageError, FileNotFoundError):
@@ -425,6 +438,104 @@ class LeaseHeldError(CkptStoreError, RuntimeError):
             "one another prefix or node name, or wait: the lease expires in "
             f"{max(expires_in, 0.0):.0f} s if that job is gone.",
         )
+
+
+class StorageFullError(StorageError):
+    """The storage is full (ENOSPC, EDQUOT): nothing was committed and no temporary
+    file was left; the last committed epoch still loads.
+
+    Example::
+
+        except StorageFullError as err: print(err.url, err.key, err.errno)
+    """
+
+    fix = (
+        "The disk (or quota) is full: free space or point the job at a larger volume, "
+        "then re-run; the job resumes from the last committed epoch."
+    )
+
+
+class StorageIOError(StorageError):
+    """The device reported an I/O error (EIO): the write may be torn, so the epoch was
+    not committed; the last committed epoch still loads.
+
+    Example::
+
+        except StorageIOError as err: print(err.url, err.key)
+    """
+
+    fix = (
+        "The device reported an I/O error: check the disk (dmesg, SMART) and re-run; the "
+        "job resumes from the last committed epoch."
+    )
+
+
+class StorageNotWritableError(StorageError, PermissionError):
+    """The location cannot be written and retrying cannot change that: permission
+    denied (EACCES, EPERM), a read-only filesystem (EROFS), a name the filesystem
+    refuses (ENAMETOOLONG) or a checkpoint directory that cannot be created.
+
+    Example::
+
+        except StorageNotWritableError as err: print(err.url, err.errno)
+    """
+
+    fix = (
+        "Retrying cannot fix this: choose a directory (or bucket) this user can write, "
+        "remount it read-write, or shorten the node and blob names."
+    )
+
+
+_NOT_WRITABLE = frozenset({_errno.EACCES, _errno.EPERM, _errno.EROFS, _errno.ENAMETOOLONG})
+_FULL = frozenset({_errno.ENOSPC, _errno.EDQUOT})
+
+
+def storage_error(url: str, key: str | None, action: str, cause: BaseException) -> StorageError:
+    """The :class:`StorageError` subclass for ``cause``, chosen by its errno: full
+    (ENOSPC, EDQUOT), I/O (EIO), not writable (EACCES, EPERM, EROFS, ENAMETOOLONG).
+
+    Example::
+
+        except OSError as error:
+            raise storage_error(url, key, "write", error) from error
+    """
+    code = cause.errno if isinstance(cause, OSError) else None
+    if code in _FULL:
+        return StorageFullError(url, key, action, cause)
+    if code == _errno.EIO:
+        return StorageIOError(url, key, action, cause)
+    if code in _NOT_WRITABLE:
+        return StorageNotWritableError(url, key, action, cause)
+    return StorageError(url, key, action, cause)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """True for an error that retrying the save cannot fix (permission denied, a
+    read-only filesystem, a name too long), which must stop the job at once.
+
+    Example::
+
+        is_permanent(PermissionError(13, "denied"))  # True
+    """
+    if isinstance(error, StorageNotWritableError | InvalidNameError | UnsupportedBlobError):
+        return True
+    # an object store's "access denied" (HTTP 401/403), as is or wrapped in StorageError
+    cause = error.__cause__ if isinstance(error, StorageError) else error
+    if isinstance(cause, RequestError) and cause.status in (401, 403):
+        return True
+    return isinstance(error, OSError) and error.errno in _NOT_WRITABLE
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """True for ENOSPC/EDQUOT: a failed save that counts, but is not retried at once.
+
+    Example::
+
+        is_disk_full(OSError(28, "No space left on device"))  # True
+    """
+    return isinstance(error, StorageFullError) or (
+        isinstance(error, OSError) and error.errno in _FULL
+    )
 
 
 class SaveFailedError(CkptStoreError, OSError):

@@ -267,7 +267,8 @@ def build_counter_job(
 
 def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
     """A local path type (registered name ``failing_local``) whose writes of keys for
-    which ``should_fail(key)`` is true fail like a full disk."""
+        which ``should_fail(key)`` is true fail like a transient hiccup (a connection reset:
+    retried, then counted; a full disk is not retried at once, see test_disk_full.py)."""
 
     class FailingLocalPath(LocalPath):
         name = "failing_local"
@@ -275,7 +276,7 @@ def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
 
         def _check(self, key: str) -> None:
             if should_fail(key):
-                cause = OSError(errno.ENOSPC, "No space left on device (simulated)")
+                cause = OSError(errno.ECONNRESET, "Connection reset (simulated)")
                 raise StorageError(self.display_url, key, "write", cause)
 
         def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:

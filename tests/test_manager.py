@@ -23,12 +23,11 @@ from ckptstore import (
     LocalSession,
     Node,
     NpzDB,
-    SaveFailedError,
     UnknownPluginError,
     protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
-from ckptstore.errors import NotRunError
+from ckptstore.errors import NotRunError, SaveFailedError
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"

@@ -21,7 +21,12 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    ObjectNotFoundError,
+    StorageError,
+    storage_error,
+)
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType
@@ -96,7 +101,7 @@ class FsspecPath(PathType):
         except FileNotFoundError as error:
             raise ObjectNotFoundError(self.display_url, key, action, error) from None
         except OSError as error:
-            raise StorageError(self.display_url, key, action, error) from error
+            raise storage_error(self.display_url, key, action, error) from error
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         path = self._path(key)

@@ -26,7 +26,9 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import IO, Any, ClassVar
 
 from ckptstore._environment import choice_variable
@@ -36,6 +38,8 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
     StorageError,
+    StorageNotWritableError,
+    storage_error,
 )
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
@@ -93,6 +97,7 @@ class LocalPath(PathType):
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
+    max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
     def __init__(self, url: str, *, durability: str | None = None, **options: Any) -> None:
         if options:
@@ -216,9 +221,9 @@ class LocalPath(PathType):
         except FileNotFoundError as error:
             if action.startswith("read"):
                 raise ObjectNotFoundError(self.display_url, key, action, error) from None
-            raise StorageError(self.display_url, key, action, error) from error
+            raise storage_error(self.display_url, key, action, error) from error
         except OSError as error:
-            raise StorageError(self.display_url, key, action, error) from error
+            raise storage_error(self.display_url, key, action, error) from error
 
     def _note_dir(self, path: str) -> None:
         if self.durability == "fsync":
@@ -354,7 +359,10 @@ class LocalPath(PathType):
             fd = self._create_file(key)
         self._note_dir(path)
         raw = _SyncingFileIO(
-            fd, fsync=self.durability == "fsync", early=self.durability == "syncfs"
+            fd,
+            fsync=self.durability == "fsync",
+            early=self.durability == "syncfs",
+            errors=partial(self._errors, "write", key),
         )
         return io.BufferedWriter(raw, buffer_size=1 << 20)
 
@@ -363,12 +371,18 @@ class LocalPath(PathType):
             temporary = f".{name}.tmp-{secrets.token_hex(4)}"
             fd = _create_at(parent, temporary)
             try:
-                _write_all(fd, [memoryview(data)])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            # replaces the entry itself: a link at ``key`` is replaced, never followed
-            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+                try:
+                    _write_all(fd, [memoryview(data)])
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                # replaces the entry itself: a link at ``key`` is replaced, never followed
+                os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                # a full disk (or any failure) leaves no temporary file behind
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary, dir_fd=parent)
+                raise
             os.fsync(parent)
 
     def create_document(self, key: str, data: bytes) -> None:
@@ -413,6 +427,21 @@ class LocalPath(PathType):
                     with contextlib.suppress(FileNotFoundError):
                         _fsync_dir(directory)
 
+    def check_writable(self) -> None:
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as error:
+            raise StorageNotWritableError(
+                self.display_url, None, "create the checkpoint directory", error
+            ) from error
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            denied: OSError = PermissionError(
+                errno.EACCES, "this user cannot write here", self.root
+            )
+            if os.statvfs(self.root).f_flag & os.ST_RDONLY:
+                denied = OSError(errno.EROFS, "read-only file system", self.root)
+            raise StorageNotWritableError(self.display_url, None, "write to", denied)
+
     def accessible(self) -> bool:
         try:
             os.makedirs(self.root, exist_ok=True)
@@ -448,7 +477,7 @@ class LocalPath(PathType):
         except FileNotFoundError:
             return []
         except OSError as error:
-            raise StorageError(self.display_url, None, "list", error) from error
+            raise storage_error(self.display_url, None, "list", error) from error
         return sorted(name for name in names if name.startswith(starts))
 
 
@@ -511,18 +540,28 @@ def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
                 written = 0
 
 
+_ErrorScope = Callable[[], AbstractContextManager[None]]
+
+
 class _SyncingFileIO(io.FileIO):
     """A raw file that fsyncs before closing when asked to, or (``early``) starts the
     write-back of every ``EARLY_WRITEBACK_BYTES`` written as it goes."""
 
-    def __init__(self, fd: int, *, fsync: bool, early: bool = False) -> None:
+    def __init__(
+        self, fd: int, *, fsync: bool, early: bool = False, errors: _ErrorScope | None = None
+    ) -> None:
         super().__init__(fd, "wb", closefd=True)
         self._fsync = fsync
         self._early = early
         self._written = 0
         self._kicked = 0
+        self._errors = errors or contextlib.nullcontext
 
     def write(self, data: Any) -> int:
+        with self._errors():
+            return self._write(data)
+
+    def _write(self, data: Any) -> int:
         count = super().write(data) or 0
         self._written += count
         if self._early and self._written - self._kicked >= EARLY_WRITEBACK_BYTES:
@@ -531,9 +570,12 @@ class _SyncingFileIO(io.FileIO):
         return count
 
     def close(self) -> None:
-        if not self.closed and self._fsync:
-            os.fsync(self.fileno())
-        super().close()
+        try:
+            if not self.closed and self._fsync:
+                with self._errors():
+                    os.fsync(self.fileno())
+        finally:
+            super().close()
 
 
 def _write_all(fd: int, views: list[memoryview]) -> int:

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -39,9 +40,11 @@ from typing import Any
 from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog
 from ckptstore.errors import (
     CatalogCorruptError,
+    CkptStoreError,
     CorruptCheckpointError,
     JobConfigurationError,
     StorageError,
+    storage_error,
 )
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
@@ -152,7 +155,7 @@ class SqliteCatalog(IndexCatalog):
         except (OSError, sqlite3.Error) as error:
             raise StorageError(path, None, "open the sqlite catalog", error) from error
         try:
-            with _typed_errors(path):
+            with _typed_errors(path), _storage_errors(path):
                 connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
                 connection.execute("PRAGMA foreign_keys = ON")
@@ -324,6 +327,39 @@ def _typed_errors(path: str) -> Iterator[None]:
         raise StorageError(path, None, "use the sqlite catalog", error) from error
     except sqlite3.DatabaseError as error:
         raise CatalogCorruptError(str(error), url=path) from error
+
+
+# SQLite's primary result codes that are storage failures, as the errno they report
+_SQLITE_ERRNOS = {
+    13: errno.ENOSPC,  # SQLITE_FULL
+    10: errno.EIO,  # SQLITE_IOERR (extended codes keep it in the low byte)
+    8: errno.EROFS,  # SQLITE_READONLY
+    3: errno.EACCES,  # SQLITE_PERM
+    14: errno.EACCES,  # SQLITE_CANTOPEN
+}
+
+
+@contextlib.contextmanager
+def _storage_errors(path: str) -> Iterator[None]:
+    """Raise the catalog file's storage failures (a full disk, an I/O error, a read-only
+    file) as the typed :class:`~ckptstore.errors.StorageError` they are; other
+    ``sqlite3`` errors pass unchanged."""
+    try:
+        yield
+    except CkptStoreError:
+        raise
+    except OSError as error:
+        raise storage_error(
+            os.path.dirname(path), os.path.basename(path), "write", error
+        ) from error
+    except sqlite3.Error as error:
+        code = _SQLITE_ERRNOS.get(getattr(error, "sqlite_errorcode", 0) & 0xFF)
+        if code is None:
+            raise
+        cause = OSError(code, f"{os.strerror(code)} (sqlite: {error})", path)
+        raise storage_error(
+            os.path.dirname(path), os.path.basename(path), "write", cause
+        ) from error
 
 
 def _now() -> str:

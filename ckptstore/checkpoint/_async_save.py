@@ -39,7 +39,13 @@ from typing import Any
 
 from ckptstore import protocol
 from ckptstore.checkpoint._node_tasks import blobs_to_save, save_arrays
-from ckptstore.errors import AlreadyCommittedError, CorruptCheckpointError, SaveFailedError
+from ckptstore.errors import (
+    AlreadyCommittedError,
+    CorruptCheckpointError,
+    SaveFailedError,
+    is_disk_full,
+    is_permanent,
+)
 from ckptstore.execution._session import Runnable, Session
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._staging import StagingPool
@@ -172,8 +178,8 @@ def _write_with_retries(
         except AlreadyCommittedError:
             raise  # write-once: retrying cannot help
         except (OSError, CorruptCheckpointError) as error:
-            if attempt == retries:
-                raise
+            if attempt == retries or is_permanent(error) or is_disk_full(error):
+                raise  # retrying at once cannot fix a permanent error or a full disk
             problem = f"{type(error).__name__}: {error}"
         else:
             if stats.error is None or attempt == retries:

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from ckptstore import protocol
-from ckptstore.errors import AlreadyCommittedError, BlobNotFoundError, SaveFailedError
+from ckptstore.errors import (
+    AlreadyCommittedError,
+    BlobNotFoundError,
+    SaveFailedError,
+    is_disk_full,
+    is_permanent,
+)
 from ckptstore.execution._workspace import Workspace
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._location import CheckpointLocation
@@ -119,6 +125,8 @@ def save_arrays(
     except AlreadyCommittedError:
         raise  # write-once: not a storage failure to retry or count
     except OSError as error:
+        if is_permanent(error) or is_disk_full(error):
+            raise  # typed, naming the path: retrying at once cannot fix it
         if commit:
             raise SaveFailedError(epoch, storage.display_url, {node: _describe(error)}) from error
         return NodeStats(

@@ -24,6 +24,7 @@ import numpy as np
 
 from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import CheckpointManager, ManagerBase
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
     AlreadyCommittedError,
@@ -33,6 +34,8 @@ from ckptstore.errors import (
     SaveFailedError,
     StorageError,
     TooManySaveFailuresError,
+    is_disk_full,
+    is_permanent,
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
@@ -41,6 +44,7 @@ from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import committed_nodes, newest_complete_before
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
@@ -82,14 +86,44 @@ def _refuse_to_start_over(manager: ManagerBase, job_nodes: Sequence[str]) -> Non
             )
 
 
+# the longest names a save derives from a node's: its staging directory for a 10-digit
+# epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
+_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
+_CHUNK_SAMPLE = "c/0/0/0/0"
+
+
+def check_name_limits(manager: ManagerBase) -> None:
+    """Raise :class:`~ckptstore.errors.InvalidNameError` at init if a node or blob
+    name makes a key longer than the storage allows (255-byte local path components,
+    1024-byte S3/GCS object names), instead of failing at every save."""
+    storage = manager.location.storage
+    if isinstance(manager, MultiNodeCheckpointManager):
+        pairs = manager.node_managers()
+    elif isinstance(manager, CheckpointManager):
+        pairs = [(manager.node_names()[0], manager)]
+    else:
+        return
+    for node, node_manager in pairs:
+        directory = _STAGING_SAMPLE.format(node=node)
+        storage.check_key_limits(directory, "node name", node)
+        for blob in node_manager.blob_list():
+            storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)
+
+
 class JobRunner:
     """Runs a :class:`~ckptstore.Job` with checkpoints.
 
-    Unlike Caffe2, a failed save is retried (``save_retries`` times, with exponential
-    backoff from ``retry_backoff`` seconds), counted in :attr:`save_failures`, reported
-    as ``checkpoint_save_failed`` and never committed; with
-    ``max_consecutive_save_failures`` the job stops after that many failed epochs in a
-    row. Errors that retrying cannot fix (bad names, unsupported blobs, bugs) propagate.
+    Unlike Caffe2, failures stop the job by default. Errors that retrying cannot fix
+    (permission denied, a read-only filesystem, a name too long, bad names, unsupported
+    blobs, bugs) propagate at once; :meth:`train` first checks that the checkpoint
+    location can be written at all. A transient failure is retried (``save_retries``
+    times, with exponential backoff from ``retry_backoff`` seconds); a full disk
+    (:class:`~ckptstore.errors.StorageFullError`) is not retried at once. A save that
+    still fails is counted in :attr:`save_failures`, reported as
+    ``checkpoint_save_failed`` and never committed, and after
+    ``max_consecutive_save_failures`` (default 3) failed epochs in a row :meth:`train`
+    raises :class:`~ckptstore.errors.TooManySaveFailuresError`. Pass
+    ``max_consecutive_save_failures=None`` to keep training whatever the saves do.
     ``retention`` (e.g. :class:`~ckptstore.checkpoint._retention.KeepLast`) deletes older committed
     epochs after each committed save (see :mod:`ckptstore.checkpoint._retention`); without it, the
     manager's own ``retention`` applies. Committed epochs are write-once: a save of one
@@ -132,7 +166,7 @@ class JobRunner:
         *,
         save_retries: int = 2,
         retry_backoff: float = 0.5,
-        max_consecutive_save_failures: int | None = None,
+        max_consecutive_save_failures: int | None = 3,
         retention: RetentionPolicy | None = None,
         async_save: bool = False,
         max_saves_in_flight: int = 1,
@@ -250,6 +284,7 @@ class JobRunner:
         if manager is not None:
             if self.overwrite:
                 manager.overwrite = True
+            manager.location.storage.check_writable()
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._catch_up(manager, manager.get_resume_from_epoch_id(resume))
@@ -272,6 +307,7 @@ class JobRunner:
         if manager is not None:
             if resume is None:
                 session.run(manager.init(job.nodes_to_checkpoint()))
+                check_name_limits(manager)
                 with self._finishing_saves():
                     self.save_checkpoints(0, session)
             else:
@@ -360,6 +396,7 @@ class JobRunner:
         for attempt in range(1, attempts + 1):
             try:
                 if not manager.cp_accessible(epoch=None):
+                    manager.location.storage.check_writable()  # a permanent cause: typed
                     raise SaveFailedError(
                         epoch,
                         manager.location.storage.display_url,
@@ -371,6 +408,8 @@ class JobRunner:
             except AlreadyCommittedError:
                 raise  # write-once: retrying cannot help, and it is not a storage fault
             except (OSError, CorruptCheckpointError) as error:
+                if is_permanent(error):
+                    raise
                 log.warning(
                     "Unable to write checkpoint for epoch %d (attempt %d of %d): %s",
                     epoch,
@@ -378,7 +417,7 @@ class JobRunner:
                     attempts,
                     error,
                 )
-                if attempt == attempts:
+                if attempt == attempts or is_disk_full(error):
                     self._save_failed(epoch, error)
                     return False
                 time.sleep(self.retry_backoff * 2 ** (attempt - 1))
@@ -396,6 +435,7 @@ class JobRunner:
             self._lease.renew()
         try:
             if not manager.cp_accessible(epoch=None):
+                manager.location.storage.check_writable()  # a permanent cause: typed
                 raise SaveFailedError(
                     epoch,
                     manager.location.storage.display_url,
@@ -413,6 +453,8 @@ class JobRunner:
         except AlreadyCommittedError:
             raise
         except (OSError, CorruptCheckpointError) as error:
+            if is_permanent(error):
+                raise
             log.warning("Unable to start the save of epoch %d: %s", epoch, error)
             self._save_failed(epoch, error)
             return False
@@ -440,7 +482,7 @@ class JobRunner:
                 self.committed_epochs.append(future.epoch)
             elif isinstance(error, AlreadyCommittedError):
                 raise error  # write-once: not a storage failure to count
-            elif isinstance(error, (OSError, CorruptCheckpointError)):
+            elif isinstance(error, (OSError, CorruptCheckpointError)) and not is_permanent(error):
                 log.warning("The background save of epoch %d failed: %s", future.epoch, error)
                 self._save_failed(future.epoch, error)
             else:

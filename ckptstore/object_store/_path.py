@@ -66,6 +66,7 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
     # batched one after another on a worker (read by engines that batch small requests)
     batches_small_requests = False
     default_io = IOSettings(chunk_bytes=16 * MiB, concurrency=64, memory_budget=512 * MiB)
+    max_key_bytes: ClassVar[int | None] = 1024  # S3 and GCS object names
     bucket_rule: ClassVar[str]
     """What a URL must look like, said when it names no bucket."""
     options_type: type[OptionsT]
@@ -96,6 +97,9 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
             f"{type(self).__name__}({self.display_url!r}, "
             f"endpoint_url={self.options.endpoint_url!r})"
         )
+
+    def stored_name_bytes(self, key: str) -> int:
+        return len(self._object(key).encode())
 
     def _object(self, key: str) -> str:
         key = validate_key(key)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any, ClassVar
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import KeyExistsError, ObjectNotFoundError
+from ckptstore.errors import InvalidNameError, KeyExistsError, ObjectNotFoundError
 from ckptstore.io._settings import IOSettings
 from ckptstore.records._limits import current_limits
 
@@ -142,6 +142,10 @@ class PathType(ABC):
     default_io: ClassVar[IOSettings] = IOSettings()
     batches_small_requests: ClassVar[bool] = True
     atomic_create: ClassVar[bool] = False
+    max_key_bytes: ClassVar[int | None] = None
+    """The longest object name the storage accepts, in UTF-8 bytes (S3, GCS: 1024)."""
+    max_component_bytes: ClassVar[int | None] = None
+    """The longest ``/``-separated part of a key, in UTF-8 bytes (local disk: 255)."""
 
     def __init__(self, url: str, **options: Any) -> None:
         self.url = url
@@ -261,6 +265,41 @@ class PathType(ABC):
     def accessible(self) -> bool:
         """Whether checkpoints can be written under the root right now."""
         return True
+
+    def stored_name_bytes(self, key: str) -> int:
+        """The length in bytes of the name ``key`` is stored under (object stores add
+        the URL's prefix); compared with ``max_key_bytes``."""
+        return len(key.encode())
+
+    def check_key_limits(self, key: str, what: str, name: str) -> None:
+        """Raise :class:`~ckptstore.errors.InvalidNameError` naming ``what`` ``name`` if
+        ``key`` is longer than this storage allows (``max_key_bytes``,
+        ``max_component_bytes``), so a job fails at init, not at its first save."""
+        limit = self.max_component_bytes
+        parts = key.split("/") if limit is not None else []
+        for part in parts:
+            if limit is not None and len(part.encode()) > limit:
+                raise InvalidNameError(
+                    what,
+                    name,
+                    f"it makes the {len(part.encode())}-byte path component {part[:60]!r}..., "
+                    f"over the {limit}-byte limit of {self.name!r} storage; shorten it",
+                )
+        limit = self.max_key_bytes
+        if limit is not None and self.stored_name_bytes(key) > limit:
+            raise InvalidNameError(
+                what,
+                name,
+                f"it makes a {self.stored_name_bytes(key)}-byte object name under "
+                f"{self.display_url}, over the {limit}-byte limit of {self.name!r} storage; "
+                "shorten it or the URL's prefix",
+            )
+
+    def check_writable(self) -> None:
+        """Raise :class:`~ckptstore.errors.StorageNotWritableError` if checkpoints can
+        never be written under the root (permission denied, read-only, cannot be
+        created), so a job fails at start instead of at every save. The default checks
+        nothing (object stores learn it from the first write)."""
 
     def replace_tree(self, source: str, target: str) -> None:
         """Atomically make prefix ``source`` visible as ``target`` (replacing it).

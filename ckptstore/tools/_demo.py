@@ -192,8 +192,10 @@ def _start_over(directory: str, nodes: list[str]) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoResult | None:
-    """Train (or resume) the demo job; None if it had already reached ``epochs``."""
+def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None:
+    """Train (or resume) the demo job; None if it had already reached ``epochs``.
+    Progress goes to ``out`` (the current ``sys.stdout`` by default)."""
+    out = sys.stdout if out is None else out
     job, outputs = build_demo_job(config)
     if config.fresh:
         _start_over(config.directory, [str(node) for node in job.nodes_to_checkpoint()])

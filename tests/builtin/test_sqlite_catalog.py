@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from catalog_helpers import assert_resumes_from, snapshot, two_writers
 from catalog_helpers import train as train_run
+from ckpt_helpers import failing_local_path, register_storage
 
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
@@ -103,16 +104,17 @@ def test_nodes_hold_sizes_checksums_and_durations(tmp_path: Path) -> None:
     assert catalog.epochs()[2].nodes == tuple(NODES)
 
 
-def test_reports_and_failures_are_events(tmp_path: Path) -> None:
+def test_reports_and_failures_are_events(tmp_path: Path, registry: Registry) -> None:
     catalog = SqliteCatalog(tmp_path / "c.sqlite")
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
     train(str(tmp_path / "run"), catalog, epochs=1)
     actions = catalog.query("SELECT action, count(*) FROM events GROUP BY action")
     assert dict(actions) == {"checkpoint_save": 4}
 
+    register_storage(registry, failing_local_path(lambda key: True))
     failing = SqliteCatalog(tmp_path / "c.sqlite")
-    manager = MultiNodeCheckpointManager(str(blocker / "ckpt"), "npz", metadata_handler=failing)
+    manager = MultiNodeCheckpointManager(
+        str(tmp_path / "other"), "npz", metadata_handler=failing, path_type="failing_local"
+    )
     runner = JobRunner(counting_job(epochs=1), manager, retry_backoff=0)
     runner.train(LocalSession())
     errors = failing.query("SELECT node, error FROM events WHERE action = 'checkpoint_save_failed'")

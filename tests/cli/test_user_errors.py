@@ -134,8 +134,22 @@ def test_a_demo_that_cannot_save_exits_1(cli: Cli) -> None:
     # /proc reads as empty (no checkpoint to resume) and refuses every write, even root's
     result = cli("demo", "--dir", "/proc/ckptstore-demo", "--epochs", "1")
     assert result.code == EXIT_ERROR
-    assert "saving failed" in one_line_error(result.err)
-    assert "use a writable --dir" in result.err
+    error = one_line_error(result.err)
+    assert "could not create the checkpoint directory /proc/ckptstore-demo" in error
+    assert "Retrying cannot fix this" in error
+    # stopped before the first save: no retries, no per-epoch warnings
+    assert "Unable to write checkpoint" not in result.err
+    assert "FAILED" not in result.out
+
+
+def test_a_demo_on_a_read_only_filesystem_exits_1_with_one_line(cli: Cli, small_disk: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    result = cli("demo", "--dir", str(small_disk / "ckpt"), "--epochs", "2")
+    assert result.code == EXIT_ERROR
+    error = one_line_error(result.err)
+    assert "EROFS" in error
+    assert "remount it read-write" in error
+    assert result.err.strip() == error  # nothing else: no retries, no per-epoch warnings
 
 
 def test_a_demo_dir_that_cannot_be_read_exits_1(cli: Cli, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import math
 import mmap
@@ -35,7 +36,7 @@ import lmdb
 import numpy as np
 
 from ckptstore.builtin import LocalPath
-from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
+from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, storage_error
 from ckptstore.io import (
     ArrayChunk,
     array_chunks,
@@ -99,13 +100,19 @@ class LmdbDB(DBType):
         directory = local_directory(db)
         target = max(1, min(db.io.settings.chunk_bytes, MAX_VALUE_BYTES))
         values = sorted(_plan(blobs, target), key=lambda value: value.key)
-        crcs = _store(
-            directory,
-            values,
-            blobs,
-            fsync=_durability(db) == "fsync",
-            batch_bytes=min(BATCH_BYTES, db.io.settings.memory_budget // 2),
-        )
+        try:
+            crcs = _store(
+                directory,
+                values,
+                blobs,
+                fsync=_durability(db) == "fsync",
+                batch_bytes=min(BATCH_BYTES, db.io.settings.memory_budget // 2),
+            )
+        except (lmdb.Error, OSError) as error:
+            cause = error if isinstance(error, OSError) else _os_error(error, directory)
+            raise storage_error(
+                db.storage.display_url, db.key(DATA_FILE), "write", cause
+            ) from error
         path = os.path.join(directory, DATA_FILE)
         with open(path, "rb") as file, _mapped(file.fileno()) as view:
             try:
@@ -119,6 +126,30 @@ class LmdbDB(DBType):
                 ) from None
         records = _blob_records(db, blobs, values, crcs, spans)
         return WrittenDB(records, tuple(gaps))
+
+
+_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EIO,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+)
+
+
+def _os_error(error: lmdb.Error, path: str) -> OSError:
+    """``error`` (py-lmdb's exceptions carry no errno, only the C library's message) as
+    the :class:`OSError` it reports, so it is classified like any other: a full disk
+    (``lmdb.DiskError``), an I/O error, permission denied..."""
+    text = str(error)
+    for code in _ERRNOS:
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code), path)
+    if isinstance(error, lmdb.DiskError):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    return OSError(errno.EIO, f"{type(error).__name__}: {text}", path)
 
 
 def local_directory(db: DBLocation) -> str:

@@ -52,7 +52,7 @@ def assert_resumes_from(
     with caplog.at_level(logging.WARNING):
         session = LocalSession()
         manager = MultiNodeCheckpointManager(str(root), "npz", metadata_handler=make())
-        runner = JobRunner(counting_job(epochs=newest), manager)
+        runner = JobRunner(counting_job(epochs=newest + 1), manager)
         assert runner.train(session) == newest + 1
     assert "rebuilt it" in caplog.text
     assert runner.committed_epochs == [newest + 1]

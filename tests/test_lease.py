@@ -93,9 +93,13 @@ def test_an_unreadable_lease_is_taken_over(tmp_path: Path) -> None:
 
 def test_renewing_a_lease_another_job_took_over_raises(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
-    lease = WriterLease(storage, [NODE])
+    now = [1000.0]
+    lease = WriterLease(storage, [NODE], ttl=100, clock=lambda: now[0])
     lease.acquire()
     put_holder(storage, token="newcomer")
+    lease.renew()  # within a quarter of the ttl: nothing read or written
+    assert read_lease(storage, NODE).token == "newcomer"  # type: ignore[union-attr]
+    now[0] += 30  # later renewals look again
     with pytest.raises(LeaseHeldError, match="took the lease over"):
         lease.renew()
     lease.release()

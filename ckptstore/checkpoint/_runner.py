@@ -431,9 +431,9 @@ class JobRunner:
 
     def _start_async_save(self, manager: ManagerBase, epoch: int, session: Session) -> bool:
         self.collect_saves(self.max_saves_in_flight - 1)
-        if self._lease is not None:
-            self._lease.renew()
         try:
+            if self._lease is not None:
+                self._lease.renew()
             if not manager.cp_accessible(epoch=None):
                 manager.location.storage.check_writable()  # a permanent cause: typed
                 raise SaveFailedError(

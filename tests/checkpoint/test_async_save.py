@@ -231,8 +231,9 @@ def test_an_async_run_resumes_where_it_stopped(tmp_path: Path) -> None:
         job, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"), async_save=True
     )
     assert first.train(LocalSession()) == 3
+    longer, _ = build_counter_job(epochs=4)  # the limit raised by one epoch
     again = JobRunner(
-        job, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"), async_save=True
+        longer, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"), async_save=True
     )
     assert again.train(LocalSession()) == 4  # resumed from 3 (as a synchronous run does)
     assert again.committed_epochs == [4]

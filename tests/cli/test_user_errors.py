@@ -156,7 +156,7 @@ def test_a_demo_dir_that_cannot_be_read_exits_1(cli: Cli, tmp_path: Path) -> Non
     (tmp_path / "file").write_bytes(b"not a directory")
     result = cli("demo", "--dir", str(tmp_path / "file" / "ckpt"), "--epochs", "1")
     assert result.code == EXIT_ERROR
-    assert "Check that the location exists" in one_line_error(result.err)
+    assert "could not create the checkpoint directory" in one_line_error(result.err)
 
 
 def test_version(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:

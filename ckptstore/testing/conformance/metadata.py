@@ -175,7 +175,7 @@ class MetadataHandlerConformance:
         assert runner.train(LocalSession()) == 3
         manager = self.manager(checkpoint_url, make_handler)
         assert manager.get_resume_from_epoch_id(None) == 3
-        resumed = JobRunner(counting_job(epochs=3), manager)
+        resumed = JobRunner(counting_job(epochs=4), manager)  # a raised limit
         assert resumed.train(LocalSession()) == 4  # resumed, not started over
         assert resumed.committed_epochs == [4]
         assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) == 4

@@ -120,7 +120,7 @@ def available(label: str) -> str | None:
     if ROWS[label] == "async" and not async_supported():
         return "not available (this ckptstore's JobRunner has no async_save)"
     if ROWS[label] == "dcp-async" and not installed("torch"):
-        return "not available (torch is not installed: pip install -e '.[bench]')"
+        return "not available (torch is not installed: `pip install -e '.[bench]'`)"
     return None
 
 

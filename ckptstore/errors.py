@@ -34,6 +34,7 @@ __all__ = [
     "JobConfigurationError",
     "KeyExistsError",
     "LeaseHeldError",
+    "MissingDependencyError",
     "MissingObjectError",
     "NodeLostError",
     "NotRunError",
@@ -216,6 +217,16 @@ class UnsupportedBlobError(CkptStoreError, TypeError):
     def __init__(self, blob: str, reason: str) -> None:
         self.blob = blob
         super().__init__(f"blob {blob!r} cannot be checkpointed: {reason}.")
+
+
+class MissingDependencyError(UnsupportedBlobError):
+    """A stored blob needs an optional package that is not installed (ml_dtypes for
+    bfloat16 and float8): the checkpoint is intact, this environment cannot read it.
+
+    Example::
+
+        except MissingDependencyError as err: print(err.blob)  # pip install ml_dtypes
+    """
 
 
 class BlobNotFoundError(CkptStoreError, KeyError):

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.errors import UnsupportedBlobError
+from ckptstore.errors import MissingDependencyError, UnsupportedBlobError
 
 __all__ = [
     "ML_DTYPES_INSTALL",
@@ -46,7 +46,7 @@ __all__ = [
     "plain_dtype",
 ]
 
-ML_DTYPES_INSTALL = "pip install ml_dtypes"
+ML_DTYPES_INSTALL = "`pip install ml_dtypes`"
 """The command that installs the optional ml_dtypes support."""
 
 _ML_ITEMSIZES = {
@@ -243,7 +243,7 @@ def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
         raise UnsupportedBlobError(
             blob,
             f"it is stored as ml_dtypes.{name}, which ml_dtypes {module.__version__} does not "
-            "have; upgrade it: pip install -U ml_dtypes",
+            "have; upgrade it: `pip install -U ml_dtypes`",
         )
     dtype: np.dtype[Any] = np.dtype(scalar)
     if dtype.itemsize != itemsize:
@@ -258,7 +258,7 @@ def _ml_dtypes(blob: str, name: str) -> ModuleType:
     try:
         return importlib.import_module("ml_dtypes")
     except ImportError:
-        raise UnsupportedBlobError(
+        raise MissingDependencyError(
             blob,
             f"it is stored as ml_dtypes.{name}, and the ml_dtypes package is not "
             f"installed; install it with: {ML_DTYPES_INSTALL}",

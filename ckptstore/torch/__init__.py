@@ -1,4 +1,4 @@
-"""PyTorch state dicts in ckptstore (``pip install 'ckptstore[torch]'``): models,
+"""PyTorch state dicts in ckptstore (``pip install '.[torch]'``): models,
 optimizers and anything with ``state_dict()``, saved bit-exactly without pickle through
 the tree API (:mod:`ckptstore.tree`), zero-copy where numpy has the dtype.
 

@@ -136,7 +136,7 @@ def _numpy_dtype(name: str) -> np.dtype[Any]:
             module = importlib.import_module("ml_dtypes")
         except ImportError:
             raise UnsupportedBlobError(
-                name, "reading it needs ml_dtypes: pip install ml_dtypes"
+                name, "reading it needs ml_dtypes: `pip install ml_dtypes`"
             ) from None
         found = getattr(module, name, None)
         if found is None:

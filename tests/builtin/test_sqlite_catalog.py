@@ -18,7 +18,12 @@ from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast
 from ckptstore.checkpoint._runner import JobRunner
-from ckptstore.errors import CatalogCorruptError, JobConfigurationError, StorageError
+from ckptstore.errors import (
+    CatalogCorruptError,
+    CorruptCheckpointError,
+    JobConfigurationError,
+    StorageError,
+)
 from ckptstore.execution._session import LocalSession
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol
@@ -246,3 +251,26 @@ def test_two_writer_processes_lose_no_catalog_entry(tmp_path: Path) -> None:
     entries = catalog._read_entries()  # as stored, not repaired
     assert set(entries) == written  # 48 epochs, none lost
     assert all(entries[epoch].nodes == (f"trainer_{epoch % 2}",) for epoch in written)
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_linked_database_inside_the_root_is_refused(tmp_path: Path, link: str) -> None:
+    """docs/security.md: SQLite writes in place, so a catalog file linked to one
+    outside the root would be written through; it is refused, and the outside file
+    keeps its bytes."""
+    url = str(tmp_path / "run")
+    train(url, "sqlite")
+    database = tmp_path / "run" / "_ckptstore" / "catalog.sqlite"
+    outside = tmp_path / "outside.sqlite"
+    outside.write_bytes(database.read_bytes())
+    database.unlink()
+    if link == "symlink":
+        database.symlink_to(outside)
+    else:
+        database.hardlink_to(outside)
+    before = outside.read_bytes()
+    handler = SqliteCatalog()
+    handler.set_params(url, "npz", ["trainer_0"], storage=LocalPath(url))
+    with pytest.raises(CorruptCheckpointError, match="through a link"):
+        handler.epochs()
+    assert outside.read_bytes() == before

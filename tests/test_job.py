@@ -161,7 +161,8 @@ def test_epoch_limiter_counter_is_checkpointed_and_resumes_correctly(tmp_path: P
     for resume in (0, 2, 4):
         session = LocalSession()
         manager = MultiNodeCheckpointManager(str(tmp_path), "npz")
-        assert JobRunner(job, manager, resume_from_epoch=resume).train(session) == 5
+        runner = JobRunner(job, manager, resume_from_epoch=resume, overwrite=True)  # a rewind
+        assert runner.train(session) == 5
         ws = session.workspace("trainer_0")
         assert ws["trainer_0/step"].item() == 5
         assert ws["epoch_limiter/0/epochs"].item() == 5

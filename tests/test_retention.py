@@ -211,7 +211,7 @@ def test_two_jobs_sharing_a_prefix_keep_their_newest_epochs(tmp_path: Path) -> N
             assert manifest.node == node
     # both resume from their own newest epoch, with the state saved then
     for node, newest in (("trainer_0", 5), ("trainer_1", 7)):
-        runner, session = run_job(url, node, newest)
+        runner, session = run_job(url, node, newest + 1)  # the limit raised by one epoch
         assert runner.committed_epochs == [newest + 1]
         for name, blob in expected_state(node, newest + 1, (node,)).items():
             assert_same_blob(session.workspace(node)[name].copy(), blob)

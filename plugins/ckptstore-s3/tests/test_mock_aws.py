@@ -59,11 +59,11 @@ def test_the_adapter_inside_mock_aws_shares_buckets_both_ways() -> None:
             save_tree("s3://bucket/run", 1, {"w": np.arange(4.0)})
             s3.put_object(Bucket="bucket", Key="run/made-by-boto3", Body=b"x")
             listed = [o["Key"] for o in s3.list_objects_v2(Bucket="bucket")["Contents"]]
-            assert "run/_ckptstore/epoch-1.commit.json" in listed
+            assert "run/_ckptstore/epoch-1/tree.commit.json" in listed
             assert load_tree("s3://bucket/run") == {"w": pytest.approx(np.arange(4.0))}
         assert "AWS_ENDPOINT_URL_S3" not in os.environ  # restored on exit
         # boto3 outside the adapter still sees what ckptstore wrote (one moto backend)
-        body = s3.get_object(Bucket="bucket", Key="run/_ckptstore/epoch-1.commit.json")["Body"]
+        body = s3.get_object(Bucket="bucket", Key="run/_ckptstore/epoch-1/tree.commit.json")["Body"]
         assert b'"epoch":1' in body.read().replace(b" ", b"")
 
 
@@ -78,7 +78,7 @@ def test_the_fixture_runs_a_job_that_resumes(s3_mock_aws: InProcessMoto) -> None
     assert again.train(LocalSession()) == 2
     assert again.already_finished  # found epoch 2 through the mocked bucket
     keys = boto3.client("s3", region_name="us-east-1").list_objects_v2(Bucket="runs")
-    assert "job/_ckptstore/epoch-2.commit.json" in [o["Key"] for o in keys["Contents"]]
+    assert "job/_ckptstore/epoch-2/trainer_0.commit.json" in [o["Key"] for o in keys["Contents"]]
 
 
 def test_two_adapters_in_a_row_do_not_reuse_a_stale_endpoint() -> None:

@@ -75,7 +75,13 @@ def test_a_worker_that_cannot_write_at_all_commits_nothing(
     registry.register(jobs)
     placement = dict(zip(NODES, workers, strict=True))
     manager = faulty_manager(str(tmp_path), unreachable_from=[placement["trainer_2"]])
-    runner = JobRunner(caffe2_job(), manager, retry_backoff=0, save_retries=0)
+    runner = JobRunner(
+        caffe2_job(),
+        manager,
+        retry_backoff=0,
+        save_retries=0,
+        max_consecutive_save_failures=None,  # keep going: every save fails here
+    )
     with DaskSession(client, placement) as session:
         assert runner.train(session) == 4
     assert runner.committed_epochs == []

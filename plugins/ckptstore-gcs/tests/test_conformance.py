@@ -45,7 +45,8 @@ class TestGCS(ObjectStoreKit):
 
     def test_large_blobs_go_up_as_composite_uploads(self, store: StoreUnderTest) -> None:
         session = LocalSession()
-        manager = saver(store, session)
+        # the node's one archive goes up as a composite once it reaches the threshold
+        manager = saver(store, session, composite_threshold=store.part_size)
         session.run(manager.save(1))
         assert len([r for r in store.faults.requests if r.path.endswith("/compose")]) == 1
         leftovers = [key for key in GCSPath(store.url).list_keys() if "ckptstore-part" in key]

@@ -20,7 +20,8 @@ class TestS3(ObjectStoreKit):
 
     def test_large_blobs_go_up_as_parallel_multipart_uploads(self, store: StoreUnderTest) -> None:
         session = LocalSession()
-        manager = saver(store, session)
+        # the node's one archive goes up in parts once it reaches the threshold
+        manager = saver(store, session, multipart_threshold=store.part_size)
         session.run(manager.save(1))
         parts = [r for r in store.faults.requests if r.method == "PUT" and "partNumber" in r.params]
         assert len(parts) == 3  # 12.5 MiB of data in 5 MiB parts

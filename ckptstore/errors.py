@@ -225,7 +225,7 @@ class MissingDependencyError(UnsupportedBlobError):
 
     Example::
 
-        except MissingDependencyError as err: print(err.blob)  # pip install ml_dtypes
+        except MissingDependencyError as err: print(err.blob)  # `pip install ml_dtypes`
     """
 
 

@@ -517,27 +517,14 @@ class _LocalPositionalWriter(PositionalWriter):
 def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
     """Write every view in order from ``offset`` (``pwritev``, resumed after short
     writes)."""
-    views = [v for v in views if v.nbytes]
-    while views:
-        batch: list[memoryview] = []
-        size = 0
-        for view in views[:_IOV_MAX]:
-            if size + view.nbytes > _MAX_RW:
-                if not batch:
-                    batch.append(view[:_MAX_RW])
-                break
-            batch.append(view)
-            size += view.nbytes
-        written = os.pwritev(fd, batch, offset)
-        offset += written
-        while written:
-            head = views[0]
-            if written >= head.nbytes:
-                written -= head.nbytes
-                views.pop(0)
-            else:
-                views[0] = head[written:]
-                written = 0
+    position = [offset]
+
+    def pwrite(batch: list[memoryview]) -> int:
+        written = os.pwritev(fd, batch, position[0])
+        position[0] += written
+        return written
+
+    _write_vectored(views, pwrite)
 
 
 _ErrorScope = Callable[[], AbstractContextManager[None]]
@@ -579,7 +566,14 @@ class _SyncingFileIO(io.FileIO):
 
 
 def _write_all(fd: int, views: list[memoryview]) -> int:
-    """Write every view in order; returns the number of bytes written."""
+    """Write every view in order at the file's position; returns the bytes written."""
+    return _write_vectored(views, lambda batch: os.writev(fd, batch))
+
+
+def _write_vectored(views: list[memoryview], write: Callable[[list[memoryview]], int]) -> int:
+    """Hand ``views`` to ``write`` (``writev``/``pwritev``) in batches of at most
+    ``_IOV_MAX`` buffers and ``_MAX_RW`` bytes, resuming after short writes; returns the
+    bytes written."""
     views = [v for v in views if v.nbytes]
     total = sum(view.nbytes for view in views)
     while views:
@@ -592,7 +586,7 @@ def _write_all(fd: int, views: list[memoryview]) -> int:
                 break
             batch.append(view)
             size += view.nbytes
-        written = os.writev(fd, batch)
+        written = write(batch)
         while written:
             head = views[0]
             if written >= head.nbytes:

@@ -1,0 +1,150 @@
+"""No ``Any`` in the type hints of the public API: every name in ``ckptstore.__all__``
+and in each subpackage's ``__all__``, including the methods and properties of exported
+classes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable, Iterator
+
+PUBLIC_MODULES = [
+    "ckptstore",
+    "ckptstore.errors",
+    "ckptstore.io",
+    "ckptstore.records",
+    "ckptstore.execution",
+    "ckptstore.plugin",
+    "ckptstore.object_store",
+    "ckptstore.dask_session",
+    "ckptstore.tools",
+    "ckptstore.checkpoint",
+    "ckptstore.protocol",
+    "ckptstore.builtin",
+]
+
+STILL_ANY: set[str] = {
+    "ckptstore.builtin._copy_upload.CopyUpload.__init__:storage_options",
+    "ckptstore.builtin._fsspec_path.FsspecPath.__init__:storage_options",
+    "ckptstore.builtin._json_catalog.JsonCatalog.epochs:return",
+    "ckptstore.builtin._local_path.LocalPath.__init__:options",
+    "ckptstore.builtin._npz_db.NpzDB.write:blobs",
+    "ckptstore.builtin._sqlite_catalog.SqliteCatalog.epochs:return",
+    "ckptstore.builtin._sqlite_catalog.SqliteCatalog.query:parameters",
+    "ckptstore.builtin._sqlite_catalog.SqliteCatalog.query:return",
+    "ckptstore.builtin._zarr_db.ZarrDB.check_blob:array",
+    "ckptstore.builtin._zarr_db.ZarrDB.read:return",
+    "ckptstore.builtin._zarr_db.ZarrDB.write:blobs",
+    "ckptstore.checkpoint._manager.CheckpointManager.__init__:metadata_handler",
+    "ckptstore.checkpoint._manager.CheckpointManager.await_task:ticket",
+    "ckptstore.checkpoint._manager.ManagerBase.__init__:metadata_handler",
+    "ckptstore.checkpoint._manager.ManagerBase.metadata_handler:return",
+    "ckptstore.checkpoint._multinode.MultiNodeCheckpointManager.__init__:metadata_handler",
+    "ckptstore.checkpoint._runner.JobRunner.__init__:upload_task_group_builder",
+    "ckptstore.execution._session.Session.run:return",
+    "ckptstore.execution._session.TaskOutcome.__init__:result",
+    "ckptstore.execution._task.Task.__init__:fn",
+    "ckptstore.execution._task.Task.bind_outputs:result",
+    "ckptstore.execution._task.Task.execute:return",
+    "ckptstore.execution._task.TaskGroup.__init__:after_run",
+    "ckptstore.execution._task.TaskOutput.bind:value",
+    "ckptstore.execution._task.TaskOutput.fetch:return",
+    "ckptstore.execution._workspace.Workspace.__init__:blobs",
+    "ckptstore.execution._workspace.as_blob:value",
+    "ckptstore.io._chunking.array_bytes:array",
+    "ckptstore.io._chunking.array_bytes:return",
+    "ckptstore.io._chunking.chunk_data:array",
+    "ckptstore.io._chunking.chunk_data:return",
+    "ckptstore.io._settings.IOSettings.merged:overrides",
+    "ckptstore.io._staging.StagingSlot.stage:arrays",
+    "ckptstore.io._staging.StagingSlot.stage:return",
+    "ckptstore.object_store._body.PartsReader.readinto:buffer",
+    "ckptstore.object_store._client.ObjectStoreClient.__init__:fs",
+    "ckptstore.object_store._options.ObjectStoreOptions.__init__:passthrough",
+    "ckptstore.object_store._options.ObjectStoreOptions.open_filesystem:return",
+    "ckptstore.object_store._options.ObjectStoreOptions.resolve:options",
+    "ckptstore.object_store._path.ObjectStorePath.__init__:storage_options",
+    "ckptstore.object_store._writer.MultipartWriter.write:data",
+    "ckptstore.plugin._db_type.DBType.check_blob:array",
+    "ckptstore.plugin._db_type.DBType.read:return",
+    "ckptstore.plugin._db_type.DBType.write:blobs",
+    "ckptstore.plugin._db_type.read_raw_blobs:return",
+    "ckptstore.plugin._path_type.PathType.__init__:options",
+    "ckptstore.plugin._registry.Registry.metadata_handler:return",
+    "ckptstore.plugin._registry.Registry.metadata_handler:spec",
+    "ckptstore.plugin._registry.Registry.open_path:options",
+    "ckptstore.plugin._registry.Registry.upload_builder:return",
+    "ckptstore.plugin._registry.Registry.upload_builder:spec",
+    "ckptstore.plugin._upload.UploadTaskGroupBuilder.build:checkpoint_manager",
+    "ckptstore.protocol._commit.NodeCommit.decode:raw",
+    "ckptstore.protocol._commit.NodeCommit.encode:return",
+    "ckptstore.protocol._commit.read_blobs:return",
+    "ckptstore.protocol._commit.write_node:blobs",
+    "ckptstore.protocol._inventory.EpochEntry.to_json:return",
+    "ckptstore.protocol._inventory.NodeEntry.to_json:return",
+    "ckptstore.protocol._inventory.RunEntry.to_json:return",
+    "ckptstore.records._documents.decode_document:return",
+    "ckptstore.records._documents.encode_document:body",
+    "ckptstore.records._manifest.BlobRecord.__init__:layout",
+    "ckptstore.records._manifest.BlobRecord.decode:raw",
+    "ckptstore.records._manifest.BlobRecord.encode:return",
+    "ckptstore.records._manifest.BlobRecord.numpy_dtype:return",
+    "ckptstore.records._manifest.ChunkRecord.decode:raw",
+    "ckptstore.records._manifest.ChunkRecord.encode:return",
+    "ckptstore.records._manifest.safe_dtype:return",
+    "ckptstore.tools._checking.NodeCheck.to_json:return",
+    "ckptstore.tools._checking.describe_epoch:return",
+    "ckptstore.tools._demo.DemoResult.__init__:weights",
+}
+"""Signatures not yet free of ``Any`` (label ``qualname:parameter``); this set may only
+shrink, and the test fails on any entry that is fixed but still listed."""
+
+
+def _callables(obj: object) -> Iterator[tuple[str, Callable[..., object]]]:
+    if inspect.isclass(obj):
+        for attr, value in vars(obj).items():
+            if attr.startswith("_") and attr not in ("__init__", "__call__"):
+                continue
+            label = f"{obj.__module__}.{obj.__qualname__}.{attr}"
+            if inspect.isfunction(value):
+                yield label, value
+            elif isinstance(value, classmethod | staticmethod):
+                yield label, value.__func__
+            elif isinstance(value, property) and value.fget is not None:
+                yield label, value.fget
+    elif inspect.isfunction(obj):
+        yield f"{obj.__module__}.{obj.__qualname__}", obj
+
+
+def signatures_with_any() -> set[str]:
+    """``qualname:parameter`` of every public signature whose type hint mentions Any."""
+    found: set[str] = set()
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", []):
+            for label, function in _callables(getattr(module, name)):
+                for parameter, hint in function.__annotations__.items():
+                    if _mentions_any(hint, function):
+                        found.add(f"{label}:{parameter}")
+    return found
+
+
+def _mentions_any(hint: object, function: Callable[..., object]) -> bool:
+    """Whether ``hint`` (a string under ``from __future__ import annotations``) names
+    ``Any``, directly or through an alias it refers to."""
+    if not isinstance(hint, str):
+        return "typing.Any" in repr(hint)
+    if re.search(r"\bAny\b", hint):
+        return True
+    try:  # names imported only under TYPE_CHECKING stay unresolved: judged by text
+        value = eval(hint, getattr(function, "__globals__", {}))
+    except NameError:
+        return False
+    return "typing.Any" in repr(value)
+
+
+def test_public_signatures_have_no_any() -> None:
+    found = signatures_with_any()
+    assert sorted(found - STILL_ANY) == []
+    assert sorted(STILL_ANY - found) == [], "fixed: remove these from STILL_ANY"

@@ -21,7 +21,7 @@ from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import require_commit
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_object
 from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
 
 __all__ = ["CATALOG_KEY", "JsonCatalog"]
@@ -56,7 +56,8 @@ class JsonCatalog(MetadataHandler):
             return {}
         try:
             document = decode_document(data, CATALOG_KIND, url=storage.display_url, key=CATALOG_KEY)
-            return {int(epoch): entry for epoch, entry in document["epochs"].items()}
+            entries = json_object(document, "epochs")
+            return {int(epoch): json_object(entries, epoch) for epoch in entries}
         except (CorruptCheckpointError, KeyError, TypeError, ValueError, AttributeError) as error:
             log.warning("catalog %s is unreadable (%s); rebuilding it", CATALOG_KEY, error)
             return self._rebuild()

@@ -27,7 +27,7 @@ from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._inventory import committed_epochs
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_list
 from ckptstore.records._layout import CONTROL_DIR, commit_record_key
 from ckptstore.records._names import get_ckpt_filename
 
@@ -215,8 +215,10 @@ def _unfinished(storage: PathType, epoch: int) -> EpochRemoval:
     key = tombstone_key(epoch)
     data = storage.get_document(key) or b""
     try:
-        nodes = decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key)["nodes"]
-    except (CorruptCheckpointError, KeyError):
+        nodes = json_list(
+            decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key), "nodes"
+        )
+    except (CorruptCheckpointError, KeyError, ValueError):
         nodes = []
     return EpochRemoval(epoch, tuple(str(node) for node in nodes), 0, resumed=True)
 

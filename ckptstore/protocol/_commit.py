@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
@@ -52,7 +53,7 @@ from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import commit_record_key, manifest_key, staging_key
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename, validate_blob_name, validate_node_name
@@ -91,7 +92,7 @@ class NodeCommit:
     nblobs: int
     duration_ns: int = 0
 
-    def encode(self) -> dict[str, Any]:
+    def encode(self) -> JSONObject:
         return {
             "db_type": self.db_type,
             "manifest_crc32c": self.manifest_crc32c,
@@ -102,7 +103,9 @@ class NodeCommit:
         }
 
     @classmethod
-    def decode(cls, node: str, epoch: int, raw: Mapping[str, Any]) -> NodeCommit:
+    def decode(cls, node: str, epoch: int, raw: object) -> NodeCommit:
+        if not isinstance(raw, dict):
+            raise ValueError(f"node record {raw!r} is not a JSON object")
         return cls(
             node=validate_node_name(node),
             epoch=epoch,
@@ -141,9 +144,10 @@ class EpochCommit:
     def decode(cls, data: bytes, *, url: str, key: str) -> EpochCommit:
         document = decode_document(data, COMMIT_KIND, url=url, key=key)
         try:
-            epoch = int(document["epoch"])
+            epoch = json_int(document, "epoch")
             nodes = {
-                name: NodeCommit.decode(name, epoch, raw) for name, raw in document["nodes"].items()
+                name: NodeCommit.decode(name, epoch, raw)
+                for name, raw in json_object(document, "nodes").items()
             }
             return cls(epoch, nodes, str(document["committed_at"]))
         except (KeyError, TypeError, ValueError, AttributeError) as error:

@@ -13,7 +13,13 @@ Example::
     '/ckpt/trainer_0.3'
 """
 
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import (
+    decode_document,
+    encode_document,
+    json_int,
+    json_list,
+    json_object,
+)
 from ckptstore.records._layout import (
     CONTROL_DIR,
     MANIFEST_NAME,
@@ -52,6 +58,9 @@ __all__ = [
     "encode_document",
     "get_ckpt_filename",
     "join_url",
+    "json_int",
+    "json_list",
+    "json_object",
     "manifest_key",
     "parse_db_key",
     "retired_key",

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ckptstore.checkpoint._async_save import AsyncSaver, SaveFuture, await_node_save, stage_node
 from ckptstore.checkpoint._node_tasks import (
@@ -155,7 +155,7 @@ class ManagerBase(ABC):
         options = StageOptions(max_in_flight, retries, backoff)
 
         def finish(tickets: list[Any]) -> list[NodeStats]:
-            results: list[NodeStats] = session.run(self._finish_group(epoch, tickets))
+            results = cast("list[NodeStats]", session.run(self._finish_group(epoch, tickets)))
             self.write_checkpoint_metadata(epoch)
             self.report("checkpoint_save", {stats.db_path: stats for stats in results})
             if after_commit is not None:
@@ -201,7 +201,8 @@ class ManagerBase(ABC):
                 log.warning("Failed to collect checkpoint stats: the operation did not run")
                 continue
             for node_stats in value if isinstance(value, list) else [value]:
-                stats[node_stats.db_path] = node_stats
+                if isinstance(node_stats, NodeStats):
+                    stats[node_stats.db_path] = node_stats
 
     def report_checkpoint_stats(self, action_name: str) -> None:
         """Send the last operation's stats to the metadata handler and every reporter."""
@@ -395,7 +396,7 @@ class CheckpointManager(ManagerBase):
         if self._names_output is None:
             raise JobConfigurationError("call manager.init(...) and run its task before save/load")
         try:
-            return list(self._names_output.fetch())
+            return list(cast("list[str]", self._names_output.fetch()))
         except NotRunError:
             raise NotRunError(
                 "the task returned by manager.init(...) has not run yet: run it in the session "

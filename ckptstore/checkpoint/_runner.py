@@ -159,7 +159,7 @@ class JobRunner:
         with self._finishing_saves():
             while True:
                 session.run(job.epoch_group)
-                stop = any(bool(np.any(output.fetch())) for output in job.stop_conditions)
+                stop = any(np.asarray(out.fetch()).any() for out in job.stop_conditions)
                 if manager is not None:
                     self.save_checkpoints(epoch, session)
                 if stop:

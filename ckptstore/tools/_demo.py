@@ -145,10 +145,11 @@ class _Progress:
     def accuracy_now(self) -> float:
         nodes = [f"trainer_{k}" for k in range(self.config.nodes)]
         features = self.outputs[f"{nodes[0]}/features"].fetch()
-        labels = self.outputs[f"{nodes[0]}/labels"].fetch()
+        labels = self.outputs[f"{nodes[0]}/labels"].fetch_array()
         scores = np.stack(
             [
-                features @ self.outputs[f"{n}/weights"].fetch() + self.outputs[f"{n}/bias"].fetch()
+                features @ self.outputs[f"{n}/weights"].fetch_array()
+                + self.outputs[f"{n}/bias"].fetch_array()
                 for n in nodes
             ],
             axis=1,
@@ -165,7 +166,8 @@ class _Progress:
         where = f"{len(stats)} nodes, {size / 1024:.0f} KiB, {slowest:.1f} ms"
         if action_name == "checkpoint_save" and first.epoch > 0:
             losses = [
-                float(self.outputs[f"trainer_{k}/loss"].fetch()) for k in range(self.config.nodes)
+                float(self.outputs[f"trainer_{k}/loss"].fetch_array())
+                for k in range(self.config.nodes)
             ]
             self.accuracy = self.accuracy_now()
             print(
@@ -211,7 +213,7 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoResult | None:
         runner = JobRunner(job, manager)
         last = runner.train(session)
         weights = {
-            name: output.fetch().copy()
+            name: output.fetch_array().copy()
             for name, output in outputs.items()
             if name.endswith("/weights")
         }

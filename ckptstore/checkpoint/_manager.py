@@ -31,7 +31,7 @@ from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
 from ckptstore.protocol._location import CheckpointLocation
@@ -67,7 +67,7 @@ class ManagerBase(ABC):
     def __init__(
         self,
         location: CheckpointLocation,
-        metadata_handler: str | MetadataHandler | Any | None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None,
         retention: RetentionPolicy | None = None,
     ) -> None:
         self._location = location
@@ -89,7 +89,7 @@ class ManagerBase(ABC):
         return self._db_type
 
     @property
-    def metadata_handler(self) -> Any:
+    def metadata_handler(self) -> MetadataHandler | MetadataHandlerLike | None:
         return self._metadata_handler
 
     @property
@@ -325,7 +325,7 @@ class CheckpointManager(ManagerBase):
         db_prefix: str,
         node_name: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
-        metadata_handler: str | MetadataHandler | Any | None = None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
         *,
         io: IOSettings | None = None,
         path_type: str | None = None,

@@ -29,7 +29,7 @@ from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 
@@ -57,7 +57,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         self,
         db_prefix: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
-        metadata_handler: str | MetadataHandler | Any | None = None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
         *,
         io: IOSettings | None = None,
         path_type: str | None = None,

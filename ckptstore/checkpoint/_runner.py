@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 
@@ -89,7 +88,7 @@ class JobRunner:
         job: Job,
         checkpoint_manager: ManagerBase | None = None,
         resume_from_epoch: int | None = None,
-        upload_task_group_builder: str | UploadTaskGroupBuilder | Any | None = None,
+        upload_task_group_builder: str | UploadTaskGroupBuilder | None = None,
         *,
         save_retries: int = 2,
         retry_backoff: float = 0.5,

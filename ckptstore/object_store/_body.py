@@ -19,7 +19,10 @@ import bisect
 import io
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer as WriteableBuffer
 
 __all__ = ["STREAM_THRESHOLD", "Body", "PartsReader", "request_body", "slice_views"]
 
@@ -63,7 +66,7 @@ class PartsReader(io.RawIOBase):
         self._position = min(max(0, base + offset), self._size)
         return self._position
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         target = memoryview(buffer).cast("B")
         filled = 0
         while filled < target.nbytes and self._position < self._size:

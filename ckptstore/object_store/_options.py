@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+import fsspec
+
 from ckptstore._environment import int_variable
 from ckptstore.object_store._masking import mask
 from ckptstore.object_store._retry import RetryPolicy
@@ -69,7 +71,7 @@ class ObjectStoreOptions(ABC):
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
+    passthrough: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.buffer_bytes < self.part_size:
@@ -97,7 +99,7 @@ class ObjectStoreOptions(ABC):
         return max(1, min(self.max_concurrency, self.buffer_bytes // self.part_size - 1))
 
     @abstractmethod
-    def open_filesystem(self, url: str) -> tuple[Any, str]:
+    def open_filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         """The fsspec filesystem these options describe, for ``url``, and the URL's root
         (``bucket/prefix``)."""
 
@@ -114,7 +116,7 @@ class ObjectStoreOptions(ABC):
     # -- resolving --------------------------------------------------------------------
 
     @classmethod
-    def resolve(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Self:
+    def resolve(cls, options: Mapping[str, object], env: Mapping[str, str] | None = None) -> Self:
         """Options from keyword arguments first, then ``env`` (default: ``os.environ``).
 
         Unknown names raise :class:`TypeError` listing the accepted ones.

@@ -117,7 +117,8 @@ class GCSOptions(ObjectStoreOptions):
     def open_filesystem(self, url: str) -> tuple[Any, str]:
         """gcsfs's plain filesystem: its default "extended" one asks a gRPC API for each
         bucket's layout first (emulators lack it), and nothing here needs it."""
-        return GCSFileSystem(**self.gcsfs_kwargs()), str(GCSFileSystem._strip_protocol(url))
+        root = url.split("://", 1)[1] if "://" in url else url
+        return GCSFileSystem(**self.gcsfs_kwargs()), root.strip("/")
 
     def gcsfs_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`gcsfs.GCSFileSystem`."""

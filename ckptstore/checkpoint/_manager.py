@@ -450,7 +450,7 @@ class CheckpointManager(ManagerBase):
             result_is_output=True,
         )
 
-    def await_task(self, epoch: int, ticket: Any) -> Task:
+    def await_task(self, epoch: int, ticket: int) -> Task:
         """The task waiting for the background write of ``ticket`` (its stats)."""
         return Task(
             partial(

@@ -36,11 +36,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import numpy as np
-
-from ckptstore._types import JSONObject
+from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
@@ -163,7 +160,7 @@ def write_node(
     storage: PathType,
     node: str,
     epoch: int,
-    blobs: Mapping[str, Any],
+    blobs: Mapping[str, object],
     db_type: DBType,
     io: ParallelIO,
 ) -> NodeCommit:
@@ -392,7 +389,7 @@ def read_blobs(
     io: ParallelIO,
     *,
     missing_ok: bool = False,
-) -> dict[str, np.ndarray[Any, Any]]:
+) -> dict[str, Array]:
     """Read (and verify) blobs of a committed node checkpoint; only their bytes are read.
 
     ``names=None`` reads every blob. A requested name that the checkpoint lacks raises

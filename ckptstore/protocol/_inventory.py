@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
@@ -65,7 +65,7 @@ class NodeEntry:
     stored_bytes: int | None = None
     nblobs: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "state": self.state,
@@ -98,7 +98,7 @@ class EpochEntry:
     def stored_bytes(self) -> int:
         return sum(node.stored_bytes or 0 for node in self.nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "epoch": self.epoch,
             "state": self.state,
@@ -122,7 +122,7 @@ class RunEntry:
     url: str
     epochs: tuple[EpochEntry, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "prefix": self.prefix,
             "url": self.url,

@@ -11,21 +11,63 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ckptstore import protocol
+from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.records._manifest import NodeManifest
 
-__all__ = ["NodeCheck", "describe_epoch", "verify_epochs"]
+__all__ = [
+    "BlobDescription",
+    "EpochDescription",
+    "NodeCheck",
+    "NodeDescription",
+    "describe_epoch",
+    "verify_epochs",
+]
+
+
+class BlobDescription(TypedDict):
+    """One blob of a node checkpoint, as :func:`describe_epoch` reports it."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+    stored_bytes: int
+    chunks: int
+    codec: str
+
+
+class NodeDescription(TypedDict):
+    """One node's checkpoint of an epoch, as :func:`describe_epoch` reports it."""
+
+    node: str
+    db_type: str
+    nbytes: int
+    stored_bytes: int
+    created: str
+    blobs: list[BlobDescription]
+
+
+class EpochDescription(TypedDict):
+    """A committed epoch, as :func:`describe_epoch` reports it."""
+
+    url: str
+    epoch: int
+    committed_at: str
+    nbytes: int
+    stored_bytes: int
+    nodes: list[NodeDescription]
 
 
 def describe_epoch(
     storage: PathType, epoch: int, nodes: Iterable[str] | None = None
-) -> dict[str, Any]:
+) -> EpochDescription:
     """A JSON-ready description of a committed epoch: its nodes, and each node's blobs
     with dtype, shape, bytes and chunk count."""
     record = protocol.require_commit(storage, epoch)
@@ -44,7 +86,7 @@ def describe_epoch(
     }
 
 
-def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> dict[str, Any]:
+def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> NodeDescription:
     return {
         "node": manifest.node,
         "db_type": manifest.db_type,
@@ -84,7 +126,7 @@ class NodeCheck:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "epoch": self.epoch,

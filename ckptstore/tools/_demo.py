@@ -18,10 +18,11 @@ import shutil
 import sys
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 
+from ckptstore._types import Array
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
@@ -61,7 +62,7 @@ class DemoResult:
     resumed_from: int | None
     last_epoch: int
     accuracy: float
-    weights: dict[str, np.ndarray[Any, Any]]
+    weights: dict[str, Array]
 
 
 def _init_node(ws: Workspace, *, node: str, label: int, classes: int) -> None:

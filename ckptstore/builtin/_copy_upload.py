@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
 
 from ckptstore import protocol
 from ckptstore.checkpoint._manager import ManagerBase
@@ -48,7 +47,7 @@ class CopyUpload(UploadTaskGroupBuilder):
         dest: str,
         *,
         path_type: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, object] | None = None,
         verify: bool = True,
     ) -> None:
         self.dest = dest

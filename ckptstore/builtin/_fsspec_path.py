@@ -46,7 +46,7 @@ class FsspecPath(PathType):
         *,
         filesystem: fsspec.AbstractFileSystem | None = None,
         root: str | None = None,
-        **storage_options: Any,
+        **storage_options: object,
     ) -> None:
         """Open ``url`` with fsspec (``storage_options`` go to the filesystem), or use an
         already opened ``filesystem`` whose path for ``url`` is ``root`` (what

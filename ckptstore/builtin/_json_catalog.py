@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptstore import protocol
+from ckptstore._types import JSONObject
 from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import require_commit
-from ckptstore.records._documents import decode_document, encode_document, json_object
+from ckptstore.records._documents import decode_document, encode_document, json_list, json_object
 from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
 
 __all__ = ["CATALOG_KEY", "JsonCatalog"]
@@ -48,7 +49,7 @@ class JsonCatalog(MetadataHandler):
 
     name = "json"
 
-    def epochs(self) -> dict[int, dict[str, Any]]:
+    def epochs(self) -> dict[int, JSONObject]:
         """Every epoch in the catalog: ``{epoch: {"nodes": [...], "nbytes": ...}}``."""
         storage = self.require_storage()
         data = storage.get_document(CATALOG_KEY)
@@ -91,7 +92,9 @@ class JsonCatalog(MetadataHandler):
             committed = protocol.committed_nodes(storage, user_epoch)
             if not nodes <= committed:
                 complete = sorted(
-                    e for e, entry in self.epochs().items() if nodes <= set(entry["nodes"])
+                    e
+                    for e, entry in self.epochs().items()
+                    if nodes.issubset(json_list(entry, "nodes"))
                 )
                 raise CheckpointNotFoundError(
                     storage.display_url,
@@ -103,7 +106,7 @@ class JsonCatalog(MetadataHandler):
                 )
             return user_epoch
         for epoch, entry in sorted(self.epochs().items(), reverse=True):
-            if not nodes <= set(entry["nodes"]):
+            if not nodes.issubset(json_list(entry, "nodes")):
                 continue
             try:
                 committed = protocol.committed_nodes(storage, epoch)

@@ -82,7 +82,7 @@ class LocalPath(PathType):
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
 
-    def __init__(self, url: str, *, durability: str | None = None, **options: Any) -> None:
+    def __init__(self, url: str, *, durability: str | None = None, **options: object) -> None:
         if options:
             raise TypeError(
                 f"local path type takes only 'durability', not {sorted(options)}; storage "

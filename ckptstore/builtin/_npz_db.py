@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ckptstore._types import byte_view
+from ckptstore._types import Array, byte_view
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
@@ -44,7 +44,7 @@ class NpzDB(DBType):
 
     name = "npz"
 
-    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+    def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         target = db.io.settings.chunk_bytes
         records: dict[str, BlobRecord] = {}
         with db.open_write(ARCHIVE) as raw:

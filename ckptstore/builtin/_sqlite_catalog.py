@@ -29,13 +29,14 @@ import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from ckptstore import protocol
+from ckptstore._types import JSONObject
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import require_commit
+from ckptstore.records._documents import json_list
 from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._stats import NodeStats
 
@@ -140,7 +141,7 @@ class SqliteCatalog(MetadataHandler):
         finally:
             connection.close()
 
-    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[object, ...]]:
         """Run a read query against the catalog; rows as tuples."""
         with self.connect() as connection:
             return list(connection.execute(sql, parameters))
@@ -156,7 +157,7 @@ class SqliteCatalog(MetadataHandler):
 
     # -- queries ----------------------------------------------------------------------
 
-    def epochs(self) -> dict[int, dict[str, Any]]:
+    def epochs(self) -> dict[int, JSONObject]:
         """This run's cataloged epochs: ``{epoch: {"nodes": [...], "nbytes": ...}}``."""
         with self.connect() as connection:
             run_id = self._run_id(connection)
@@ -205,7 +206,11 @@ class SqliteCatalog(MetadataHandler):
         return None
 
     def _complete(self, nodes: set[str]) -> list[int]:
-        return [epoch for epoch, entry in self.epochs().items() if nodes <= set(entry["nodes"])]
+        return [
+            epoch
+            for epoch, entry in self.epochs().items()
+            if nodes.issubset(json_list(entry, "nodes"))
+        ]
 
     def write(self, epoch: int) -> None:
         record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")

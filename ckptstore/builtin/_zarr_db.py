@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore._types import Buffer
+from ckptstore._types import Array, Buffer
 from ckptstore.errors import UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
@@ -109,7 +109,7 @@ class ZarrDB(DBType):
     def __repr__(self) -> str:
         return f"ZarrDB(compression={self.compression!r}, level={self.level})"
 
-    def check_blob(self, name: str, array: np.ndarray[Any, Any]) -> None:
+    def check_blob(self, name: str, array: Array) -> None:
         if _zarr_data_type(array.dtype) is None:
             raise UnsupportedBlobError(
                 name,
@@ -128,7 +128,7 @@ class ZarrDB(DBType):
 
     # -- writing ----------------------------------------------------------------------
 
-    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+    def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         _refuse_nested_arrays(blobs)
         target = db.io.settings.chunk_bytes
         plans = []
@@ -254,9 +254,7 @@ class ZarrDB(DBType):
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(
-        self, db: DBLocation, records: Sequence[BlobRecord]
-    ) -> dict[str, np.ndarray[Any, Any]]:
+    def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         raw = [record for record in records if record.codec == "raw"]
         arrays = read_raw_blobs(db, raw)
         compressed = [record for record in records if record.codec != "raw"]

@@ -44,7 +44,6 @@ NOT_YET_RUN: dict[str, int] = {
     "ckptstore.dask_session._session": 2,
     "ckptstore.dask_session._shipping": 2,
     "ckptstore.dask_session._watch": 1,
-    "ckptstore.errors": 24,
     "ckptstore.object_store": 1,
     "ckptstore.object_store._aio": 1,
     "ckptstore.object_store._body": 2,

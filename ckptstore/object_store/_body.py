@@ -9,8 +9,10 @@ body of one request, :func:`slice_views` cuts an object into parts without copyi
 
 Example::
 
-    body = PartsReader([memoryview(header), memoryview(array).cast("B")])
-    await client.put_object(Bucket="b", Key="k", Body=body)
+    >>> header, array = b"NUMPY", np.arange(2, dtype=np.uint8)
+    >>> body = PartsReader([memoryview(header), memoryview(array).cast("B")])
+    >>> body.read()  # what ``put_object(Bucket="b", Key="k", Body=body)`` would send
+    b'NUMPY\\x00\\x01'
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class PartsReader(io.RawIOBase):
 
     Example::
 
-        PartsReader([memoryview(b"ab"), memoryview(b"cd")]).read()  # b'abcd'
+        >>> PartsReader([memoryview(b"ab"), memoryview(b"cd")]).read()
+        b'abcd'
     """
 
     def __init__(self, views: Sequence[memoryview]) -> None:

@@ -2,8 +2,16 @@
 
 Example::
 
-    manager = CheckpointManager("/ckpt", "trainer_0", "zarr", metadata_handler="json")
-    JobRunner(job, manager).train(LocalSession())
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import JobRunner, LocalSession
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr", metadata_handler="json")
+    >>> JobRunner(job, manager).train(LocalSession())
+    3
 """
 
 from __future__ import annotations
@@ -61,7 +69,13 @@ class ManagerBase(ABC):
 
     Example::
 
-        manager.report_checkpoint_stats("checkpoint_save")
+        >>> from ckptstore import LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(3)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> manager.report_checkpoint_stats("checkpoint_save")  # to the handler and plugins
     """
 
     def __init__(
@@ -146,9 +160,14 @@ class ManagerBase(ABC):
 
         Example::
 
-            future = manager.save_async(epoch, session)
-            session.run(job.epoch_group)   # the next epoch trains meanwhile
-            future.wait()
+            >>> from ckptstore import LocalSession
+            >>> session = LocalSession()
+            >>> session.workspace("trainer_0")["w"] = np.ones(3)
+            >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+            >>> _ = session.run(manager.init(["trainer_0"]))
+            >>> future = manager.save_async(1, session)
+            >>> session.workspace("trainer_0")["w"] += 1   # the next epoch trains meanwhile
+            >>> future.wait()
         """
         if max_in_flight < 1:
             raise JobConfigurationError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -312,10 +331,16 @@ class CheckpointManager(ManagerBase):
 
     Example::
 
-        manager = CheckpointManager("/ckpt", "trainer_0", "npz")
-        session.run(manager.init(["trainer_0"]))
-        session.run(manager.save(1))
-        session.run(manager.load(1))
+        >>> from ckptstore import LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(3)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> session.workspace("trainer_0")["w"][:] = 0
+        >>> _ = session.run(manager.load(1))
+        >>> session.workspace("trainer_0")["w"]
+        array([1., 1., 1.])
     """
 
     BLOB_NAMES = "blob_names"

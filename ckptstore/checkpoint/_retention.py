@@ -11,9 +11,19 @@ so a job resumed from an older epoch never deletes the epochs it is about to red
 
 Example::
 
-    plan = enforce(storage, KeepLast(3, every=10), dry_run=True)
-    plan.delete            # (4, 5, 6)
-    JobRunner(job, manager, retention=KeepLast(3))
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+    >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
+    >>> plan = enforce(LocalPath("ckpt"), KeepLast(2), dry_run=True)
+    >>> [removal.epoch for removal in plan.delete]
+    [0, 1]
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> runner = JobRunner(job, manager, retention=KeepLast(3))
 """
 
 from __future__ import annotations
@@ -62,8 +72,10 @@ class RetentionPolicy(Protocol):
 
     Example::
 
-        class KeepEven:
-            def keep(self, epochs): return {e for e in epochs if e % 2 == 0}
+        >>> class KeepEven:
+        ...     def keep(self, epochs): return {e for e in epochs if e % 2 == 0}
+        >>> isinstance(KeepEven(), RetentionPolicy)
+        True
     """
 
     def keep(self, epochs: Sequence[int]) -> set[int]:
@@ -77,7 +89,9 @@ class ForgetsEpochs(Protocol):
 
     Example::
 
-        handler.forget([3, 4])
+        >>> from ckptstore import JsonCatalog
+        >>> isinstance(JsonCatalog(), ForgetsEpochs)  # retention calls handler.forget([3, 4])
+        True
     """
 
     def forget(self, epochs: Sequence[int]) -> None:
@@ -92,7 +106,8 @@ class KeepLast:
 
     Example::
 
-        KeepLast(2, every=5).keep([0, 1, 2, 3, 4, 5, 6, 7])  # {0, 5, 6, 7}
+        >>> sorted(KeepLast(2, every=5).keep([0, 1, 2, 3, 4, 5, 6, 7]))
+        [0, 5, 6, 7]
     """
 
     last: int
@@ -120,7 +135,8 @@ class EpochRemoval:
 
     Example::
 
-        EpochRemoval(3, ("trainer_0", "trainer_1"), stored_bytes=1 << 20)
+        >>> EpochRemoval(3, ("trainer_0", "trainer_1"), stored_bytes=1 << 20).stored_bytes
+        1048576
     """
 
     epoch: int
@@ -143,8 +159,17 @@ class RetentionPlan:
 
     Example::
 
-        plan = plan_retention(storage, KeepLast(2))
-        plan.keep, [removal.epoch for removal in plan.delete], plan.freed_bytes
+        >>> from ckptstore import Job, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 3)
+        >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+        >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
+        >>> plan = plan_retention(LocalPath("ckpt"), KeepLast(2))
+        >>> plan.keep, [removal.epoch for removal in plan.delete], plan.freed_bytes > 0
+        ((2, 3), [0, 1], True)
     """
 
     url: str

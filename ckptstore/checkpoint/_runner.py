@@ -6,8 +6,16 @@ Order, as in Caffe2: init → init-checkpoint → (save 0 | load k) →
 
 Example::
 
-    runner = JobRunner(job, MultiNodeCheckpointManager("/ckpt", "zarr", "json"))
-    last_epoch = runner.train(LocalSession())
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import LocalSession, MultiNodeCheckpointManager
+    >>> runner = JobRunner(job, MultiNodeCheckpointManager("ckpt", "zarr", "json"))
+    >>> runner.train(LocalSession())
+    3
 """
 
 from __future__ import annotations
@@ -78,9 +86,19 @@ class JobRunner:
 
     Example::
 
-        runner = JobRunner(job, manager, max_consecutive_save_failures=3)
-        runner.train(session)
-        runner.committed_epochs  # [0, 1, 2, 3, 4]
+        >>> from ckptstore import Job, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 3)
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> runner = JobRunner(job, manager, max_consecutive_save_failures=3)
+        >>> runner.train(LocalSession())
+        3
+        >>> runner.committed_epochs
+        [0, 1, 2, 3]
     """
 
     def __init__(

@@ -11,9 +11,16 @@ or interrupted).
 
 Example::
 
-    for run in scan(get_registry().open_path("s3://bucket/runs")):
-        for epoch in run.epochs:
-            print(run.prefix, epoch.epoch, epoch.state, epoch.stored_bytes)
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(3))
+    >>> for run in scan(LocalPath("runs")):  # or get_registry().open_path("s3://bucket/runs")
+    ...     for epoch in run.epochs:
+    ...         print(run.prefix, epoch.epoch, epoch.state, epoch.stored_bytes > 0)
+    a 3 committed True
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ class NodeEntry:
 
     Example::
 
-        NodeEntry("trainer_0", 3, "committed", "npz", nbytes=4096, stored_bytes=4400)
+        >>> NodeEntry("trainer_0", 3, "committed", "npz", nbytes=4096, stored_bytes=4400).state
+        'committed'
     """
 
     node: str
@@ -82,7 +90,15 @@ class EpochEntry:
 
     Example::
 
-        entry.state, entry.stored_bytes, [node.node for node in entry.nodes]
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(3))
+        >>> entry = scan(LocalPath("runs"))[0].epochs[0]
+        >>> entry.state, entry.stored_bytes > 0, [node.node for node in entry.nodes]
+        ('committed', True, ['trainer_0'])
     """
 
     epoch: int
@@ -115,7 +131,14 @@ class RunEntry:
 
     Example::
 
-        [run.url for run in scan(storage)]  # ['/ckpt/runs/a', '/ckpt/runs/b']
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(3))
+        >>> [run.prefix for run in scan(LocalPath("runs"))]
+        ['a']
     """
 
     prefix: str

@@ -6,7 +6,8 @@ Object-store plugins subclass it and only add options, retries and tuning.
 
 Example::
 
-    CheckpointManager("memory://runs/a", "trainer_0", "npz")
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("memory://runs/a", "trainer_0", "npz")
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ class FsspecPath(PathType):
 
     Example::
 
-        FsspecPath("memory://ckpt").write_bytes("a/b", b"data")
+        >>> storage = FsspecPath("memory://ckpt")
+        >>> storage.write_bytes("a/b", b"data")
+        >>> storage.read_bytes("a/b")
+        b'data'
     """
 
     name = "fsspec"

@@ -7,7 +7,8 @@ resumes by itself from the newest epoch complete on every node.
 
 Example::
 
-    MultiNodeCheckpointManager("/ckpt", "zarr", metadata_handler="json")
+    >>> from ckptstore import MultiNodeCheckpointManager
+    >>> manager = MultiNodeCheckpointManager("ckpt", "zarr", metadata_handler="json")
 """
 
 from __future__ import annotations
@@ -42,9 +43,19 @@ class JsonCatalog(MetadataHandler):
 
     Example::
 
-        handler = JsonCatalog()
-        manager = CheckpointManager("/ckpt", "trainer_0", "npz", metadata_handler=handler)
-        handler.epochs()  # {0: {...}, 1: {...}} once the job saved
+        >>> from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 2)
+        >>> from ckptstore import CheckpointManager
+        >>> handler = JsonCatalog()
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz", metadata_handler=handler)
+        >>> JobRunner(job, manager).train(LocalSession())
+        2
+        >>> sorted(handler.epochs())  # once the job saved
+        [0, 1, 2]
     """
 
     name = "json"

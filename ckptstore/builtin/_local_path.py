@@ -8,7 +8,10 @@ name, fsynced and renamed.
 
 Example::
 
-    storage = LocalPath("/data/ckpt", durability="fsync")
+    >>> storage = LocalPath("ckpt", durability="fsync")
+    >>> storage.write_bytes("a", b"data")
+    >>> storage.read_bytes("a")
+    b'data'
 """
 
 from __future__ import annotations
@@ -72,7 +75,10 @@ class LocalPath(PathType):
 
     Example::
 
-        CheckpointManager("/data/ckpt", "trainer_0", "zarr")  # uses LocalPath
+        >>> from ckptstore import CheckpointManager
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr")
+        >>> type(manager.location.storage).__name__
+        'LocalPath'
     """
 
     name = "local"

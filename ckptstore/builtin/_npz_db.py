@@ -8,7 +8,8 @@ only the requested members' chunks, in parallel, straight into place.
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", db_type="npz")
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("ckpt", "trainer_0", db_type="npz")
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ class NpzDB(DBType):
 
     Example::
 
-        np.load("/ckpt/trainer_0.4/blobs.npz", allow_pickle=False)["trainer_0/total"]
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["trainer_0/total"] = np.array([100])
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(4))
+        >>> np.load("ckpt/trainer_0.4/blobs.npz", allow_pickle=False)["trainer_0/total"]
+        array([100])
     """
 
     name = "npz"

@@ -17,9 +17,19 @@ epoch's commit record, so it never resumes from an epoch whose commit is gone.
 
 Example::
 
-    catalog = SqliteCatalog("/shared/ckpt-catalog.sqlite")
-    JobRunner(job, MultiNodeCheckpointManager("s3://bucket/run-7", metadata_handler=catalog))
-    catalog.query("SELECT epoch, nbytes FROM epochs ORDER BY epoch")
+    >>> from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 2)
+    >>> from ckptstore import MultiNodeCheckpointManager
+    >>> catalog = SqliteCatalog("ckpt-catalog.sqlite")  # a shared file, any checkpoint URL
+    >>> manager = MultiNodeCheckpointManager("run-7", metadata_handler=catalog)
+    >>> JobRunner(job, manager).train(LocalSession())
+    2
+    >>> catalog.query("SELECT epoch FROM epochs ORDER BY epoch")
+    [(0,), (1,), (2,)]
 """
 
 from __future__ import annotations
@@ -95,8 +105,9 @@ class SqliteCatalog(MetadataHandler):
 
     Example::
 
-        catalog = SqliteCatalog()          # <root>/_ckptstore/catalog.sqlite
-        manager = MultiNodeCheckpointManager("/ckpt", metadata_handler=catalog)
+        >>> from ckptstore import MultiNodeCheckpointManager
+        >>> catalog = SqliteCatalog()          # <root>/_ckptstore/catalog.sqlite
+        >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler=catalog)
     """
 
     name = "sqlite"

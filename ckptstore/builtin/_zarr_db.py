@@ -11,8 +11,15 @@ so a blob's chunks sit next to its ``zarr.json``. Codecs are off by default;
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", ZarrDB(compression="zstd"))
-    zarr.open_group("/ckpt/trainer_0.3")["w"][:]   # plain zarr reads it
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["trainer_0/total"] = np.array([100])
+    >>> manager = CheckpointManager("ckpt", "trainer_0", ZarrDB(compression="zstd"))
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(4))
+    >>> import zarr
+    >>> zarr.open_group("ckpt/trainer_0.4", mode="r")["trainer_0/total"][:]  # plain zarr reads it
+    array([100])
 """
 
 from __future__ import annotations
@@ -92,7 +99,8 @@ class ZarrDB(DBType):
 
     Example::
 
-        MultiNodeCheckpointManager("s3://bucket/run", ZarrDB(compression="zstd", level=3))
+        >>> from ckptstore import MultiNodeCheckpointManager
+        >>> manager = MultiNodeCheckpointManager("ckpt", ZarrDB(compression="zstd", level=3))
     """
 
     name = "zarr"

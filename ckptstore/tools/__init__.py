@@ -5,7 +5,8 @@ May import every layer below the CLI (checkpoint, protocol, plugin, records, io)
 
 Example::
 
-    result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=5))
+    >>> from ckptstore.tools import DemoConfig, run_demo
+    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
 """
 
 from ckptstore.tools._checking import (

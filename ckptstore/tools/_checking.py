@@ -3,8 +3,19 @@ byte still matches its checksum. Used by ``ckptstore inspect`` and ``ckptstore v
 
 Example::
 
-    description = describe_epoch(storage, 3)
-    [check.problems for check in verify_epochs(storage, [3])]
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> for epoch in (3, 4):
+    ...     _ = session.run(manager.save(epoch))
+    >>> storage = LocalPath("ckpt")
+    >>> description = describe_epoch(storage, 3)
+    >>> [node["node"] for node in description["nodes"]]
+    ['trainer_0']
+    >>> [check.problems for check in verify_epochs(storage, [3])]
+    [()]
 """
 
 from __future__ import annotations
@@ -114,7 +125,17 @@ class NodeCheck:
 
     Example::
 
-        [problem.blob for check in checks if not check.ok for problem in check.problems]
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> for epoch in (3, 4):
+        ...     _ = session.run(manager.save(epoch))
+        >>> storage = LocalPath("ckpt")
+        >>> checks = verify_epochs(storage, [3, 4])
+        >>> [problem.blob for check in checks if not check.ok for problem in check.problems]
+        []
     """
 
     node: str

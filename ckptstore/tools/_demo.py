@@ -8,8 +8,8 @@ run reaches exactly the weights an uninterrupted one does.
 
 Example::
 
-    from ckptstore.tools._demo import DemoConfig, run_demo
-    run_demo(DemoConfig(directory="./ckptstore-demo", epochs=6))
+    >>> from ckptstore.tools._demo import DemoConfig, run_demo
+    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
 """
 
 from __future__ import annotations

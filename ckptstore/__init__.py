@@ -16,8 +16,8 @@ Example::
     >>> manager = MultiNodeCheckpointManager("./ckpt", "npz", metadata_handler="json")
     >>> JobRunner(job, manager).train(LocalSession())
     5
-    >>> JobRunner(job, manager).train(LocalSession())  # run again: resumes by itself
-    5
+    >>> JobRunner(job, manager).train(LocalSession())  # run again: resumes after epoch 5
+    6
 """
 
 from ckptstore.builtin._copy_upload import CopyUpload

@@ -16,13 +16,9 @@ import pytest
 PACKAGES = ["ckptstore", "ckptstore_s3", "ckptstore_gcs", "ckptstore_lmdb", "ckptstore_prometheus"]
 
 NOT_YET_RUN: dict[str, int] = {
-    "ckptstore.cli._common": 1,
-    "ckptstore.dask_session": 1,
-    "ckptstore.dask_session._placement": 2,
     "ckptstore.dask_session._remote": 3,
-    "ckptstore.dask_session._session": 2,
-    "ckptstore.dask_session._shipping": 2,
     "ckptstore.dask_session._watch": 1,
+    "ckptstore.cli._common": 1,
     "ckptstore.object_store": 1,
     "ckptstore.object_store._client": 3,
     "ckptstore.object_store._options": 2,

@@ -14,7 +14,7 @@ Example::
     ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
     ...     done = epoch_limiter(job, 2)
     >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")
-    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
     ...     with Client(cluster) as client, DaskSession(client) as session:
     ...         last = JobRunner(job, manager).train(session)
     >>> last

@@ -12,7 +12,7 @@ Example::
     ...     with Node("trainer_0"):
     ...         done = epoch_limiter(job, 2)
     >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")  # or "s3://bucket/run"
-    >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=None)
+    >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=":0")
     >>> with Client(cluster) as client, DaskSession(client) as session:
     ...     JobRunner(job, manager).train(session)
     2
@@ -79,7 +79,7 @@ class DaskSession(Session):
         ...     with Node("trainer_0"):
         ...         done = epoch_limiter(job, 2)
         >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")  # or "s3://bucket/run"
-        >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=None)
+        >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=":0")
         >>> with Client(cluster) as client, DaskSession(client) as session:
         ...     last = JobRunner(job, manager).train(session)
         ...     session.fetch_blob("trainer_0", "trainer_0/total")

@@ -15,7 +15,8 @@ option                 environment variable                   default
 
 Example::
 
-    GCSOptions.resolve({"endpoint_url": "http://127.0.0.1:9023", "token": "anon"})
+    >>> GCSOptions.resolve({"endpoint_url": "http://127.0.0.1:9023", "token": "anon"}).endpoint_url
+    'http://127.0.0.1:9023'
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class GCSOptions(ObjectStoreOptions):
 
     Example::
 
-        GCSOptions.resolve({}, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"})
+        >>> GCSOptions.resolve({}, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"}).endpoint_url
+        'http://127.0.0.1:9023'
     """
 
     STORE = "GCS"

@@ -9,14 +9,21 @@ Unknown option names are refused with the list of accepted ones.
 
 Example::
 
-    @dataclass(frozen=True, repr=False)
-    class MyOptions(ObjectStoreOptions):
-        STORE = "My"
-        ENV_PREFIX = "CKPTSTORE_MY"
-        token: str | None = None
-        ...
-
-    MyOptions.resolve({"part_size": 8 << 20}, env={"CKPTSTORE_MY_RETRIES": "3"})
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True, repr=False)
+    ... class MyOptions(ObjectStoreOptions):
+    ...     STORE = "My"
+    ...     DEFAULT_ENDPOINT = "https://my.example"
+    ...     ENV_PREFIX = "CKPTSTORE_MY"
+    ...     token: str | None = None
+    ...     parts_threshold = 8 << 20
+    ...     def open_filesystem(self, url): raise NotImplementedError
+    ...     def secrets(self): return (self.token,) if self.token else ()
+    ...     @classmethod
+    ...     def _with_environment(cls, given, env): return given
+    >>> options = MyOptions.resolve({"part_size": 8 << 20}, env={"CKPTSTORE_MY_RETRIES": "3"})
+    >>> options.part_size, options.retry.attempts
+    (8388608, 4)
 """
 
 from __future__ import annotations
@@ -50,7 +57,9 @@ class ObjectStoreOptions(ABC):
 
     Example::
 
-        S3Options.resolve({"retries": 2}).retry.attempts  # 3
+        >>> from ckptstore_s3 import S3Options
+        >>> S3Options.resolve({"retries": 2}).retry.attempts
+        3
     """
 
     STORE: ClassVar[str]

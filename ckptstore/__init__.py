@@ -6,16 +6,18 @@ plugins, with atomic commits and checksums.
 
 Example::
 
-    from ckptstore import (Job, JobRunner, LocalSession, MultiNodeCheckpointManager,
-                           Node, Task, epoch_limiter)
-
-    with Job() as job, Node("trainer_0"):
-        with job.init_group:
-            Task(lambda ws: ws.update(w=np.zeros(10)), name="init")
-        Task(lambda ws: ws["w"].__iadd__(1.0), name="train")
-    epoch_limiter(job, 5)
-    manager = MultiNodeCheckpointManager("./ckpt", "npz", metadata_handler="json")
-    JobRunner(job, manager).train(LocalSession())   # run again: resumes by itself
+    >>> from ckptstore import (Job, JobRunner, LocalSession, MultiNodeCheckpointManager,
+    ...                        Node, Task, epoch_limiter)
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(10)), name="init")
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1.0), name="train")
+    ...     done = epoch_limiter(job, 5)
+    >>> manager = MultiNodeCheckpointManager("./ckpt", "npz", metadata_handler="json")
+    >>> JobRunner(job, manager).train(LocalSession())
+    5
+    >>> JobRunner(job, manager).train(LocalSession())  # run again: resumes after epoch 5
+    6
 """
 
 from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport

@@ -4,7 +4,11 @@ never a bare ``ValueError`` from ``int()``.
 
 Example::
 
-    concurrency = int_variable(os.environ, "CKPTSTORE_IO_CONCURRENCY")  # None when unset
+    >>> import os
+    >>> int_variable({}, "CKPTSTORE_IO_CONCURRENCY") is None  # None when unset
+    True
+    >>> int_variable({"CKPTSTORE_IO_CONCURRENCY": "8"}, "CKPTSTORE_IO_CONCURRENCY")
+    8
 """
 
 from __future__ import annotations

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 
-Buffer: TypeAlias = bytes | bytearray | memoryview | np.ndarray[Any, Any]
+Array: TypeAlias = np.ndarray[tuple[int, ...], np.dtype[np.generic]]
+"""A numpy array of any shape and dtype (the type of every blob ckptstore stores)."""
+
+ByteArray: TypeAlias = np.ndarray[tuple[int, ...], np.dtype[np.uint8]]
+"""A numpy array of bytes (``uint8``), as the chunking helpers return."""
+
+JSONObject: TypeAlias = dict[str, object]
+"""A JSON document's top level, as :func:`json.loads` returns it for an object."""
+
+Buffer: TypeAlias = bytes | bytearray | memoryview | Array
 """Anything exposing the buffer protocol that ckptstore writes or checksums."""
 
 

@@ -7,10 +7,13 @@ message says what to do next.
 
 Example::
 
-    try:
-        manager.load_blobs_from_checkpoint(["w"], epoch=7)
-    except CheckpointNotFoundError as err:
-        print(err.url, err.epoch)
+    >>> from ckptstore import LocalPath
+    >>> from ckptstore.protocol import require_commit
+    >>> try:
+    ...     require_commit(LocalPath("ckpt"), 7)
+    ... except CheckpointNotFoundError as err:  # also a FileNotFoundError
+    ...     print(err.epoch, isinstance(err, FileNotFoundError))
+    7 True
 """
 
 from __future__ import annotations
@@ -61,10 +64,12 @@ class CkptStoreError(Exception):
 
     Example::
 
-        try:
-            runner.train(session)
-        except CkptStoreError as err:
-            log.error("checkpointing failed: %s", err)
+        >>> from ckptstore.records import validate_blob_name
+        >>> try:
+        ...     validate_blob_name("../escape")
+        ... except CkptStoreError as err:
+        ...     print("checkpointing failed:", type(err).__name__)
+        checkpointing failed: InvalidNameError
     """
 
     def __str__(self) -> str:
@@ -80,7 +85,12 @@ class PluginError(CkptStoreError):
 
     Example::
 
-        except PluginError as err: print(err)
+        >>> from ckptstore.plugin import get_registry
+        >>> try:
+        ...     get_registry().db_type("nosuchformat")
+        ... except PluginError as err:
+        ...     print(type(err).__name__)
+        UnknownPluginError
     """
 
 
@@ -89,8 +99,10 @@ class UnknownPluginError(PluginError, KeyError):
 
     Example::
 
-        get_registry().db_type("lmdb")
-        # UnknownPluginError: ... `pip install ./plugins/ckptstore-lmdb`
+        >>> from ckptstore.plugin import get_registry
+        >>> get_registry().db_type("nosuchformat")
+        Traceback (most recent call last):
+        ckptstore.errors.UnknownPluginError: ...
     """
 
     def __init__(self, kind: str, name: str, installed: Iterable[str], hint: str | None) -> None:
@@ -107,7 +119,9 @@ class DuplicatePluginError(PluginError, ValueError):
 
     Example::
 
-        except DuplicatePluginError as err: print(err.providers)
+        >>> err = DuplicatePluginError("db type", "zarr", ["ckptstore", "my-plugin"])
+        >>> err.providers, isinstance(err, ValueError)
+        (('ckptstore', 'my-plugin'), True)
     """
 
     def __init__(self, kind: str, name: str, providers: Iterable[str]) -> None:
@@ -125,7 +139,10 @@ class InvalidPluginError(PluginError, TypeError):
 
     Example::
 
-        except InvalidPluginError as err: print(err)
+        >>> from ckptstore import CheckpointManager
+        >>> CheckpointManager("ckpt", "trainer_0", db_type=42)
+        Traceback (most recent call last):
+        ckptstore.errors.InvalidPluginError: expected a db type name or a DBType instance, got int
     """
 
 
@@ -134,7 +151,10 @@ class InvalidNameError(CkptStoreError, ValueError):
 
     Example::
 
-        validate_blob_name("../etc/passwd")  # InvalidNameError
+        >>> from ckptstore.records import validate_blob_name
+        >>> validate_blob_name("../etc/passwd")
+        Traceback (most recent call last):
+        ckptstore.errors.InvalidNameError: ...
     """
 
     def __init__(self, what: str, name: object, reason: str) -> None:
@@ -148,7 +168,10 @@ class JobConfigurationError(CkptStoreError, ValueError):
 
     Example::
 
-        JobRunner(job, resume_from_epoch=3).train(session)  # no manager to resume from
+        >>> from ckptstore import Job, JobRunner, LocalSession
+        >>> JobRunner(Job(), resume_from_epoch=3).train(LocalSession())  # no manager to resume from
+        Traceback (most recent call last):
+        ckptstore.errors.JobConfigurationError: ...
     """
 
 
@@ -157,8 +180,16 @@ class EnvironmentVariableError(CkptStoreError, ValueError):
 
     Example::
 
-        # CKPTSTORE_IO_CONCURRENCY=four
-        IOSettings().with_environment()  # EnvironmentVariableError naming the variable
+        >>> from ckptstore import IOSettings
+        >>> import os
+        >>> os.environ["CKPTSTORE_IO_CONCURRENCY"] = "four"
+        >>> try:
+        ...     IOSettings().with_environment()
+        ... except EnvironmentVariableError as err:
+        ...     print(err.variable, repr(err.value))
+        ... finally:
+        ...     del os.environ["CKPTSTORE_IO_CONCURRENCY"]
+        CKPTSTORE_IO_CONCURRENCY 'four'
     """
 
     def __init__(self, variable: str, value: str, expected: str) -> None:
@@ -176,7 +207,11 @@ class StorageOptionError(CkptStoreError, TypeError):
 
     Example::
 
-        get_registry().open_path("/ckpt", durabilty="fsync")  # StorageOptionError
+        >>> err = StorageOptionError(  # what ``ckptstore ... -o durabilty=fsync`` reports
+        ...     "ckpt", "local", "-o durabilty='fsync' refused", "did you mean -o durability=...?"
+        ... )
+        >>> err.path_type, isinstance(err, TypeError)
+        ('local', True)
     """
 
     def __init__(self, url: str, path_type: str, detail: str, fix: str) -> None:
@@ -190,7 +225,15 @@ class FrozenGroupError(CkptStoreError, RuntimeError):
 
     Example::
 
-        with job.init_group: Task(fn)  # after job.compile(...): FrozenGroupError
+        >>> from ckptstore import LocalSession, Task, TaskGroup
+        >>> group = TaskGroup()
+        >>> with group:
+        ...     _ = Task(lambda ws: None)
+        >>> _ = LocalSession().run(group)
+        >>> with group:
+        ...     _ = Task(lambda ws: None)
+        Traceback (most recent call last):
+        ckptstore.errors.FrozenGroupError: ...
     """
 
 
@@ -199,7 +242,10 @@ class NotRunError(CkptStoreError, RuntimeError):
 
     Example::
 
-        Task(fn, outputs=["x"]).outputs()[0].fetch()  # NotRunError
+        >>> from ckptstore import Task
+        >>> Task(lambda ws: None, outputs=["x"]).outputs()[0].fetch()
+        Traceback (most recent call last):
+        ckptstore.errors.NotRunError: ...
     """
 
 
@@ -211,7 +257,10 @@ class UnsupportedBlobError(CkptStoreError, TypeError):
 
     Example::
 
-        workspace["names"] = np.array(["a", None], dtype=object)  # UnsupportedBlobError
+        >>> from ckptstore import Workspace
+        >>> Workspace()["names"] = np.array(["a", None], dtype=object)
+        Traceback (most recent call last):
+        ckptstore.errors.UnsupportedBlobError: ...
     """
 
     def __init__(self, blob: str, reason: str) -> None:
@@ -234,7 +283,12 @@ class BlobNotFoundError(CkptStoreError, KeyError):
 
     Example::
 
-        except BlobNotFoundError as err: print(err.blobs)
+        >>> from ckptstore import Workspace
+        >>> try:
+        ...     Workspace()["w"]
+        ... except BlobNotFoundError as err:  # also a KeyError
+        ...     print(err.blobs)
+        ('w',)
     """
 
     def __init__(self, blobs: Iterable[str], where: str, fix: str) -> None:
@@ -250,7 +304,9 @@ class CheckpointNotFoundError(CkptStoreError, FileNotFoundError):
 
     Example::
 
-        except CheckpointNotFoundError as err: print(err.url, err.node, err.epoch)
+        >>> err = CheckpointNotFoundError("/ckpt", "trainer_0", 7, "epoch 7 is not committed")
+        >>> err.url, err.node, err.epoch
+        ('/ckpt', 'trainer_0', 7)
     """
 
     def __init__(self, url: str, node: str | None, epoch: int | None, detail: str) -> None:
@@ -265,7 +321,9 @@ class CorruptCheckpointError(CkptStoreError, ValueError):
 
     Example::
 
-        except CorruptCheckpointError as err: print(err.epoch, err.node, err.blob, err.file)
+        >>> err = CorruptCheckpointError("CRC-32C mismatch", url="/ckpt", blob="w", chunk=3)
+        >>> err.blob, err.chunk, err.file
+        ('w', 3, None)
 
     Messages never quote a checksum value (that would help forge a matching chunk).
     """
@@ -354,7 +412,9 @@ class StorageError(CkptStoreError, OSError):
 
     Example::
 
-        except StorageError as err: print(err.url, err.key)
+        >>> err = StorageError("/ckpt", "trainer_0.1/w", "write", OSError(28, "No space left"))
+        >>> err.url, err.key, isinstance(err, OSError)
+        ('/ckpt', 'trainer_0.1/w', True)
     """
 
     def __init__(self, url: str, key: str | None, action: str, cause: BaseException) -> None:
@@ -379,7 +439,12 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
     Example::
 
-        except ObjectNotFoundError as err: print(err.url, err.key)
+        >>> from ckptstore import LocalPath
+        >>> try:
+        ...     LocalPath("ckpt").read_bytes("missing")
+        ... except FileNotFoundError as err:
+        ...     print(type(err).__name__)
+        ObjectNotFoundError
     """
 
 
@@ -556,7 +621,9 @@ class SaveFailedError(CkptStoreError, OSError):
 
     Example::
 
-        except SaveFailedError as err: print(err.epoch, err.failed_nodes)
+        >>> err = SaveFailedError(3, "/ckpt", {"trainer_1": "disk full"})
+        >>> err.epoch, err.failed_nodes
+        (3, ('trainer_1',))
     """
 
     def __init__(self, epoch: int, url: str, node_errors: Mapping[str, str]) -> None:
@@ -580,7 +647,9 @@ class TooManySaveFailuresError(CkptStoreError, RuntimeError):
 
     Example::
 
-        JobRunner(job, mgr, max_consecutive_save_failures=2).train(session)
+        >>> err = TooManySaveFailuresError(2, OSError("disk full"))
+        >>> err.failures, isinstance(err, RuntimeError)
+        (2, True)
     """
 
     def __init__(self, failures: int, last_error: BaseException) -> None:
@@ -601,7 +670,9 @@ class NodeLostError(CkptStoreError, RuntimeError):
 
     Example::
 
-        except NodeLostError as err: print(err.node, err.worker)
+        >>> err = NodeLostError("trainer_1", "tcp://10.0.0.2:4000", "the worker died")
+        >>> err.node, err.worker
+        ('trainer_1', 'tcp://10.0.0.2:4000')
     """
 
     def __init__(self, node: str, worker: str, detail: str) -> None:
@@ -627,8 +698,10 @@ class RequestError(CkptStoreError, OSError):
 
     Example::
 
-        except StorageError as err:
-            cause = err.__cause__  # RequestError: HTTP 503 SlowDown ... after 8 attempts
+        >>> err = RequestError("PUT s3://b/k: HTTP 503 SlowDown", status=503, code="SlowDown",
+        ...                    attempts=8, retryable=True)
+        >>> err.status, err.attempts, err.retryable
+        (503, 8, True)
     """
 
     def __init__(
@@ -655,7 +728,9 @@ class MissingObjectError(RequestError, FileNotFoundError):
 
     Example::
 
-        except MissingObjectError: return None
+        >>> err = MissingObjectError("GET s3://b/k: 404", status=404, attempts=1, retryable=False)
+        >>> isinstance(err, FileNotFoundError)
+        True
     """
 
 
@@ -664,7 +739,10 @@ class RangeNotSatisfiableError(RequestError):
 
     Example::
 
-        except RangeNotSatisfiableError: return b""  # the caller reports it as short
+        >>> err = RangeNotSatisfiableError("GET s3://b/k: 416", status=416, attempts=1,
+        ...                                retryable=False)
+        >>> isinstance(err, RequestError)
+        True
     """
 
 

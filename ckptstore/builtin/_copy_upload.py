@@ -7,14 +7,26 @@ either tier (``manager.load(epoch, path_prefix=dest)``).
 
 Example::
 
-    JobRunner(job, manager, upload_task_group_builder=CopyUpload("s3://bucket/run"))
+    >>> from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 2)
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> upload = CopyUpload("archive")  # "s3://bucket/run" works alike
+    >>> JobRunner(job, manager, upload_task_group_builder=upload).train(LocalSession())
+    2
+    >>> from ckptstore.protocol import read_commit
+    >>> sorted(read_commit(upload.storage, 2).nodes)
+    ['trainer_0']
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
 
 from ckptstore import protocol
 from ckptstore.checkpoint._manager import ManagerBase
@@ -38,7 +50,8 @@ class CopyUpload(UploadTaskGroupBuilder):
 
     Example::
 
-        CopyUpload("gs://bucket/run", storage_options={"token": "anon"})
+        >>> CopyUpload("gs://bucket/run", storage_options={"token": "anon"}).dest
+        'gs://bucket/run'
     """
 
     name = "copy"
@@ -48,7 +61,7 @@ class CopyUpload(UploadTaskGroupBuilder):
         dest: str,
         *,
         path_type: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, object] | None = None,
         verify: bool = True,
     ) -> None:
         self.dest = dest

@@ -6,7 +6,8 @@ Object-store plugins subclass it and only add options, retries and tuning.
 
 Example::
 
-    CheckpointManager("memory://runs/a", "trainer_0", "npz")
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("memory://runs/a", "trainer_0", "npz")
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ class FsspecPath(PathType):
 
     Example::
 
-        FsspecPath("memory://ckpt").write_bytes("a/b", b"data")
+        >>> storage = FsspecPath("memory://ckpt")
+        >>> storage.write_bytes("a/b", b"data")
+        >>> storage.read_bytes("a/b")
+        b'data'
     """
 
     name = "fsspec"
@@ -53,7 +57,7 @@ class FsspecPath(PathType):
         *,
         filesystem: fsspec.AbstractFileSystem | None = None,
         root: str | None = None,
-        **storage_options: Any,
+        **storage_options: object,
     ) -> None:
         """Open ``url`` with fsspec (``storage_options`` go to the filesystem), or use an
         already opened ``filesystem`` whose path for ``url`` is ``root`` (what

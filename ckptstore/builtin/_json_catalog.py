@@ -8,7 +8,8 @@ catalog is rebuilt from them, and ``last_epoch`` answers from storage.
 
 Example::
 
-    MultiNodeCheckpointManager("/ckpt", "zarr", metadata_handler="json")
+    >>> from ckptstore import MultiNodeCheckpointManager
+    >>> manager = MultiNodeCheckpointManager("ckpt", "zarr", metadata_handler="json")
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ckptstore.errors import CatalogCorruptError, CorruptCheckpointError
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import EpochCommit
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_int
 from ckptstore.records._layout import CONTROL_DIR
 
 __all__ = ["CATALOG_DIR", "LEGACY_CATALOG_KEY", "JsonCatalog", "entry_key"]
@@ -46,9 +47,19 @@ class JsonCatalog(IndexCatalog):
 
     Example::
 
-        handler = JsonCatalog()
-        manager = CheckpointManager("/ckpt", "trainer_0", "npz", metadata_handler=handler)
-        handler.epochs()  # {0: CatalogEntry(...), 1: ...} once the job saved
+        >>> from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 2)
+        >>> from ckptstore import CheckpointManager
+        >>> handler = JsonCatalog()
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz", metadata_handler=handler)
+        >>> JobRunner(job, manager).train(LocalSession())
+        2
+        >>> sorted(handler.epochs())  # once the job saved
+        [0, 1, 2]
     """
 
     name = "json"
@@ -83,7 +94,7 @@ class JsonCatalog(IndexCatalog):
             return None
         try:
             raw = decode_document(data, ENTRY_KIND, url=storage.display_url, key=key)
-            if int(raw["epoch"]) != epoch:
+            if json_int(raw, "epoch") != epoch:
                 raise ValueError(f"it describes epoch {raw['epoch']}")
             return CatalogEntry.from_json(epoch, raw)
         except (CorruptCheckpointError, KeyError, TypeError, ValueError) as error:

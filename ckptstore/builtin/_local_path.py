@@ -11,7 +11,10 @@ renamed.
 
 Example::
 
-    storage = LocalPath("/data/ckpt", durability="fsync")
+    >>> storage = LocalPath("ckpt", durability="fsync")
+    >>> storage.write_bytes("a", b"data")
+    >>> storage.read_bytes("a")
+    b'data'
 """
 
 from __future__ import annotations
@@ -87,7 +90,10 @@ class LocalPath(PathType):
 
     Example::
 
-        CheckpointManager("/data/ckpt", "trainer_0", "zarr")  # uses LocalPath
+        >>> from ckptstore import CheckpointManager
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr")
+        >>> type(manager.location.storage).__name__
+        'LocalPath'
     """
 
     name = "local"
@@ -99,7 +105,7 @@ class LocalPath(PathType):
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
     max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
-    def __init__(self, url: str, *, durability: str | None = None, **options: Any) -> None:
+    def __init__(self, url: str, *, durability: str | None = None, **options: object) -> None:
         if options:
             raise TypeError(
                 f"local path type takes only 'durability', not {sorted(options)}; storage "

@@ -12,7 +12,8 @@ type; see :mod:`ckptstore.records._dtypes`).
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", db_type="npz")
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("ckpt", "trainer_0", db_type="npz")
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptstore._types import Array
 from ckptstore.builtin._packed import (
     Member,
     check_ranges,
@@ -51,12 +53,19 @@ class NpzDB(DBType):
 
     Example::
 
-        np.load("/ckpt/trainer_0.4/blobs.npz", allow_pickle=False)["trainer_0/total"]
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["trainer_0/total"] = np.array([100])
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(4))
+        >>> np.load("ckpt/trainer_0.4/blobs.npz", allow_pickle=False)["trainer_0/total"]
+        array([100])
     """
 
     name = "npz"
 
-    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+    def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         members = [
             Member(f"{name}.npy", _npy_header(array), name, array) for name, array in blobs.items()
         ]
@@ -68,9 +77,7 @@ class NpzDB(DBType):
         }
         return WrittenDB(records, written.files)
 
-    def read(
-        self, db: DBLocation, records: Sequence[BlobRecord]
-    ) -> dict[str, np.ndarray[Any, Any]]:
+    def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         return read_archive(db, ARCHIVE, records)
 

@@ -20,9 +20,19 @@ never lose each other's entries.
 
 Example::
 
-    catalog = SqliteCatalog("/shared/ckpt-catalog.sqlite")
-    JobRunner(job, MultiNodeCheckpointManager("s3://bucket/run-7", metadata_handler=catalog))
-    catalog.query("SELECT epoch, nbytes FROM epochs ORDER BY epoch")
+    >>> from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 2)
+    >>> from ckptstore import MultiNodeCheckpointManager
+    >>> catalog = SqliteCatalog("ckpt-catalog.sqlite")  # a shared file, any checkpoint URL
+    >>> manager = MultiNodeCheckpointManager("run-7", metadata_handler=catalog)
+    >>> JobRunner(job, manager).train(LocalSession())
+    2
+    >>> catalog.query("SELECT epoch FROM epochs ORDER BY epoch")
+    [(0,), (1,), (2,)]
 """
 
 from __future__ import annotations
@@ -35,7 +45,6 @@ import sqlite3
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog
 from ckptstore.errors import (
@@ -110,8 +119,9 @@ class SqliteCatalog(IndexCatalog):
 
     Example::
 
-        catalog = SqliteCatalog()          # <root>/_ckptstore/catalog.sqlite
-        manager = MultiNodeCheckpointManager("/ckpt", metadata_handler=catalog)
+        >>> from ckptstore import MultiNodeCheckpointManager
+        >>> catalog = SqliteCatalog()          # <root>/_ckptstore/catalog.sqlite
+        >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler=catalog)
     """
 
     name = "sqlite"
@@ -195,7 +205,7 @@ class SqliteCatalog(IndexCatalog):
                 file=f"{CONTROL_DIR}/{DEFAULT_NAME}",
             )
 
-    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[object, ...]]:
         """Run a read query against the catalog; rows as tuples."""
         with self.connect() as connection, _typed_errors(self.database):
             return list(connection.execute(sql, parameters))

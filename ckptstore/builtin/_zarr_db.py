@@ -18,8 +18,15 @@ Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core type
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", ZarrDB())
-    zarr.open_group(zarr.storage.ZipStore("/ckpt/trainer_0.3/blobs.zarr.zip", mode="r"))
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["trainer_0/total"] = np.array([100])
+    >>> manager = CheckpointManager("ckpt", "trainer_0", ZarrDB(compression="zstd"))
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(4))
+    >>> import zarr
+    >>> zarr.open_group("ckpt/trainer_0.4", mode="r")["trainer_0/total"][:]  # plain zarr reads it
+    array([100])
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore._types import Buffer
+from ckptstore._types import Array, Buffer
 from ckptstore.builtin._packed import (
     Member,
     check_ranges,
@@ -142,7 +149,8 @@ class ZarrDB(DBType):
 
     Example::
 
-        MultiNodeCheckpointManager("s3://bucket/run", ZarrDB(compression="zstd", level=3))
+        >>> from ckptstore import MultiNodeCheckpointManager
+        >>> manager = MultiNodeCheckpointManager("ckpt", ZarrDB(compression="zstd", level=3))
     """
 
     name = "zarr"
@@ -159,7 +167,7 @@ class ZarrDB(DBType):
     def __repr__(self) -> str:
         return f"ZarrDB(compression={self.compression!r}, level={self.level})"
 
-    def check_blob(self, name: str, array: np.ndarray[Any, Any]) -> None:
+    def check_blob(self, name: str, array: Array) -> None:
         encode_dtype(name, array.dtype)
         for segment in name.split("/"):
             if segment.startswith("__") or segment == METADATA:
@@ -173,7 +181,7 @@ class ZarrDB(DBType):
 
     # -- writing ----------------------------------------------------------------------
 
-    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+    def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         _refuse_nested_arrays(blobs)
         if self.compression is None:
             return self._write_archive(db, blobs)
@@ -347,9 +355,7 @@ class ZarrDB(DBType):
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(
-        self, db: DBLocation, records: Sequence[BlobRecord]
-    ) -> dict[str, np.ndarray[Any, Any]]:
+    def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         raw = [record for record in records if record.codec == "raw"]
         arrays = read_archive(db, ARCHIVE, raw)

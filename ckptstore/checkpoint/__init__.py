@@ -8,8 +8,19 @@ never parses stored documents itself. May import the protocol and every layer be
 
 Example::
 
-    manager = MultiNodeCheckpointManager("/ckpt", "zarr", metadata_handler="json")
-    JobRunner(job, manager).train(LocalSession())
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job:
+    ...     for name in ("trainer_0", "trainer_1"):
+    ...         with Node(name):
+    ...             with job.init_group:
+    ...                 _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...             _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     with Node("trainer_0"):
+    ...         done = epoch_limiter(job, 3)
+    >>> from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
+    >>> manager = MultiNodeCheckpointManager("ckpt", "zarr", metadata_handler="json")
+    >>> JobRunner(job, manager).train(LocalSession())
+    3
 """
 
 from ckptstore.checkpoint._async_save import SaveFuture

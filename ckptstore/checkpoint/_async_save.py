@@ -20,9 +20,15 @@ every node's data is durable, exactly as for a synchronous save.
 
 Example::
 
-    future = manager.save_async(3, session)   # returns once the blobs are copied
-    ...train epoch 4...
-    future.result()                           # raises SaveFailedError if it failed
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(3)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> future = manager.save_async(3, session)  # returns once the blobs are copied
+    >>> session.workspace("trainer_0")["w"] += 1  # ...train epoch 4...
+    >>> [stats.epoch for stats in future.result()]  # raises SaveFailedError if it failed
+    [3]
 """
 
 from __future__ import annotations
@@ -248,10 +254,17 @@ class SaveFuture:
 
     Example::
 
-        future = manager.save_async(5, session)
-        future.done()          # False while it is written
-        future.wait()          # blocks; raises if the save failed
-        future.result()[0].nbytes
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(3)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> future = manager.save_async(5, session)
+        >>> future.wait()          # blocks; raises if the save failed
+        >>> future.done()
+        True
+        >>> future.result()[0].nbytes
+        24
     """
 
     def __init__(self, epoch: int) -> None:
@@ -299,9 +312,14 @@ class AsyncSaver:
 
     Example::
 
-        saver = AsyncSaver()
-        future = saver.submit(epoch, session, stage_group, finish, 1)
-        saver.wait_all()
+        >>> from ckptstore import LocalSession, Task
+        >>> saver = AsyncSaver()
+        >>> stage = lambda: Task(lambda ws: "ticket")  # the snapshot, run in the session
+        >>> finish = lambda tickets: []  # the write, on the background thread
+        >>> future = saver.submit(3, LocalSession(), stage, finish, 1)
+        >>> saver.settle()  # waits for every save in flight
+        >>> future.result()
+        []
     """
 
     def __init__(self) -> None:

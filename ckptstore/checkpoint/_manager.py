@@ -2,8 +2,16 @@
 
 Example::
 
-    manager = CheckpointManager("/ckpt", "trainer_0", "zarr", metadata_handler="json")
-    JobRunner(job, manager).train(LocalSession())
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import JobRunner, LocalSession
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr", metadata_handler="json")
+    >>> JobRunner(job, manager).train(LocalSession())
+    3
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ckptstore.checkpoint._async_save import AsyncSaver, SaveFuture, await_node_save, stage_node
 from ckptstore.checkpoint._node_tasks import (
@@ -31,7 +39,7 @@ from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
 from ckptstore.protocol._location import CheckpointLocation
@@ -61,13 +69,19 @@ class ManagerBase(ABC):
 
     Example::
 
-        manager.report_checkpoint_stats("checkpoint_save")
+        >>> from ckptstore import LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(3)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> manager.report_checkpoint_stats("checkpoint_save")  # to the handler and plugins
     """
 
     def __init__(
         self,
         location: CheckpointLocation,
-        metadata_handler: str | MetadataHandler | Any | None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None,
         retention: RetentionPolicy | None = None,
         *,
         overwrite: bool = False,
@@ -94,7 +108,7 @@ class ManagerBase(ABC):
         return self._db_type
 
     @property
-    def metadata_handler(self) -> Any:
+    def metadata_handler(self) -> MetadataHandler | MetadataHandlerLike | None:
         return self._metadata_handler
 
     @property
@@ -151,16 +165,21 @@ class ManagerBase(ABC):
 
         Example::
 
-            future = manager.save_async(epoch, session)
-            session.run(job.epoch_group)   # the next epoch trains meanwhile
-            future.wait()
+            >>> from ckptstore import LocalSession
+            >>> session = LocalSession()
+            >>> session.workspace("trainer_0")["w"] = np.ones(3)
+            >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+            >>> _ = session.run(manager.init(["trainer_0"]))
+            >>> future = manager.save_async(1, session)
+            >>> session.workspace("trainer_0")["w"] += 1   # the next epoch trains meanwhile
+            >>> future.wait()
         """
         if max_in_flight < 1:
             raise JobConfigurationError(f"max_in_flight must be >= 1, got {max_in_flight}")
         options = StageOptions(max_in_flight, retries, backoff)
 
         def finish(tickets: list[Any]) -> list[NodeStats]:
-            results: list[NodeStats] = session.run(self._finish_group(epoch, tickets))
+            results = cast("list[NodeStats]", session.run(self._finish_group(epoch, tickets)))
             self.write_checkpoint_metadata(epoch)
             self.report("checkpoint_save", {stats.db_path: stats for stats in results})
             if after_commit is not None:
@@ -206,7 +225,8 @@ class ManagerBase(ABC):
                 log.warning("Failed to collect checkpoint stats: the operation did not run")
                 continue
             for node_stats in value if isinstance(value, list) else [value]:
-                stats[node_stats.db_path] = node_stats
+                if isinstance(node_stats, NodeStats):
+                    stats[node_stats.db_path] = node_stats
 
     def report_checkpoint_stats(self, action_name: str) -> None:
         """Send the last operation's stats to the metadata handler and every reporter."""
@@ -318,10 +338,16 @@ class CheckpointManager(ManagerBase):
 
     Example::
 
-        manager = CheckpointManager("/ckpt", "trainer_0", "npz")
-        session.run(manager.init(["trainer_0"]))
-        session.run(manager.save(1))
-        session.run(manager.load(1))
+        >>> from ckptstore import LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(3)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> session.workspace("trainer_0")["w"][:] = 0
+        >>> _ = session.run(manager.load(1))
+        >>> session.workspace("trainer_0")["w"]
+        array([1., 1., 1.])
     """
 
     BLOB_NAMES = "blob_names"
@@ -331,7 +357,7 @@ class CheckpointManager(ManagerBase):
         db_prefix: str,
         node_name: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
-        metadata_handler: str | MetadataHandler | Any | None = None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
         *,
         io: IOSettings | None = None,
         path_type: str | None = None,
@@ -404,7 +430,7 @@ class CheckpointManager(ManagerBase):
         if self._names_output is None:
             raise JobConfigurationError("call manager.init(...) and run its task before save/load")
         try:
-            return list(self._names_output.fetch())
+            return list(cast("list[str]", self._names_output.fetch()))
         except NotRunError:
             raise NotRunError(
                 "the task returned by manager.init(...) has not run yet: run it in the session "
@@ -460,7 +486,7 @@ class CheckpointManager(ManagerBase):
             result_is_output=True,
         )
 
-    def await_task(self, epoch: int, ticket: Any) -> Task:
+    def await_task(self, epoch: int, ticket: int) -> Task:
         """The task waiting for the background write of ``ticket`` (its stats)."""
         return Task(
             partial(

@@ -3,8 +3,19 @@ when all of them saved it.
 
 Example::
 
-    manager = MultiNodeCheckpointManager("s3://bucket/run", "zarr", metadata_handler="json")
-    JobRunner(job, manager).train(session)
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job:
+    ...     for name in ("trainer_0", "trainer_1"):
+    ...         with Node(name):
+    ...             with job.init_group:
+    ...                 _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...             _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     with Node("trainer_0"):
+    ...         done = epoch_limiter(job, 3)
+    >>> from ckptstore import JobRunner, LocalSession
+    >>> manager = MultiNodeCheckpointManager("ckpt", "zarr", metadata_handler="json")
+    >>> JobRunner(job, manager).train(LocalSession())  # "s3://bucket/run" works alike
+    3
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 
@@ -49,17 +60,22 @@ class MultiNodeCheckpointManager(ManagerBase):
 
     Example::
 
-        manager = MultiNodeCheckpointManager("/ckpt", "npz")
-        session.run(manager.init(["trainer_0", "trainer_1"]))
-        session.run(manager.save(1))  # commits epoch 1 once both nodes saved
-        manager.get_ckpt_db_name("trainer_1", 1)  # '/ckpt/trainer_1.1'
+        >>> from ckptstore import LocalSession
+        >>> session = LocalSession()
+        >>> for node in ("trainer_0", "trainer_1"):
+        ...     session.workspace(node)["w"] = np.ones(2)
+        >>> manager = MultiNodeCheckpointManager("ckpt", "npz")
+        >>> _ = session.run(manager.init(["trainer_0", "trainer_1"]))
+        >>> _ = session.run(manager.save(1))  # commits epoch 1 once both nodes saved
+        >>> manager.get_ckpt_db_name("trainer_1", 1)
+        'ckpt/trainer_1.1'
     """
 
     def __init__(
         self,
         db_prefix: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
-        metadata_handler: str | MetadataHandler | Any | None = None,
+        metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
         *,
         io: IOSettings | None = None,
         path_type: str | None = None,

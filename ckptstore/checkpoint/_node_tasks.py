@@ -6,8 +6,16 @@ reading and writing storage directly.
 
 Example::
 
-    Task(partial(save_node, location=location, node="trainer_0", epoch=3,
-                 names=["w"], commit=True))
+    >>> from functools import partial
+    >>> from ckptstore import LocalSession, Task
+    >>> from ckptstore.protocol import CheckpointLocation
+    >>> location = CheckpointLocation.open("ckpt", "npz")
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> task = Task(partial(save_node, location=location, node="trainer_0", epoch=3,
+    ...                     names=["w"], commit=True), node="trainer_0")
+    >>> [stats.nblobs for stats in session.run(task)]
+    [1]
 """
 
 from __future__ import annotations

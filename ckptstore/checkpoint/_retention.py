@@ -18,9 +18,19 @@ directory once, then reads the commit records of the epochs it considers.
 
 Example::
 
-    plan = enforce(storage, KeepLast(3, every=10), dry_run=True)
-    plan.delete            # (4, 5, 6)
-    JobRunner(job, manager, retention=KeepLast(3))
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+    >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
+    >>> plan = enforce(LocalPath("ckpt"), KeepLast(2), dry_run=True)
+    >>> [removal.epoch for removal in plan.delete]
+    [0, 1]
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> runner = JobRunner(job, manager, retention=KeepLast(3))
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_list
 from ckptstore.records._layout import CONTROL_DIR, parse_node_commit_key
 from ckptstore.records._names import get_ckpt_filename, validate_node_name
 
@@ -79,8 +89,10 @@ class RetentionPolicy(Protocol):
 
     Example::
 
-        class KeepEven:
-            def keep(self, epochs): return {e for e in epochs if e % 2 == 0}
+        >>> class KeepEven:
+        ...     def keep(self, epochs): return {e for e in epochs if e % 2 == 0}
+        >>> isinstance(KeepEven(), RetentionPolicy)
+        True
     """
 
     def keep(self, epochs: Sequence[int]) -> set[int]:
@@ -94,7 +106,9 @@ class ForgetsEpochs(Protocol):
 
     Example::
 
-        handler.forget([3, 4])
+        >>> from ckptstore import JsonCatalog
+        >>> isinstance(JsonCatalog(), ForgetsEpochs)  # retention calls handler.forget([3, 4])
+        True
     """
 
     def forget(self, epochs: Sequence[int]) -> None:
@@ -109,7 +123,8 @@ class KeepLast:
 
     Example::
 
-        KeepLast(2, every=5).keep([0, 1, 2, 3, 4, 5, 6, 7])  # {0, 5, 6, 7}
+        >>> sorted(KeepLast(2, every=5).keep([0, 1, 2, 3, 4, 5, 6, 7]))
+        [0, 5, 6, 7]
     """
 
     last: int
@@ -137,7 +152,8 @@ class EpochRemoval:
 
     Example::
 
-        EpochRemoval(3, ("trainer_0", "trainer_1"), stored_bytes=1 << 20)
+        >>> EpochRemoval(3, ("trainer_0", "trainer_1"), stored_bytes=1 << 20).stored_bytes
+        1048576
     """
 
     epoch: int
@@ -166,8 +182,17 @@ class RetentionPlan:
 
     Example::
 
-        plan = plan_retention(storage, KeepLast(2))
-        plan.keep, [removal.epoch for removal in plan.delete], plan.freed_bytes
+        >>> from ckptstore import Job, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 3)
+        >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+        >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
+        >>> plan = plan_retention(LocalPath("ckpt"), KeepLast(2))
+        >>> plan.keep, [removal.epoch for removal in plan.delete], plan.freed_bytes > 0
+        ((2, 3), [0, 1], True)
     """
 
     url: str
@@ -261,10 +286,11 @@ def _tombstones(keys: Iterable[str]) -> list[tuple[str, int]]:
 def _unfinished(storage: PathType, key: str, epoch: int) -> EpochRemoval:
     data = storage.get_document(key) or b""
     try:
-        nodes = decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key)["nodes"]
+        document = decode_document(data, TOMBSTONE_KIND, url=storage.display_url, key=key)
+        nodes = json_list(document, "nodes")
         # stored names become keys to delete: each must be a valid node name
-        names = tuple(validate_node_name(node) for node in nodes)
-    except (CorruptCheckpointError, KeyError, TypeError, InvalidNameError):
+        names = tuple(validate_node_name(str(node)) for node in nodes)
+    except (CorruptCheckpointError, KeyError, TypeError, ValueError, InvalidNameError):
         names = ()
     return EpochRemoval(epoch, names, 0, resumed=True, tombstone=key)
 

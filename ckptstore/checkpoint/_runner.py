@@ -6,8 +6,16 @@ Order, as in Caffe2: init → init-checkpoint → (save 0 | load k) →
 
 Example::
 
-    runner = JobRunner(job, MultiNodeCheckpointManager("/ckpt", "zarr", "json"))
-    last_epoch = runner.train(LocalSession())
+    >>> from ckptstore import Job, Node, Task, epoch_limiter
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+    ...     done = epoch_limiter(job, 3)
+    >>> from ckptstore import LocalSession, MultiNodeCheckpointManager
+    >>> runner = JobRunner(job, MultiNodeCheckpointManager("ckpt", "zarr", "json"))
+    >>> runner.train(LocalSession())
+    3
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 
@@ -152,9 +159,19 @@ class JobRunner:
 
     Example::
 
-        runner = JobRunner(job, manager, max_consecutive_save_failures=3)
-        runner.train(session)
-        runner.committed_epochs  # [0, 1, 2, 3, 4]
+        >>> from ckptstore import Job, Node, Task, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+        ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
+        ...     done = epoch_limiter(job, 3)
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> runner = JobRunner(job, manager, max_consecutive_save_failures=3)
+        >>> runner.train(LocalSession())
+        3
+        >>> runner.committed_epochs
+        [0, 1, 2, 3]
     """
 
     def __init__(
@@ -162,7 +179,7 @@ class JobRunner:
         job: Job,
         checkpoint_manager: ManagerBase | None = None,
         resume_from_epoch: int | None = None,
-        upload_task_group_builder: str | UploadTaskGroupBuilder | Any | None = None,
+        upload_task_group_builder: str | UploadTaskGroupBuilder | None = None,
         *,
         save_retries: int = 2,
         retry_backoff: float = 0.5,
@@ -318,7 +335,7 @@ class JobRunner:
         with self._finishing_saves():
             while True:
                 session.run(job.epoch_group)
-                stop = any(bool(np.any(output.fetch())) for output in job.stop_conditions)
+                stop = any(np.asarray(out.fetch()).any() for out in job.stop_conditions)
                 if manager is not None:
                     self.save_checkpoints(epoch, session)
                 if stop:

@@ -2,13 +2,13 @@
 
 Example::
 
-    $ ckptstore demo            # train, checkpoint, resume on a second run
-    $ ckptstore plugins         # what is installed
-    $ ckptstore --version
-
-A user error (bad option, path, URL, environment variable) never shows a traceback: one
-line on stderr naming it and the fix, a documented exit code (``docs/cli.md``), and with
-``--json`` an ``{"error": ...}`` document on stdout.
+    >>> import contextlib, sys
+    >>> from ckptstore.cli import main
+    >>> with contextlib.redirect_stderr(sys.stdout):  # `ckptstore ls ./nothing`
+    ...     main(["ls", "./nothing"])
+    ckptstore: error: nothing at ./nothing: no such directory or prefix; check the URL
+    (and -o options such as the endpoint)
+    4
 """
 
 from __future__ import annotations

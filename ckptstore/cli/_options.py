@@ -3,9 +3,13 @@ URL with them, so a wrong option is one line naming it and the fix, never a trac
 
 Example::
 
-    $ ckptstore ls ./ckpt -o durabilty=fsync
-    ckptstore: error: storage option for ./ckpt (path type 'local'): -o durabilty=... was
-    refused (local path type takes only 'durability', ...); did you mean -o durability=...?
+    >>> import contextlib, sys
+    >>> from ckptstore.cli import main
+    >>> with contextlib.redirect_stderr(sys.stdout):  # `ckptstore ls ./ckpt -o durabilty=fsync`
+    ...     main(["ls", "./ckpt", "-o", "durabilty=fsync"])
+    ckptstore: error: storage option for ./ckpt (path type 'local'): -o durabilty='fsync' refused
+    (local path type takes only 'durability', ...); did you mean -o durability=...?
+    1
 """
 
 from __future__ import annotations

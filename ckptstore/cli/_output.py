@@ -4,9 +4,19 @@ JSON mode.
 
 Example::
 
-    return fail("no committed epoch under ./ckpt", EXIT_NOT_FOUND, json_mode=args.json)
-    # stderr: ckptstore: error: no committed epoch under ./ckpt
-    # stdout: {"error": {"exit_code": 4, "message": "...", "type": "not_found"}}
+    >>> import contextlib, sys
+    >>> from ckptstore.cli._common import EXIT_NOT_FOUND
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     fail("no committed epoch under ./ckpt", EXIT_NOT_FOUND, json_mode=True)
+    ckptstore: error: no committed epoch under ./ckpt
+    {
+      "error": {
+        "exit_code": 4,
+        "message": "no committed epoch under ./ckpt",
+        "type": "error"
+      }
+    }
+    4
 """
 
 from __future__ import annotations

@@ -4,10 +4,18 @@ like every other error (exit 2, and JSON on stdout with ``--json``).
 
 Example::
 
-    $ ckptstore lss ./ckpt
-    ckptstore: error: unknown command 'lss'; did you mean 'ls'? (see ckptstore --help)
-    $ ckptstore ls ./ckpt --jsn
+    >>> import contextlib, sys
+    >>> from ckptstore.cli import main
+    >>> with contextlib.redirect_stderr(sys.stdout):  # `ckptstore lss ./ckpt`
+    ...     main(["lss", "./ckpt"])
+    usage: ckptstore [-h] [--version] COMMAND ...
+    ckptstore: error: unknown command 'lss'; did you mean ls? (see ckptstore --help)
+    2
+    >>> with contextlib.redirect_stderr(sys.stdout):  # `ckptstore ls ./ckpt --jsn`
+    ...     main(["ls", "./ckpt", "--jsn"])
+    usage: ...
     ckptstore: error: unknown option --jsn; did you mean --json? (see ckptstore ls --help)
+    2
 """
 
 from __future__ import annotations

@@ -4,8 +4,12 @@ pipes, logs and ``--json`` output stay clean.
 
 Example::
 
-    with ProgressBar(total_bytes, "copy", enabled=None) as bar:
-        bar.advance(chunk_bytes)
+    >>> import io
+    >>> stream = io.StringIO()
+    >>> with ProgressBar(4096, "copy", enabled=None, stream=stream) as bar:  # drawn on a tty only
+    ...     bar.advance(4096)
+    >>> bar.done
+    4096
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ class ProgressBar:
 
     Example::
 
-        bar = ProgressBar(10, "verify", unit="nodes", enabled=True)
-        bar.advance()
+        >>> import io
+        >>> bar = ProgressBar(10, "verify", unit="nodes", enabled=True, stream=io.StringIO())
+        >>> bar.advance()
+        >>> bar.done, bar.total
+        (1, 10)
     """
 
     def __init__(

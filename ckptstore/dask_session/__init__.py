@@ -6,11 +6,19 @@ Dask. See ``docs/distributed.md``.
 
 Example::
 
-    from distributed import Client
-    from ckptstore.dask_session import DaskSession
-
-    with Client("tcp://scheduler:8786") as client, DaskSession(client) as session:
-        JobRunner(job, manager).train(session)
+    >>> from distributed import Client, LocalCluster  # or Client("tcp://scheduler:8786")
+    >>> from ckptstore import Job, JobRunner, MultiNodeCheckpointManager, Node, Task, epoch_limiter
+    >>> from ckptstore.dask_session import DaskSession
+    >>> with Job() as job, Node("trainer_0"):
+    ...     with job.init_group:
+    ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
+    ...     done = epoch_limiter(job, 2)
+    >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")
+    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
+    ...     with Client(cluster) as client, DaskSession(client) as session:
+    ...         last = JobRunner(job, manager).train(session)
+    >>> last
+    2
 """
 
 try:

@@ -9,8 +9,9 @@ the same workers gets the same placement, and N nodes spread evenly over M worke
 
 Example::
 
-    placement = NodePlacement({"trainer_0": "gpu-host-0"})
-    placement.place("trainer_0", {"tcp://10.0.0.5:4000": "gpu-host-0"})
+    >>> placement = NodePlacement({"trainer_0": "gpu-host-0"})
+    >>> placement.place("trainer_0", {"tcp://10.0.0.5:4000": "gpu-host-0"})
+    'tcp://10.0.0.5:4000'
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ class NodePlacement:
 
     Example::
 
-        placement = NodePlacement()
-        placement.place("trainer_0", {"tcp://a:1": "0", "tcp://b:1": "1"})  # 'tcp://a:1'
-        placement.place("trainer_1", {"tcp://a:1": "0", "tcp://b:1": "1"})  # 'tcp://b:1'
+        >>> placement = NodePlacement()
+        >>> placement.place("trainer_0", {"tcp://a:1": "0", "tcp://b:1": "1"})
+        'tcp://a:1'
+        >>> placement.place("trainer_1", {"tcp://a:1": "0", "tcp://b:1": "1"})
+        'tcp://b:1'
     """
 
     def __init__(self, node_to_worker: Mapping[str, str] | None = None) -> None:

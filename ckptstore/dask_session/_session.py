@@ -2,12 +2,21 @@
 
 Example::
 
-    from distributed import Client
-    from ckptstore.dask_session import DaskSession
-
-    manager = MultiNodeCheckpointManager("s3://bucket/run", metadata_handler="json")
-    with Client("tcp://scheduler:8786") as client, DaskSession(client) as session:
-        JobRunner(job, manager).train(session)
+    >>> from distributed import Client, LocalCluster
+    >>> from ckptstore import Job, JobRunner, MultiNodeCheckpointManager, Node, Task, epoch_limiter
+    >>> from ckptstore.dask_session import DaskSession
+    >>> with Job() as job:
+    ...     for name in ("trainer_0", "trainer_1"):
+    ...         with Node(name), job.init_group:
+    ...             _ = Task(lambda ws, n=name: ws.update({f"{n}/total": np.array([100])}))
+    ...     with Node("trainer_0"):
+    ...         done = epoch_limiter(job, 2)
+    >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")  # or "s3://bucket/run"
+    >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=":0")
+    >>> with Client(cluster) as client, DaskSession(client) as session:
+    ...     JobRunner(job, manager).train(session)
+    2
+    >>> cluster.close()
 """
 
 from __future__ import annotations
@@ -59,9 +68,23 @@ class DaskSession(Session):
 
     Example::
 
-        with DaskSession(client, {"trainer_0": "gpu-0", "trainer_1": "gpu-1"}) as session:
-            JobRunner(job, manager).train(session)
-            session.fetch_blob("trainer_0", "trainer_0/total")
+        >>> from distributed import Client, LocalCluster
+        >>> from ckptstore import Job, JobRunner, MultiNodeCheckpointManager
+        >>> from ckptstore import Node, Task, epoch_limiter
+        >>> from ckptstore.dask_session import DaskSession
+        >>> with Job() as job:
+        ...     for name in ("trainer_0", "trainer_1"):
+        ...         with Node(name), job.init_group:
+        ...             _ = Task(lambda ws, n=name: ws.update({f"{n}/total": np.array([100])}))
+        ...     with Node("trainer_0"):
+        ...         done = epoch_limiter(job, 2)
+        >>> manager = MultiNodeCheckpointManager("ckpt", metadata_handler="json")  # or "s3://bucket/run"
+        >>> cluster = LocalCluster(n_workers=2, processes=False, dashboard_address=":0")
+        >>> with Client(cluster) as client, DaskSession(client) as session:
+        ...     last = JobRunner(job, manager).train(session)
+        ...     session.fetch_blob("trainer_0", "trainer_0/total")
+        array([100])
+        >>> cluster.close()
     """
 
     def __init__(

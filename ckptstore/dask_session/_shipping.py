@@ -8,8 +8,11 @@ the client, so ``except SaveFailedError`` or ``except OSError`` keep working the
 
 Example::
 
-    shipped = ShippedError.pack(StorageError("/ckpt", "a", "write", PermissionError()))
-    error = pickle.loads(pickle.dumps(shipped)).unpack()  # a StorageError again
+    >>> from ckptstore.errors import StorageError
+    >>> shipped = ShippedError.pack(StorageError("/ckpt", "a", "write", PermissionError()))
+    >>> error = pickle.loads(pickle.dumps(shipped)).unpack()
+    >>> type(error).__name__, error.url  # a StorageError again
+    ('StorageError', '/ckpt')
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ class ShippedError:
 
     Example::
 
-        ShippedError.pack(error, note="raised on worker tcp://10.0.0.5:4000").unpack()
+        >>> error = ShippedError.pack(ValueError("bad"), note="raised on worker tcp://10.0.0.5:4000").unpack()
+        >>> error.__notes__
+        ['raised on worker tcp://10.0.0.5:4000']
     """
 
     pickled: bytes | None = None

@@ -2,12 +2,17 @@
 
 Example::
 
-    with Job() as job:                      # tasks created here join job.epoch_group
-        with Node("trainer_0"):
-            with job.init_group:
-                Task(init_model, name="init")
-            Task(train_one_epoch, name="epoch")
-    epoch_limiter(job, 4)
+    >>> from ckptstore.execution import Node
+    >>> def init_model(ws): ws["w"] = np.zeros(3)
+    >>> def train_one_epoch(ws): ws["w"] += 1
+    >>> with Job() as job:                  # tasks created here join job.epoch_group
+    ...     with Node("trainer_0"):
+    ...         with job.init_group:
+    ...             _ = Task(init_model, name="init")
+    ...         _ = Task(train_one_epoch, name="epoch")
+    >>> done = epoch_limiter(job, 4)
+    >>> [task.name for task in job.init_group.tasks()]
+    ['init', 'epoch_limiter/0/init']
 """
 
 from __future__ import annotations
@@ -39,11 +44,14 @@ class Job:
 
     Example::
 
-        with Job() as job, Node("trainer_0"):
-            with job.init_group:
-                Task(lambda ws: ws.update(total=np.array([100])))
-            Task(lambda ws: ws["total"].__iadd__(1))
-        epoch_limiter(job, 3)
+        >>> from ckptstore.execution import Node
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(total=np.array([100])))
+        ...     _ = Task(lambda ws: ws["total"].__iadd__(1))
+        >>> done = epoch_limiter(job, 3)
+        >>> len(job.stop_conditions)
+        1
     """
 
     def __init__(
@@ -153,7 +161,9 @@ def epoch_limiter(job: Job, num_epochs: int) -> TaskOutput:
 
     Example::
 
-        epoch_limiter(job, 10)
+        >>> job = Job()
+        >>> epoch_limiter(job, 10)  # stops after the tenth epoch; returns the flag
+        TaskOutput(local/epoch_limiter/0/done)
     """
     if num_epochs < 1:
         raise JobConfigurationError(f"epoch_limiter needs num_epochs >= 1, got {num_epochs}")

@@ -21,9 +21,11 @@ class Node:
 
     Example::
 
-        with Node("trainer_0"):
-            Task(lambda ws: ws.update(total=np.array([100])))
-        Node.current()  # "local" again out here
+        >>> with Node("trainer_0"):
+        ...     Node.current()
+        'trainer_0'
+        >>> Node.current()  # "local" again out here
+        'local'
     """
 
     def __init__(self, name: str = DEFAULT_NODE) -> None:

@@ -2,11 +2,14 @@
 
 Example::
 
-    session = LocalSession()
-    with Node("trainer_0"):
-        task = Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"])
-    session.run(task)
-    session.workspace("trainer_0")["total"]  # array([100])
+    >>> from ckptstore.execution import Node
+    >>> session = LocalSession()
+    >>> with Node("trainer_0"):
+    ...     task = Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"])
+    >>> session.run(task)
+    [None]
+    >>> session.workspace("trainer_0")["total"]
+    array([100])
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 
@@ -33,7 +36,7 @@ Runnable = Task | TaskGroup
 class TaskOutcome:
     """What running one task produced: its return value, or the exception it raised."""
 
-    result: Any = None
+    result: object = None
     error: BaseException | None = None
 
 
@@ -46,9 +49,10 @@ class Session(ABC):
 
     Example::
 
-        class MySession(Session):
-            def _execute(self, group): ...
-            def fetch_blob(self, node, name): ...
+        >>> class MySession(Session):
+        ...     def _execute(self, group): ...
+        ...     def fetch_blob(self, node, name): ...
+        >>> session = MySession()
     """
 
     @classmethod
@@ -58,7 +62,7 @@ class Session(ABC):
         group.freeze()
         return group
 
-    def run(self, runnable: Runnable) -> list[Any]:
+    def run(self, runnable: Runnable) -> list[object]:
         """Run a task or task group to completion; returns the tasks' results in order."""
         group = self.compile(runnable)
         if group.before_run is not None:
@@ -120,9 +124,18 @@ class LocalSession(Session):
 
     Example::
 
-        session = LocalSession()
-        JobRunner(job, manager).train(session)
-        session.workspace("trainer_0")["total"]
+        >>> from ckptstore import CheckpointManager, Job, JobRunner, Node, epoch_limiter
+        >>> with Job() as job, Node("trainer_0"):
+        ...     with job.init_group:
+        ...         _ = Task(lambda ws: ws.update(total=np.array([100])))
+        ...     _ = Task(lambda ws: ws["total"].__iadd__(1))
+        ...     done = epoch_limiter(job, 2)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> session = LocalSession()
+        >>> JobRunner(job, manager).train(session)
+        2
+        >>> session.workspace("trainer_0")["total"]
+        array([102])
     """
 
     def __init__(self, workspaces: Mapping[str, Workspace] | None = None) -> None:

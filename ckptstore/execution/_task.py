@@ -2,12 +2,15 @@
 
 Example::
 
-    group = TaskGroup(WorkspaceType.GLOBAL)
-    with group, Node("trainer_0"):
-        init = Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"])
-    session = LocalSession()
-    session.run(group)
-    init.outputs()[0].fetch()  # array([100])
+    >>> from ckptstore.execution import LocalSession
+    >>> group = TaskGroup(WorkspaceType.GLOBAL)
+    >>> with group, Node("trainer_0"):
+    ...     init = Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"])
+    >>> session = LocalSession()
+    >>> session.run(group)
+    [None]
+    >>> init.outputs()[0].fetch()
+    array([100])
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import enum
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ckptstore.errors import FrozenGroupError, NotRunError
 from ckptstore.execution._context import ContextStack
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Task", "TaskFn", "TaskGroup", "TaskOutput", "WorkspaceType"]
 
-TaskFn = Callable[[Workspace], Any]
+TaskFn = Callable[[Workspace], object]
 """A task's body: called with its node's workspace; its return value is the task's result."""
 
 _current_groups: ContextStack[TaskGroup] = ContextStack("ckptstore_task_group")
@@ -56,18 +61,21 @@ class TaskOutput:
 
     Example::
 
-        task = Task(lambda ws: ws.update(x=np.ones(2)), outputs=["x"])
-        LocalSession().run(task)
-        task.outputs()[0].fetch()  # array([1., 1.])
+        >>> from ckptstore.execution import LocalSession
+        >>> task = Task(lambda ws: ws.update(x=np.ones(2)), outputs=["x"])
+        >>> LocalSession().run(task)
+        [None]
+        >>> task.outputs()[0].fetch()
+        array([1., 1.])
     """
 
     def __init__(self, task: Task, blob_name: str | None = None) -> None:
         self.task = task
         self.blob_name = blob_name
         self._session: Session | None = None
-        self._value: Any = None
+        self._value: object = None
 
-    def fetch(self) -> Any:
+    def fetch(self) -> object:
         """The output's value; raises :class:`NotRunError` before the task has run."""
         if self._session is None:
             raise NotRunError(
@@ -78,7 +86,15 @@ class TaskOutput:
             return self._value
         return self._session.fetch_blob(self.task.node, self.blob_name)
 
-    def bind(self, session: Session, value: Any = None) -> None:
+    def fetch_array(self) -> np.ndarray:
+        """:meth:`fetch` for an output holding an array (every blob output does); raises
+        :class:`TypeError` for a task result that is not an array."""
+        value = self.fetch()
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"output {self!r} holds a {type(value).__name__}, not an array")
+        return value
+
+    def bind(self, session: Session, value: object = None) -> None:
         """Called by a session after running the task: where (and what) to fetch."""
         self._session = session
         self._value = value
@@ -99,8 +115,11 @@ class Task:
 
     Example::
 
-        with Node("trainer_0"), job.init_group:
-            Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"], name="init")
+        >>> from ckptstore.execution import Job
+        >>> job = Job()
+        >>> with Node("trainer_0"), job.init_group:
+        ...     Task(lambda ws: ws.update(total=np.array([100])), outputs=["total"], name="init")
+        Task('init', node='trainer_0')
     """
 
     def __init__(
@@ -140,7 +159,7 @@ class Task:
         """A :class:`TaskOutput` holding the function's return value from its last run."""
         return self._result
 
-    def execute(self, workspace: Workspace, workspace_type: WorkspaceType) -> Any:
+    def execute(self, workspace: Workspace, workspace_type: WorkspaceType) -> object:
         """Run the task's function against ``workspace``; what sessions call on a node."""
         if self.fn is None:
             return None
@@ -148,7 +167,7 @@ class Task:
             return self.fn(PrivateWorkspace(workspace, keep=self.output_names()))
         return self.fn(workspace)
 
-    def bind_outputs(self, session: Session, result: Any) -> None:
+    def bind_outputs(self, session: Session, result: object) -> None:
         """Point this task's outputs at ``session`` after it ran there."""
         for output in self._outputs:
             output.bind(session)
@@ -168,10 +187,11 @@ class TaskGroup:
 
     Example::
 
-        group = TaskGroup(WorkspaceType.GLOBAL)
-        with group:
-            Task(lambda ws: ws.update(x=np.zeros(3)))
-        group.used_nodes()  # ['local']
+        >>> group = TaskGroup(WorkspaceType.GLOBAL)
+        >>> with group:
+        ...     _ = Task(lambda ws: ws.update(x=np.zeros(3)))
+        >>> group.used_nodes()
+        ['local']
     """
 
     def __init__(
@@ -179,7 +199,7 @@ class TaskGroup:
         workspace_type: WorkspaceType | None = None,
         *,
         before_run: Callable[[], None] | None = None,
-        after_run: Callable[[list[Any]], None] | None = None,
+        after_run: Callable[[list[object]], None] | None = None,
     ) -> None:
         self._workspace_type = workspace_type
         self._tasks: list[Task] = []

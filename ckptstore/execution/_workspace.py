@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
-from typing import Any
+from collections.abc import Iterator, Mapping, MutableMapping
 
 import numpy as np
 
@@ -14,7 +13,7 @@ from ckptstore.records._names import validate_blob_name
 __all__ = ["PrivateWorkspace", "Workspace", "as_blob"]
 
 
-def as_blob(name: str, value: Any) -> np.ndarray:
+def as_blob(name: str, value: object) -> np.ndarray:
     """Convert ``value`` to a checkpointable array, refusing what cannot be stored exactly
     (see :mod:`ckptstore.records._dtypes`): object arrays (they would need pickle, and
     ckptstore never unpickles on load), structured and void dtypes, and masked arrays.
@@ -33,13 +32,14 @@ class Workspace(MutableMapping[str, np.ndarray]):
 
     Example::
 
-        ws = Workspace()
-        ws["total"] = np.array([100])
-        ws["total"] += 3
-        sorted(ws)  # ['total']
+        >>> ws = Workspace()
+        >>> ws["total"] = np.array([100])
+        >>> ws["total"] += 3
+        >>> sorted(ws), ws["total"]
+        (['total'], array([103]))
     """
 
-    def __init__(self, blobs: dict[str, Any] | None = None) -> None:
+    def __init__(self, blobs: Mapping[str, object] | None = None) -> None:
         self._blobs: dict[str, np.ndarray] = {}
         for name, value in (blobs or {}).items():
             self[name] = value
@@ -52,7 +52,7 @@ class Workspace(MutableMapping[str, np.ndarray]):
                 [name], "this workspace", "create it in the job's init_group or load it first"
             ) from None
 
-    def __setitem__(self, name: str, value: Any) -> None:
+    def __setitem__(self, name: str, value: object) -> None:
         # new=False: loads put names from older checkpoints here; new names are held to
         # the segment limit when init lists them and when a save starts
         self._blobs[validate_blob_name(name, new=False)] = as_blob(name, value)
@@ -82,10 +82,12 @@ class PrivateWorkspace(Workspace):
 
     Example::
 
-        node_ws = Workspace({"total": [100]})
-        view = PrivateWorkspace(node_ws, keep=())
-        view["tmp"] = 1; view["total"] = [101]
-        sorted(node_ws)  # ['total']: 'tmp' stayed private
+        >>> node_ws = Workspace({"total": [100]})
+        >>> view = PrivateWorkspace(node_ws, keep=())
+        >>> view["tmp"] = 1
+        >>> view["total"] = [101]
+        >>> sorted(node_ws)  # 'tmp' stayed private
+        ['total']
     """
 
     def __init__(self, parent: Workspace, keep: tuple[str, ...] | frozenset[str]) -> None:
@@ -98,7 +100,7 @@ class PrivateWorkspace(Workspace):
             return self._blobs[name]
         return self._parent[name]
 
-    def __setitem__(self, name: str, value: Any) -> None:
+    def __setitem__(self, name: str, value: object) -> None:
         if name in self._parent or name in self._keep:
             self._parent[name] = value
         else:

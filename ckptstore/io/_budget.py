@@ -15,10 +15,11 @@ class MemoryBudget:
 
     Example::
 
-        budget = MemoryBudget(256 << 20)
-        budget.acquire(16 << 20)
-        ...
-        budget.release(16 << 20)
+        >>> budget = MemoryBudget(256 << 20)
+        >>> budget.acquire(16 << 20)
+        >>> budget.in_use
+        16777216
+        >>> budget.release(16 << 20)
     """
 
     def __init__(self, capacity: int) -> None:

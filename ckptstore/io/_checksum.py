@@ -9,7 +9,8 @@ building the ctypes view.
 
 Example::
 
-    crc32c_of([b"1234", memoryview(b"56789")]) == 0xE3069283
+    >>> crc32c_of([b"1234", memoryview(b"56789")]) == 0xE3069283
+    True
 """
 
 from __future__ import annotations

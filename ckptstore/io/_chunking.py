@@ -17,9 +17,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
 
 import numpy as np
+
+from ckptstore._types import Array, ByteArray
 
 __all__ = ["ArrayChunk", "array_bytes", "array_chunks", "chunk_data", "grid_chunk_shape"]
 
@@ -67,7 +68,7 @@ def array_chunks(
         yield ArrayChunk(index, start, rows * inner, padded)
 
 
-def array_bytes(array: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def array_bytes(array: Array) -> ByteArray:
     """The array's bytes in C order as a 1-D uint8 array: a view when the array is
     C-contiguous, a copy otherwise (unlike :func:`ckptstore.io.byte_view`, which views
     any contiguous buffer as a ``memoryview`` and never copies)."""
@@ -75,9 +76,7 @@ def array_bytes(array: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint
     return contiguous.reshape(-1).view(np.uint8)
 
 
-def chunk_data(
-    array: np.ndarray[Any, Any], chunk: ArrayChunk, chunk_shape: tuple[int, ...]
-) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def chunk_data(array: Array, chunk: ArrayChunk, chunk_shape: tuple[int, ...]) -> ByteArray:
     """The bytes of one chunk: a view for C-contiguous arrays, else a copy of just it.
     Subclasses (``np.matrix``, ``np.memmap``) are cut as plain arrays (a matrix stays
     2-D through ``reshape(-1)``)."""

@@ -5,12 +5,18 @@ Requests are submitted lazily from an iterable, so a save of any size holds at m
 returns the CRC-32C of what was stored; each read is verified against the CRC-32C the
 manifest recorded and reported, on mismatch, with the blob, the chunk and the file.
 
-Example::
+Example (``storage`` is any path type, here a local directory)::
 
-    io = ParallelIO(IOSettings(concurrency=8))
-    results = io.write(storage, [WriteRequest("w/c.0", [array_bytes], len(array_bytes))])
-    io.read(storage, [ReadRequest("w/c.0", 0, [out_view], results[0].nbytes,
-                                  crc32c=results[0].crc32c)])
+    >>> from ckptstore import LocalPath
+    >>> storage = LocalPath("ckpt")
+    >>> data = np.arange(4, dtype=np.uint8)
+    >>> io = ParallelIO(IOSettings(concurrency=8))
+    >>> results = io.write(storage, [WriteRequest("w/c.0", [data], data.nbytes)])
+    >>> out = bytearray(4)
+    >>> io.read(storage, [ReadRequest("w/c.0", 0, [memoryview(out)], results[0].nbytes,
+    ...                               crc32c=results[0].crc32c)])
+    >>> bytes(out)
+    b'\\x00\\x01\\x02\\x03'
 """
 
 from __future__ import annotations
@@ -105,9 +111,13 @@ class ParallelIO:
 
     Example::
 
-        io = ParallelIO(IOSettings(concurrency=4, memory_budget=128 << 20))
-        io.write(storage, requests, prefix="trainer_0.3")
-        io.peak_in_flight  # most bytes held at once by the last operation
+        >>> from ckptstore import LocalPath
+        >>> io = ParallelIO(IOSettings(concurrency=4, memory_budget=128 << 20))
+        >>> requests = [WriteRequest(f"c.{i}", [bytes(1000)], 1000) for i in range(3)]
+        >>> [r.nbytes for r in io.write(LocalPath("ckpt"), requests, prefix="trainer_0.3")]
+        [1000, 1000, 1000]
+        >>> io.peak_in_flight <= 128 << 20  # most bytes held at once by the last operation
+        True
     """
 
     SMALL_REQUEST = 256 << 10

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from ckptstore._environment import int_variable
 
@@ -29,8 +28,11 @@ class IOSettings:
 
     Example::
 
-        CheckpointManager("/ckpt", "trainer_0", "zarr",
-                          io=IOSettings(concurrency=8, chunk_bytes=32 << 20))
+        >>> from ckptstore import CheckpointManager
+        >>> settings = IOSettings(concurrency=8, chunk_bytes=32 << 20)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr", io=settings)
+        >>> settings.merged(concurrency=2).concurrency
+        2
     """
 
     chunk_bytes: int = 16 * MiB
@@ -49,18 +51,30 @@ class IOSettings:
                 f"({self.chunk_bytes}); raise memory_budget or lower chunk_bytes"
             )
 
-    def merged(self, **overrides: Any) -> IOSettings:
-        """A copy with the non-None ``overrides`` applied."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+    def merged(
+        self,
+        *,
+        chunk_bytes: int | None = None,
+        concurrency: int | None = None,
+        memory_budget: int | None = None,
+        verify: bool | None = None,
+    ) -> IOSettings:
+        """A copy with the non-None overrides applied."""
+        return IOSettings(
+            self.chunk_bytes if chunk_bytes is None else chunk_bytes,
+            self.concurrency if concurrency is None else concurrency,
+            self.memory_budget if memory_budget is None else memory_budget,
+            self.verify if verify is None else verify,
+        )
 
     def with_environment(self) -> IOSettings:
         """A copy with ``CKPTSTORE_IO_CHUNK_BYTES`` / ``_CONCURRENCY`` / ``_MEMORY_BUDGET``
         / ``_VERIFY`` applied when set."""
         env = os.environ
-        overrides: dict[str, Any] = {}
-        for field in ("chunk_bytes", "concurrency", "memory_budget"):
-            overrides[field] = int_variable(env, f"CKPTSTORE_IO_{field.upper()}")
         verify = env.get("CKPTSTORE_IO_VERIFY")
-        if verify:
-            overrides["verify"] = verify.lower() not in ("0", "false", "no", "off")
-        return self.merged(**overrides)
+        return self.merged(
+            chunk_bytes=int_variable(env, "CKPTSTORE_IO_CHUNK_BYTES"),
+            concurrency=int_variable(env, "CKPTSTORE_IO_CONCURRENCY"),
+            memory_budget=int_variable(env, "CKPTSTORE_IO_MEMORY_BUDGET"),
+            verify=verify.lower() not in ("0", "false", "no", "off") if verify else None,
+        )

@@ -8,20 +8,24 @@ allocation. Memory held: one copy of the staged state per slot.
 
 Example::
 
-    pool = StagingPool(slots=1)
-    slot = pool.acquire()
-    staged = slot.stage({"w": weights})  # a private copy of weights
-    ...write staged in the background...
-    pool.release(slot)
+    >>> weights = np.ones(4, np.float32)
+    >>> pool = StagingPool(slots=1)
+    >>> slot = pool.acquire()
+    >>> staged = slot.stage({"w": weights})  # a private copy of weights
+    >>> weights[0] = 7  # training goes on; the staged copy is what gets written
+    >>> staged["w"].tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    >>> pool.release(slot)
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
+
+from ckptstore._types import Array
 
 __all__ = ["StagingPool", "StagingSlot"]
 
@@ -30,16 +34,16 @@ class StagingSlot:
     """One staging area: a buffer per blob name, reused from save to save."""
 
     def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray[Any, Any]] = {}
+        self._buffers: dict[str, Array] = {}
 
-    def stage(self, arrays: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+    def stage(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         """Copy ``arrays`` into this slot's buffers; returns the copies, by name.
 
         Buffers of names not in ``arrays`` are dropped, so a slot never holds more than
         one copy of what it staged last.
         """
         buffers = self._buffers
-        staged: dict[str, np.ndarray[Any, Any]] = {}
+        staged: dict[str, Array] = {}
         for name, array in arrays.items():
             buffer = buffers.get(name)
             if buffer is None or buffer.shape != array.shape or buffer.dtype != array.dtype:
@@ -63,9 +67,9 @@ class StagingPool:
 
     Example::
 
-        pool = StagingPool(2)
-        slot = pool.acquire()
-        pool.release(slot)
+        >>> pool = StagingPool(2)
+        >>> slot = pool.acquire()
+        >>> pool.release(slot)
     """
 
     def __init__(self, slots: int = 1) -> None:

@@ -2,7 +2,12 @@
 
 Example::
 
-    results = await gather_all([partial(upload, i) for i in range(8)])
+    >>> import asyncio
+    >>> from functools import partial
+    >>> async def upload(i):
+    ...     return i * i
+    >>> asyncio.run(gather_all([partial(upload, i) for i in range(4)]))
+    [0, 1, 4, 9]
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ body of one request, :func:`slice_views` cuts an object into parts without copyi
 
 Example::
 
-    body = PartsReader([memoryview(header), memoryview(array).cast("B")])
-    await client.put_object(Bucket="b", Key="k", Body=body)
+    >>> header, array = b"NUMPY", np.arange(2, dtype=np.uint8)
+    >>> body = PartsReader([memoryview(header), memoryview(array).cast("B")])
+    >>> body.read()  # what ``put_object(Bucket="b", Key="k", Body=body)`` would send
+    b'NUMPY\\x00\\x01'
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import bisect
 import io
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer as WriteableBuffer
 
 __all__ = ["STREAM_THRESHOLD", "Body", "PartsReader", "request_body", "slice_views"]
 
@@ -32,7 +37,8 @@ class PartsReader(io.RawIOBase):
 
     Example::
 
-        PartsReader([memoryview(b"ab"), memoryview(b"cd")]).read()  # b'abcd'
+        >>> PartsReader([memoryview(b"ab"), memoryview(b"cd")]).read()
+        b'abcd'
     """
 
     def __init__(self, views: Sequence[memoryview]) -> None:
@@ -63,7 +69,7 @@ class PartsReader(io.RawIOBase):
         self._position = min(max(0, base + offset), self._size)
         return self._position
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         target = memoryview(buffer).cast("B")
         filled = 0
         while filled < target.nbytes and self._position < self._size:

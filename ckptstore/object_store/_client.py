@@ -24,8 +24,9 @@ import concurrent.futures
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
+import fsspec
 import fsspec.asyn
 
 from ckptstore.object_store._body import Body
@@ -74,7 +75,9 @@ class ObjectStoreClient(ABC):
     head_action: ClassVar[str]
     get_action: ClassVar[str]
 
-    def __init__(self, fs: Any, options: ObjectStoreOptions, bucket: str) -> None:
+    def __init__(
+        self, fs: fsspec.AbstractFileSystem, options: ObjectStoreOptions, bucket: str
+    ) -> None:
         self.fs = fs
         self.options = options
         self.bucket = bucket

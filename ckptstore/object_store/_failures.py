@@ -9,14 +9,19 @@ credentials masked.
 
 Example::
 
-    class MyRules(ErrorRules):
-        endpoint_settings = "endpoint_url, MY_ENDPOINT"
-        credential_settings = "MY_TOKEN or the token storage option"
-
-        def classify(self, error):
-            if isinstance(error, MyHttpError):
-                return Failure(error.status >= 500, error.status, summary=str(error))
-            return Failure(isinstance(error, ConnectionError))
+    >>> class MyHttpError(Exception):
+    ...     def __init__(self, status):
+    ...         self.status = status
+    >>> class MyRules(ErrorRules):
+    ...     endpoint_settings = "endpoint_url, MY_ENDPOINT"
+    ...     credential_settings = "MY_TOKEN or the token storage option"
+    ...
+    ...     def classify(self, error):
+    ...         if isinstance(error, MyHttpError):
+    ...             return Failure(error.status >= 500, error.status, summary=str(error))
+    ...         return Failure(isinstance(error, ConnectionError))
+    >>> MyRules().classify(MyHttpError(503)).retryable
+    True
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ class Failure:
 
     Example::
 
-        Failure(retryable=True, status=503, code="SlowDown", summary="HTTP 503 SlowDown")
+        >>> Failure(retryable=True, status=503, code="SlowDown", summary="HTTP 503 SlowDown")
+        Failure(retryable=True, status=503, code='SlowDown', summary='HTTP 503 SlowDown')
     """
 
     retryable: bool
@@ -70,7 +76,13 @@ class ErrorRules(ABC):
 
     Example::
 
-        rules.classify(ConnectionResetError())  # Failure(retryable=True, ...)
+        >>> class Rules(ErrorRules):
+        ...     endpoint_settings = credential_settings = "..."
+        ...     def classify(self, error):
+        ...         return Failure(isinstance(error, ConnectionError))
+        >>> rules = Rules()
+        >>> rules.classify(ConnectionResetError())
+        Failure(retryable=True, status=None, code=None, summary=None)
     """
 
     endpoint_settings: ClassVar[str]

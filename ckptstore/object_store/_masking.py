@@ -2,7 +2,8 @@
 
 Example::
 
-    mask("signed with s3cr3t-key", ["s3cr3t-key"])  # 'signed with ***'
+    >>> mask("signed with s3cr3t-key", ["s3cr3t-key"])
+    'signed with ***'
 """
 
 from __future__ import annotations

@@ -8,8 +8,21 @@ it onto its multipart API; GCS uploads temporary part objects and composes them.
 
 Example::
 
-    upload = client.multipart("run/trainer_0.3/blobs.npz")
-    await upload_in_parts(upload, 4, lambda i: PartsReader(parts[i]), limit=16)
+    >>> import asyncio
+    >>> class InMemoryUpload(MultipartUpload):
+    ...     def __init__(self, key):
+    ...         super().__init__(key)
+    ...         self.parts, self.done = {}, None
+    ...     async def upload_part(self, index, body):
+    ...         self.parts[index] = bytes(body) if isinstance(body, bytes) else body.read()
+    ...     async def complete(self):
+    ...         self.done = b"".join(self.parts[i] for i in sorted(self.parts))
+    ...     async def abort(self):
+    ...         self.parts.clear()
+    >>> upload = InMemoryUpload("run/trainer_0.3/blobs.npz")
+    >>> asyncio.run(upload_in_parts(upload, 3, lambda i: str(i).encode(), limit=16))
+    >>> upload.done
+    b'012'
 """
 
 from __future__ import annotations
@@ -30,10 +43,12 @@ class MultipartUpload(ABC):
 
     Example::
 
-        class MyUpload(MultipartUpload):
-            async def upload_part(self, index, body): ...
-            async def complete(self): ...
-            async def abort(self): ...
+        >>> class MyUpload(MultipartUpload):
+        ...     async def upload_part(self, index, body): ...
+        ...     async def complete(self): ...
+        ...     async def abort(self): ...
+        >>> MyUpload("run/a").key
+        'run/a'
     """
 
     def __init__(self, key: str) -> None:

@@ -9,14 +9,21 @@ Unknown option names are refused with the list of accepted ones.
 
 Example::
 
-    @dataclass(frozen=True, repr=False)
-    class MyOptions(ObjectStoreOptions):
-        STORE = "My"
-        ENV_PREFIX = "CKPTSTORE_MY"
-        token: str | None = None
-        ...
-
-    MyOptions.resolve({"part_size": 8 << 20}, env={"CKPTSTORE_MY_RETRIES": "3"})
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True, repr=False)
+    ... class MyOptions(ObjectStoreOptions):
+    ...     STORE = "My"
+    ...     DEFAULT_ENDPOINT = "https://my.example"
+    ...     ENV_PREFIX = "CKPTSTORE_MY"
+    ...     token: str | None = None
+    ...     parts_threshold = 8 << 20
+    ...     def open_filesystem(self, url): raise NotImplementedError
+    ...     def secrets(self): return (self.token,) if self.token else ()
+    ...     @classmethod
+    ...     def _with_environment(cls, given, env): return given
+    >>> options = MyOptions.resolve({"part_size": 8 << 20}, env={"CKPTSTORE_MY_RETRIES": "3"})
+    >>> options.part_size, options.retry.attempts
+    (8388608, 4)
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
+
+import fsspec
 
 from ckptstore._environment import int_variable
 from ckptstore.object_store._masking import mask
@@ -48,7 +57,9 @@ class ObjectStoreOptions(ABC):
 
     Example::
 
-        S3Options.resolve({"retries": 2}).retry.attempts  # 3
+        >>> from ckptstore_s3 import S3Options
+        >>> S3Options.resolve({"retries": 2}).retry.attempts
+        3
     """
 
     STORE: ClassVar[str]
@@ -69,7 +80,7 @@ class ObjectStoreOptions(ABC):
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
+    passthrough: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.buffer_bytes < self.part_size:
@@ -97,7 +108,7 @@ class ObjectStoreOptions(ABC):
         return max(1, min(self.max_concurrency, self.buffer_bytes // self.part_size - 1))
 
     @abstractmethod
-    def open_filesystem(self, url: str) -> tuple[Any, str]:
+    def open_filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         """The fsspec filesystem these options describe, for ``url``, and the URL's root
         (``bucket/prefix``)."""
 
@@ -114,7 +125,7 @@ class ObjectStoreOptions(ABC):
     # -- resolving --------------------------------------------------------------------
 
     @classmethod
-    def resolve(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Self:
+    def resolve(cls, options: Mapping[str, object], env: Mapping[str, str] | None = None) -> Self:
         """Options from keyword arguments first, then ``env`` (default: ``os.environ``).
 
         Unknown names raise :class:`TypeError` listing the accepted ones.

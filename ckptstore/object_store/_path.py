@@ -77,7 +77,7 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
     options: OptionsT
     client: ClientT
 
-    def __init__(self, url: str, **storage_options: Any) -> None:
+    def __init__(self, url: str, **storage_options: object) -> None:
         self._raw_options = dict(storage_options)
         self.options = self.options_type.resolve(storage_options)
         filesystem, root = self.options.open_filesystem(url)

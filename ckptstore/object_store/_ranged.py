@@ -3,8 +3,8 @@ straight into the caller's buffers.
 
 Example::
 
-    headers = range_header(1024, 4096)  # {"Range": "bytes=1024-5119"}
-    received = await fill_targets(response.content.read, [memoryview(out)])
+    >>> range_header(1024, 4096)
+    {'Range': 'bytes=1024-5119'}
 """
 
 from __future__ import annotations

@@ -8,8 +8,24 @@ says what to check.
 
 Example::
 
-    policy = RetryPolicy(attempts=5, base_delay=0.05)
-    await call_with_retries(send, policy, rules, describe="PUT s3://b/k", endpoint=url)
+    >>> import asyncio
+    >>> from ckptstore.object_store import ErrorRules, Failure
+    >>> class Rules(ErrorRules):
+    ...     endpoint_settings = credential_settings = "..."
+    ...     def classify(self, error):
+    ...         return Failure(isinstance(error, ConnectionError))
+    >>> attempts = []
+    >>> async def send():
+    ...     attempts.append(1)
+    ...     if len(attempts) < 3:
+    ...         raise ConnectionResetError()
+    ...     return "stored"
+    >>> policy = RetryPolicy(attempts=5, base_delay=0.001)
+    >>> asyncio.run(call_with_retries(send, policy, Rules(), describe="PUT s3://b/k",
+    ...                               endpoint="http://127.0.0.1:9000"))
+    'stored'
+    >>> len(attempts)
+    3
 """
 
 from __future__ import annotations
@@ -38,7 +54,8 @@ class RetryPolicy:
 
     Example::
 
-        RetryPolicy(attempts=8, base_delay=0.1, max_delay=5.0).backoff(3)  # 0.2-0.4 s
+        >>> 0.1 <= RetryPolicy(attempts=8, base_delay=0.1, max_delay=5.0).backoff(3) <= 0.4
+        True
     """
 
     attempts: int = 8

@@ -23,12 +23,15 @@ import io
 from collections import deque
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ckptstore._types import byte_view
 from ckptstore.object_store._body import PartsReader
 from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import MultipartUpload
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer as ReadableBuffer
 
 __all__ = ["MultipartWriter"]
 
@@ -88,11 +91,11 @@ class MultipartWriter(io.RawIOBase):
                 raise
             raise self._wrap_error(error) from error
 
-    def write(self, data: Any) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         with self._reported():
             if self.closed:
                 raise ValueError(f"write to a closed {self._client.options.STORE} object stream")
-            view = byte_view(data)
+            view = byte_view(memoryview(data))
             total = view.nbytes
             while view.nbytes:
                 take = min(self._part_size - self._filled, view.nbytes)

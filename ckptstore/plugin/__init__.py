@@ -11,18 +11,20 @@ distributions register them under the ``ckptstore`` entry-point group. The hooks
 specified in :mod:`ckptstore.plugin._spec`; the plugin authors' guide is
 ``docs/plugins.md``.
 
-Example::
+Example (a plugin module listing its DB types; ``MyFormat`` subclasses :class:`DBType`)::
 
-    from ckptstore.plugin import hookimpl
-
-    @hookimpl
-    def ckptstore_db_types():
-        return [MyFormat]
+    >>> from ckptstore import NpzDB
+    >>> from ckptstore.plugin import hookimpl
+    >>> class MyFormat(NpzDB):
+    ...     name = "myformat"
+    >>> @hookimpl
+    ... def ckptstore_db_types():
+    ...     return [MyFormat]
 """
 
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import PathType, PositionalWriter, redact_url
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
@@ -32,6 +34,7 @@ __all__ = [
     "DBLocation",
     "DBType",
     "MetadataHandler",
+    "MetadataHandlerLike",
     "PathType",
     "PluginInfo",
     "PositionalWriter",

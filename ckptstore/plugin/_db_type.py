@@ -8,18 +8,23 @@ blobs (``codec="raw"``) get reading and verification for free.
 
 Example::
 
-    class RawFiles(DBType):
-        name = "rawfiles"
-
-        def write(self, db, blobs):
-            records = {}
-            for name, array in blobs.items():
-                data = array_bytes(array)
-                result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
-                chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
-                dtype = encode_dtype(name, array.dtype)  # from ckptstore.records
-                records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
-            return WrittenDB(records)
+    >>> class RawFiles(DBType):
+    ...     name = "rawfiles"
+    ...
+    ...     def write(self, db, blobs):
+    ...         records = {}
+    ...         for name, array in blobs.items():
+    ...             data = array_bytes(array)
+    ...             result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
+    ...             chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
+    ...             dtype = encode_dtype(name, array.dtype)  # from ckptstore.records
+    ...             records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
+    ...         return WrittenDB(records)
+    >>> from ckptstore import LocalPath
+    >>> db = DBLocation(LocalPath("ckpt"), "trainer_0.1", ParallelIO())
+    >>> written = RawFiles().write(db, {"w": np.arange(3.0)})
+    >>> RawFiles().read(db, [written.blobs["w"]])["w"]
+    array([0., 1., 2.])
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import IO, Any, ClassVar
 
 import numpy as np
 
-from ckptstore._types import byte_view
+from ckptstore._types import Array, byte_view
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import array_bytes
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
@@ -48,7 +53,13 @@ class DBLocation:
 
     Example::
 
-        db.write([WriteRequest("w/c.0", [view], view.nbytes)])  # stored at <root>/w/c.0
+        >>> from ckptstore import LocalPath
+        >>> db = DBLocation(LocalPath("ckpt"), "trainer_0.1", ParallelIO())
+        >>> view = memoryview(b"data")
+        >>> db.write([WriteRequest("w/c.0", [view], view.nbytes)])  # stored at <root>/w/c.0
+        [WriteResult(key='w/c.0', nbytes=4, crc32c=...)]
+        >>> db.storage.read_bytes(db.key("w/c.0"))
+        b'data'
     """
 
     storage: PathType
@@ -98,24 +109,25 @@ class DBType(ABC):
     :meth:`check_blob` to refuse blobs the format cannot hold, with the reason.
     ``needs_rename`` marks formats that only work on renaming (local) path types.
 
-    Example::
+    Example (any instance, or a registered name, is a manager's ``db_type``)::
 
-        manager = CheckpointManager("/ckpt", "trainer_0", db_type=MyFormat())
+        >>> from ckptstore import CheckpointManager, NpzDB
+        >>> class MyFormat(NpzDB):
+        ...     name = "myformat"
+        >>> manager = CheckpointManager("ckpt", "trainer_0", db_type=MyFormat())
     """
 
     name: ClassVar[str]
     needs_rename: ClassVar[bool] = False
 
-    def check_blob(self, name: str, array: np.ndarray[Any, Any]) -> None:
+    def check_blob(self, name: str, array: Array) -> None:
         """Raise :class:`UnsupportedBlobError` if this format cannot store ``array``."""
 
     @abstractmethod
-    def write(self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]) -> WrittenDB:
+    def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         """Store ``blobs`` under ``db``; return what was stored, with checksums."""
 
-    def read(
-        self, db: DBLocation, records: Sequence[BlobRecord]
-    ) -> dict[str, np.ndarray[Any, Any]]:
+    def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         """Read the blobs of ``records`` (verified) into new arrays."""
         return read_raw_blobs(db, records)
 
@@ -128,12 +140,10 @@ class DBType(ABC):
         return f"{type(self).__name__}()"
 
 
-def read_raw_blobs(
-    db: DBLocation, records: Sequence[BlobRecord]
-) -> dict[str, np.ndarray[Any, Any]]:
+def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
     """Read raw-codec blobs: each chunk lands directly in its place in a new array."""
     verify = db.io.settings.verify
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    arrays: dict[str, Array] = {}
     for record in records:
         if record.codec != "raw":
             raise UnsupportedBlobError(

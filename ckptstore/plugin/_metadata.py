@@ -13,19 +13,21 @@ unreadable or stale catalog never makes a job start over committed epochs), and
 
 Example::
 
-    class PrintingHandler(MetadataHandler):
-        name = "printing"
-        def last_epoch(self, user_epoch=None):
-            return user_epoch
-        def write(self, epoch):
-            print("epoch", epoch, "is committed")
+    >>> class PrintingHandler(MetadataHandler):
+    ...     name = "printing"
+    ...     def last_epoch(self, user_epoch=None):
+    ...         return user_epoch
+    ...     def write(self, epoch):
+    ...         print("epoch", epoch, "is committed")
+    >>> PrintingHandler().write(3)
+    epoch 3 is committed
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from ckptstore.errors import JobConfigurationError
 
@@ -33,7 +35,28 @@ if TYPE_CHECKING:
     from ckptstore.plugin._path_type import PathType
     from ckptstore.records._stats import NodeStats
 
-__all__ = ["MetadataHandler"]
+__all__ = ["MetadataHandler", "MetadataHandlerLike"]
+
+
+@runtime_checkable
+class MetadataHandlerLike(Protocol):
+    """What a manager calls on a metadata handler: a :class:`MetadataHandler`, or any
+    object with these methods (Caffe2's duck-typed handlers); ``report`` is optional."""
+
+    def set_params(
+        self,
+        db_prefix: str,
+        db_type: str,
+        node_names: Sequence[str],
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+    ) -> None: ...
+
+    def last_epoch(self, user_epoch: int | None = None) -> int | None: ...
+
+    def write(self, epoch: int) -> None: ...
+
+    def cp_accessible(self, epoch: int | None = None) -> bool: ...
 
 
 class MetadataHandler(ABC):
@@ -45,7 +68,10 @@ class MetadataHandler(ABC):
 
     Example::
 
-        CheckpointManager("/ckpt", "trainer_0", "zarr", metadata_handler="json")
+        >>> from ckptstore import CheckpointManager
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "zarr", metadata_handler="json")
+        >>> manager.metadata_handler.name
+        'json'
     """
 
     name: ClassVar[str]

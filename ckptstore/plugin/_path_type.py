@@ -4,13 +4,11 @@ by relative keys. Path types are plugins; see ``docs/plugins.md``.
 Keys are validated on every call, so nothing addressed through a path type can land
 outside its root.
 
-Example::
+Example (what a new path type implements; the rest has defaults)::
 
-    class MyStore(PathType):
-        name = "mystore"
-        protocols = ("mystore",)
-        def write_parts(self, key, parts): ...
-        ...
+    >>> sorted(PathType.__abstractmethods__)  # doctest: +NORMALIZE_WHITESPACE
+    ['delete', 'delete_tree', 'exists', 'list_keys', 'open_write', 'read_bytes',
+     'read_into', 'size', 'write_parts']
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import InvalidNameError, KeyExistsError, ObjectNotFoundError
@@ -129,9 +127,11 @@ class PathType(ABC):
 
     Example::
 
-        storage = LocalPath("/tmp/ckpt")
-        storage.write_parts("trainer_0.1/a", [b"hello"])
-        storage.read_bytes("trainer_0.1/a")  # b'hello'
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("ckpt")
+        >>> storage.write_parts("trainer_0.1/a", [b"hello"])
+        >>> storage.read_bytes("trainer_0.1/a")
+        b'hello'
     """
 
     name: ClassVar[str]
@@ -147,7 +147,7 @@ class PathType(ABC):
     max_component_bytes: ClassVar[int | None] = None
     """The longest ``/``-separated part of a key, in UTF-8 bytes (local disk: 255)."""
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, **options: object) -> None:
         self.url = url
 
     @property

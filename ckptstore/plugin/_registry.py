@@ -7,9 +7,11 @@ through the ``ckptstore`` entry-point group unless ``CKPTSTORE_DISABLE_PLUGINS``
 
 Example::
 
-    registry = get_registry()
-    registry.db_type("npz")                 # an NpzDB instance
-    registry.open_path("memory://ckpt")     # an FsspecPath
+    >>> registry = get_registry()
+    >>> registry.db_type("npz")
+    NpzDB()
+    >>> registry.open_path("memory://ckpt")
+    FsspecPath('memory://ckpt')
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ckptstore.errors import (
 from ckptstore.plugin import _spec as spec
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._markers import PROJECT_NAME
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.records._stats import NodeStats
@@ -107,9 +109,11 @@ class Registry:
 
     Example::
 
-        registry = get_registry()
-        sorted(registry.db_types)          # ['npz', 'zarr', ...]
-        registry.path_type_for("s3://b/x")  # S3Path, or UnknownPluginError with a hint
+        >>> registry = get_registry()
+        >>> {"npz", "zarr"} <= set(registry.db_types)
+        True
+        >>> registry.path_type_for("s3://b/x")  # S3Path, or UnknownPluginError with a hint
+        <class 'ckptstore_s3.path.S3Path'>
     """
 
     def __init__(self, plugin_manager: pluggy.PluginManager | None = None) -> None:
@@ -193,18 +197,28 @@ class Registry:
         instance: DBType = self._instance("db type", self.db_types, spec, DBType)
         return instance
 
-    def metadata_handler(self, spec: str | MetadataHandler | Any | None) -> Any:
+    def metadata_handler(
+        self, spec: str | MetadataHandler | MetadataHandlerLike | None
+    ) -> MetadataHandler | MetadataHandlerLike | None:
         """A metadata handler from a registered name, an instance or ``None``. Objects
         that only duck-type the Caffe2 protocol are accepted as they are."""
         if spec is None or not isinstance(spec, str):
             return spec
-        return self._instance("metadata handler", self.metadata_handlers, spec, MetadataHandler)
+        handler: MetadataHandler = self._instance(
+            "metadata handler", self.metadata_handlers, spec, MetadataHandler
+        )
+        return handler
 
-    def upload_builder(self, spec: str | UploadTaskGroupBuilder | Any | None) -> Any:
+    def upload_builder(
+        self, spec: str | UploadTaskGroupBuilder | None
+    ) -> UploadTaskGroupBuilder | None:
         """An upload builder from a registered name, an instance or ``None``."""
         if spec is None or not isinstance(spec, str):
             return spec
-        return self._instance("upload builder", self.upload_builders, spec, UploadTaskGroupBuilder)
+        builder: UploadTaskGroupBuilder = self._instance(
+            "upload builder", self.upload_builders, spec, UploadTaskGroupBuilder
+        )
+        return builder
 
     def _instance(self, kind: str, table: Mapping[str, type], spec: Any, base: type) -> Any:
         if isinstance(spec, base):
@@ -237,7 +251,7 @@ class Registry:
         installed = (p or "local paths" for p in self.protocols)
         raise UnknownPluginError("path type", protocol, installed, hint)
 
-    def open_path(self, url: str, path_type: str | None = None, **options: Any) -> PathType:
+    def open_path(self, url: str, path_type: str | None = None, **options: object) -> PathType:
         """A path type instance rooted at ``url``; ``options`` go to its constructor."""
         return self.path_type_for(url, path_type)(url, **options)
 

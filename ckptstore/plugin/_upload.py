@@ -1,28 +1,32 @@
 """The upload-builder contract: what a job does with its final checkpoint.
 
-Example::
+Example (a builder that only logs; :class:`~ckptstore.CopyUpload` really copies)::
 
-    class UploadToLocalDir(UploadTaskGroupBuilder):
-        name = "to_dir"
-        def __init__(self, dest):
-            self.dest = dest
-        def build(self, epoch, checkpoint_manager):
-            group = TaskGroup(WorkspaceType.GLOBAL)
-            for node, manager in checkpoint_manager.node_managers():
-                with Node(node), group:
-                    Task(partial(copy_node_checkpoint, manager, epoch, self.dest))
-            return group
+    >>> from ckptstore.execution import Node, Task, WorkspaceType
+    >>> class LogUpload(UploadTaskGroupBuilder):
+    ...     name = "log"
+    ...     def build(self, epoch, checkpoint_manager):
+    ...         group = TaskGroup(WorkspaceType.GLOBAL)
+    ...         for node in checkpoint_manager.node_names():
+    ...             with Node(node), group:
+    ...                 Task(lambda ws, node=node: print("upload", node, epoch))
+    ...         return group
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> LocalSession().run(LogUpload().build(3, manager))
+    upload trainer_0 3
+    [None]
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ckptstore.execution._task import TaskGroup
 
 if TYPE_CHECKING:
-    pass
+    from ckptstore.checkpoint._manager import ManagerBase
 
 __all__ = ["UploadTaskGroupBuilder"]
 
@@ -35,11 +39,13 @@ class UploadTaskGroupBuilder(ABC):
 
     Example::
 
-        JobRunner(job, manager, upload_task_group_builder=CopyUpload("s3://bucket/run"))
+        >>> from ckptstore import CheckpointManager, CopyUpload, Job, JobRunner
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> runner = JobRunner(Job(), manager, upload_task_group_builder=CopyUpload("archive"))
     """
 
     name: ClassVar[str]
 
     @abstractmethod
-    def build(self, epoch: int, checkpoint_manager: Any) -> TaskGroup:
+    def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
         """A task group that uploads ``epoch``'s checkpoints."""

@@ -8,9 +8,16 @@ Owns the truth of what exists in storage (commit records, manifests). May import
 
 Example::
 
-    commit = write_node(storage, "trainer_0", 3, blobs, db_type, io)
-    commit_epoch(storage, 3, [commit])
-    manifest = open_node(storage, "trainer_0", 3)
+    >>> from ckptstore.protocol import commit_epoch, open_node, write_node
+    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.io import ParallelIO
+    >>> storage = LocalPath("ckpt")
+    >>> blobs = {"trainer_0/w": np.arange(3.0)}
+    >>> commit = write_node(storage, "trainer_0", 3, blobs, NpzDB(), ParallelIO())
+    >>> _ = commit_epoch(storage, 3, [commit])
+    >>> manifest = open_node(storage, "trainer_0", 3)
+    >>> manifest.blobs["trainer_0/w"].shape
+    (3,)
 """
 
 from ckptstore.protocol._commit import (

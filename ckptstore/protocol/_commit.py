@@ -33,9 +33,15 @@ records of earlier versions (``_ckptstore/epoch-<N>.commit.json``) are still rea
 
 Example::
 
-    commit = write_node(storage, "trainer_0", 3, blobs, db_type, io)
-    commit_epoch(storage, 3, [commit])
-    manifest = open_node(storage, "trainer_0", 3)
+    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.io import ParallelIO
+    >>> storage = LocalPath("ckpt")
+    >>> blobs = {"trainer_0/w": np.arange(3.0)}
+    >>> commit = write_node(storage, "trainer_0", 3, blobs, NpzDB(), ParallelIO())
+    >>> _ = commit_epoch(storage, 3, [commit])
+    >>> manifest = open_node(storage, "trainer_0", 3)
+    >>> manifest.blobs["trainer_0/w"].shape
+    (3,)
 """
 
 from __future__ import annotations
@@ -47,10 +53,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import numpy as np
-
+from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
     AlreadyCommittedError,
     BlobNotFoundError,
@@ -66,7 +70,7 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
     commit_record_key,
     epoch_commit_dir,
@@ -117,7 +121,7 @@ class NodeCommit:
     nblobs: int
     duration_ns: int = 0
 
-    def encode(self) -> dict[str, Any]:
+    def encode(self) -> JSONObject:
         return {
             "db_type": self.db_type,
             "manifest_crc32c": self.manifest_crc32c,
@@ -142,7 +146,7 @@ class NodeCommit:
         ``epoch`` (a record copied under another name is corrupt, not trusted)."""
         document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
         try:
-            if document["node"] != node or int(document["epoch"]) != epoch:
+            if document["node"] != node or json_int(document, "epoch") != epoch:
                 raise ValueError(
                     f"it belongs to {document['node']}.{document['epoch']}, not {node}.{epoch}"
                 )
@@ -153,7 +157,9 @@ class NodeCommit:
             ) from None
 
     @classmethod
-    def decode(cls, node: str, epoch: int, raw: Mapping[str, Any]) -> NodeCommit:
+    def decode(cls, node: str, epoch: int, raw: object) -> NodeCommit:
+        if not isinstance(raw, dict):
+            raise ValueError(f"node record {raw!r} is not a JSON object")
         return cls(
             node=validate_node_name(node),
             epoch=epoch,
@@ -205,7 +211,8 @@ class EpochCommit:
             if not isinstance(document["nodes"], dict):
                 raise ValueError("nodes is not an object")
             nodes = {
-                name: NodeCommit.decode(name, epoch, raw) for name, raw in document["nodes"].items()
+                name: NodeCommit.decode(name, epoch, raw)
+                for name, raw in json_object(document, "nodes").items()
             }
             return cls(epoch, nodes, str(document["committed_at"]))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -222,7 +229,7 @@ def write_node(
     storage: PathType,
     node: str,
     epoch: int,
-    blobs: Mapping[str, Any],
+    blobs: Mapping[str, object],
     db_type: DBType,
     io: ParallelIO,
 ) -> NodeCommit:
@@ -569,7 +576,7 @@ def read_blobs(
     io: ParallelIO,
     *,
     missing_ok: bool = False,
-) -> dict[str, np.ndarray[Any, Any]]:
+) -> dict[str, Array]:
     """Read (and verify) blobs of a committed node checkpoint; only their bytes are read.
 
     ``names=None`` reads every blob. A requested name that the checkpoint lacks raises

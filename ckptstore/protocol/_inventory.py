@@ -13,9 +13,16 @@ or interrupted).
 
 Example::
 
-    for run in scan(get_registry().open_path("s3://bucket/runs")):
-        for epoch in run.epochs:
-            print(run.prefix, epoch.epoch, epoch.state, epoch.stored_bytes)
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(3))
+    >>> for run in scan(LocalPath("runs")):  # or get_registry().open_path("s3://bucket/runs")
+    ...     for epoch in run.epochs:
+    ...         print(run.prefix, epoch.epoch, epoch.state, epoch.stored_bytes > 0)
+    a 3 committed True
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
@@ -57,7 +64,8 @@ class NodeEntry:
 
     Example::
 
-        NodeEntry("trainer_0", 3, "committed", "npz", nbytes=4096, stored_bytes=4400)
+        >>> NodeEntry("trainer_0", 3, "committed", "npz", nbytes=4096, stored_bytes=4400).state
+        'committed'
     """
 
     node: str
@@ -68,7 +76,7 @@ class NodeEntry:
     stored_bytes: int | None = None
     nblobs: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "state": self.state,
@@ -85,7 +93,15 @@ class EpochEntry:
 
     Example::
 
-        entry.state, entry.stored_bytes, [node.node for node in entry.nodes]
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(3))
+        >>> entry = scan(LocalPath("runs"))[0].epochs[0]
+        >>> entry.state, entry.stored_bytes > 0, [node.node for node in entry.nodes]
+        ('committed', True, ['trainer_0'])
     """
 
     epoch: int
@@ -101,7 +117,7 @@ class EpochEntry:
     def stored_bytes(self) -> int:
         return sum(node.stored_bytes or 0 for node in self.nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "epoch": self.epoch,
             "state": self.state,
@@ -118,14 +134,21 @@ class RunEntry:
 
     Example::
 
-        [run.url for run in scan(storage)]  # ['/ckpt/runs/a', '/ckpt/runs/b']
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(3))
+        >>> [run.prefix for run in scan(LocalPath("runs"))]
+        ['a']
     """
 
     prefix: str
     url: str
     epochs: tuple[EpochEntry, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "prefix": self.prefix,
             "url": self.url,

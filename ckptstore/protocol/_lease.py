@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from ckptstore.errors import CorruptCheckpointError, KeyExistsError, LeaseHeldError, StorageError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, json_int, json_number
 from ckptstore.records._layout import lease_key
 from ckptstore.records._names import validate_node_name
 
@@ -93,9 +93,9 @@ class LeaseHolder:
                 node=str(document["node"]),
                 token=str(document["token"]),
                 host=str(document["host"]),
-                pid=int(document["pid"]),
-                started_at=float(document["started_at"]),
-                expires_at=float(document["expires_at"]),
+                pid=json_int(document, "pid"),
+                started_at=json_number(document, "started_at"),
+                expires_at=json_number(document, "expires_at"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptCheckpointError(

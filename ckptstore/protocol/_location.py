@@ -8,8 +8,9 @@ by :meth:`CheckpointLocation.db`.
 
 Example::
 
-    location = CheckpointLocation.open("/ckpt", "npz")
-    location.db_path("trainer_0", 3)  # '/ckpt/trainer_0.3'
+    >>> location = CheckpointLocation.open("ckpt", "npz")
+    >>> location.db_path("trainer_0", 3)
+    'ckpt/trainer_0.3'
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ class CheckpointLocation:
 
     Example::
 
-        location = CheckpointLocation(LocalPath("/ckpt"), NpzDB(), IOSettings())
-        location.db_path("trainer_0", 3)  # '/ckpt/trainer_0.3'
+        >>> from ckptstore import IOSettings, LocalPath, NpzDB
+        >>> location = CheckpointLocation(LocalPath("ckpt"), NpzDB(), IOSettings())
+        >>> location.db_path("trainer_0", 3)
+        'ckpt/trainer_0.3'
     """
 
     storage: PathType

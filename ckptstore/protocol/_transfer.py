@@ -7,8 +7,19 @@ byte for byte, so the destination's commit record carries the same manifest CRC-
 
 Example::
 
-    stats = copy_node(source=local_location, dest=s3_storage, node="trainer_0", epoch=4)
-    commit_epoch(s3_storage, 4, [stats.commit])
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(3))
+    >>> from ckptstore.protocol import CheckpointLocation, commit_epoch
+    >>> local_location = CheckpointLocation.open("runs/a", "npz")
+    >>> archive = LocalPath("archive")  # an S3 or GCS path type works alike
+    >>> stats = copy_node(source=local_location, dest=archive, node="trainer_0", epoch=3)
+    >>> _ = commit_epoch(archive, 3, [stats.commit])
+    >>> archive.exists("trainer_0.3/ckptstore.manifest.json")
+    True
 """
 
 from __future__ import annotations

@@ -13,7 +13,14 @@ Example::
     '/ckpt/trainer_0.3'
 """
 
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import (
+    decode_document,
+    encode_document,
+    json_int,
+    json_list,
+    json_number,
+    json_object,
+)
 from ckptstore.records._dtypes import (
     ML_DTYPES_INSTALL,
     check_value,
@@ -72,6 +79,10 @@ __all__ = [
     "epoch_commit_dir",
     "get_ckpt_filename",
     "join_url",
+    "json_int",
+    "json_list",
+    "json_number",
+    "json_object",
     "lease_key",
     "manifest_key",
     "node_commit_key",

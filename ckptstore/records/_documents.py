@@ -3,31 +3,41 @@ own CRC-32C, so a flipped byte in one is reported instead of misread.
 
 Example::
 
-    data = encode_document("ckptstore.commit", {"epoch": 3})
-    decode_document(data, "ckptstore.commit", url="/ckpt", key="k")  # {'epoch': 3}
+    >>> data = encode_document("ckptstore.commit", {"epoch": 3})
+    >>> decode_document(data, "ckptstore.commit", url="/ckpt", key="k")
+    {'epoch': 3, 'kind': 'ckptstore.commit', 'version': 1}
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from itertools import accumulate
-from typing import Any
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.records._limits import current_limits
 
-__all__ = ["decode_document", "encode_document", "parse_untrusted_json"]
+__all__ = [
+    "decode_document",
+    "encode_document",
+    "json_int",
+    "json_list",
+    "json_number",
+    "json_object",
+    "parse_untrusted_json",
+]
 
 _VERSION = 1
 
 
-def _canonical(body: dict[str, Any]) -> bytes:
+def _canonical(body: Mapping[str, object]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def encode_document(kind: str, body: dict[str, Any]) -> bytes:
+def encode_document(kind: str, body: Mapping[str, object]) -> bytes:
     """Serialise ``body`` as a ``kind`` document with a version and a CRC-32C.
 
     The document is canonical JSON (sorted keys, no spaces: numpy-free and fast, as the
@@ -39,7 +49,7 @@ def encode_document(kind: str, body: dict[str, Any]) -> bytes:
     return b'{"crc32c":%d,%s' % (crc32c_of([canonical]), canonical[1:])
 
 
-def decode_document(data: bytes, kind: str, *, url: str, key: str) -> dict[str, Any]:
+def decode_document(data: bytes, kind: str, *, url: str, key: str) -> JSONObject:
     """Parse and check a document written by :func:`encode_document`."""
 
     def corrupt(detail: str) -> CorruptCheckpointError:
@@ -66,11 +76,11 @@ _BRACKETS = re.compile(rb"[\[\]{}]")
 _DEPTH = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse_untrusted_json(data: bytes, *, url: str, key: str) -> Any:
+def parse_untrusted_json(data: bytes, *, url: str, key: str) -> object:
     """``json.loads`` for stored bytes: size and nesting depth are checked first
     (against :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
     and numbers too long to parse are refused; every failure is a
@@ -97,3 +107,36 @@ def parse_untrusted_json(data: bytes, *, url: str, key: str) -> Any:
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         # JSONDecodeError is a ValueError; so are over-long integers and NaN/Infinity
         raise corrupt(f"not valid JSON ({type(error).__name__})") from None
+
+
+def json_int(document: Mapping[str, object], key: str) -> int:
+    """``document[key]`` as a non-negative integer; raises :class:`KeyError` when it is
+    missing and :class:`ValueError` when it is anything else (a bool, a float, text)."""
+    value = document[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key} {value!r} is not a non-negative integer")
+    return value
+
+
+def json_number(document: Mapping[str, object], key: str) -> float:
+    """``document[key]`` as a finite number; :class:`KeyError` or :class:`ValueError` else."""
+    value = document[key]
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{key} {value!r} is not a number")
+    return float(value)
+
+
+def json_object(document: Mapping[str, object], key: str) -> JSONObject:
+    """``document[key]`` as a JSON object; :class:`KeyError` or :class:`ValueError` else."""
+    value = document[key]
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} {value!r} is not a JSON object")
+    return value
+
+
+def json_list(document: Mapping[str, object], key: str) -> list[object]:
+    """``document[key]`` as a JSON array; :class:`KeyError` or :class:`ValueError` else."""
+    value = document[key]
+    if not isinstance(value, list):
+        raise ValueError(f"{key} {value!r} is not a JSON array")
+    return value

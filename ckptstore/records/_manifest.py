@@ -4,10 +4,13 @@ The manifest is written after a node's data and read before any of it, so loads 
 every blob's dtype and shape without trusting the data files, partial loads read only
 the bytes of the blobs asked for, and every chunk is checked against its checksum.
 
-Example::
+Example (a manifest as a save writes it, read back)::
 
-    manifest = NodeManifest.decode(storage.read_bytes(key), url=storage.display_url, key=key)
-    manifest.blobs["trainer_0/total"].shape  # (1,)
+    >>> record = BlobRecord("trainer_0/total", "<f4", (1,), (ChunkRecord("c.0", 0, 4, 4, 0),))
+    >>> data = NodeManifest("trainer_0", 3, "npz", {record.name: record}).encode()
+    >>> manifest = NodeManifest.decode(data, url="/ckpt", key="trainer_0.3/manifest.json")
+    >>> manifest.blobs["trainer_0/total"].shape
+    (1,)
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError, MissingDependencyError
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
@@ -35,7 +38,7 @@ _validated_key = lru_cache(maxsize=1024)(validate_key)
 (invalid keys raise, and exceptions are never cached)."""
 
 
-def safe_dtype(text: str, blob: str) -> np.dtype[Any]:
+def safe_dtype(text: str, blob: str) -> np.dtype[np.generic]:
     """Parse a recorded dtype string, refusing anything that could hold Python objects
     (see :func:`ckptstore.records._dtypes.decode_dtype`)."""
     return decode_dtype(blob, text)
@@ -54,11 +57,11 @@ class ChunkRecord:
     size: int
     crc32c: int
 
-    def encode(self) -> list[Any]:
+    def encode(self) -> list[str | int]:
         return [self.key, self.offset, self.stored, self.size, self.crc32c]
 
     @classmethod
-    def decode(cls, raw: Any) -> ChunkRecord:
+    def decode(cls, raw: object) -> ChunkRecord:
         if not isinstance(raw, list) or len(raw) != 5:
             raise ValueError("a chunk record is a list of 5 fields")
         key, offset, stored, size, crc = raw
@@ -86,7 +89,7 @@ class BlobRecord:
     shape: tuple[int, ...]
     chunks: tuple[ChunkRecord, ...]
     codec: str = "raw"
-    layout: Mapping[str, Any] = field(default_factory=dict)
+    layout: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
@@ -96,10 +99,10 @@ class BlobRecord:
     def stored_bytes(self) -> int:
         return sum(chunk.stored for chunk in self.chunks)
 
-    def numpy_dtype(self) -> np.dtype[Any]:
+    def numpy_dtype(self) -> np.dtype[np.generic]:
         return safe_dtype(self.dtype, self.name)
 
-    def encode(self) -> dict[str, Any]:
+    def encode(self) -> JSONObject:
         return {
             "dtype": self.dtype,
             "shape": list(self.shape),
@@ -109,9 +112,14 @@ class BlobRecord:
         }
 
     @classmethod
-    def decode(cls, name: str, raw: Mapping[str, Any]) -> BlobRecord:
+    def decode(cls, name: str, raw: object) -> BlobRecord:
         validate_blob_name(name, new=False)
         limits = current_limits()
+        if not isinstance(raw, dict):
+            raise ValueError("a blob record is not a JSON object")
+        chunks, layout = raw["chunks"], raw.get("layout", {})
+        if not isinstance(chunks, list) or not isinstance(layout, dict):
+            raise ValueError("a blob record's chunks must be a list and its layout an object")
         shape = raw["shape"]
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
@@ -119,7 +127,7 @@ class BlobRecord:
             raise ValueError("the shape is not a list of non-negative integers")
         if len(shape) > limits.max_ndim:
             raise ValueError(f"{len(shape)} dimensions, more than the limit of {limits.max_ndim}")
-        if not isinstance(raw["chunks"], list) or len(raw["chunks"]) > limits.max_chunks:
+        if len(chunks) > limits.max_chunks:
             raise ValueError(f"chunks is not a list of at most {limits.max_chunks} records")
         # the itemsize is known without importing ml_dtypes: a manifest stays readable
         if math.prod(shape) * dtype_itemsize(name, str(raw["dtype"])) > limits.max_blob_bytes:
@@ -130,9 +138,9 @@ class BlobRecord:
             name=name,
             dtype=str(raw["dtype"]),
             shape=tuple(shape),
-            chunks=tuple(ChunkRecord.decode(chunk) for chunk in raw["chunks"]),
+            chunks=tuple(ChunkRecord.decode(chunk) for chunk in chunks),
             codec=str(raw["codec"]),
-            layout=dict(raw.get("layout", {})),
+            layout=dict(layout),
         )
         dtype_itemsize(name, record.dtype)  # checked without importing ml_dtypes
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
@@ -161,7 +169,10 @@ class NodeManifest:
 
     Example::
 
-        manifest.blobs["w"].dtype, manifest.nbytes, manifest.db_type
+        >>> w = BlobRecord("w", "<f4", (2, 3), (ChunkRecord("w.0", 0, 24, 24, 0),))
+        >>> manifest = NodeManifest("trainer_0", 0, "zarr", {"w": w})
+        >>> manifest.blobs["w"].dtype, manifest.nbytes, manifest.db_type
+        ('<f4', 24, 'zarr')
     """
 
     node: str
@@ -200,23 +211,26 @@ class NodeManifest:
         document = decode_document(data, MANIFEST_KIND, url=url, key=key)
         limits = current_limits()
         try:
-            epoch = document["epoch"]
+            epoch, blobs, files = document["epoch"], document["blobs"], document["files"]
             if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 1 << 63:
                 raise ValueError("the epoch is not a non-negative 64-bit integer")
-            if not isinstance(document["blobs"], dict) or not isinstance(document["files"], list):
+            if not isinstance(blobs, dict) or not isinstance(files, list):
                 raise ValueError("blobs is not an object or files not a list")
-            if len(document["blobs"]) > limits.max_blobs:
+            if len(blobs) > limits.max_blobs:
                 raise ValueError(f"more than the limit of {limits.max_blobs} blobs")
-            if len(document["files"]) > limits.max_chunks:
+            if len(files) > limits.max_chunks:
                 raise ValueError(f"more than the limit of {limits.max_chunks} files")
+            epoch, blobs, files = document["epoch"], document["blobs"], document["files"]
+            if not isinstance(epoch, int) or epoch < 0:
+                raise ValueError(f"epoch {epoch!r} is not a non-negative integer")
+            if not isinstance(blobs, dict) or not isinstance(files, list):
+                raise ValueError("blobs must be a JSON object and files a list")
             return cls(
-                node=validate_node_name(document["node"]),
+                node=validate_node_name(str(document["node"])),
                 epoch=epoch,
                 db_type=str(document["db_type"]),
-                blobs={
-                    name: BlobRecord.decode(name, raw) for name, raw in document["blobs"].items()
-                },
-                files=tuple(ChunkRecord.decode(chunk) for chunk in document["files"]),
+                blobs={name: BlobRecord.decode(name, raw) for name, raw in blobs.items()},
+                files=tuple(ChunkRecord.decode(chunk) for chunk in files),
                 created=str(document["created"]),
             )
         except MissingDependencyError:

@@ -3,8 +3,10 @@ every plugin's ``ckptstore_report`` hook.
 
 Example::
 
-    stats = {"/ckpt/trainer_0.3": NodeStats("trainer_0", 3, "/ckpt/trainer_0.3",
-                                            "checkpoint_save", duration_ns=12_000_000)}
+    >>> stats = {"/ckpt/trainer_0.3": NodeStats("trainer_0", 3, "/ckpt/trainer_0.3",
+    ...                                         "checkpoint_save", duration_ns=12_000_000)}
+    >>> stats["/ckpt/trainer_0.3"].action
+    'checkpoint_save'
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ class NodeStats:
 
     Example::
 
-        for path, node_stats in stats.items():
-            print(node_stats.node, node_stats.duration_ns / 1e6, "ms",
-                  node_stats.throughput / 2**30, "GiB/s")
+        >>> stats = {"/ckpt/trainer_0.3": NodeStats("trainer_0", 3, "/ckpt/trainer_0.3",
+        ...          "checkpoint_save", duration_ns=500_000_000, nbytes=1 << 30)}
+        >>> for path, node_stats in stats.items():
+        ...     print(node_stats.node, node_stats.duration_ns / 1e6, "ms",
+        ...           node_stats.throughput / 2**30, "GiB/s")
+        trainer_0 500.0 ms 2.0 GiB/s
     """
 
     node: str

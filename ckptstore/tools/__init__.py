@@ -5,17 +5,28 @@ May import every layer below the CLI (checkpoint, protocol, plugin, records, io)
 
 Example::
 
-    result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=5))
+    >>> from ckptstore.tools import DemoConfig, run_demo
+    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
 """
 
-from ckptstore.tools._checking import NodeCheck, describe_epoch, verify_epochs
+from ckptstore.tools._checking import (
+    BlobDescription,
+    EpochDescription,
+    NodeCheck,
+    NodeDescription,
+    describe_epoch,
+    verify_epochs,
+)
 from ckptstore.tools._demo import DemoConfig, DemoResult, build_demo_job, run_demo
 from ckptstore.tools._replication import NodeDone, convert_epochs, copy_epochs
 
 __all__ = [
+    "BlobDescription",
     "DemoConfig",
     "DemoResult",
+    "EpochDescription",
     "NodeCheck",
+    "NodeDescription",
     "NodeDone",
     "build_demo_job",
     "convert_epochs",

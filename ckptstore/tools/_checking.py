@@ -3,29 +3,82 @@ byte still matches its checksum. Used by ``ckptstore inspect`` and ``ckptstore v
 
 Example::
 
-    description = describe_epoch(storage, 3)
-    [check.problems for check in verify_epochs(storage, [3])]
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> for epoch in (3, 4):
+    ...     _ = session.run(manager.save(epoch))
+    >>> storage = LocalPath("ckpt")
+    >>> description = describe_epoch(storage, 3)
+    >>> [node["node"] for node in description["nodes"]]
+    ['trainer_0']
+    >>> [check.problems for check in verify_epochs(storage, [3])]
+    [()]
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ckptstore import protocol
+from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.records._manifest import NodeManifest
 
-__all__ = ["NodeCheck", "describe_epoch", "verify_epochs"]
+__all__ = [
+    "BlobDescription",
+    "EpochDescription",
+    "NodeCheck",
+    "NodeDescription",
+    "describe_epoch",
+    "verify_epochs",
+]
+
+
+class BlobDescription(TypedDict):
+    """One blob of a node checkpoint, as :func:`describe_epoch` reports it."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+    stored_bytes: int
+    chunks: int
+    codec: str
+
+
+class NodeDescription(TypedDict):
+    """One node's checkpoint of an epoch, as :func:`describe_epoch` reports it."""
+
+    node: str
+    db_type: str
+    nbytes: int
+    stored_bytes: int
+    created: str
+    blobs: list[BlobDescription]
+
+
+class EpochDescription(TypedDict):
+    """A committed epoch, as :func:`describe_epoch` reports it."""
+
+    url: str
+    epoch: int
+    committed_at: str
+    nbytes: int
+    stored_bytes: int
+    nodes: list[NodeDescription]
 
 
 def describe_epoch(
     storage: PathType, epoch: int, nodes: Iterable[str] | None = None
-) -> dict[str, Any]:
+) -> EpochDescription:
     """A JSON-ready description of a committed epoch: its nodes, and each node's blobs
     with dtype, shape, bytes and chunk count."""
     record = protocol.require_commit(storage, epoch)
@@ -44,7 +97,7 @@ def describe_epoch(
     }
 
 
-def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> dict[str, Any]:
+def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> NodeDescription:
     return {
         "node": manifest.node,
         "db_type": manifest.db_type,
@@ -72,7 +125,17 @@ class NodeCheck:
 
     Example::
 
-        [problem.blob for check in checks if not check.ok for problem in check.problems]
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> for epoch in (3, 4):
+        ...     _ = session.run(manager.save(epoch))
+        >>> storage = LocalPath("ckpt")
+        >>> checks = verify_epochs(storage, [3, 4])
+        >>> [problem.blob for check in checks if not check.ok for problem in check.problems]
+        []
     """
 
     node: str
@@ -84,7 +147,7 @@ class NodeCheck:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "epoch": self.epoch,

@@ -8,8 +8,8 @@ run reaches exactly the weights an uninterrupted one does.
 
 Example::
 
-    from ckptstore.tools._demo import DemoConfig, run_demo
-    run_demo(DemoConfig(directory="./ckptstore-demo", epochs=6))
+    >>> from ckptstore.tools._demo import DemoConfig, run_demo
+    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import shutil
 import sys
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 
+from ckptstore._types import Array
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
@@ -62,7 +63,7 @@ class DemoResult:
     resumed_from: int | None
     last_epoch: int
     accuracy: float
-    weights: dict[str, np.ndarray[Any, Any]]
+    weights: dict[str, Array]
 
 
 def _init_node(ws: Workspace, *, node: str, label: int, classes: int) -> None:
@@ -146,10 +147,11 @@ class _Progress:
     def accuracy_now(self) -> float:
         nodes = [f"trainer_{k}" for k in range(self.config.nodes)]
         features = self.outputs[f"{nodes[0]}/features"].fetch()
-        labels = self.outputs[f"{nodes[0]}/labels"].fetch()
+        labels = self.outputs[f"{nodes[0]}/labels"].fetch_array()
         scores = np.stack(
             [
-                features @ self.outputs[f"{n}/weights"].fetch() + self.outputs[f"{n}/bias"].fetch()
+                features @ self.outputs[f"{n}/weights"].fetch_array()
+                + self.outputs[f"{n}/bias"].fetch_array()
                 for n in nodes
             ],
             axis=1,
@@ -166,7 +168,8 @@ class _Progress:
         where = f"{len(stats)} nodes, {size / 1024:.0f} KiB, {slowest:.1f} ms"
         if action_name == "checkpoint_save" and first.epoch > 0:
             losses = [
-                float(self.outputs[f"trainer_{k}/loss"].fetch()) for k in range(self.config.nodes)
+                float(self.outputs[f"trainer_{k}/loss"].fetch_array())
+                for k in range(self.config.nodes)
             ]
             self.accuracy = self.accuracy_now()
             print(
@@ -224,7 +227,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None
         runner = JobRunner(job, manager, overwrite=config.fresh)
         last = runner.train(session)
         weights = {
-            name: output.fetch().copy()
+            name: output.fetch_array().copy()
             for name, output in outputs.items()
             if name.endswith("/weights")
         }

@@ -6,8 +6,19 @@ written (copies are verified against every CRC-32C on the way), then committed.
 
 Example::
 
-    copy_epochs(local, s3, [3, 4], jobs=4)
-    convert_epochs(local, [4], "zarr")
+    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> for epoch in (3, 4):
+    ...     _ = session.run(manager.save(epoch))
+    >>> storage = LocalPath("ckpt")
+    >>> archive = LocalPath("archive")  # an S3 or GCS path type works alike
+    >>> [done.epoch for done in copy_epochs(storage, archive, [3, 4], jobs=4)]
+    [3, 4]
+    >>> [done.epoch for done in convert_epochs(storage, [4], "zarr")]
+    [4]
 """
 
 from __future__ import annotations
@@ -36,7 +47,17 @@ class NodeDone:
 
     Example::
 
-        sum(done.stored_bytes for done in copy_epochs(src, dst, [3]) if not done.skipped)
+        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> for epoch in (3, 4):
+        ...     _ = session.run(manager.save(epoch))
+        >>> storage = LocalPath("ckpt")
+        >>> copied = copy_epochs(storage, LocalPath("archive"), [3])
+        >>> sum(done.stored_bytes for done in copied if not done.skipped) > 0
+        True
     """
 
     node: str

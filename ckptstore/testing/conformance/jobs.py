@@ -7,9 +7,13 @@ checkpointed: a job resumed after its last epoch runs exactly one more.
 
 Example::
 
-    job = counting_job(("trainer_0", "trainer_1"), epochs=3)
-    JobRunner(job, manager).train(LocalSession())
-    expected_state("trainer_1", 3)["trainer_1/w"]  # all 6.0
+    >>> from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
+    >>> job = counting_job(("trainer_0", "trainer_1"), epochs=3)
+    >>> manager = MultiNodeCheckpointManager("ckpt", "npz")
+    >>> JobRunner(job, manager).train(LocalSession())
+    3
+    >>> set(expected_state("trainer_1", 3, ("trainer_0", "trainer_1"))["trainer_1/w"].tolist())
+    {6.0}
 """
 
 from __future__ import annotations

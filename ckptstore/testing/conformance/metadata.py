@@ -214,6 +214,7 @@ class MetadataHandlerConformance:
             thread.join()
         assert errors == []
         handler = self.manager(checkpoint_url, make_handler).metadata_handler
+        assert handler is not None
         listing = getattr(handler, "epochs", None)
         if callable(listing):
             assert set(listing()) == set(range(last + 1))

@@ -7,7 +7,8 @@ non-contiguous arrays.
 
 Example::
 
-    assert_same_blob(loaded["w"], dtype_sample("<f2"))
+    >>> loaded = {"w": dtype_sample("<f2").copy()}  # what a format read back
+    >>> assert_same_blob(loaded["w"], dtype_sample("<f2"))
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ T = TypeVar("T")
 
 
 class GCSClient(ObjectStoreClient):
-    """JSON-API requests on the aiohttp session of a gcsfs filesystem.
+    """JSON-API requests on the client's own aiohttp session (opened on the event loop
+    of a gcsfs filesystem), authorised by the filesystem's credentials.
 
     Example::
 
@@ -50,6 +51,26 @@ class GCSClient(ObjectStoreClient):
     scheme = "gs"
     head_action = "stat"
     get_action = "download"
+    _session: aiohttp.ClientSession | None = None
+
+    async def _http(self) -> aiohttp.ClientSession:
+        """This client's session, opened on first use (and again after :meth:`close`)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(**self.fs.session_kwargs)
+        return self._session
+
+    def _params(self, given: dict[str, str]) -> dict[str, str]:
+        """``given``, plus the project billed for a requester-pays bucket."""
+        pays = self.fs.requester_pays
+        if not pays:
+            return dict(given)
+        return {**given, "userProject": pays if isinstance(pays, str) else self.fs.project}
+
+    def _headers(self, given: dict[str, str] | None) -> dict[str, str]:
+        """``given``, plus the authorization the filesystem's credentials add."""
+        headers = {"User-Agent": "ckptstore-gcs", **(given or {})}
+        self.fs.credentials.apply(headers)
+        return headers
 
     def _object_url(self, key: str, *, api: str = "storage") -> str:
         name = urllib.parse.quote(key, safe="")
@@ -67,12 +88,12 @@ class GCSClient(ObjectStoreClient):
         json_body: Any = None,
     ) -> T:
         """One request (not retried); ``read`` consumes a successful response."""
-        session = await self.fs._set_session()
+        session = await self._http()
         async with session.request(
             method,
             url,
-            params=self.fs._get_params(params or {}),
-            headers=self.fs._get_headers(headers),
+            params=self._params(params or {}),
+            headers=self._headers(headers),
             data=as_payload(data),
             json=json_body,
             timeout=aiohttp.ClientTimeout(
@@ -229,10 +250,9 @@ class GCSClient(ObjectStoreClient):
                 return names
 
     def close(self) -> None:
-        session = getattr(self.fs, "_session", None)
+        session, self._session = self._session, None
         if session is not None and not session.closed:
             self.run(session.close)
-        self.fs._session = None
 
 
 async def _whole_body(response: aiohttp.ClientResponse) -> bytes:

@@ -5,8 +5,9 @@ of :class:`~ckptstore.object_store.ErrorRules`).
 
 Example::
 
-    GCSErrorRules().classify(HttpStatusError(503, "backendError: Backend Error"))
-    # Failure(retryable=True, status=503, ...)
+    >>> failure = GCSErrorRules().classify(HttpStatusError(503, "backendError: Backend Error"))
+    >>> failure.retryable, failure.status
+    (True, 503)
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class HttpStatusError(Exception):
 
     Example::
 
-        raise HttpStatusError(503, "backendError: Backend Error")
+        >>> str(HttpStatusError(503, "backendError: Backend Error"))
+        'HTTP 503 backendError: Backend Error'
     """
 
     def __init__(self, status: int, reason: str) -> None:
@@ -46,7 +48,9 @@ class GCSErrorRules(ErrorRules):
 
     Example::
 
-        GCSErrorRules().classify(aiohttp.ServerDisconnectedError()).retryable  # True
+        >>> import aiohttp
+        >>> GCSErrorRules().classify(aiohttp.ServerDisconnectedError()).retryable
+        True
     """
 
     endpoint_settings = "endpoint_url, STORAGE_EMULATOR_HOST"

@@ -15,7 +15,8 @@ option                 environment variable                   default
 
 Example::
 
-    GCSOptions.resolve({"endpoint_url": "http://127.0.0.1:9023", "token": "anon"})
+    >>> GCSOptions.resolve({"endpoint_url": "http://127.0.0.1:9023", "token": "anon"}).endpoint_url
+    'http://127.0.0.1:9023'
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class GCSOptions(ObjectStoreOptions):
 
     Example::
 
-        GCSOptions.resolve({}, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"})
+        >>> GCSOptions.resolve({}, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9023"}).endpoint_url
+        'http://127.0.0.1:9023'
     """
 
     STORE = "GCS"
@@ -117,7 +119,8 @@ class GCSOptions(ObjectStoreOptions):
     def open_filesystem(self, url: str) -> tuple[Any, str]:
         """gcsfs's plain filesystem: its default "extended" one asks a gRPC API for each
         bucket's layout first (emulators lack it), and nothing here needs it."""
-        return GCSFileSystem(**self.gcsfs_kwargs()), str(GCSFileSystem._strip_protocol(url))
+        root = url.split("://", 1)[1] if "://" in url else url
+        return GCSFileSystem(**self.gcsfs_kwargs()), root.strip("/")
 
     def gcsfs_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`gcsfs.GCSFileSystem`."""

@@ -6,7 +6,11 @@ writes the underlying views a piece at a time, without copying them.
 
 Example::
 
-    await session.post(url, data=ViewsPayload(PartsReader(views)))
+    >>> from ckptstore.object_store import PartsReader
+    >>> views = [memoryview(b"header"), memoryview(np.zeros(4, np.uint8))]
+    >>> payload = ViewsPayload(PartsReader(views))  # session.post(url, data=payload)
+    >>> payload.size
+    10
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ class ViewsPayload(Payload):
 
     Example::
 
-        ViewsPayload(PartsReader([memoryview(b"ab"), memoryview(b"cd")])).size  # 4
+        >>> from ckptstore.object_store import PartsReader
+        >>> ViewsPayload(PartsReader([memoryview(b"ab"), memoryview(b"cd")])).size
+        4
     """
 
     _autoclose = True  # memory only: nothing to close

@@ -5,8 +5,8 @@ entry-point group.
 
 Example::
 
-    from ckptstore import MultiNodeCheckpointManager
-    manager = MultiNodeCheckpointManager("/ckpt", db_type="lmdb", metadata_handler="json")
+    >>> from ckptstore import MultiNodeCheckpointManager
+    >>> manager = MultiNodeCheckpointManager("ckpt", db_type="lmdb", metadata_handler="json")
 """
 
 from ckptstore_lmdb.db import DATA_FILE, LmdbDB, lmdb_key

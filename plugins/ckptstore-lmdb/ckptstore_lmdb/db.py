@@ -17,7 +17,8 @@ Writing needs a local directory (``needs_rename``): LMDB memory-maps its file.
 
 Example::
 
-    CheckpointManager("/ckpt", "trainer_0", db_type="lmdb")
+    >>> from ckptstore import CheckpointManager
+    >>> manager = CheckpointManager("ckpt", "trainer_0", db_type="lmdb")
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class LmdbDB(DBType):
 
     Example::
 
-        manager = MultiNodeCheckpointManager("/ckpt", db_type="lmdb")
+        >>> from ckptstore import MultiNodeCheckpointManager
+        >>> manager = MultiNodeCheckpointManager("ckpt", db_type="lmdb")
+        >>> manager.db_type.name
+        'lmdb'
     """
 
     name = "lmdb"

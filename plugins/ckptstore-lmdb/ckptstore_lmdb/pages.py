@@ -9,9 +9,16 @@ with a plain ranged read, on any storage. It reads LMDB's stable 0.9 file format
 
 Example::
 
-    with open("ckpt/trainer_0.3/data.mdb", "rb") as file:
-        spans = value_spans(file.read())
-    spans[b"w\\x00\\x00\\x00\\x00\\x00"]  # ValueSpan(offset=8224, size=4000)
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.zeros(1000, np.float32)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "lmdb")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(3))
+    >>> with open("ckpt/trainer_0.3/data.mdb", "rb") as file:
+    ...     spans = value_spans(file.read())
+    >>> spans[b"w\\x00\\x00\\x00\\x00\\x00"].size
+    4000
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ class LmdbFormatError(CkptStoreError, ValueError):
 
     Example::
 
-        value_spans(b"not lmdb")  # LmdbFormatError: ... too short for an LMDB file
+        >>> value_spans(b"not lmdb")
+        Traceback (most recent call last):
+        ckptstore_lmdb.pages.LmdbFormatError: ...
     """
 
 
@@ -59,7 +68,16 @@ class ValueSpan:
 
     Example::
 
-        data[span.offset : span.offset + span.size]  # the value's bytes
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.zeros(1000, np.float32)
+        >>> manager = CheckpointManager("ckpt", "trainer_0", "lmdb")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(3))
+        >>> data = open("ckpt/trainer_0.3/data.mdb", "rb").read()
+        >>> span = value_spans(data)[b"w\\x00\\x00\\x00\\x00\\x00"]
+        >>> len(data[span.offset : span.offset + span.size])  # the value's bytes
+        4000
     """
 
     offset: int

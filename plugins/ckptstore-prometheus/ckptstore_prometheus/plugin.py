@@ -7,8 +7,11 @@ default ``127.0.0.1``); :func:`serve` does the same from code.
 
 Example::
 
-    from ckptstore_prometheus import serve
-    server, port = serve(9108)   # http://127.0.0.1:9108/metrics
+    >>> from ckptstore_prometheus import serve
+    >>> server, port = serve(0)   # http://127.0.0.1:<port>/metrics (9108 in production)
+    >>> port > 0
+    True
+    >>> server.shutdown()
 """
 
 from __future__ import annotations

@@ -66,6 +66,13 @@ class S3Client(ObjectStoreClient):
     scheme = "s3"
     head_action = "HEAD"
     get_action = "GET"
+    _opened: object = None
+    """The aiobotocore client last handed out by s3fs's public ``set_session`` (which
+    opens a new one by itself once this one is closed)."""
+
+    async def _s3_client(self) -> Any:
+        self._opened = client = await self._s3_client()
+        return client
 
     async def call(self, method: str, describe: str, **params: Any) -> dict[str, Any]:
         """One S3 API call on the bucket, retried by the options' policy."""
@@ -74,7 +81,7 @@ class S3Client(ObjectStoreClient):
         async def attempt() -> dict[str, Any]:
             if isinstance(body, PartsReader):
                 body.seek(0)  # a retry sends the whole body again
-            client = await self.fs.set_session()
+            client = await self._s3_client()
             with _refuse_mock_aws(describe):
                 response: dict[str, Any] = await getattr(client, method)(
                     Bucket=self.bucket, **params
@@ -126,7 +133,7 @@ class S3Client(ObjectStoreClient):
     async def ranged_get(
         self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
     ) -> T:
-        client = await self.fs.set_session()
+        client = await self._s3_client()
         with _refuse_mock_aws(self.describe("GET", key)):
             response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
         async with response["Body"] as body:
@@ -184,7 +191,6 @@ class S3Client(ObjectStoreClient):
             token = response.get("NextContinuationToken")
 
     def close(self) -> None:
-        s3 = getattr(self.fs, "_s3", None)
-        if s3 is not None:
-            type(self.fs).close_session(self.fs.loop, s3)
-            self.fs._s3 = None
+        client, self._opened = self._opened, None
+        if client is not None:
+            type(self.fs).close_session(self.fs.loop, client)

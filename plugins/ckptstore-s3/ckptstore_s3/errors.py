@@ -9,8 +9,9 @@ request) fails at once. botocore's own retries are switched off
 
 Example::
 
-    S3ErrorRules().classify(botocore.exceptions.ConnectTimeoutError(endpoint_url="x"))
-    # Failure(retryable=True, ...)
+    >>> import botocore.exceptions
+    >>> S3ErrorRules().classify(botocore.exceptions.ConnectTimeoutError(endpoint_url="x")).retryable
+    True
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class S3ErrorRules(ErrorRules):
 
     Example::
 
-        S3ErrorRules().is_throttling(Failure(True, 503, "SlowDown"))  # True
+        >>> from ckptstore.object_store import Failure
+        >>> S3ErrorRules().is_throttling(Failure(True, 503, "SlowDown"))
+        True
     """
 
     endpoint_settings = "endpoint_url, AWS_ENDPOINT_URL_S3"

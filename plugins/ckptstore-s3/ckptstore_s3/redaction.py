@@ -7,8 +7,9 @@ runs for records that are actually emitted, so it costs nothing at the usual lev
 
 Example::
 
-    protect(["AKIA...", "secret"])
-    logging.getLogger("botocore.endpoint").debug("Authorization: AKIA...")  # masked
+    >>> import logging
+    >>> protect(["AKIAEXAMPLEKEY", "s3cr3t-value"])
+    >>> logging.getLogger("botocore.endpoint").debug("Authorization: AKIAEXAMPLEKEY")  # masked
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class SecretMaskingFilter(logging.Filter):
 
     Example::
 
-        logging.getLogger("botocore.auth").addFilter(SecretMaskingFilter())
+        >>> import logging
+        >>> logging.getLogger("botocore.auth").addFilter(SecretMaskingFilter())
     """
 
     def filter(self, record: logging.LogRecord) -> bool:

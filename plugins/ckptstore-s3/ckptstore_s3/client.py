@@ -71,7 +71,7 @@ class S3Client(ObjectStoreClient):
     opens a new one by itself once this one is closed)."""
 
     async def _s3_client(self) -> Any:
-        self._opened = client = await self._s3_client()
+        self._opened = client = await self.fs.set_session()
         return client
 
     async def call(self, method: str, describe: str, **params: Any) -> dict[str, Any]:

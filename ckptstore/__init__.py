@@ -16,8 +16,9 @@ Example::
     >>> manager = MultiNodeCheckpointManager("./ckpt", "npz", metadata_handler="json")
     >>> JobRunner(job, manager).train(LocalSession())
     5
-    >>> JobRunner(job, manager).train(LocalSession())  # run again: resumes after epoch 5
-    6
+    >>> rerun = JobRunner(job, manager)  # run again: epoch 5 is restored, none runs
+    >>> rerun.train(LocalSession()), rerun.already_finished
+    (5, True)
 """
 
 from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport

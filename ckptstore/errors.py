@@ -274,7 +274,9 @@ class MissingDependencyError(UnsupportedBlobError):
 
     Example::
 
-        except MissingDependencyError as err: print(err.blob)  # `pip install ml_dtypes`
+        >>> err = MissingDependencyError("w", "it needs ml_dtypes: `pip install ml_dtypes`")
+        >>> err.blob, isinstance(err, UnsupportedBlobError)
+        ('w', True)
     """
 
 
@@ -394,7 +396,9 @@ class CatalogCorruptError(CkptStoreError, ValueError):
 
     Example::
 
-        except CatalogCorruptError as err: print(err.url, err.file)
+        >>> err = CatalogCorruptError("not valid JSON", url="/ckpt", file="catalog.json")
+        >>> err.url, err.file, isinstance(err, ValueError)
+        ('/ckpt', 'catalog.json', True)
     """
 
     def __init__(self, detail: str, *, url: str, file: str | None = None) -> None:
@@ -454,7 +458,14 @@ class KeyExistsError(StorageError, FileExistsError):
 
     Example::
 
-        except KeyExistsError as err: print(err.url, err.key)
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("documents")
+        >>> storage.create_document("claim", b"first")
+        >>> try:
+        ...     storage.create_document("claim", b"second")
+        ... except KeyExistsError as err:  # also a FileExistsError
+        ...     print(err.key, storage.read_bytes("claim"))
+        claim b'first'
     """
 
     def __init__(self, url: str, key: str) -> None:
@@ -477,7 +488,17 @@ class AlreadyCommittedError(CkptStoreError, FileExistsError):
 
     Example::
 
-        except AlreadyCommittedError as err: print(err.url, err.epoch, err.nodes)
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("write_once", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> try:
+        ...     _ = session.run(manager.save(1))
+        ... except AlreadyCommittedError as err:
+        ...     print(err.epoch, err.nodes)
+        1 ('trainer_0',)
     """
 
     def __init__(self, url: str, epoch: int, nodes: Iterable[str]) -> None:
@@ -499,7 +520,15 @@ class LeaseHeldError(CkptStoreError, RuntimeError):
 
     Example::
 
-        except LeaseHeldError as err: print(err.node, err.holder)
+        >>> from ckptstore import LocalPath
+        >>> from ckptstore.protocol import WriterLease
+        >>> storage = LocalPath("leased")
+        >>> with WriterLease(storage, ["trainer_0"]):
+        ...     try:
+        ...         WriterLease(storage, ["trainer_0"]).acquire()  # a second job
+        ...     except LeaseHeldError as err:
+        ...         print(err.node, "held by", err.holder)
+        trainer_0 held by host ...
     """
 
     def __init__(self, url: str, node: str, holder: str, expires_in: float) -> None:
@@ -522,7 +551,9 @@ class StorageFullError(StorageError):
 
     Example::
 
-        except StorageFullError as err: print(err.url, err.key, err.errno)
+        >>> err = storage_error("/ckpt", "trainer_0.1/w", "write", OSError(28, "No space left"))
+        >>> type(err).__name__, err.errno, isinstance(err, OSError)
+        ('StorageFullError', 28, True)
     """
 
     fix = (
@@ -537,7 +568,9 @@ class StorageIOError(StorageError):
 
     Example::
 
-        except StorageIOError as err: print(err.url, err.key)
+        >>> err = storage_error("/ckpt", "trainer_0.1/w", "write", OSError(5, "I/O error"))
+        >>> type(err).__name__, err.url, err.key
+        ('StorageIOError', '/ckpt', 'trainer_0.1/w')
     """
 
     fix = (
@@ -553,7 +586,9 @@ class StorageNotWritableError(StorageError, PermissionError):
 
     Example::
 
-        except StorageNotWritableError as err: print(err.url, err.errno)
+        >>> err = storage_error("/ckpt", None, "create", PermissionError(13, "denied"))
+        >>> type(err).__name__, err.errno, isinstance(err, PermissionError)
+        ('StorageNotWritableError', 13, True)
     """
 
     fix = (
@@ -572,8 +607,10 @@ def storage_error(url: str, key: str | None, action: str, cause: BaseException) 
 
     Example::
 
-        except OSError as error:
-            raise storage_error(url, key, "write", error) from error
+        >>> type(storage_error("/ckpt", "k", "write", OSError(30, "read-only"))).__name__
+        'StorageNotWritableError'
+        >>> type(storage_error("/ckpt", "k", "write", TimeoutError("slow"))).__name__
+        'StorageError'
     """
     code = cause.errno if isinstance(cause, OSError) else None
     if code in _FULL:
@@ -591,7 +628,8 @@ def is_permanent(error: BaseException) -> bool:
 
     Example::
 
-        is_permanent(PermissionError(13, "denied"))  # True
+        >>> is_permanent(PermissionError(13, "denied")), is_permanent(TimeoutError("slow"))
+        (True, False)
     """
     if isinstance(error, StorageNotWritableError | InvalidNameError | UnsupportedBlobError):
         return True
@@ -607,7 +645,8 @@ def is_disk_full(error: BaseException) -> bool:
 
     Example::
 
-        is_disk_full(OSError(28, "No space left on device"))  # True
+        >>> is_disk_full(OSError(28, "No space left on device")), is_disk_full(OSError(5, "EIO"))
+        (True, False)
     """
     return isinstance(error, StorageFullError) or (
         isinstance(error, OSError) and error.errno in _FULL
@@ -750,12 +789,15 @@ class InProcessMockError(CkptStoreError, TypeError):
     """moto's in-process ``mock_aws`` answered an aiobotocore request, which it cannot do.
 
     ``mock_aws`` hands back botocore's synchronous responses; aiobotocore (under s3fs and
-    ckptstore's S3 plugin) awaits them and fails. Run moto's server in-process instead.
+    ckptstore's S3 plugin) awaits them and fails. Run moto's server in-process instead:
+    ``with mock_aws(), ckptstore.testing.in_process_moto(): ...`` (or use the
+    ``s3_mock_aws`` fixture).
 
     Example::
 
-        with mock_aws(), ckptstore.testing.in_process_moto():  # or the s3_mock_aws fixture
-            CheckpointManager("s3://bucket/run", "trainer_0")
+        >>> err = InProcessMockError("PUT s3://bucket/run/trainer_0.1/w")
+        >>> err.request, isinstance(err, TypeError), "in_process_moto()" in str(err)
+        ('PUT s3://bucket/run/trainer_0.1/w', True, True)
     """
 
     def __init__(self, request: str) -> None:

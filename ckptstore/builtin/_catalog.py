@@ -14,20 +14,30 @@ When the catalog disagrees with storage, it is rebuilt and a warning says what c
 
 Example::
 
-    class MemoryCatalog(IndexCatalog):
-        name = "memory"
-        def __init__(self):
-            super().__init__()
-            self.entries = {}
-        def _read_entries(self):
-            return dict(self.entries)
-        def _put_entry(self, record):
-            self.entries[record.epoch] = CatalogEntry.from_commit(record)
-        def _drop_entries(self, epochs):
-            for epoch in epochs:
-                self.entries.pop(epoch, None)
-        def _reset(self):
-            self.entries = {}
+    >>> class MemoryCatalog(IndexCatalog):
+    ...     name = "memory"
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.entries = {}
+    ...     def _read_entries(self):
+    ...         return dict(self.entries)
+    ...     def _put_entry(self, record):
+    ...         self.entries[record.epoch] = CatalogEntry.from_commit(record)
+    ...     def _drop_entries(self, epochs):
+    ...         for epoch in epochs:
+    ...             self.entries.pop(epoch, None)
+    ...     def _reset(self):
+    ...         self.entries = {}
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz", metadata_handler=MemoryCatalog())
+    >>> manager.set_params(["trainer_0"])  # JobRunner.train does this
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(1))
+    >>> manager.write_checkpoint_metadata(1)
+    >>> manager.metadata_handler.last_epoch(), list(manager.metadata_handler.entries)
+    (1, [1])
 """
 
 from __future__ import annotations
@@ -36,8 +46,8 @@ import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ckptstore._types import JSONObject
 from ckptstore.errors import CatalogCorruptError, CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import (
@@ -47,6 +57,7 @@ from ckptstore.protocol import (
     read_commit,
     require_commit,
 )
+from ckptstore.records import json_int, json_list
 
 __all__ = ["CatalogEntry", "IndexCatalog", "RebuildReport"]
 
@@ -59,8 +70,10 @@ class CatalogEntry:
 
     Example::
 
-        CatalogEntry(3, ("trainer_0",), nbytes=4096, stored_bytes=4400,
-                     committed_at="2026-01-01T00:00:00+00:00", db_types=("npz",))
+        >>> entry = CatalogEntry(3, ("trainer_0",), nbytes=4096, stored_bytes=4400,
+        ...                      committed_at="2026-01-01T00:00:00+00:00", db_types=("npz",))
+        >>> CatalogEntry.from_json(3, entry.to_json()) == entry
+        True
     """
 
     epoch: int
@@ -82,7 +95,7 @@ class CatalogEntry:
             db_types=tuple(sorted({node.db_type for node in record.nodes.values()})),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "nodes": list(self.nodes),
             "nbytes": self.nbytes,
@@ -92,16 +105,28 @@ class CatalogEntry:
         }
 
     @classmethod
-    def from_json(cls, epoch: int, raw: Mapping[str, Any]) -> CatalogEntry:
-        """Parse :meth:`to_json`'s output (raises ``KeyError``/``TypeError``/``ValueError``)."""
+    def from_json(cls, epoch: int, raw: Mapping[str, object]) -> CatalogEntry:
+        """Parse :meth:`to_json`'s output (untrusted: raises ``KeyError`` for a missing
+        field and ``ValueError`` for one of the wrong type)."""
+        committed_at = raw["committed_at"]
+        if not isinstance(committed_at, str):
+            raise ValueError(f"committed_at {committed_at!r} is not text")
         return cls(
             epoch=epoch,
-            nodes=tuple(str(node) for node in raw["nodes"]),
-            nbytes=int(raw["nbytes"]),
-            stored_bytes=int(raw["stored_bytes"]),
-            committed_at=str(raw["committed_at"]),
-            db_types=tuple(str(name) for name in raw["db_types"]),
+            nodes=_strings(raw, "nodes"),
+            nbytes=json_int(raw, "nbytes"),
+            stored_bytes=json_int(raw, "stored_bytes"),
+            committed_at=committed_at,
+            db_types=_strings(raw, "db_types"),
         )
+
+
+def _strings(raw: Mapping[str, object], key: str) -> tuple[str, ...]:
+    """``raw[key]`` as a tuple of strings (``KeyError``/``ValueError`` otherwise)."""
+    values = json_list(raw, key)
+    if not all(isinstance(value, str) for value in values):
+        raise ValueError(f"{key} {values!r} is not a list of text")
+    return tuple(str(value) for value in values)
 
 
 @dataclass(frozen=True)
@@ -111,8 +136,9 @@ class RebuildReport:
 
     Example::
 
-        report = handler.rebuild()
-        report.changed, report.describe()
+        >>> report = RebuildReport("/ckpt", epochs=(1, 2), added=(2,))
+        >>> report.changed, report.describe()
+        (True, 'catalog of /ckpt: added or corrected epochs [2]; it now lists 2 epoch(s)')
     """
 
     url: str
@@ -137,7 +163,7 @@ class RebuildReport:
         done = "; ".join(parts) if parts else "nothing to change"
         return f"catalog of {self.url}: {done}; it now lists {len(self.epochs)} epoch(s)"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "url": self.url,
             "epochs": list(self.epochs),
@@ -157,9 +183,18 @@ class IndexCatalog(MetadataHandler):
 
     Example::
 
-        handler.last_epoch()   # newest epoch committed on every node, from storage
-        handler.epochs()       # {epoch: CatalogEntry}, repaired if it was unreadable
-        handler.rebuild()      # RebuildReport
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("indexed", "trainer_0", "npz", metadata_handler="json")
+        >>> manager.set_params(["trainer_0"])
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))  # committed, not yet in the catalog
+        >>> handler = manager.metadata_handler
+        >>> handler.rebuild().describe()  # the catalog, recreated from the commit records
+        'catalog of indexed: added or corrected epochs [1]; it now lists 1 epoch(s)'
+        >>> handler.last_epoch(), list(handler.epochs())  # newest on every node: from storage
+        (1, [1])
     """
 
     # -- storage (what a catalog implements) ------------------------------------------

@@ -25,8 +25,18 @@ overlap each other (the manifest is untrusted input).
 
 Example::
 
-    written = write_archive(db, "blobs.npz", [Member("w.npy", header, "w", array)])
-    written.blobs["w"].chunks  # byte ranges of w's data in blobs.npz
+    >>> import zipfile
+    >>> from ckptstore import LocalPath
+    >>> from ckptstore.io import ParallelIO
+    >>> from ckptstore.plugin import DBLocation
+    >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())
+    >>> written = write_archive(db, "blobs.zip", [Member("w.bin", b"", "w", np.arange(4.0))])
+    >>> [(chunk.key, chunk.size) for chunk in written.blobs["w"].chunks]  # w's byte range
+    [('blobs.zip', 32)]
+    >>> zipfile.ZipFile("packed/trainer_0.1/blobs.zip").namelist()  # a plain ZIP archive
+    ['w.bin']
+    >>> read_archive(db, "blobs.zip", [written.blobs["w"]])["w"]
+    array([0., 1., 2., 3.])
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class ManagerBase(ABC):
         >>> from ckptstore import LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(3)
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> manager = CheckpointManager("stats_ckpt", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(1))
         >>> manager.report_checkpoint_stats("checkpoint_save")  # to the handler and plugins
@@ -168,7 +168,7 @@ class ManagerBase(ABC):
             >>> from ckptstore import LocalSession
             >>> session = LocalSession()
             >>> session.workspace("trainer_0")["w"] = np.ones(3)
-            >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+            >>> manager = CheckpointManager("async_ckpt", "trainer_0", "npz")
             >>> _ = session.run(manager.init(["trainer_0"]))
             >>> future = manager.save_async(1, session)
             >>> session.workspace("trainer_0")["w"] += 1   # the next epoch trains meanwhile
@@ -341,7 +341,7 @@ class CheckpointManager(ManagerBase):
         >>> from ckptstore import LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(3)
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> manager = CheckpointManager("npz_ckpt", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(1))
         >>> session.workspace("trainer_0")["w"][:] = 0

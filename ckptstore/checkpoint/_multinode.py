@@ -64,11 +64,11 @@ class MultiNodeCheckpointManager(ManagerBase):
         >>> session = LocalSession()
         >>> for node in ("trainer_0", "trainer_1"):
         ...     session.workspace(node)["w"] = np.ones(2)
-        >>> manager = MultiNodeCheckpointManager("ckpt", "npz")
+        >>> manager = MultiNodeCheckpointManager("npz_ckpt", "npz")
         >>> _ = session.run(manager.init(["trainer_0", "trainer_1"]))
         >>> _ = session.run(manager.save(1))  # commits epoch 1 once both nodes saved
         >>> manager.get_ckpt_db_name("trainer_1", 1)
-        'ckpt/trainer_1.1'
+        'npz_ckpt/trainer_1.1'
     """
 
     def __init__(

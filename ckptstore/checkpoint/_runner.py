@@ -166,7 +166,7 @@ class JobRunner:
         ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
         ...     done = epoch_limiter(job, 3)
         >>> from ckptstore import CheckpointManager, LocalSession
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> manager = CheckpointManager("npz_ckpt", "trainer_0", "npz")
         >>> runner = JobRunner(job, manager, max_consecutive_save_failures=3)
         >>> runner.train(LocalSession())
         3

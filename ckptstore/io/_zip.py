@@ -14,10 +14,18 @@ else from zlib; :func:`crc32_combine` joins the CRCs of pieces checksummed in pa
 
 Example::
 
-    layout = ZipLayout.plan([ZipMember("a.npy", 128), ZipMember("b.npy", 1 << 20)])
-    layout.members[1].data_offset     # where b.npy's bytes go
-    layout.local_header(0, crc)       # a.npy's local header, once its CRC-32 is known
-    layout.central_directory(crcs)    # the archive's tail, at layout.directory_offset
+    >>> import io, zipfile
+    >>> bodies = [b"hello", b"world!"]
+    >>> layout = ZipLayout.plan([ZipMember("a.txt", 5), ZipMember("b.txt", 6)])
+    >>> archive = bytearray(layout.total_size)
+    >>> crcs = [crc32_of([body]) for body in bodies]  # in any order, in parallel
+    >>> for index, (member, body) in enumerate(zip(layout.members, bodies)):
+    ...     header = layout.local_header(index, crcs[index])
+    ...     archive[member.header_offset : member.data_offset] = header
+    ...     archive[member.data_offset : member.end] = body
+    >>> archive[layout.directory_offset :] = layout.central_directory(crcs)  # the tail
+    >>> zipfile.ZipFile(io.BytesIO(archive)).read("b.txt")
+    b'world!'
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ blobs (``codec="raw"``) get reading and verification for free.
 
 Example::
 
+    >>> from ckptstore.records import encode_dtype
     >>> class RawFiles(DBType):
     ...     name = "rawfiles"
     ...
@@ -17,7 +18,7 @@ Example::
     ...             data = array_bytes(array)
     ...             result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
     ...             chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
-    ...             dtype = encode_dtype(name, array.dtype)  # from ckptstore.records
+    ...             dtype = encode_dtype(name, array.dtype)
     ...             records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
     ...         return WrittenDB(records)
     >>> from ckptstore import LocalPath

@@ -41,8 +41,13 @@ class PositionalWriter(ABC):
 
     Example::
 
-        with storage.open_positional("trainer_0.3/blobs.zip", 8) as out:
-            out.write_at(4, [b"5678"]); out.write_at(0, [b"1234"])
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("positional")
+        >>> with storage.open_positional("trainer_0.3/blobs.bin", 8) as out:
+        ...     out.write_at(4, [b"5678"])  # pieces in any order, from any thread
+        ...     out.write_at(0, [b"12", b"34"])
+        >>> storage.read_bytes("trainer_0.3/blobs.bin")
+        b'12345678'
     """
 
     def __init__(self, key: str, size: int) -> None:

@@ -7,7 +7,13 @@ after one ``size`` call per file, not after allocating terabytes.
 
 Example::
 
-    check_pieces_fit(storage, "trainer_0.3", manifest.files)
+    >>> from ckptstore import LocalPath
+    >>> storage = LocalPath("bounds")
+    >>> storage.write_parts("trainer_0.3/blobs.bin", [b"hello"])
+    >>> forged = ChunkRecord("blobs.bin", offset=0, stored=1 << 40, size=1 << 40, crc32c=0)
+    >>> check_pieces_fit(storage, "trainer_0.3", [forged])  # refused before allocating 1 TiB
+    Traceback (most recent call last):
+    ckptstore.errors.CorruptCheckpointError: ...the file holds 5...
 """
 
 from __future__ import annotations

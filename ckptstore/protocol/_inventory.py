@@ -96,10 +96,10 @@ class EpochEntry:
         >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
-        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> manager = CheckpointManager("jobs/a", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(3))
-        >>> entry = scan(LocalPath("runs"))[0].epochs[0]
+        >>> entry = scan(LocalPath("jobs"))[0].epochs[0]
         >>> entry.state, entry.stored_bytes > 0, [node.node for node in entry.nodes]
         ('committed', True, ['trainer_0'])
     """
@@ -137,10 +137,10 @@ class RunEntry:
         >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
-        >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
+        >>> manager = CheckpointManager("sweep/a", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(3))
-        >>> [run.prefix for run in scan(LocalPath("runs"))]
+        >>> [run.prefix for run in scan(LocalPath("sweep"))]
         ['a']
     """
 

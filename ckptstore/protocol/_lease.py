@@ -17,12 +17,16 @@ lease counts as expired.
 
 Example::
 
-    lease = WriterLease(storage, ["trainer_0"])
-    lease.acquire()          # LeaseHeldError if another live job holds it
-    try:
-        ...                  # saves; lease.renew() before each
-    finally:
-        lease.release()
+    >>> from ckptstore import LocalPath
+    >>> storage = LocalPath("ckpt")
+    >>> lease = WriterLease(storage, ["trainer_0"])
+    >>> lease.acquire()  # LeaseHeldError if another live job holds it
+    >>> try:
+    ...     lease.renew()  # before each save
+    ... finally:
+    ...     lease.release()
+    >>> read_lease(storage, "trainer_0") is None  # released: the next job may write
+    True
 """
 
 from __future__ import annotations
@@ -62,7 +66,9 @@ class LeaseHolder:
 
     Example::
 
-        holder.describe()  # 'host gpu-7, pid 4242, started 2026-01-02T03:04:05+00:00, ...'
+        >>> holder = LeaseHolder("trainer_0", "5f1c", "gpu-7", 4242, 1767323045.0, 1767323645.0)
+        >>> holder.describe()
+        'host gpu-7, pid 4242, started 2026-01-02T03:04:05+00:00, lease valid until ...'
     """
 
     node: str
@@ -138,8 +144,13 @@ class WriterLease:
 
     Example::
 
-        with WriterLease(storage, ["trainer_0", "trainer_1"], ttl=300):
-            ...
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("two_nodes")
+        >>> with WriterLease(storage, ["trainer_0", "trainer_1"], ttl=300):
+        ...     read_lease(storage, "trainer_1").pid == os.getpid()
+        True
+        >>> read_lease(storage, "trainer_1") is None
+        True
     """
 
     def __init__(

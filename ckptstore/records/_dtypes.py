@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib
 import re
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -83,11 +82,11 @@ that): numpy here may not have them; their size is still known."""
 _ML_TEXT = re.compile(r"([<>|])ml_dtypes\.([a-z0-9_]{1,40})")
 
 
-def _is_ml_dtype(dtype: np.dtype[Any]) -> bool:
+def _is_ml_dtype(dtype: np.dtype[np.generic]) -> bool:
     return getattr(dtype.type, "__module__", "") == "ml_dtypes"
 
 
-def _byte_order(dtype: np.dtype[Any]) -> str:
+def _byte_order(dtype: np.dtype[np.generic]) -> str:
     """``<``, ``>`` or ``|`` (byte order does not apply), never numpy's ``=``."""
     if dtype.itemsize == 1 or dtype.byteorder == "|":
         return "|"
@@ -111,7 +110,7 @@ def check_value(blob: str, value: object) -> None:
         encode_dtype(blob, value.dtype)
 
 
-def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
+def encode_dtype(blob: str, dtype: np.dtype[np.generic]) -> str:
     """The manifest string of ``dtype`` (see the module docstring), or
     :class:`UnsupportedBlobError` naming ``blob`` and why it cannot be stored."""
     if dtype.hasobject:
@@ -142,7 +141,7 @@ def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
             "an unknown extension type); store bool, integer, float, complex, S, U, "
             "datetime64/timedelta64 or ml_dtypes arrays",
         )
-    if dtype.kind in "Mm" and not dtype.isnative and np.datetime_data(dtype)[0] == "generic":
+    if dtype.kind in "Mm" and not dtype.isnative and np.datetime_data(dtype.str)[0] == "generic":
         raise UnsupportedBlobError(
             blob,
             f"dtype {dtype.str} is a non-native datetime/timedelta without a unit, which numpy "
@@ -156,7 +155,7 @@ def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
     return dtype.str
 
 
-def plain_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+def plain_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.generic]:
     """The numpy dtype a format that knows only numpy's own dtypes writes ``dtype``'s
     bytes as: ``dtype`` itself, or for ml_dtypes the unsigned integer of the same size
     and byte order (the bytes are unchanged)."""
@@ -165,7 +164,7 @@ def plain_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(f"{_byte_order(dtype)}u{dtype.itemsize}")
 
 
-def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
+def decode_dtype(blob: str, text: object) -> np.dtype[np.generic]:
     """The dtype a manifest string stands for, refusing anything that is not plain data
     (a stored document is untrusted: it never yields an object or structured dtype).
 
@@ -235,7 +234,7 @@ def _ml_itemsize(blob: str, name: str, order: str) -> int:
     return itemsize
 
 
-def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
+def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[np.generic]:
     itemsize = _ml_itemsize(blob, name, order)
     module = _ml_dtypes(blob, name)
     scalar = getattr(module, name, None)
@@ -245,7 +244,7 @@ def _ml_dtype(blob: str, name: str, order: str) -> np.dtype[Any]:
             f"it is stored as ml_dtypes.{name}, which ml_dtypes {module.__version__} does not "
             "have; upgrade it: `pip install -U ml_dtypes`",
         )
-    dtype: np.dtype[Any] = np.dtype(scalar)
+    dtype: np.dtype[np.generic] = np.dtype(scalar)
     if dtype.itemsize != itemsize:
         raise UnsupportedBlobError(
             blob, f"ml_dtypes.{name} holds {dtype.itemsize} bytes here, {itemsize} when stored"

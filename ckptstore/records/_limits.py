@@ -12,7 +12,12 @@ is checked).
 
 Example::
 
-    set_limits(replace(current_limits(), max_document_bytes=1 << 30))
+    >>> set_limits(replace(current_limits(), max_document_bytes=1 << 30))
+    >>> current_limits().max_document_bytes
+    1073741824
+    >>> set_limits(None)  # back to the defaults (and the environment)
+    >>> current_limits().max_document_bytes == Limits().with_environment().max_document_bytes
+    True
 """
 
 from __future__ import annotations

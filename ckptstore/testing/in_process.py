@@ -10,10 +10,18 @@ objects made with boto3 inside ``mock_aws`` are the ones ckptstore sees, and bac
 
 Example::
 
-    with mock_aws():
-        boto3.client("s3").create_bucket(Bucket="bucket")
-        with in_process_moto():
-            CheckpointManager("s3://bucket/run", "trainer_0")  # works
+    >>> import boto3
+    >>> from moto import mock_aws
+    >>> from ckptstore.tree import load_tree, save_tree
+    >>> with mock_aws():
+    ...     s3 = boto3.client("s3", region_name="us-east-1")
+    ...     _ = s3.create_bucket(Bucket="bucket")
+    ...     with in_process_moto():  # without it: InProcessMockError
+    ...         save_tree("s3://bucket/run", 1, {"step": 1})
+    ...         print(load_tree("s3://bucket/run"))
+    ...     print(s3.list_objects_v2(Bucket="bucket")["KeyCount"] > 0)  # boto3 sees it too
+    {'step': 1}
+    True
 """
 
 from __future__ import annotations

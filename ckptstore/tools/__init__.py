@@ -5,8 +5,11 @@ May import every layer below the CLI (checkpoint, protocol, plugin, records, io)
 
 Example::
 
+    >>> import io
     >>> from ckptstore.tools import DemoConfig, run_demo
-    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
+    >>> progress = io.StringIO()  # where the progress lines go (default: stdout)
+    >>> run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2), progress).last_epoch
+    2
 """
 
 from ckptstore.tools._checking import (

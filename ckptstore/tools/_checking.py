@@ -128,11 +128,11 @@ class NodeCheck:
         >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> manager = CheckpointManager("verified", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> for epoch in (3, 4):
         ...     _ = session.run(manager.save(epoch))
-        >>> storage = LocalPath("ckpt")
+        >>> storage = LocalPath("verified")
         >>> checks = verify_epochs(storage, [3, 4])
         >>> [problem.blob for check in checks if not check.ok for problem in check.problems]
         []

@@ -9,7 +9,15 @@ run reaches exactly the weights an uninterrupted one does.
 Example::
 
     >>> from ckptstore.tools._demo import DemoConfig, run_demo
-    >>> result = run_demo(DemoConfig(directory="./ckptstore-demo", epochs=2, nodes=2))
+    >>> result = run_demo(DemoConfig(directory="demo", epochs=2, nodes=2))
+    ckptstore demo: 2 nodes, logistic regression, checkpoints in demo (zarr on local disk)
+    starting from scratch
+    epoch   0  initial state  | checkpoint saved: 2 nodes, ...
+    epoch   1/2  loss ...
+    epoch   2/2  loss ...
+    done: trained to epoch 2, accuracy ...
+    >>> result.resumed_from, result.last_epoch
+    (None, 2)
 """
 
 from __future__ import annotations

@@ -50,12 +50,12 @@ class NodeDone:
         >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+        >>> manager = CheckpointManager("source", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> for epoch in (3, 4):
         ...     _ = session.run(manager.save(epoch))
-        >>> storage = LocalPath("ckpt")
-        >>> copied = copy_epochs(storage, LocalPath("archive"), [3])
+        >>> storage = LocalPath("source")
+        >>> copied = copy_epochs(storage, LocalPath("backup"), [3])
         >>> sum(done.stored_bytes for done in copied if not done.skipped) > 0
         True
     """

@@ -6,10 +6,16 @@ Sits above :mod:`ckptstore.tree`; nothing else in ckptstore imports torch.
 
 Example::
 
-    from ckptstore.torch import restore, save
-
-    save("./ckpt", epoch, model=model, optimizer=optimizer)
-    epoch = restore("./ckpt", model=model, optimizer=optimizer)  # the newest epoch
+    >>> import torch
+    >>> from ckptstore.torch import restore, save
+    >>> model = torch.nn.Linear(3, 1)
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    >>> save("./ckpt", 7, model=model, optimizer=optimizer)
+    >>> twin = torch.nn.Linear(3, 1)
+    >>> restore("./ckpt", model=twin, optimizer=torch.optim.SGD(twin.parameters(), lr=0.5))
+    7
+    >>> torch.equal(twin.weight, model.weight)  # bit-exact, no pickle
+    True
 """
 
 from ckptstore.torch._adapter import TorchAdapter

@@ -3,8 +3,14 @@ counters) as one committed checkpoint, without pickle.
 
 Example::
 
-    save("./ckpt", epoch, model=model, optimizer=optimizer)
-    epoch = restore("./ckpt", model=model, optimizer=optimizer)
+    >>> import torch
+    >>> model = torch.nn.Linear(2, 2)
+    >>> save("./ckpt", 1, model=model)
+    >>> save_state("./ckpt", 2, {"model": model.state_dict(), "step": 200})
+    >>> restore("./ckpt", model=torch.nn.Linear(2, 2))  # the newest epoch
+    2
+    >>> load_state("./ckpt", 2)["step"]
+    200
 """
 
 from __future__ import annotations

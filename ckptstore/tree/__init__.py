@@ -6,10 +6,10 @@ May import :mod:`ckptstore.checkpoint` (managers, for their location),
 
 Example::
 
-    from ckptstore.tree import load_tree, save_tree
-
-    save_tree("./ckpt", 3, {"params": {"w": np.ones(4, np.float32)}, "step": 3})
-    tree = load_tree("./ckpt")  # {'params': {'w': array([1., 1., 1., 1.], ...)}, 'step': 3}
+    >>> from ckptstore.tree import load_tree, save_tree
+    >>> save_tree("./ckpt", 3, {"params": {"w": np.ones(4, np.float32)}, "step": 3})
+    >>> load_tree("./ckpt")
+    {'params': {'w': array([1., 1., 1., 1.], dtype=float32)}, 'step': 3}
 """
 
 from ckptstore.tree._flatten import (

@@ -10,8 +10,12 @@ on it like on any checkpoint.
 
 Example::
 
-    save_tree("./ckpt", 3, {"w": np.ones(4, np.float32), "step": 3})
-    tree = load_tree("./ckpt")            # the newest committed epoch
+    >>> save_tree("./ckpt", 3, {"w": np.ones(2, np.float32), "step": 3})
+    >>> save_tree("./ckpt", 4, {"w": np.zeros(2, np.float32), "step": 4})
+    >>> load_tree("./ckpt")  # the newest committed epoch
+    {'w': array([0., 0.], dtype=float32), 'step': 4}
+    >>> latest_tree_epoch("./ckpt"), load_tree("./ckpt", 3)["step"]
+    (4, 3)
 """
 
 from __future__ import annotations

@@ -71,10 +71,10 @@ class ValueSpan:
         >>> from ckptstore import CheckpointManager, LocalSession
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.zeros(1000, np.float32)
-        >>> manager = CheckpointManager("ckpt", "trainer_0", "lmdb")
+        >>> manager = CheckpointManager("spans", "trainer_0", "lmdb")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(3))
-        >>> data = open("ckpt/trainer_0.3/data.mdb", "rb").read()
+        >>> data = open("spans/trainer_0.3/data.mdb", "rb").read()
         >>> span = value_spans(data)[b"w\\x00\\x00\\x00\\x00\\x00"]
         >>> len(data[span.offset : span.offset + span.size])  # the value's bytes
         4000

@@ -42,8 +42,6 @@ NOT_YET_RUN: dict[str, int] = {
     "ckptstore_gcs.client": 2,
     "ckptstore_gcs.composite": 2,
     "ckptstore_gcs.path": 2,
-    "ckptstore_prometheus": 1,
-    "ckptstore_prometheus.metrics": 2,
     "ckptstore_s3": 1,
     "ckptstore_s3.client": 2,
     "ckptstore_s3.multipart": 2,

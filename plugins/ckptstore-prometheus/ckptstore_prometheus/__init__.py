@@ -6,9 +6,19 @@ node and action, and the slowest node of each operation.
 
 Example::
 
-    from ckptstore_prometheus import serve
-    serve(9108)                       # scrape http://127.0.0.1:9108/metrics
-    JobRunner(job, manager).train(session)
+    >>> import urllib.request
+    >>> from ckptstore import CheckpointManager, Job, JobRunner, LocalSession, Node, Task
+    >>> from ckptstore import epoch_limiter
+    >>> server, port = serve(0)  # serve(9108): scrape http://127.0.0.1:9108/metrics
+    >>> with Job() as job, Node("trainer_0"):
+    ...     _ = Task(lambda ws: ws.update(w=np.ones(2)), name="train")
+    ...     done = epoch_limiter(job, 2)
+    >>> JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
+    2
+    >>> page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    >>> 'ckptstore_last_epoch{action="checkpoint_save",node="trainer_0"} 2.0' in page
+    True
+    >>> server.shutdown()
 """
 
 from ckptstore_prometheus.metrics import DURATION_BUCKETS, CheckpointMetrics

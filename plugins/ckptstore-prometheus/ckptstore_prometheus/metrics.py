@@ -19,8 +19,10 @@ metric                                          type      what
 
 Example::
 
-    metrics = CheckpointMetrics(CollectorRegistry())
-    get_registry().register(metrics)    # or rely on the installed entry point
+    >>> from ckptstore.plugin import get_registry
+    >>> metrics = CheckpointMetrics(CollectorRegistry())
+    >>> get_registry().register(metrics)  # or rely on the installed entry point
+    >>> get_registry().unregister(metrics)
 """
 
 from __future__ import annotations
@@ -46,9 +48,21 @@ class CheckpointMetrics:
 
     Example::
 
-        registry = CollectorRegistry()
-        get_registry().register(CheckpointMetrics(registry), name="my-metrics")
-        generate_latest(registry)
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> from ckptstore.plugin import get_registry
+        >>> registry = CollectorRegistry()
+        >>> metrics = CheckpointMetrics(registry)
+        >>> get_registry().register(metrics, name="my-metrics")
+        >>> session = LocalSession()
+        >>> session.workspace("trainer_0")["w"] = np.ones(2)
+        >>> manager = CheckpointManager("saved", "trainer_0", "npz")
+        >>> _ = session.run(manager.init(["trainer_0"]))
+        >>> _ = session.run(manager.save(1))
+        >>> manager.report_checkpoint_stats("checkpoint_save")  # what JobRunner does
+        >>> labels = {"action": "checkpoint_save", "node": "trainer_0"}
+        >>> registry.get_sample_value("ckptstore_operations_total", labels)
+        1.0
+        >>> get_registry().unregister(metrics)
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:

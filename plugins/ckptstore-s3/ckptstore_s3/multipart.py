@@ -3,10 +3,24 @@ create, upload parts (numbered from 1), complete, or abort.
 
 Example::
 
-    upload = S3MultipartUpload(client, "run/trainer_0.3/blobs.npz")
-    await upload.start()
-    await upload.upload_part(0, body)
-    await upload.complete()
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+    >>> _ = s3.create_bucket(Bucket="multipart-module")
+    >>> from ckptstore_s3 import S3Path
+    >>> client = S3Path("s3://multipart-module/run").client
+    >>> upload = S3MultipartUpload(client, "run/trainer_0.3/blobs.npz")
+    >>> async def send():
+    ...     await upload.start()
+    ...     await upload.upload_part(0, b"one part: the last may be small")
+    ...     await upload.complete()
+    >>> client.run(send)
+    >>> client.run(lambda: client.size("run/trainer_0.3/blobs.npz"))
+    31
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -26,7 +40,22 @@ class S3MultipartUpload(MultipartUpload):
 
     Example::
 
-        await upload_in_parts(S3MultipartUpload(client, key), 3, body_of_part, limit=16)
+        >>> import boto3
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import in_process_moto
+        >>> stack = ExitStack()
+        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+        >>> _ = s3.create_bucket(Bucket="upload-in-parts")
+        >>> from ckptstore.object_store import upload_in_parts
+        >>> from ckptstore_s3 import S3Path
+        >>> client = S3Path("s3://upload-in-parts/run").client
+        >>> parts = [b"a" * (5 << 20), b"b" * 3]  # all but the last part: at least 5 MiB
+        >>> client.run(lambda: upload_in_parts(S3MultipartUpload(client, "run/big"), 2,
+        ...                                    parts.__getitem__, limit=16))
+        >>> client.run(lambda: client.size("run/big"))
+        5242883
+        >>> stack.close()
     """
 
     def __init__(self, client: S3Client, key: str) -> None:

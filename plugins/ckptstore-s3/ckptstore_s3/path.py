@@ -3,8 +3,25 @@ S3-compatible server, large objects sent as parallel multipart uploads.
 
 Example::
 
-    CheckpointManager("s3://bucket/run", "trainer_0", "npz",
-                      storage_options={"endpoint_url": "http://127.0.0.1:9000"})
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+    >>> _ = s3.create_bucket(Bucket="manager-run")
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.arange(3.0)
+    >>> manager = CheckpointManager("s3://manager-run/run", "trainer_0", "npz",
+    ...                             storage_options={"endpoint_url": moto.endpoint_url})
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(1))
+    >>> session.workspace("trainer_0")["w"][:] = 0
+    >>> _ = session.run(manager.load(1))
+    >>> session.workspace("trainer_0")["w"]
+    array([0., 1., 2.])
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -28,9 +45,18 @@ class S3Path(ObjectStorePath[S3Options, S3Client]):
 
     Example::
 
-        storage = S3Path("s3://bucket/run", endpoint_url="http://127.0.0.1:9000")
-        storage.write_bytes("trainer_0.1/a", b"hello")
-        storage.read_bytes("trainer_0.1/a")  # b'hello'
+        >>> import boto3
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import in_process_moto
+        >>> stack = ExitStack()
+        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+        >>> _ = s3.create_bucket(Bucket="path-type")
+        >>> storage = S3Path("s3://path-type/run", endpoint_url=moto.endpoint_url)
+        >>> storage.write_bytes("trainer_0.1/a", b"hello")
+        >>> storage.read_bytes("trainer_0.1/a")
+        b'hello'
+        >>> stack.close()
     """
 
     name = "s3"

@@ -9,10 +9,15 @@ backend's SDK. See ``docs/object-stores.md``.
 
 Example::
 
-    class MyStorePath(ObjectStorePath):
-        name = "mystore"
-        protocols = ("my",)
-        ...
+    >>> from ckptstore_s3 import S3Path  # the ckptstore-s3 plugin's backend
+    >>> issubclass(S3Path, ObjectStorePath), S3Path.name, S3Path.protocols
+    (True, 's3', ('s3', 's3a'))
+    >>> issubclass(S3Path.options_type, ObjectStoreOptions)  # settings, filesystem
+    True
+    >>> issubclass(S3Path.client_type, ObjectStoreClient)  # one method per request kind
+    True
+    >>> isinstance(S3Path.client_type.rules, ErrorRules)  # which failures are retried
+    True
 """
 
 from ckptstore.object_store._aio import gather_all

@@ -9,12 +9,20 @@ from a worker thread, :meth:`ObjectStoreClient.submit` starts one in the backgro
 
 Example::
 
-    class MyClient(ObjectStoreClient):
-        scheme = "my"
-        async def put(self, key, body): ...
-        ...
-
-    client.run(lambda: client.put("run/a", b"data"))
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> from ckptstore_s3 import S3Path
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+    >>> _ = s3.create_bucket(Bucket="object-store-client")
+    >>> client = S3Path("s3://object-store-client/run").client  # an ObjectStoreClient
+    >>> client.run(lambda: client.put("run/a", b"data"))  # wait for one request
+    >>> future = client.submit(lambda: client.get("run/a", 1, 2))  # or start it
+    >>> future.result()
+    b'at'
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -51,7 +59,8 @@ class ObjectInfo:
 
     Example::
 
-        (await client.head("run/a")).size  # 4096
+        >>> ObjectInfo(size=4096).size  # what ``await client.head("run/a")`` returns
+        4096
     """
 
     size: int
@@ -66,8 +75,10 @@ class ObjectStoreClient(ABC):
 
     Example::
 
-        client = S3Client(fs, options, "bucket")
-        client.run(lambda: client.head("run/_ckptstore/catalog.json"))
+        >>> from ckptstore_s3 import S3Path
+        >>> client = S3Path("s3://bucket/run").client  # S3Client(fs, options, "bucket")
+        >>> client.bucket, client.describe(client.get_action, "run/a")  # no request yet
+        ('bucket', 'GET s3://bucket/run/a')
     """
 
     rules: ClassVar[ErrorRules]

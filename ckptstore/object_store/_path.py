@@ -12,12 +12,11 @@ A backend subclasses :class:`ObjectStorePath` and names its
 
 Example::
 
-    class MyStorePath(ObjectStorePath[MyOptions, MyClient]):
-        name = "mystore"
-        protocols = ("my",)
-        bucket_rule = "a MyStore URL names a bucket: my://BUCKET/prefix"
-        options_type = MyOptions
-        client_type = MyClient
+    >>> from ckptstore_s3 import S3Path  # a backend: the ckptstore-s3 plugin's path type
+    >>> S3Path.name, S3Path.protocols, S3Path.bucket_rule
+    ('s3', ('s3', 's3a'), 'an S3 URL names a bucket: s3://BUCKET/prefix')
+    >>> S3Path.options_type.__name__, S3Path.client_type.__name__
+    ('S3Options', 'S3Client')
 """
 
 from __future__ import annotations
@@ -54,9 +53,22 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
 
     Example::
 
-        storage = S3Path("s3://bucket/run", endpoint_url="http://127.0.0.1:9000")
-        storage.write_bytes("trainer_0.1/a", b"hello")
-        storage.read_bytes("trainer_0.1/a")  # b'hello'
+        >>> import boto3
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import in_process_moto
+        >>> from ckptstore_s3 import S3Path
+        >>> stack = ExitStack()
+        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+        >>> _ = s3.create_bucket(Bucket="object-store-path")
+        >>> storage = S3Path("s3://object-store-path/run", endpoint_url=moto.endpoint_url)
+        >>> storage.write_bytes("trainer_0.1/a", b"hello")
+        >>> storage.read_bytes("trainer_0.1/a", offset=1)
+        b'ello'
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(storage)).read_bytes("trainer_0.1/a")  # from its URL
+        b'hello'
+        >>> stack.close()
     """
 
     supports_rename = False

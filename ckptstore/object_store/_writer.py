@@ -9,10 +9,22 @@ no partial object is ever created.
 
 Example::
 
-    with MultipartWriter(client, "run/trainer_0.3/blobs.npz", part_size=16 << 20,
-                         max_in_flight=8) as out:
-        out.write(header)
-        out.write(array_bytes)
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> from ckptstore_s3 import S3Path
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+    >>> _ = s3.create_bucket(Bucket="multipart-writer")
+    >>> client = S3Path("s3://multipart-writer/run").client
+    >>> with MultipartWriter(client, "run/trainer_0.3/blobs.npz", part_size=5 << 20,
+    ...                      max_in_flight=2) as out:  # S3's smallest part: 5 MiB
+    ...     _ = out.write(b"header")
+    ...     _ = out.write(bytes(6 << 20))  # the first part goes up while this fills
+    >>> client.run(lambda: client.size("run/trainer_0.3/blobs.npz"))
+    6291462
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -45,8 +57,24 @@ class MultipartWriter(io.RawIOBase):
 
     Example::
 
-        writer = MultipartWriter(client, key, part_size=8 << 20, max_in_flight=4)
-        writer.write(b"..."); writer.close()  # the object exists once close returns
+        >>> import boto3
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import in_process_moto
+        >>> from ckptstore_s3 import S3Path
+        >>> stack = ExitStack()
+        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+        >>> _ = s3.create_bucket(Bucket="multipart-writer-close")
+        >>> client = S3Path("s3://multipart-writer-close/run").client
+        >>> writer = MultipartWriter(client, "run/a", part_size=8 << 20, max_in_flight=4)
+        >>> writer.write(b"small")  # less than a part: one plain upload on close
+        5
+        >>> client.run(lambda: client.head("run/a")) is None
+        True
+        >>> writer.close()  # the object exists once close returns
+        >>> client.run(lambda: client.head("run/a"))
+        ObjectInfo(size=5)
+        >>> stack.close()
     """
 
     def __init__(

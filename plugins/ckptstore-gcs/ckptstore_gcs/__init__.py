@@ -1,13 +1,34 @@
 """ckptstore-gcs: checkpoints in Google Cloud Storage buckets (or an emulator).
 
 Installing this distribution registers the ``gcs`` path type, which serves ``gs://``
-and ``gcs://`` URLs; see ``docs/object-stores.md``.
+and ``gcs://`` URLs; see ``docs/object-stores.md``. Settings come from the Google
+environment or ``storage_options`` (e.g. ``{"project": "my-project"}``); the example
+runs against a local emulator.
 
 Example::
 
-    from ckptstore import CheckpointManager
-    manager = CheckpointManager("gs://bucket/run", "trainer_0", "npz",
-                                storage_options={"project": "my-project"})
+    >>> import pytest
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import GcsEmulator
+    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+    >>> stack = ExitStack()
+    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+    >>> server.create_bucket("bucket")
+    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager("gs://bucket/run", "trainer_0", "npz", storage_options=options)
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(1))
+    >>> for key in manager.location.storage.list_keys():
+    ...     print(key)
+    _ckptstore/epoch-1/trainer_0.commit.json
+    trainer_0.1/blobs.npz
+    trainer_0.1/ckptstore.manifest.json
+    >>> manager.location.storage.close()
+    >>> stack.close()
 """
 
 from ckptstore.object_store import RequestError, RetryPolicy

@@ -5,8 +5,22 @@ built on :meth:`GCSClient.ranged_get`).
 
 Example::
 
-    client = GCSClient(fs, options, "bucket")
-    client.run(lambda: client.put("run/a", b"data"))
+    >>> import pytest
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import GcsEmulator
+    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+    >>> stack = ExitStack()
+    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+    >>> server.create_bucket("bucket")
+    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> from ckptstore_gcs import GCSPath
+    >>> client = GCSPath("gs://bucket/run", **options).client  # GCSClient(fs, options, "bucket")
+    >>> client.run(lambda: client.put("run/a", b"data"))
+    >>> client.run(lambda: client.head("run/a"))
+    ObjectInfo(size=4)
+    >>> client.close()
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -44,7 +58,24 @@ class GCSClient(ObjectStoreClient):
 
     Example::
 
-        client.run(lambda: client.compose("run/blob", ["run/blob.part-0", "run/blob.part-1"]))
+        >>> import pytest
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import GcsEmulator
+        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+        >>> stack = ExitStack()
+        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+        >>> server.create_bucket("bucket")
+        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> from ckptstore_gcs import GCSPath
+        >>> client = GCSPath("gs://bucket/run", **options).client
+        >>> client.run(lambda: client.put("run/blob.part-0", b"abc"))
+        >>> client.run(lambda: client.put("run/blob.part-1", b"def"))
+        >>> client.run(lambda: client.compose("run/blob", ["run/blob.part-0", "run/blob.part-1"]))
+        >>> client.run(lambda: client.get("run/blob", 0, None))
+        b'abcdef'
+        >>> client.close()
+        >>> stack.close()
     """
 
     rules = GCSErrorRules()

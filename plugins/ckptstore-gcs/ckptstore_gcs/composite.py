@@ -5,9 +5,31 @@ them; aborting deletes them.
 
 Example::
 
-    upload = GCSCompositeUpload(client, "run/trainer_0.3/blobs.npz")
-    await upload.upload_part(0, body)
-    await upload.complete()
+    >>> import pytest
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import GcsEmulator
+    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+    >>> stack = ExitStack()
+    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+    >>> server.create_bucket("bucket")
+    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> from ckptstore_gcs import GCSPath
+    >>> storage = GCSPath("gs://bucket/run", **options)
+    >>> client = storage.client
+    >>> upload = GCSCompositeUpload(client, "run/trainer_0.3/blobs.npz")
+    >>> async def send():
+    ...     await upload.start()
+    ...     await upload.upload_part(1, b"world")  # parts in any order
+    ...     await upload.upload_part(0, b"hello ")
+    ...     await upload.complete()
+    >>> client.run(send)
+    >>> storage.list_keys()  # the temporary part objects are gone
+    ['trainer_0.3/blobs.npz']
+    >>> storage.read_bytes("trainer_0.3/blobs.npz")
+    b'hello world'
+    >>> storage.close()
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -35,7 +57,25 @@ class GCSCompositeUpload(MultipartUpload):
 
     Example::
 
-        await upload_in_parts(GCSCompositeUpload(client, key), 3, body_of_part, limit=16)
+        >>> import pytest
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import GcsEmulator
+        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+        >>> stack = ExitStack()
+        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+        >>> server.create_bucket("bucket")
+        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> from ckptstore.object_store import upload_in_parts
+        >>> from ckptstore_gcs import GCSPath
+        >>> client = GCSPath("gs://bucket/run", **options).client
+        >>> parts = [b"one ", b"two ", b"three"]
+        >>> client.run(lambda: upload_in_parts(GCSCompositeUpload(client, "run/blob"), 3,
+        ...                                    parts.__getitem__, limit=16))
+        >>> client.run(lambda: client.get("run/blob", 0, None))
+        b'one two three'
+        >>> client.close()
+        >>> stack.close()
     """
 
     def __init__(self, client: GCSClient, key: str) -> None:

@@ -3,8 +3,27 @@ Storage or an emulator, large objects sent as parallel composite uploads.
 
 Example::
 
-    CheckpointManager("gs://bucket/run", "trainer_0", "npz",
-                      storage_options={"project": "my-project"})
+    >>> import pytest
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import GcsEmulator
+    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+    >>> stack = ExitStack()
+    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+    >>> server.create_bucket("bucket")
+    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.arange(3.0)
+    >>> manager = CheckpointManager("gs://bucket/run", "trainer_0", "npz", storage_options=options)
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(1))
+    >>> session.workspace("trainer_0")["w"][:] = 0
+    >>> _ = session.run(manager.load(1))
+    >>> session.workspace("trainer_0")["w"]
+    array([0., 1., 2.])
+    >>> manager.location.storage.close()
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -28,7 +47,21 @@ class GCSPath(ObjectStorePath[GCSOptions, GCSClient]):
 
     Example::
 
-        GCSPath("gs://bucket/run", project="my-project", token="/keys/sa.json").size("a")
+        >>> import pytest
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import GcsEmulator
+        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
+        >>> stack = ExitStack()
+        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
+        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
+        >>> server.create_bucket("bucket")
+        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> storage = GCSPath("gs://bucket/run", **options)  # e.g. token="/keys/sa.json"
+        >>> storage.write_bytes("a", b"hello")
+        >>> storage.size("a"), storage.read_bytes("a", offset=1, length=3)
+        (5, b'ell')
+        >>> storage.close()
+        >>> stack.close()
     """
 
     name = "gcs"

@@ -18,7 +18,6 @@ PACKAGES = ["ckptstore", "ckptstore_s3", "ckptstore_gcs", "ckptstore_lmdb", "ckp
 NOT_YET_RUN: dict[str, int] = {
     "ckptstore.dask_session._remote": 3,
     "ckptstore.dask_session._watch": 1,
-    "ckptstore.cli._common": 1,
     "ckptstore.testing": 1,
     "ckptstore.testing.conformance": 1,
     "ckptstore.testing.conformance.db_type": 3,

@@ -12,10 +12,27 @@ Exit codes scripts can rely on (also in ``docs/cli.md``)::
 
 Example::
 
-    def register(commands):
-        add_command(commands, "ls", run, summary="list runs", description="...")
-
-    storage = open_storage(args.url, args)
+    >>> import argparse
+    >>> from ckptstore.tree import save_tree
+    >>> def run(args):
+    ...     storage = open_storage(args.url, args)  # with its -o KEY=VALUE options
+    ...     print(chosen_epochs(storage, args))
+    ...     return EXIT_OK
+    >>> def register(commands):
+    ...     add_command(commands, "epochs", guarded(run), summary="list epochs",
+    ...                 description="The committed epochs of a checkpoint root.",
+    ...                 arguments=lambda parser: add_epoch_selection(parser, "this epoch"))
+    >>> parser = argparse.ArgumentParser(prog="ckptstore")
+    >>> register(parser.add_subparsers())
+    >>> for epoch in (1, 2):
+    ...     save_tree("ckpt", epoch, {"step": epoch})
+    >>> args = parser.parse_args(["epochs", "ckpt", "--latest"])
+    >>> args.run(args)
+    [2]
+    0
+    >>> args = parser.parse_args(["epochs", "ckpt", "-o", "durabilty=fsync"])  # a typo
+    >>> args.run(args) == EXIT_ERROR  # one line on stderr says which option, no traceback
+    True
 """
 
 from __future__ import annotations

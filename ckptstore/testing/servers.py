@@ -8,9 +8,16 @@ under another command, such as ``["ip", "netns", "exec", "ns"]``.
 
 Example::
 
-    with MotoServer() as server:
-        server.create_bucket("demo")
-        print(server.endpoint_url)  # http://127.0.0.1:<port>
+    >>> from ckptstore_s3 import S3Path
+    >>> with MotoServer() as server:  # any credentials work
+    ...     server.create_bucket("demo")
+    ...     storage = S3Path("s3://demo/run", endpoint_url=server.endpoint_url,
+    ...                      key="testing", secret="testing")
+    ...     storage.write_bytes("trainer_0.1/a", b"hello")
+    ...     print(server.endpoint_url)
+    ...     print(server.object_keys("demo"))
+    http://127.0.0.1:...
+    ['run/trainer_0.1/a']
 """
 
 from __future__ import annotations
@@ -67,7 +74,17 @@ class ServerProcess(ABC):
 
     Example::
 
-        server = MotoServer(); server.start(); ...; server.stop()
+        >>> class StaticFiles(ServerProcess):  # a server is its command line
+        ...     kind = "static files"
+        ...     def command(self):
+        ...         return [sys.executable, "-m", "http.server", "-b", self.host, str(self.port)]
+        >>> server = StaticFiles()
+        >>> server.start()  # picks a free port, waits until it answers
+        >>> server.running, server.request("GET", "/")[0]
+        (True, 200)
+        >>> server.stop()
+        >>> server.running
+        False
     """
 
     kind: ClassVar[str]
@@ -219,8 +236,16 @@ class MotoServer(ServerProcess):
 
     Example::
 
-        with MotoServer() as server:
-            server.create_bucket("b")
+        >>> from ckptstore_s3 import S3Path
+        >>> with MotoServer() as server:
+        ...     server.create_bucket("runs")
+        ...     url = server.endpoint_url
+        ...     storage = S3Path("s3://runs/job", endpoint_url=url, key="k", secret="s")
+        ...     storage.write_bytes("a", b"x")
+        ...     before = server.object_keys("runs")
+        ...     server.reset()  # forget every bucket and object
+        ...     print(before, server.object_keys("runs"))
+        ['job/a'] []
     """
 
     kind = "moto S3"
@@ -278,8 +303,12 @@ class GcsEmulator(ServerProcess):
 
     Example::
 
-        with GcsEmulator() as server:
-            server.create_bucket("b")
+        >>> with GcsEmulator() as server:  # in memory; data_dir=... keeps objects on disk
+        ...     server.create_bucket("b")
+        ...     upload = "/upload/storage/v1/b/b/o?uploadType=media&name=k"
+        ...     status, _ = server.request("POST", upload, b"x")
+        ...     print(status, server.object_keys("b"))
+        200 ['k']
     """
 
     kind = "GCS emulator"

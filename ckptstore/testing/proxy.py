@@ -18,10 +18,21 @@ count them by method or check that no listing happened (:meth:`FaultProxy.listin
 
 Example::
 
-    with FaultProxy(server.endpoint_url, flavour="s3") as proxy:
-        proxy.fail_next(3, status=503, methods={"PUT"})
-        ...  # the client's next three PUTs get "503 SlowDown"
-        assert proxy.count("PUT") >= 4 and not proxy.listings()
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> from ckptstore_s3 import S3Path
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+    >>> _ = s3.create_bucket(Bucket="proxied")
+    >>> proxy = stack.enter_context(FaultProxy(moto.endpoint_url, flavour="s3"))
+    >>> storage = S3Path("s3://proxied/run", endpoint_url=proxy.endpoint_url)
+    >>> proxy.fail_next(3, status=503, methods={"PUT"})
+    >>> storage.write_bytes("a", b"x")  # the next three PUTs get "503 SlowDown": retried
+    >>> proxy.count("PUT"), proxy.count("PUT", outcome="failed"), proxy.listings()
+    (4, 3, [])
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -144,9 +155,22 @@ class FaultProxy:
 
     Example::
 
-        proxy = FaultProxy(moto.endpoint_url).start()
-        proxy.reset_next(2)
-        proxy.stop()
+        >>> import boto3
+        >>> from contextlib import ExitStack
+        >>> from ckptstore.testing import in_process_moto
+        >>> from ckptstore_s3 import S3Path
+        >>> stack = ExitStack()
+        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
+        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
+        >>> _ = s3.create_bucket(Bucket="proxied-resets")
+        >>> proxy = FaultProxy(moto.endpoint_url).start()
+        >>> storage = S3Path("s3://proxied-resets/run", endpoint_url=proxy.endpoint_url)
+        >>> storage.write_bytes("a", b"x")
+        >>> proxy.reset_next(2)  # drop the next two connections
+        >>> storage.read_bytes("a")  # retried through the resets
+        b'x'
+        >>> proxy.stop()
+        >>> stack.close()
     """
 
     def __init__(self, upstream: str, *, flavour: Flavour = "s3", host: str = LOOPBACK) -> None:

@@ -16,8 +16,6 @@ import pytest
 PACKAGES = ["ckptstore", "ckptstore_s3", "ckptstore_gcs", "ckptstore_lmdb", "ckptstore_prometheus"]
 
 NOT_YET_RUN: dict[str, int] = {
-    "ckptstore.dask_session._remote": 3,
-    "ckptstore.dask_session._watch": 1,
     "ckptstore.testing": 1,
     "ckptstore.testing.conformance": 1,
     "ckptstore.testing.conformance.db_type": 3,

@@ -13,11 +13,20 @@ then reports an error for that node, instead of Dask dropping the worker's conne
 
 Example::
 
-    client.register_plugin(WorkspaceStore(), name=store_name)
-    future = client.submit(run_node_calls, store_name, "trainer_0", encode(calls),
-                           WorkspaceType.GLOBAL, False, workers=[address],
-                           allow_other_workers=False, pure=False)
-    report = decode(future.result())  # a NodeReport
+    >>> from distributed import Client, LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> client = Client(cluster)
+    >>> address, = client.scheduler_info()["workers"]
+    >>> _ = client.register_plugin(WorkspaceStore(), name="session-1")
+    >>> calls = [NodeCall.of(Task(lambda ws: ws.update(w=41), name="init", node="trainer_0")),
+    ...          NodeCall.of(Task(lambda ws: int(ws["w"]) + 1, name="step", node="trainer_0"))]
+    >>> future = client.submit(run_node_calls, "session-1", "trainer_0", encode(calls),
+    ...                        WorkspaceType.GLOBAL, False, workers=[address],
+    ...                        allow_other_workers=False, pure=False)
+    >>> report = decode(future.result())  # a NodeReport
+    >>> [outcome.result for outcome in report.outcomes], report.node_error
+    ([None, 42], None)
+    >>> client.close(); cluster.close()
 """
 
 from __future__ import annotations
@@ -60,8 +69,21 @@ class WorkspaceStore(WorkerPlugin):
 
     Example::
 
-        store = get_worker().plugins[store_name]
-        store.workspace("trainer_0", expect_existing=True)
+        >>> from distributed import Client, LocalCluster
+        >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+        >>> client = Client(cluster)
+        >>> address, = client.scheduler_info()["workers"]
+        >>> _ = client.register_plugin(WorkspaceStore(), name="session-1")
+        >>> def on_the_worker():
+        ...     store = get_worker().plugins["session-1"]
+        ...     store.workspace("trainer_0", expect_existing=False)["w"] = np.ones(2)
+        ...     try:  # a node this worker should hold but does not (it restarted)
+        ...         store.workspace("trainer_1", expect_existing=True)
+        ...     except NodeLostError as error:
+        ...         return store.nodes(), error.node
+        >>> client.submit(on_the_worker, workers=[address], pure=False).result()
+        (['trainer_0'], 'trainer_1')
+        >>> client.close(); cluster.close()
     """
 
     def __init__(self) -> None:
@@ -101,7 +123,11 @@ class NodeCall:
 
     Example::
 
-        NodeCall.of(task).run(workspace, WorkspaceType.PRIVATE)
+        >>> workspace = Workspace()
+        >>> task = Task(lambda ws: ws.update(w=np.ones(2)), name="init", node="trainer_0")
+        >>> NodeCall.of(task).run(workspace, WorkspaceType.GLOBAL)  # as a worker runs it
+        >>> workspace["w"]
+        array([1., 1.])
     """
 
     fn: TaskFn | None

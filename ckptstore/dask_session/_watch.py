@@ -8,7 +8,19 @@ alive; a pending node whose worker left is cancelled and reported as a
 
 Example::
 
-    reports = await_nodes(client, {"trainer_0": future}, {"trainer_0": address}, 0.5)
+    >>> from distributed import Client, LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> client = Client(cluster)
+    >>> address, = client.scheduler_info()["workers"]
+    >>> future = client.submit(sum, [1, 2], workers=[address], pure=False)
+    >>> await_nodes(client, {"trainer_0": future}, {"trainer_0": address}, 0.5)
+    {'trainer_0': 3}
+    >>> gone = "tcp://127.0.0.1:9"  # a worker that left: its task would wait forever
+    >>> stuck = client.submit(sum, [1], workers=[gone], pure=False)
+    >>> lost = await_nodes(client, {"trainer_1": stuck}, {"trainer_1": gone}, 0.2)["trainer_1"]
+    >>> type(lost).__name__, lost.node
+    ('NodeLostError', 'trainer_1')
+    >>> client.close(); cluster.close()
 """
 
 from __future__ import annotations

@@ -374,18 +374,11 @@ class LocalPath(PathType):
 
     def put_document(self, key: str, data: bytes) -> None:
         with self._errors("write", key), self._parent(key, create=True) as (parent, name):
-            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
-            fd = _create_at(parent, temporary)
+            temporary = _write_temporary(parent, name, data)
             try:
-                try:
-                    _write_all(fd, [memoryview(data)])
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
                 # replaces the entry itself: a link at ``key`` is replaced, never followed
                 os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
-                # a full disk (or any failure) leaves no temporary file behind
                 with contextlib.suppress(OSError):
                     os.unlink(temporary, dir_fd=parent)
                 raise
@@ -397,14 +390,8 @@ class LocalPath(PathType):
         creates it, and readers see all of it or nothing. The directory is fsynced. Like
         every write here, it goes through directory descriptors and follows no link."""
         with self._errors("create", key), self._parent(key, create=True) as (parent, name):
-            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
-            fd = _create_at(parent, temporary)
+            temporary = _write_temporary(parent, name, data)
             try:
-                try:
-                    _write_all(fd, [memoryview(data)])
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
                 os.link(
                     temporary, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
                 )
@@ -650,6 +637,25 @@ def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
                 _collect_regular(child, key, keys)
             finally:
                 os.close(child)
+
+
+def _write_temporary(parent: int, name: str, data: bytes) -> str:
+    """Write ``data`` to a new temporary file beside ``name`` in directory ``parent`` and
+    fsync it; returns the temporary's name, for the caller to rename or link and remove.
+    A full disk (or any failure) leaves no temporary file behind."""
+    temporary = f".{name}.tmp-{secrets.token_hex(4)}"
+    fd = _create_at(parent, temporary)
+    try:
+        try:
+            _write_all(fd, [memoryview(data)])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+    return temporary
 
 
 def _create_at(parent: int, name: str) -> int:

@@ -34,6 +34,7 @@ from ckptstore.cli._output import fail
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import NodeCommit, require_commit
 from ckptstore.protocol._inventory import committed_epochs
 
 __all__ = [
@@ -107,6 +108,12 @@ def add_epoch_selection(parser: argparse.ArgumentParser, epoch_help: str) -> Non
 def chosen_epochs(storage: PathType, args: argparse.Namespace) -> list[int]:
     """The epochs ``--epoch``/``--latest`` select among those committed in ``storage``."""
     return parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+
+
+def node_commits(storage: PathType, epochs: Sequence[int]) -> list[NodeCommit]:
+    """The commit records of every node of ``epochs`` (each must be committed): what a
+    command's progress bar counts."""
+    return [node for epoch in epochs for node in require_commit(storage, epoch).nodes.values()]
 
 
 def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:

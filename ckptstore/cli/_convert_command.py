@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.cli._progress import ProgressBar
 from ckptstore.plugin._registry import get_registry
 from ckptstore.tools._replication import NodeDone, convert_epochs
 
@@ -38,10 +37,8 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(storage, args)
     if not epochs:
         return common.no_committed_epoch(storage, args)
-    nodes = len(common.node_commits(storage, epochs))
-    with ProgressBar(
-        nodes, f"convert to {target_type.name}", unit="nodes", enabled=args.progress
-    ) as bar:
+    label = f"convert to {target_type.name}"
+    with common.epochs_progress(storage, epochs, label, args, unit="nodes") as bar:
 
         def converted(done: NodeDone) -> None:
             bar.advance()

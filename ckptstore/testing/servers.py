@@ -27,10 +27,11 @@ import tempfile
 import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import IO, ClassVar, Self
+
+from ckptstore._closing import Closing
 
 __all__ = ["GcsEmulator", "MotoServer", "ServerProcess", "Service", "free_port", "wait_for"]
 
@@ -62,7 +63,7 @@ def wait_for(
         time.sleep(interval)
 
 
-class Service(ABC):
+class Service(Closing):
     """Something a test starts and stops. ``with service:`` starts it (closing it again
     if starting fails half-way) and closes it when the block ends.
 
@@ -90,14 +91,6 @@ class Service(ABC):
             self.close()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class ServerProcess(Service):

@@ -579,15 +579,7 @@ def _write_vectored(views: list[memoryview], write: Callable[[list[memoryview]],
                 break
             batch.append(view)
             size += view.nbytes
-        written = write(batch)
-        while written:
-            head = views[0]
-            if written >= head.nbytes:
-                written -= head.nbytes
-                views.pop(0)
-            else:
-                views[0] = head[written:]
-                written = 0
+        _advance(views, write(batch))
     return total
 
 
@@ -600,15 +592,20 @@ def _read_all(fd: int, views: list[memoryview], offset: int) -> int:
         if count == 0:
             return sum(v.nbytes for v in views)
         offset += count
-        while count:
-            head = views[0]
-            if count >= head.nbytes:
-                count -= head.nbytes
-                views.pop(0)
-            else:
-                views[0] = head[count:]
-                count = 0
+        _advance(views, count)
     return 0
+
+
+def _advance(views: list[memoryview], count: int) -> None:
+    """Drop the first ``count`` bytes of ``views`` (done by one vectored call) in place."""
+    while count:
+        head = views[0]
+        if count >= head.nbytes:
+            count -= head.nbytes
+            views.pop(0)
+        else:
+            views[0] = head[count:]
+            count = 0
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

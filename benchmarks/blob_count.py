@@ -27,12 +27,11 @@ from pathlib import Path
 from benchmarks.limits import is_memory
 from benchmarks.measure import measure, run
 from benchmarks.peers import remove, tools
-from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
+from benchmarks.report import RESULTS, publish
 from benchmarks.system import DiskUsage, disk_usage, drop_caches
 from benchmarks.workload import BLOB_COUNTS, MiB, make_workload, nbytes
 
 OURS = "ckptstore zarr"
-RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = (*(f"blobs-{count}" for count in BLOB_COUNTS), "gpt2-adam")
 SMOKE_WORKLOADS = ("blobs-100", "gpt2-adam-tiny")
 SMOKE_TOOLS = ("ckptstore zarr", "ckptstore npz", "safetensors", "np.savez")
@@ -202,12 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|---|---|---|",
             *target_rows,
         ]
-    text = "\n".join(report)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"blob_count{'_smoke' if args.smoke else ''}.md").write_text(text + "\n")
-    if args.docs and not args.smoke:
-        update_docs_section(BENCHMARKS_PAGE, "blob-count", text)
+    publish("\n".join(report), "blob_count", "blob-count", smoke=args.smoke, docs=args.docs)
     return 0
 
 

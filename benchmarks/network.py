@@ -25,10 +25,8 @@ import socket
 import subprocess
 import sys
 import time
-from types import TracebackType
-from typing import Self
 
-from ckptstore.testing.servers import LOOPBACK, free_port, wait_for
+from ckptstore.testing.servers import LOOPBACK, ServerProcess, Service, free_port
 
 __all__ = ["LatencyRelay", "NetworkNamespace", "netem_available"]
 
@@ -77,7 +75,7 @@ def netem_available() -> bool:
         _ip("netns", "del", name, check=False)
 
 
-class NetworkNamespace:
+class NetworkNamespace(Service):
     """A network namespace reachable from this one over a veth pair.
 
     ``inner_address`` is the namespace's end, ``outer_address`` this one's (in
@@ -108,7 +106,7 @@ class NetworkNamespace:
         """Prefix a command with this to run it inside the namespace."""
         return ["ip", "netns", "exec", self.name]
 
-    def create(self) -> None:
+    def start(self) -> None:
         """Create the namespace, the veth pair and (if possible) the netem delay."""
         _ip("netns", "add", self.name)
         self._created = True
@@ -141,31 +139,15 @@ class NetworkNamespace:
             )
             self.netem = result.returncode == 0
 
-    def remove(self) -> None:
-        """Delete the veth pair and the namespace (also after a partial create)."""
+    def stop(self) -> None:
+        """Delete the veth pair and the namespace (also after a partial start)."""
         _ip("link", "del", self._outer, check=False)
         if self._created:
             _ip("netns", "del", self.name, check=False)
             self._created = False
 
-    def __enter__(self) -> Self:
-        try:
-            self.create()
-        except BaseException:
-            self.remove()
-            raise
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.remove()
-
-
-class LatencyRelay:
+class LatencyRelay(ServerProcess):
     """A TCP relay on 127.0.0.1 to ``upstream_host:upstream_port`` adding ``delay_ms`` of
     round-trip time, in a subprocess.
 
@@ -175,56 +157,31 @@ class LatencyRelay:
             print(relay.endpoint_url)
     """
 
+    kind = "latency relay"
+
     def __init__(self, upstream_host: str, upstream_port: int, *, delay_ms: float) -> None:
+        super().__init__(port=free_port(), startup_timeout=30.0)
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.delay_ms = delay_ms
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.network",
+            "relay",
+            str(self.port),
+            self.upstream_host,
+            str(self.upstream_port),
+            str(self.delay_ms),
+        ]
 
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.network",
-                "relay",
-                str(self.port),
-                self.upstream_host,
-                str(self.upstream_port),
-                str(self.delay_ms),
-            ],
-            stdin=subprocess.DEVNULL,
-        )
-
-        def listening() -> bool:
-            with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, self.port), 1):
-                return True
-            return False
-
-        wait_for(listening, timeout=30, what="the latency relay to listen")
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            process.wait(timeout=10)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def answers(self) -> bool:
+        """Whether the relay accepts a connection now (without reaching upstream)."""
+        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port or 0), 1):
+            return True
+        return False
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:

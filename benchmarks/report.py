@@ -6,6 +6,7 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BENCHMARKS_PAGE = DOCS / "benchmarks.md"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def update_docs_section(path: Path, name: str, body: str) -> None:
@@ -20,3 +21,14 @@ def update_docs_section(path: Path, name: str, body: str) -> None:
     else:
         text = f"{text.rstrip()}\n\n{start}\n{body}\n{end}\n"
     path.write_text(text)
+
+
+def publish(text: str, name: str, section: str, *, smoke: bool, docs: bool) -> None:
+    """Print a benchmark's report, save it as ``results/NAME.md`` (``NAME_smoke.md`` for a
+    smoke run) and, with ``docs`` and never for a smoke run, put it in ``section`` of
+    docs/benchmarks.md."""
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}{'_smoke' if smoke else ''}.md").write_text(text + "\n")
+    if docs and not smoke:
+        update_docs_section(BENCHMARKS_PAGE, section, text)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import installed, remove
-from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
+from benchmarks.report import RESULTS, publish
 from benchmarks.training_rows import (
     NODE,
     ROWS,
@@ -50,7 +50,6 @@ from benchmarks.training_rows import (
 )
 
 MiB = 1 << 20
-RESULTS = Path(__file__).resolve().parent / "results"
 COMPUTE_OVER_SAVE = 1.5
 
 
@@ -210,12 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"  {mib} MiB {label}: {results[label] if missing else 'done'}", flush=True)
         report += ["", section(mib, args.epochs, calibration, results)]
-    text = "\n".join(report)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"training_loop{'_smoke' if args.smoke else ''}.md").write_text(text + "\n")
-    if args.docs and not args.smoke:
-        update_docs_section(BENCHMARKS_PAGE, "training-loop", text)
+    publish("\n".join(report), "training_loop", "training-loop", smoke=args.smoke, docs=args.docs)
     return 0
 
 

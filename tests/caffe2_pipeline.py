@@ -1,5 +1,6 @@
-"""The example job of Caffe2's checkpoint_test.py, ported: a reader over ten records
-0..9 adding three of them per epoch to a running total that starts at 100."""
+"""The example jobs of Caffe2's checkpoint_test.py, ported: a reader over ten records
+0..9 adding three of them per epoch to a running total that starts at 100, and the
+one-epoch job of its download-group test."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from ckptstore import Job, Node, Task, TaskOutput, Workspace
+from ckptstore import Job, Node, Task, TaskOutput, Workspace, epoch_limiter
 
 EXPECTED_TOTALS = [103, 115, 136, 145]
 
@@ -48,3 +49,23 @@ def total_fetcher(node_id: int = 0) -> Task:
     """A standalone step-less task whose output is trainer_<node_id>'s total."""
     with Node(f"trainer_{node_id}"):
         return Task(outputs=[f"trainer_{node_id}/total"], name="output_fetcher")
+
+
+def _init_download_inputs(ws: Workspace) -> None:
+    for name in ("input1", "input2", "output", "download_result"):
+        ws[name] = np.ones(8, dtype=np.float32)
+
+
+def build_download_job() -> Job:
+    """Caffe2's ``test_download_group_simple`` job on node ``trainer:0``: four float32
+    blobs of eight ones; one epoch sets ``output = input1 + input2`` (and a ``scratch``
+    blob its private group drops); the download group copies ``output`` to
+    ``download_result``."""
+    with Job() as job, Node("trainer:0"):
+        with job.init_group:
+            Task(_init_download_inputs, name="param_init")
+        Task(lambda ws: ws.update(output=ws["input1"] + ws["input2"], scratch=1), name="epoch")
+        with job.download_group:
+            Task(lambda ws: ws.update(download_result=ws["output"].copy()), name="download")
+        epoch_limiter(job, 1)
+    return job

@@ -66,6 +66,21 @@ def assert_resumes_from(
     assert sorted(handler._read_entries()) == list(range(newest + 2))  # repaired
 
 
+def assert_repairs_damage(
+    root: Path,
+    make: CatalogFactory,
+    damage: Callable[[Path], None],
+    skip: Callable[[Path], bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Train five epochs under ``root``, ``damage`` the catalog (the files ``skip``
+    selects), then :func:`assert_resumes_from` epoch 5 with everything else intact."""
+    train(str(root), make, epochs=5)
+    before = snapshot(root, skip)
+    damage(root)
+    assert_resumes_from(root, make, 5, before, skip, caplog)
+
+
 def write_epochs(
     url: str, node: str, epochs: list[int], database: str | None, start: object
 ) -> None:

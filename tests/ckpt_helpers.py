@@ -16,16 +16,37 @@ from typing import Any, ClassVar
 import fsspec
 import numpy as np
 
-from ckptstore import Job, Node, Task, TaskOutput, Workspace, epoch_limiter, hookimpl
+from ckptstore import (
+    CheckpointManager,
+    Job,
+    LocalSession,
+    Node,
+    Task,
+    TaskOutput,
+    Workspace,
+    epoch_limiter,
+    hookimpl,
+)
 from ckptstore._types import Buffer
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
+from ckptstore.io._engine import ParallelIO
+from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
 from ckptstore.records._stats import NodeStats
+
+SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)
+"""Chunks of 4 KiB, so that small test blobs span several."""
+
+
+def engine() -> ParallelIO:
+    """An I/O engine with :data:`SMALL_CHUNKS`."""
+    return ParallelIO(SMALL_CHUNKS)
+
 
 # -- storages ----------------------------------------------------------------------------
 
@@ -223,6 +244,34 @@ def files_under(root: Path) -> list[str]:
         for d, _, fs in os.walk(root)
         for f in fs
     )
+
+
+def partial_load(
+    root: Path,
+    registry: Registry,
+    db_type: str,
+    names: Sequence[str],
+    *,
+    io: IOSettings | None = None,
+) -> tuple[LocalSession, CountingLocalPath]:
+    """Save blobs ``a`` (5000 float64), ``b`` (10 int32) and ``c`` (300x2 float32) of node
+    ``trainer_0`` in ``db_type`` on a :class:`CountingLocalPath` at ``root``, then load
+    ``names`` into node ``reader``; the storage counts only the reads of that load."""
+    register_storage(registry, CountingLocalPath)
+    session = LocalSession()
+    ws = session.workspace("trainer_0")
+    ws["a"] = np.zeros(5000)
+    ws["b"] = np.arange(10, dtype=np.int32)
+    ws["c"] = np.ones((300, 2), dtype=np.float32)
+    manager = CheckpointManager(str(root), "trainer_0", db_type, path_type="counting_local", io=io)
+    session.run(manager.init(["trainer_0"]))
+    session.run(manager.save(1))
+    storage = manager.location.storage
+    assert isinstance(storage, CountingLocalPath)
+    storage.reset()
+    with Node("reader"):
+        session.run(manager.load_blobs_from_checkpoint(list(names), 1))
+    return session, storage
 
 
 # -- a small job ---------------------------------------------------------------------------

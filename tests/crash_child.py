@@ -16,29 +16,16 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import signal
 import sys
-from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+from kill_points import KillAt
 
 from ckptstore.builtin import _local_path as local_path
 from ckptstore.checkpoint import JobRunner
 from ckptstore.tools import _demo
 from ckptstore.tools._demo import DemoConfig, run_demo
-
-calls = 0
-
-
-def counted(function: Callable[..., Any], kill_at: int) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        global calls
-        calls += 1
-        if calls == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return function(*args, **kwargs)
-
-    return wrapper
 
 
 def main() -> None:
@@ -48,8 +35,10 @@ def main() -> None:
         int(sys.argv[3]),
         int(sys.argv[4]),
     )
+    killer = KillAt(kill_at)
+    counted = killer.counted
     plain_open = os.open
-    count_open = counted(plain_open, kill_at)
+    count_open = counted(plain_open)
 
     def open_for_writing_counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         # reads change nothing on storage: only opens that can write are kill points
@@ -70,16 +59,16 @@ def main() -> None:
         "unlink",
         "rmdir",
     ):
-        setattr(os, name, counted(getattr(os, name), kill_at))
-    os.makedirs = counted(os.makedirs, kill_at)
-    shutil.rmtree = counted(shutil.rmtree, kill_at)
+        setattr(os, name, counted(getattr(os, name)))
+    os.makedirs = counted(os.makedirs)
+    shutil.rmtree = counted(shutil.rmtree)
     if sys.argv[5:] == ["async"]:
         _demo.JobRunner = partial(JobRunner, async_save=True)  # type: ignore[misc]
     local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
-        local_path._SyncingFileIO.write, kill_at
+        local_path._SyncingFileIO.write
     )
     run_demo(DemoConfig(directory, epochs=epochs, db_type=db_type), io.StringIO())
-    print(f"calls={calls}")
+    print(f"calls={killer.calls}")
 
 
 if __name__ == "__main__":

@@ -12,27 +12,13 @@ any two steps of a deletion, or inside the deletion of one node checkpoint.
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from collections.abc import Callable
-from typing import Any
+
+from kill_points import KillAt
 
 from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._retention import KeepLast, enforce
-
-calls = 0
-
-
-def counted(function: Callable[..., Any], kill_at: int) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        global calls
-        calls += 1
-        if calls == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return function(*args, **kwargs)
-
-    return wrapper
 
 
 def main() -> None:
@@ -40,10 +26,11 @@ def main() -> None:
     storage = LocalPath(directory)
     catalog = JsonCatalog()
     catalog.set_params(directory, "npz", [node], storage=storage)
+    killer = KillAt(kill_at)
     for name in ("unlink", "rmdir", "rename", "replace"):
-        setattr(os, name, counted(getattr(os, name), kill_at))
+        setattr(os, name, killer.counted(getattr(os, name)))
     enforce(storage, KeepLast(1), nodes=[node], handler=catalog)
-    print(f"calls={calls}")
+    print(f"calls={killer.calls}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from caffe2_pipeline import EXPECTED_TOTALS, build_pipeline, total_fetcher
+from caffe2_pipeline import EXPECTED_TOTALS, build_download_job, build_pipeline, total_fetcher
 
 from ckptstore import (
     CheckpointManager,
@@ -27,7 +27,6 @@ from ckptstore import (
     Workspace,
     WorkspaceType,
     db_name,
-    epoch_limiter,
 )
 from ckptstore.checkpoint._manager import ManagerBase
 
@@ -224,19 +223,7 @@ def test_ckpt_save_failure(tmp_path: Path, db_type: str) -> None:
 
 def test_download_group_simple() -> None:
     session = LocalSession()
-    with Job() as job, Node("trainer:0"):
-
-        def param_init(ws: Workspace) -> None:
-            for name in ("input1", "input2", "output", "download_result"):
-                ws[name] = np.ones(8, dtype=np.float32)
-
-        with job.init_group:
-            Task(param_init, name="param_init")
-        Task(lambda ws: ws.update(output=ws["input1"] + ws["input2"]), name="epoch")
-        with job.download_group:
-            Task(lambda ws: ws.update(download_result=ws["output"].copy()), name="download")
-        epoch_limiter(job, 1)
-    JobRunner(job).train(session)
+    JobRunner(build_download_job()).train(session)
     workspace = session.workspace("trainer:0")
     expected = np.full(8, 2.0, dtype=np.float32)
     assert np.array_equal(workspace["output"], expected)

@@ -39,6 +39,12 @@ def engine() -> ParallelIO:
     return ParallelIO(IO)
 
 
+def load_w(storage: PathType, epoch: int = 1) -> np.ndarray:
+    """Blob ``w`` of NODE's committed zarr checkpoint of ``epoch``, read back."""
+    manifest = protocol.open_node(storage, NODE, epoch)
+    return protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"]
+
+
 def blobs() -> dict[str, np.ndarray]:
     return {"w": np.arange(1500, dtype=np.float64), "step": np.array(3, dtype=np.int64)}
 
@@ -153,11 +159,7 @@ def test_a_committed_epoch_is_write_once_without_overwrite(tmp_path: Path) -> No
     assert (info.value.epoch, info.value.nodes) == (1, (NODE,))
     assert isinstance(info.value, FileExistsError)
     assert files_under(tmp_path / "trainer_0.1") == before
-    manifest = protocol.open_node(storage, NODE, 1)
-    assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].tolist() == [
-        0.0,
-        0.0,
-    ]
+    assert load_w(storage).tolist() == [0.0, 0.0]
 
 
 def test_a_second_commit_of_one_node_and_epoch_is_refused(tmp_path: Path) -> None:
@@ -240,11 +242,7 @@ def test_retract_then_commit_makes_the_new_save_visible(tmp_path: Path) -> None:
     protocol.retract_epoch(storage, 1, [NODE])
     assert protocol.read_commit(storage, 1) is None
     save(storage, 1, {"w": np.ones(2)})
-    manifest = protocol.open_node(storage, NODE, 1)
-    assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].tolist() == [
-        1.0,
-        1.0,
-    ]
+    assert load_w(storage).tolist() == [1.0, 1.0]
 
 
 def test_a_corrupt_commit_record_is_reported(tmp_path: Path) -> None:
@@ -300,8 +298,7 @@ def test_in_place_saves_delete_the_old_manifest_first_and_stale_chunks() -> None
             "trainer_0.1/w/zarr.json",
             "trainer_0.1/zarr.json",
         ]
-        manifest = protocol.open_node(storage, NODE, 1)
-        assert protocol.read_blobs(storage, manifest, ["w"], ZarrDB(), engine())["w"].size == 10
+        assert load_w(storage).size == 10
 
 
 def test_an_in_place_save_that_fails_midway_leaves_the_epoch_invisible() -> None:

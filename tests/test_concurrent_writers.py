@@ -109,31 +109,24 @@ def test_two_writers_of_one_node_commit_every_epoch_through_the_manager_api(url:
         np.testing.assert_array_equal(values, np.full(4, float(epoch)))
 
 
-def test_jobs_sharing_a_prefix_never_lose_a_node_from_a_commit_record(url: str) -> None:
-    writers = [start("save", url, node, *range(SHARED_EPOCHS)) for node in ("job_a", "job_b")]
+def epochs_missing_a_job(url: str, mode: str, epochs: int) -> list[int]:
+    """Run writers of nodes ``job_a`` and ``job_b`` in ``mode`` on epochs 0 to
+    ``epochs - 1`` at once; the epochs whose commit record does not hold exactly both."""
+    writers = [start(mode, url, node, *range(epochs)) for node in ("job_a", "job_b")]
     go(*writers)
     for writer in writers:
         assert "saved" in finish(writer)
     storage = get_registry().open_path(url)
-    lost = [
-        epoch
-        for epoch in range(SHARED_EPOCHS)
-        if committed_nodes(storage, epoch) != {"job_a", "job_b"}
+    return [
+        epoch for epoch in range(epochs) if committed_nodes(storage, epoch) != {"job_a", "job_b"}
     ]
-    assert lost == []
+
+
+def test_jobs_sharing_a_prefix_never_lose_a_node_from_a_commit_record(url: str) -> None:
+    assert epochs_missing_a_job(url, "save", SHARED_EPOCHS) == []
 
 
 def test_back_to_back_commits_of_two_nodes_never_lose_either(url: str) -> None:
     # the commit step alone, as tight as it gets: the old read-modify-write record lost
     # 6 of 100 epochs on the moto server (1 of 200 on local disk)
-    writers = [start("commit", url, node, *range(COMMIT_EPOCHS)) for node in ("job_a", "job_b")]
-    go(*writers)
-    for writer in writers:
-        assert "saved" in finish(writer)
-    storage = get_registry().open_path(url)
-    lost = [
-        epoch
-        for epoch in range(COMMIT_EPOCHS)
-        if committed_nodes(storage, epoch, ["job_a", "job_b"]) != {"job_a", "job_b"}
-    ]
-    assert lost == []
+    assert epochs_missing_a_job(url, "commit", COMMIT_EPOCHS) == []

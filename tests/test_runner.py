@@ -418,20 +418,30 @@ def test_a_resumed_run_whose_saves_all_fail_uploads_the_resume_epoch(
     assert upload.epochs == [1]
 
 
-def test_an_upload_failure_is_raised_after_download_and_exit_ran(tmp_path: Path) -> None:
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
+def train_with_failing_upload(
+    tmp_path: Path, upload: CopyUpload, error: type[Exception]
+) -> JobRunner:
+    """Train one epoch with ``upload``; check the run raises ``error`` and that the
+    download and exit groups ran before it did."""
     events: list[str] = []
     job, _ = build_counter_job(epochs=1)
     add_end_groups(job, events)
     runner = JobRunner(
         job,
         MultiNodeCheckpointManager(str(tmp_path / "ckpt"), "npz"),
-        upload_task_group_builder=CopyUpload(str(blocker / "upload")),
+        upload_task_group_builder=upload,
     )
-    with pytest.raises(StorageError):
+    with pytest.raises(error):
         runner.train(LocalSession())
     assert events == ["download", "exit"]
+    return runner
+
+
+def test_an_upload_failure_is_raised_after_download_and_exit_ran(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    upload = CopyUpload(str(blocker / "upload"))
+    runner = train_with_failing_upload(tmp_path, upload, StorageError)
     assert runner.committed_epochs == [0, 1]
 
 
@@ -448,17 +458,8 @@ class CorruptThenCopy(CopyUpload):
 
 
 def test_a_corrupt_source_fails_the_upload_after_download_and_exit_ran(tmp_path: Path) -> None:
-    events: list[str] = []
-    job, _ = build_counter_job(epochs=1)
-    add_end_groups(job, events)
-    runner = JobRunner(
-        job,
-        MultiNodeCheckpointManager(str(tmp_path / "ckpt"), "npz"),
-        upload_task_group_builder=CorruptThenCopy(str(tmp_path / "upload")),
-    )
-    with pytest.raises(CorruptCheckpointError):
-        runner.train(LocalSession())
-    assert events == ["download", "exit"]
+    upload = CorruptThenCopy(str(tmp_path / "upload"))
+    train_with_failing_upload(tmp_path, upload, CorruptCheckpointError)
     assert committed_epochs(tmp_path / "upload") == []
 
 

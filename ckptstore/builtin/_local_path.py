@@ -374,18 +374,11 @@ class LocalPath(PathType):
 
     def put_document(self, key: str, data: bytes) -> None:
         with self._errors("write", key), self._parent(key, create=True) as (parent, name):
-            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
-            fd = _create_at(parent, temporary)
+            temporary = _write_temporary(parent, name, data)
             try:
-                try:
-                    _write_all(fd, [memoryview(data)])
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
                 # replaces the entry itself: a link at ``key`` is replaced, never followed
                 os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
-                # a full disk (or any failure) leaves no temporary file behind
                 with contextlib.suppress(OSError):
                     os.unlink(temporary, dir_fd=parent)
                 raise
@@ -397,14 +390,8 @@ class LocalPath(PathType):
         creates it, and readers see all of it or nothing. The directory is fsynced. Like
         every write here, it goes through directory descriptors and follows no link."""
         with self._errors("create", key), self._parent(key, create=True) as (parent, name):
-            temporary = f".{name}.tmp-{secrets.token_hex(4)}"
-            fd = _create_at(parent, temporary)
+            temporary = _write_temporary(parent, name, data)
             try:
-                try:
-                    _write_all(fd, [memoryview(data)])
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
                 os.link(
                     temporary, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
                 )
@@ -592,15 +579,7 @@ def _write_vectored(views: list[memoryview], write: Callable[[list[memoryview]],
                 break
             batch.append(view)
             size += view.nbytes
-        written = write(batch)
-        while written:
-            head = views[0]
-            if written >= head.nbytes:
-                written -= head.nbytes
-                views.pop(0)
-            else:
-                views[0] = head[written:]
-                written = 0
+        _advance(views, write(batch))
     return total
 
 
@@ -613,15 +592,20 @@ def _read_all(fd: int, views: list[memoryview], offset: int) -> int:
         if count == 0:
             return sum(v.nbytes for v in views)
         offset += count
-        while count:
-            head = views[0]
-            if count >= head.nbytes:
-                count -= head.nbytes
-                views.pop(0)
-            else:
-                views[0] = head[count:]
-                count = 0
+        _advance(views, count)
     return 0
+
+
+def _advance(views: list[memoryview], count: int) -> None:
+    """Drop the first ``count`` bytes of ``views`` (done by one vectored call) in place."""
+    while count:
+        head = views[0]
+        if count >= head.nbytes:
+            count -= head.nbytes
+            views.pop(0)
+        else:
+            views[0] = head[count:]
+            count = 0
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -650,6 +634,25 @@ def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
                 _collect_regular(child, key, keys)
             finally:
                 os.close(child)
+
+
+def _write_temporary(parent: int, name: str, data: bytes) -> str:
+    """Write ``data`` to a new temporary file beside ``name`` in directory ``parent`` and
+    fsync it; returns the temporary's name, for the caller to rename or link and remove.
+    A full disk (or any failure) leaves no temporary file behind."""
+    temporary = f".{name}.tmp-{secrets.token_hex(4)}"
+    fd = _create_at(parent, temporary)
+    try:
+        try:
+            _write_all(fd, [memoryview(data)])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+    return temporary
 
 
 def _create_at(parent: int, name: str) -> int:

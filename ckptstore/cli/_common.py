@@ -48,9 +48,11 @@ from typing import Any
 from ckptstore.cli._main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from ckptstore.cli._options import key_value, open_with_options, parse_options
 from ckptstore.cli._output import fail
+from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import require_commit
 from ckptstore.protocol._inventory import committed_epochs
 
 __all__ = [
@@ -124,6 +126,21 @@ def add_epoch_selection(parser: argparse.ArgumentParser, epoch_help: str) -> Non
 def chosen_epochs(storage: PathType, args: argparse.Namespace) -> list[int]:
     """The epochs ``--epoch``/``--latest`` select among those committed in ``storage``."""
     return parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+
+
+def epochs_progress(
+    storage: PathType,
+    epochs: Sequence[int],
+    label: str,
+    args: argparse.Namespace,
+    *,
+    unit: str = "bytes",
+) -> ProgressBar:
+    """The ``--progress`` bar of a command over every node of ``epochs`` (each must be
+    committed): their stored bytes, or with ``unit="nodes"`` their number."""
+    nodes = [node for epoch in epochs for node in require_commit(storage, epoch).nodes.values()]
+    total = sum(node.stored_bytes for node in nodes) if unit == "bytes" else len(nodes)
+    return ProgressBar(total, label, unit=unit, enabled=args.progress)
 
 
 def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:

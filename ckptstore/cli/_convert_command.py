@@ -6,9 +6,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.cli._progress import ProgressBar
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import require_commit
 from ckptstore.tools._replication import NodeDone, convert_epochs
 
 
@@ -39,10 +37,8 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(storage, args)
     if not epochs:
         return common.no_committed_epoch(storage, args)
-    nodes = sum(len(require_commit(storage, epoch).nodes) for epoch in epochs)
-    with ProgressBar(
-        nodes, f"convert to {target_type.name}", unit="nodes", enabled=args.progress
-    ) as bar:
+    label = f"convert to {target_type.name}"
+    with common.epochs_progress(storage, epochs, label, args, unit="nodes") as bar:
 
         def converted(done: NodeDone) -> None:
             bar.advance()

@@ -6,8 +6,6 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.cli._progress import ProgressBar
-from ckptstore.protocol import require_commit
 from ckptstore.tools._replication import NodeDone, copy_epochs
 
 
@@ -42,10 +40,7 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(source, args)
     if not epochs:
         return common.no_committed_epoch(source, args)
-    total = sum(
-        node.stored_bytes for e in epochs for node in require_commit(source, e).nodes.values()
-    )
-    with ProgressBar(total, "copy", enabled=args.progress) as bar:
+    with common.epochs_progress(source, epochs, "copy", args) as bar:
 
         def copied(done: NodeDone) -> None:
             bar.advance(done.stored_bytes)

@@ -15,15 +15,16 @@ Example::
 from __future__ import annotations
 
 import sys
-from types import TracebackType
 from typing import TextIO
 
 from tqdm import tqdm
 
+from ckptstore._closing import Closing
+
 __all__ = ["ProgressBar"]
 
 
-class ProgressBar:
+class ProgressBar(Closing):
     """``copy:  45%|#####      | 1.2G/2.6G [00:03<00:04, 410MB/s]``, or nothing when
     disabled.
 
@@ -73,14 +74,3 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
-
-    def __enter__(self) -> ProgressBar:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -6,8 +6,6 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.cli._progress import ProgressBar
-from ckptstore.protocol import require_commit
 from ckptstore.tools._checking import NodeCheck, problem_summary, verify_epochs
 
 
@@ -34,10 +32,7 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(storage, args)
     if not epochs:
         return common.no_committed_epoch(storage, args)
-    total = sum(
-        node.stored_bytes for e in epochs for node in require_commit(storage, e).nodes.values()
-    )
-    with ProgressBar(total, "verify", enabled=args.progress) as bar:
+    with common.epochs_progress(storage, epochs, "verify", args) as bar:
 
         def checked(check: NodeCheck) -> None:
             bar.advance(check.stored_bytes)

@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import itertools
 from types import TracebackType
+from typing import Self
 
 import numpy as np
 
 from ckptstore.errors import JobConfigurationError
-from ckptstore.execution._context import ContextStack
+from ckptstore.execution._context import Current
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput, WorkspaceType
 from ckptstore.execution._workspace import Workspace
 
 __all__ = ["Job", "epoch_limiter"]
 
-_current_jobs: ContextStack[Job] = ContextStack("ckptstore_job")
 
-
-class Job:
+class Job(Current, context="ckptstore_job"):
     """The four task groups of a training job and the conditions that end it.
 
     * ``init_group`` (GLOBAL) runs once when a job starts from scratch; the blobs it
@@ -77,15 +76,15 @@ class Job:
     @staticmethod
     def current() -> Job:
         """The job of the innermost ``with Job():`` block."""
-        job = _current_jobs.top()
+        job = Job._innermost()
         if job is None:
             raise JobConfigurationError(
                 "there is no current job: call this inside a `with Job() as job:` block"
             )
         return job
 
-    def __enter__(self) -> Job:
-        _current_jobs.push(self)
+    def __enter__(self) -> Self:
+        super().__enter__()
         self.epoch_group.__enter__()
         return self
 
@@ -96,7 +95,7 @@ class Job:
         tb: TracebackType | None,
     ) -> None:
         self.epoch_group.__exit__(exc_type, exc, tb)
-        _current_jobs.pop(self)
+        super().__exit__(exc_type, exc, tb)
 
     def groups(self) -> tuple[TaskGroup, TaskGroup, TaskGroup, TaskGroup]:
         """The init, epoch, download and exit groups."""

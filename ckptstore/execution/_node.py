@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
-from ckptstore.execution._context import ContextStack
+from ckptstore.execution._context import Current
 from ckptstore.records._names import validate_node_name
 
 __all__ = ["DEFAULT_NODE", "Node"]
 
 DEFAULT_NODE = "local"
-_current_nodes: ContextStack[Node] = ContextStack("ckptstore_node")
 
 
-class Node:
+class Node(Current, context="ckptstore_node"):
     """A named node. Tasks created inside ``with Node(name):`` run on it.
 
     Only the name matters: a :class:`~ckptstore.LocalSession` gives every node its own
@@ -34,20 +31,8 @@ class Node:
     @staticmethod
     def current() -> str:
         """The name of the node tasks are bound to right now (``"local"`` by default)."""
-        node = _current_nodes.top()
+        node = Node._innermost()
         return node.name if node is not None else DEFAULT_NODE
-
-    def __enter__(self) -> Node:
-        _current_nodes.push(self)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _current_nodes.pop(self)
 
     def __str__(self) -> str:
         return self.name

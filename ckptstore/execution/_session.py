@@ -14,14 +14,13 @@ Example::
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 import numpy as np
 
+from ckptstore._closing import Closing
 from ckptstore.execution._node import DEFAULT_NODE
 from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
 from ckptstore.execution._workspace import Workspace
@@ -40,7 +39,7 @@ class TaskOutcome:
     error: BaseException | None = None
 
 
-class Session(ABC):
+class Session(Closing):
     """Runs runnables on nodes. Subclasses decide where a node's workspace lives.
 
     ``run`` freezes the group, calls its ``before_run`` hook, runs every task (a failing
@@ -92,17 +91,6 @@ class Session(ABC):
 
     def close(self) -> None:
         """Release the session's resources; a closed session keeps no workspaces."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _raise_failures(failures: list[tuple[Task, BaseException]]) -> None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ckptstore.errors import FrozenGroupError, NotRunError
-from ckptstore.execution._context import ContextStack
+from ckptstore.execution._context import Current
 from ckptstore.execution._node import Node
 from ckptstore.execution._workspace import PrivateWorkspace, Workspace
 from ckptstore.records._names import validate_blob_name, validate_node_name
@@ -37,7 +36,6 @@ __all__ = ["Task", "TaskFn", "TaskGroup", "TaskOutput", "WorkspaceType"]
 TaskFn = Callable[[Workspace], object]
 """A task's body: called with its node's workspace; its return value is the task's result."""
 
-_current_groups: ContextStack[TaskGroup] = ContextStack("ckptstore_task_group")
 _task_ids = itertools.count()
 
 
@@ -143,7 +141,7 @@ class Task:
         if result_is_output:
             self._outputs.insert(0, self._result)
         self.group: TaskGroup | None = None
-        target = group if group is not None else _current_groups.top()
+        target = group if group is not None else TaskGroup._innermost()
         if target is not None:
             target.add(self)
 
@@ -177,7 +175,7 @@ class Task:
         return f"Task({self.name!r}, node={self.node!r})"
 
 
-class TaskGroup:
+class TaskGroup(Current, context="ckptstore_task_group"):
     """Tasks that start together; the group is done when its last task is.
 
     ``workspace_type`` is ``None`` until the first task is added, which makes an untyped
@@ -217,7 +215,7 @@ class TaskGroup:
     @staticmethod
     def current() -> TaskGroup | None:
         """The group new tasks join right now, if any."""
-        return _current_groups.top()
+        return TaskGroup._innermost()
 
     def add(self, task: Task) -> None:
         """Add ``task``; raises :class:`FrozenGroupError` once the group ran or compiled."""
@@ -256,18 +254,6 @@ class TaskGroup:
     def frozen(self) -> bool:
         """Whether tasks can still be added."""
         return self._frozen
-
-    def __enter__(self) -> TaskGroup:
-        _current_groups.push(self)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _current_groups.pop(self)
 
     def __repr__(self) -> str:
         kind = self._workspace_type.value if self._workspace_type else "untyped"

@@ -49,10 +49,9 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Literal, Self
 
-from ckptstore.testing.servers import LOOPBACK, wait_for
+from ckptstore.testing.servers import LOOPBACK, Service, wait_for
 
 __all__ = ["FaultProxy", "RecordedRequest"]
 
@@ -147,7 +146,7 @@ class _Rule:
         return True
 
 
-class FaultProxy:
+class FaultProxy(Service):
     """An HTTP proxy on 127.0.0.1 that forwards to ``upstream`` and injects faults.
 
     ``flavour`` (``"s3"`` or ``"gcs"``) shapes injected error bodies and what counts as
@@ -226,17 +225,6 @@ class FaultProxy:
         if self._server is None:
             raise RuntimeError("the fault proxy is not running; call start()")
         return f"http://{self.host}:{self._server.server_address[1]}"
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         where = self.endpoint_url if self._server is not None else "stopped"

@@ -34,12 +34,13 @@ import tempfile
 import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import IO, ClassVar, Self
 
-__all__ = ["GcsEmulator", "MotoServer", "ServerProcess", "free_port", "wait_for"]
+from ckptstore._closing import Closing
+
+__all__ = ["GcsEmulator", "MotoServer", "ServerProcess", "Service", "free_port", "wait_for"]
 
 LOOPBACK = "127.0.0.1"
 _FAKE_SIGV4 = {
@@ -69,7 +70,37 @@ def wait_for(
         time.sleep(interval)
 
 
-class ServerProcess(ABC):
+class Service(Closing):
+    """Something a test starts and stops. ``with service:`` starts it (closing it again
+    if starting fails half-way) and closes it when the block ends.
+
+    Example::
+
+        with FaultProxy(server.endpoint_url) as proxy: ...
+    """
+
+    @abstractmethod
+    def start(self) -> object:
+        """Start the service (a no-op when it runs already)."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the service; it may be started again."""
+
+    def close(self) -> None:
+        """Stop for good, releasing what outlives a restart (by default: :meth:`stop`)."""
+        self.stop()
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+
+class ServerProcess(Service):
     """A local HTTP server in a subprocess, started and stopped by the test itself.
 
     Example::
@@ -126,7 +157,7 @@ class ServerProcess(ABC):
             if self.host != LOOPBACK:
                 raise ValueError(f"give the {self.kind} server a port to listen on {self.host}")
             self.port = free_port(self.host)
-        if self._log is None:  # kept open across restarts; closed by __exit__
+        if self._log is None:  # kept open across restarts; closed by close()
             self._log = tempfile.TemporaryFile(prefix=f"ckptstore-{self.kind}-")  # noqa: SIM115
         environment = {**os.environ, **self.env}
         self.process = subprocess.Popen(
@@ -211,16 +242,8 @@ class ServerProcess(ABC):
         finally:
             connection.close()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop the server and drop its log (which :meth:`restart` keeps)."""
         self.stop()
         if self._log is not None:
             self._log.close()

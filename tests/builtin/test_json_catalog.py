@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from catalog_helpers import assert_resumes_from, snapshot, train, two_writers
+from catalog_helpers import assert_repairs_damage, assert_resumes_from, snapshot, train, two_writers
 from ckpt_helpers import build_counter_job
 
 from ckptstore import (
@@ -207,11 +207,7 @@ def _damage_legacy_only(root: Path) -> None:
 def test_a_damaged_catalog_resumes_from_the_newest_epoch_and_is_repaired(
     tmp_path: Path, damage: Callable[[Path], None], caplog: pytest.LogCaptureFixture
 ) -> None:
-    root = tmp_path / "run"
-    train(str(root), JsonCatalog, epochs=5)
-    before = snapshot(root, _catalog_file)
-    damage(root)
-    assert_resumes_from(root, JsonCatalog, 5, before, _catalog_file, caplog)
+    assert_repairs_damage(tmp_path / "run", JsonCatalog, damage, _catalog_file, caplog)
 
 
 def test_a_catalog_listing_epochs_no_longer_committed_is_repaired(

@@ -11,7 +11,7 @@ import pytest
 from ckpt_helpers import files_under
 
 from ckptstore import CorruptCheckpointError, LocalPath, StorageError
-from ckptstore.builtin._local_path import DURABILITY_MODES
+from ckptstore.builtin._local_path import DURABILITY_MODES, _write_vectored
 from ckptstore.errors import ObjectNotFoundError
 from ckptstore.plugin._registry import Registry
 
@@ -46,6 +46,20 @@ def test_a_rewrite_truncates(tmp_path: Path) -> None:
     storage.write_bytes("k", b"long content")
     storage.write_bytes("k", b"short")
     assert storage.read_bytes("k") == b"short"
+
+
+def test_short_vectored_writes_resume_where_they_stopped() -> None:
+    written = bytearray()
+
+    def write_at_most_5(batch: list[memoryview]) -> int:
+        chunk = b"".join(bytes(view) for view in batch)[:5]
+        written.extend(chunk)
+        return len(chunk)
+
+    parts = [b"abc", b"", b"defghij", b"k", b"lmnopqrstu"]
+    views = [memoryview(part) for part in parts]
+    assert _write_vectored(views, write_at_most_5) == 21
+    assert bytes(written) == b"".join(parts)
 
 
 def test_missing_and_short_objects(tmp_path: Path) -> None:

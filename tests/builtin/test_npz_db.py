@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from ckpt_helpers import CountingLocalPath, flip_byte, memory_root, register_storage
+from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
 
 from ckptstore import (
     BlobRecord,
@@ -19,7 +19,6 @@ from ckptstore import (
     FsspecPath,
     LocalPath,
     LocalSession,
-    Node,
     NodeManifest,
     NpzDB,
     protocol,
@@ -30,11 +29,6 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
-SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)
-
-
-def engine() -> ParallelIO:
-    return ParallelIO(SMALL_CHUNKS)
 
 
 def varied_blobs() -> dict[str, np.ndarray]:
@@ -152,20 +146,7 @@ def test_a_damaged_blob_fails_its_load_with_its_name(tmp_path: Path) -> None:
 def test_partial_loads_read_only_the_requested_blobs_bytes(
     tmp_path: Path, registry: Registry
 ) -> None:
-    register_storage(registry, CountingLocalPath)
-    session = LocalSession()
-    ws = session.workspace(NODE)
-    ws["a"] = np.zeros(5000)
-    ws["b"] = np.arange(10, dtype=np.int32)
-    ws["c"] = np.ones((300, 2), dtype=np.float32)
-    manager = CheckpointManager(str(tmp_path), NODE, "npz", path_type="counting_local")
-    session.run(manager.init([NODE]))
-    session.run(manager.save(1))
-    storage = manager.location.storage
-    assert isinstance(storage, CountingLocalPath)
-    storage.reset()
-    with Node("reader"):
-        session.run(manager.load_blobs_from_checkpoint(["b"], 1))
+    session, storage = partial_load(tmp_path, registry, "npz", ["b"])
     assert session.workspace("reader")["b"].tolist() == list(range(10))
     assert storage.chunk_reads == {"trainer_0.1/blobs.npz": 40}
     assert sorted(storage.document_reads) == [

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from catalog_helpers import assert_resumes_from, snapshot, two_writers
+from catalog_helpers import assert_repairs_damage, two_writers
 from catalog_helpers import train as train_run
 from ckpt_helpers import failing_local_path, register_storage
 
@@ -200,11 +200,7 @@ def _damage_stale(root: Path) -> None:
 def test_a_damaged_catalog_resumes_from_the_newest_epoch_and_is_repaired(
     tmp_path: Path, damage: Callable[[Path], None], caplog: pytest.LogCaptureFixture
 ) -> None:
-    root = tmp_path / "run"
-    train_run(str(root), SqliteCatalog, epochs=5)
-    before = snapshot(root, _catalog_file)
-    damage(root)
-    assert_resumes_from(root, SqliteCatalog, 5, before, _catalog_file, caplog)
+    assert_repairs_damage(tmp_path / "run", SqliteCatalog, damage, _catalog_file, caplog)
 
 
 def test_a_zero_filled_database_is_a_typed_error_then_moved_aside(

@@ -10,30 +10,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zarr
-from ckpt_helpers import CountingLocalPath, flip_byte, memory_root, register_storage
+from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
 
 from ckptstore import (
-    CheckpointManager,
     CorruptCheckpointError,
     FsspecPath,
     LocalPath,
-    LocalSession,
-    Node,
     UnsupportedBlobError,
     protocol,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
-SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)
-
-
-def engine() -> ParallelIO:
-    return ParallelIO(SMALL_CHUNKS)
 
 
 def zarr_blobs() -> dict[str, np.ndarray]:
@@ -199,22 +189,7 @@ def test_a_blob_may_be_named_like_the_manifest_below_the_top_level(tmp_path: Pat
 def test_partial_loads_read_only_the_requested_blobs_bytes(
     tmp_path: Path, registry: Registry
 ) -> None:
-    register_storage(registry, CountingLocalPath)
-    session = LocalSession()
-    ws = session.workspace(NODE)
-    ws["a"] = np.zeros(5000)
-    ws["b"] = np.arange(10, dtype=np.int32)
-    ws["c"] = np.ones((300, 2), dtype=np.float32)
-    manager = CheckpointManager(
-        str(tmp_path), NODE, "zarr", path_type="counting_local", io=SMALL_CHUNKS
-    )
-    session.run(manager.init([NODE]))
-    session.run(manager.save(1))
-    storage = manager.location.storage
-    assert isinstance(storage, CountingLocalPath)
-    storage.reset()
-    with Node("reader"):
-        session.run(manager.load_blobs_from_checkpoint(["b", "c"], 1))
+    session, storage = partial_load(tmp_path, registry, "zarr", ["b", "c"], io=SMALL_CHUNKS)
     assert session.workspace("reader")["b"].tolist() == list(range(10))
     (read,) = storage.chunk_reads.items()
     assert read[0] == "trainer_0.1/blobs.zarr.zip"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from caffe2_pipeline import EXPECTED_TOTALS, build_pipeline
+from caffe2_pipeline import EXPECTED_TOTALS, build_download_job, build_pipeline
 from dask_session.jobs import caffe2_job, totals
 from distributed import Client
 
@@ -19,9 +19,6 @@ from ckptstore import (
     MultiNodeCheckpointManager,
     Node,
     Session,
-    Task,
-    Workspace,
-    epoch_limiter,
 )
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import BlobNotFoundError
@@ -146,19 +143,7 @@ def test_a_checkpoint_of_three_workers_loads_on_two(
 
 
 def test_download_and_private_epoch_groups_behave_as_locally(session: DaskSession) -> None:
-    with Job() as job, Node("trainer:0"):
-
-        def param_init(ws: Workspace) -> None:
-            for name in ("input1", "input2", "output", "download_result"):
-                ws[name] = np.ones(8, dtype=np.float32)
-
-        with job.init_group:
-            Task(param_init, name="param_init")
-        Task(lambda ws: ws.update(output=ws["input1"] + ws["input2"], scratch=1), name="epoch")
-        with job.download_group:
-            Task(lambda ws: ws.update(download_result=ws["output"].copy()), name="download")
-        epoch_limiter(job, 1)
-    JobRunner(job).train(session)
+    JobRunner(build_download_job()).train(session)
     expected = np.full(8, 2.0, dtype=np.float32)
     assert np.array_equal(session.fetch_blob("trainer:0", "output"), expected)
     result = session.fetch_blob("trainer:0", "download_result")

@@ -97,6 +97,13 @@ def test_a_server_that_exits_at_startup_reports_its_output() -> None:
         server.start()
 
 
+def test_a_with_block_whose_start_fails_closes_the_server_and_its_log() -> None:
+    server = _Exits(startup_timeout=30)
+    with pytest.raises(RuntimeError, match="exited with code 3"), server:
+        pytest.fail("the block must not run when the server did not start")
+    assert (server.process, server.log_tail()) == (None, "")
+
+
 def test_a_server_that_never_answers_times_out_and_is_stopped() -> None:
     server = _Silent(startup_timeout=0.5)
     with pytest.raises(TimeoutError, match=r"did not answer on http://127.0.0.1:\d+ within 0 s"):

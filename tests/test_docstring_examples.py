@@ -17,8 +17,6 @@ import pytest
 PACKAGES = ["ckptstore", "ckptstore_s3", "ckptstore_gcs", "ckptstore_lmdb", "ckptstore_prometheus"]
 
 NOT_YET_RUN: dict[str, int] = {
-    "ckptstore.testing": 1,
-    "ckptstore.testing.fixtures": 1,
     "ckptstore.testing.object_store": 2,
     "ckptstore.testing.object_store.scenarios": 2,
     "ckptstore.testing.object_store.store": 4,

@@ -7,9 +7,26 @@ is active by itself. Servers start only when a test asks for a fixture. See
 
 Example::
 
-    def test_checkpoint_roundtrip(s3_url):
-        manager = CheckpointManager(s3_url, "trainer_0")
-        ...
+    >>> import contextlib, io, pytest
+    >>> tests = '''
+    ... import numpy as np
+    ... from ckptstore import CheckpointManager, LocalSession
+    ...
+    ... def test_checkpoint_roundtrip(s3_url):  # a fresh bucket on a local S3 server
+    ...     session = LocalSession()
+    ...     session.workspace("trainer_0")["w"] = np.ones(2)
+    ...     manager = CheckpointManager(s3_url, "trainer_0", "npz")
+    ...     session.run(manager.init(["trainer_0"]))
+    ...     session.run(manager.save(1))
+    ...     session.workspace("trainer_0")["w"][:] = 0
+    ...     session.run(manager.load(1))
+    ...     assert session.workspace("trainer_0")["w"].tolist() == [1.0, 1.0]
+    ... '''
+    >>> _ = open("test_roundtrip_on_s3.py", "w").write(tests)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_roundtrip_on_s3.py"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed...')
 """
 
 from ckptstore.testing.fixtures import (

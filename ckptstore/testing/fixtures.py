@@ -22,9 +22,22 @@ fixture                    scope     gives
 
 Example::
 
-    def test_resume(s3_url, s3_faults):
-        s3_faults.fail_next(3, status=503)
-        CheckpointManager(s3_url, "trainer_0")  # saves retry through the 503s
+    >>> import contextlib, io, pytest
+    >>> tests = '''
+    ... import numpy as np
+    ... from ckptstore.tree import load_tree, save_tree
+    ...
+    ... def test_resume(s3_url, s3_faults):
+    ...     s3_faults.fail_next(3, status=503)
+    ...     save_tree(s3_url, 1, {"w": np.ones(2)})  # retried through the 503s
+    ...     assert s3_faults.count(outcome="failed") == 3
+    ...     assert load_tree(s3_url)["w"].tolist() == [1.0, 1.0]
+    ... '''
+    >>> _ = open("test_resume_through_503s.py", "w").write(tests)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_resume_through_503s.py"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed...')
 """
 
 from __future__ import annotations

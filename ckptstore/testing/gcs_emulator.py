@@ -7,9 +7,24 @@ server stops, so this launcher makes every file the emulator writes appear whole
 not at all (written beside its target, then renamed over it) and then runs the
 emulator's own command line unchanged.
 
+From a shell: ``python -m ckptstore.testing.gcs_emulator -d /tmp/gcs start --port 9023``;
+:class:`~ckptstore.testing.GcsEmulator` with a ``data_dir`` runs exactly that.
+
 Example::
 
-    python -m ckptstore.testing.gcs_emulator -d /tmp/gcs start --port 9023
+    >>> from ckptstore.testing import GcsEmulator
+    >>> server = GcsEmulator(data_dir="gcs-data")
+    >>> server.command()[1:4]
+    ['-m', 'ckptstore.testing.gcs_emulator', '-d']
+    >>> server.data_dir == os.path.abspath("gcs-data")  # the emulator wants it absolute
+    True
+    >>> with server:
+    ...     server.create_bucket("b")
+    ...     upload = "/upload/storage/v1/b/b/o?uploadType=media&name=k"
+    ...     status, _ = server.request("POST", upload, b"x")
+    >>> with server:  # started again on the same files: the object is still there
+    ...     print(server.object_keys("b"))
+    ['k']
 """
 
 from __future__ import annotations

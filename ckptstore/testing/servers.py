@@ -339,7 +339,8 @@ class GcsEmulator(ServerProcess):
 
     def __init__(self, *, data_dir: str | os.PathLike[str] | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.data_dir = os.fspath(data_dir) if data_dir is not None else None
+        # the emulator refuses relative directories: resolve against this process's cwd
+        self.data_dir = os.path.abspath(data_dir) if data_dir is not None else None
 
     def command(self) -> list[str]:
         storage = ["-d", self.data_dir] if self.data_dir is not None else []

@@ -4,14 +4,26 @@ A plugin author subclasses the class for their extension point in a test module 
 provides its fixture; pytest then runs the whole contract against the plugin. See
 ``docs/conformance.md``.
 
+The example writes such a test file and runs one of its tests with pytest.
+
 Example::
 
-    from ckptstore.testing.conformance import DBTypeConformance
-
-    class TestMyFormat(DBTypeConformance):
-        @pytest.fixture
-        def db_type(self) -> DBType:
-            return MyFormat()
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... import pytest
+    ... from ckptstore import NpzDB
+    ... from ckptstore.testing.conformance import DBTypeConformance
+    ...
+    ... class TestNpz(DBTypeConformance):
+    ...     @pytest.fixture
+    ...     def db_type(self):
+    ...         return NpzDB()  # MyFormat()
+    ... '''
+    >>> _ = open("test_npz_conformance.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_npz_conformance.py", "-k", "long_blob_name"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed, ...')
 """
 
 from ckptstore.testing.conformance.db_type import Checkpoints, DBTypeConformance

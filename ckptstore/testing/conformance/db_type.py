@@ -6,10 +6,22 @@ directory (an object store, for formats that do not need renames).
 
 Example::
 
-    class TestMyFormat(DBTypeConformance):
-        @pytest.fixture
-        def db_type(self) -> DBType:
-            return MyFormat()
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... import pytest
+    ... from ckptstore import ZarrDB
+    ... from ckptstore.testing.conformance import DBTypeConformance
+    ...
+    ... class TestZarr(DBTypeConformance):
+    ...     @pytest.fixture
+    ...     def db_type(self):
+    ...         return ZarrDB()
+    ... '''
+    >>> _ = open("test_zarr_conformance.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_zarr_conformance.py", "-k", "large_blob or long_blob"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '2 passed, ...')
 """
 
 from __future__ import annotations
@@ -63,8 +75,13 @@ class Checkpoints:
 
     Example::
 
-        checkpoints.save({"w": np.ones(3)}, epoch=1)
-        checkpoints.load(epoch=1)["w"]
+        >>> from ckptstore import IOSettings, LocalPath, NpzDB
+        >>> checkpoints = Checkpoints(LocalPath("ckpt"), NpzDB(), IOSettings())
+        >>> _ = checkpoints.save({"w": np.ones(3)}, epoch=1)
+        >>> checkpoints.load(epoch=1)["w"]
+        array([1., 1., 1.])
+        >>> checkpoints.verify(epoch=1)  # no problems
+        []
     """
 
     def __init__(self, storage: PathType, db_type: DBType, settings: IOSettings) -> None:
@@ -150,10 +167,22 @@ class DBTypeConformance:
 
     Example::
 
-        class TestNpz(DBTypeConformance):
-            @pytest.fixture
-            def db_type(self) -> DBType:
-                return NpzDB()
+        >>> import contextlib, io, pytest
+        >>> kit = '''
+        ... import pytest
+        ... from ckptstore import NpzDB
+        ... from ckptstore.testing.conformance import DBTypeConformance
+        ...
+        ... class TestNpz(DBTypeConformance):
+        ...     @pytest.fixture
+        ...     def db_type(self):
+        ...         return NpzDB()
+        ... '''
+        >>> _ = open("test_npz_format.py", "w").write(kit)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     code = pytest.main(["-q", "test_npz_format.py", "-k", "many_small_blobs"])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '1 passed, ...')
     """
 
     refusable_dtypes: tuple[str, ...] = OPTIONAL_DTYPES

@@ -12,10 +12,22 @@ does).
 
 Example::
 
-    class TestMyCatalog(MetadataHandlerConformance):
-        @pytest.fixture
-        def make_handler(self, tmp_path):
-            return lambda: MyCatalog(tmp_path / "catalog.db")
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... import pytest
+    ... from ckptstore import SqliteCatalog
+    ... from ckptstore.testing.conformance import MetadataHandlerConformance
+    ...
+    ... class TestSqlite(MetadataHandlerConformance):
+    ...     @pytest.fixture
+    ...     def make_handler(self, tmp_path):
+    ...         return lambda: SqliteCatalog(tmp_path / "catalog.db")
+    ... '''
+    >>> _ = open("test_sqlite_catalog_kit.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_sqlite_catalog_kit.py", "-k", "newest_complete_epoch"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed, ...')
 """
 
 from __future__ import annotations
@@ -49,10 +61,23 @@ class MetadataHandlerConformance:
 
     Example::
 
-        class TestJson(MetadataHandlerConformance):
-            @pytest.fixture
-            def make_handler(self) -> HandlerFactory:
-                return JsonCatalog
+        >>> import contextlib, io, pytest
+        >>> kit = '''
+        ... import pytest
+        ... from ckptstore import JsonCatalog
+        ... from ckptstore.testing.conformance import MetadataHandlerConformance
+        ...
+        ... class TestJson(MetadataHandlerConformance):
+        ...     @pytest.fixture
+        ...     def make_handler(self):
+        ...         return JsonCatalog
+        ... '''
+        >>> _ = open("test_json_catalog_kit.py", "w").write(kit)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     selected = "start_from_scratch or some_nodes_only"  # a few of the tests
+        ...     code = pytest.main(["-q", "test_json_catalog_kit.py", "-k", selected])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '2 passed, ...')
     """
 
     db_type = "npz"

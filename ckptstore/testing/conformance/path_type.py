@@ -11,12 +11,28 @@ server that ignores the store's precondition overrides
 :meth:`PathTypeConformance.races_are_refused` (and says so in its docs); the race then
 only has to leave one whole document.
 
+In the example an fsspec in-memory root stands in for a store's fresh URL.
+
 Example::
 
-    class TestMyStore(PathTypeConformance):
-        @pytest.fixture
-        def storage(self, my_server) -> PathType:
-            return MyStore(my_server.fresh_url())
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... import uuid
+    ... import pytest
+    ... from ckptstore import FsspecPath
+    ... from ckptstore.testing.conformance import PathTypeConformance
+    ...
+    ... class TestMemory(PathTypeConformance):
+    ...     @pytest.fixture
+    ...     def storage(self):
+    ...         return FsspecPath(f"memory://kit-{uuid.uuid4().hex}")
+    ... '''
+    >>> _ = open("test_memory_store_kit.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     selected = "create_document_creates_once or documents_round_trip"  # a few of the tests
+    ...     code = pytest.main(["-q", "test_memory_store_kit.py", "-k", selected])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '2 passed, ...')
 """
 
 from __future__ import annotations
@@ -51,10 +67,23 @@ class PathTypeConformance:
 
     Example::
 
-        class TestLocal(PathTypeConformance):
-            @pytest.fixture
-            def storage(self, tmp_path) -> PathType:
-                return LocalPath(str(tmp_path))
+        >>> import contextlib, io, pytest
+        >>> kit = '''
+        ... import pytest
+        ... from ckptstore import LocalPath
+        ... from ckptstore.testing.conformance import PathTypeConformance
+        ...
+        ... class TestLocal(PathTypeConformance):
+        ...     @pytest.fixture
+        ...     def storage(self, tmp_path):
+        ...         return LocalPath(str(tmp_path))
+        ... '''
+        >>> _ = open("test_local_path_kit.py", "w").write(kit)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     selected = "ranges_and_scatter or delete_ignores_missing"  # a few of the tests
+        ...     code = pytest.main(["-q", "test_local_path_kit.py", "-k", selected])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '2 passed, ...')
     """
 
     RACERS = 8

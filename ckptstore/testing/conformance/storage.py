@@ -2,9 +2,16 @@
 
 Example::
 
-    counting = CountingPath(storage)
-    db_type.read(DBLocation(counting, "trainer_0.1", io), records)
-    counting.bytes_read
+    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.io import ParallelIO
+    >>> from ckptstore.plugin import DBLocation
+    >>> counting = CountingPath(LocalPath("ckpt"))
+    >>> db = DBLocation(counting, "trainer_0.1", ParallelIO())
+    >>> written = NpzDB().write(db, {"w": np.ones(1000), "b": np.zeros(2)})
+    >>> NpzDB().read(db, [written.blobs["b"]])["b"]  # a partial load
+    array([0., 0.])
+    >>> counting.bytes_read  # b's 16 bytes, not w's 8000
+    16
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ class CountingPath(PathType):
 
     Example::
 
-        counting = CountingPath(LocalPath("/ckpt"))
-        counting.read_bytes("a")
-        counting.bytes_read  # len of "a"
+        >>> from ckptstore import LocalPath
+        >>> counting = CountingPath(LocalPath("counted"))
+        >>> counting.write_bytes("a", b"hello")
+        >>> counting.read_bytes("a", offset=1, length=3)
+        b'ell'
+        >>> counting.bytes_read
+        3
     """
 
     name = "counting"

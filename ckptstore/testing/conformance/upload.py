@@ -8,10 +8,23 @@ job can restore from there (``manager.load(epoch, path_prefix=dest)``).
 
 Example::
 
-    class TestCopyUpload(UploadBuilderConformance):
-        @pytest.fixture
-        def make_builder(self):
-            return CopyUpload
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... import pytest
+    ... from ckptstore import CopyUpload
+    ... from ckptstore.testing.conformance import UploadBuilderConformance
+    ...
+    ... class TestCopyUpload(UploadBuilderConformance):
+    ...     @pytest.fixture
+    ...     def make_builder(self):
+    ...         return CopyUpload
+    ... '''
+    >>> _ = open("test_copy_upload_kit.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     selected = "restores_from_the_destination"  # a few of the tests
+    ...     code = pytest.main(["-q", "test_copy_upload_kit.py", "-k", selected])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed, ...')
 """
 
 from __future__ import annotations
@@ -43,10 +56,23 @@ class UploadBuilderConformance:
 
     Example::
 
-        class TestMine(UploadBuilderConformance):
-            @pytest.fixture
-            def make_builder(self) -> BuilderFactory:
-                return lambda url: MyUpload(url)
+        >>> import contextlib, io, pytest
+        >>> kit = '''
+        ... import pytest
+        ... from ckptstore import CopyUpload
+        ... from ckptstore.testing.conformance import UploadBuilderConformance
+        ...
+        ... class TestMine(UploadBuilderConformance):
+        ...     @pytest.fixture
+        ...     def make_builder(self):
+        ...         return lambda url: CopyUpload(url)  # MyUpload(url)
+        ... '''
+        >>> _ = open("test_my_upload_kit.py", "w").write(kit)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     selected = "task_group or source_is_left"  # a few of the tests
+        ...     code = pytest.main(["-q", "test_my_upload_kit.py", "-k", selected])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '2 passed, ...')
     """
 
     db_type = "npz"

@@ -7,17 +7,31 @@ A plugin's test module subclasses :class:`ObjectStoreKit` and names its path typ
 :func:`pytest_configure` and :func:`registry` from here. Tests of its own can use the
 helpers of :mod:`ckptstore.testing.object_store.store` (``saver``, ``reload``...).
 
+The example runs two of the kit's tests that need no server.
+
 Example::
 
-    # conftest.py
-    from ckptstore.testing.object_store import pytest_configure, registry
-
-    # test_conformance.py
-    class TestMyStore(ObjectStoreKit):
-        path_type = MyStorePath
-        server = "s3"  # an S3-compatible store: the s3_url, s3_faults... fixtures
-        environment = ("AWS_ENDPOINT_URL_S3",)
-        part_size = 5 << 20
+    >>> import contextlib, io, pytest
+    >>> conftest = '''
+    ... from ckptstore.testing.object_store import pytest_configure, registry
+    ... '''
+    >>> _ = open("conftest.py", "w").write(conftest)
+    >>> tests = '''
+    ... from ckptstore.testing.object_store import ObjectStoreKit
+    ... from ckptstore_s3 import S3Path
+    ...
+    ... class TestMyStore(ObjectStoreKit):
+    ...     path_type = S3Path  # MyStorePath
+    ...     server = "s3"  # an S3-compatible store: the s3_url, s3_faults... fixtures
+    ...     environment = ("AWS_ENDPOINT_URL_S3",)
+    ...     part_size = 5 << 20
+    ... '''
+    >>> _ = open("test_conformance.py", "w").write(tests)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     selected = "urls_are_served or unknown_options"
+    ...     code = pytest.main(["-q", "test_conformance.py", "-k", selected])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '2 passed...')
 """
 
 from __future__ import annotations
@@ -57,11 +71,22 @@ class ObjectStoreKit(
 
     Example::
 
-        class TestS3(ObjectStoreKit):
-            path_type = S3Path
-            server = "s3"
-            environment = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID")
-            part_size = 5 << 20
+        >>> import contextlib, io, pytest
+        >>> tests = '''
+        ... from ckptstore.testing.object_store import ObjectStoreKit
+        ... from ckptstore_s3 import S3Path
+        ...
+        ... class TestS3(ObjectStoreKit):
+        ...     path_type = S3Path
+        ...     server = "s3"
+        ...     environment = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID")
+        ...     part_size = 5 << 20
+        ... '''
+        >>> _ = open("test_s3_kit.py", "w").write(tests)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     code = pytest.main(["-q", "test_s3_kit.py", "-k", "resaving_an_epoch_in_place"])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '1 passed...')
     """
 
     @pytest.fixture(params=object_store_db_types())

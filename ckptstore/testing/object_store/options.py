@@ -2,8 +2,19 @@
 
 Example::
 
-    class TestMyOptions(OptionsConformance):
-        path_type = MyStorePath
+    >>> import contextlib, io, pytest
+    >>> kit = '''
+    ... from ckptstore.testing.object_store import OptionsConformance
+    ... from ckptstore_s3 import S3Path
+    ...
+    ... class TestS3Options(OptionsConformance):
+    ...     path_type = S3Path  # MyStorePath
+    ... '''
+    >>> _ = open("test_s3_options_kit.py", "w").write(kit)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_s3_options_kit.py"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '3 passed...')
 """
 
 from __future__ import annotations
@@ -24,8 +35,19 @@ class OptionsConformance:
 
     Example::
 
-        class TestMyOptions(OptionsConformance):
-            path_type = MyStorePath
+        >>> import contextlib, io, pytest
+        >>> kit = '''
+        ... from ckptstore.testing.object_store import OptionsConformance
+        ... from ckptstore_gcs import GCSPath
+        ...
+        ... class TestGCSOptions(OptionsConformance):
+        ...     path_type = GCSPath
+        ... '''
+        >>> _ = open("test_gcs_options_kit.py", "w").write(kit)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     code = pytest.main(["-q", "test_gcs_options_kit.py"])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '3 passed...')
     """
 
     path_type: ClassVar[type[ObjectStorePath[Any, Any]]]

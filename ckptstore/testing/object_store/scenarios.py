@@ -8,11 +8,30 @@ the same way.
 
 Example::
 
-    def test_large_blobs_go_up_in_parts(self, store: StoreUnderTest) -> None:
-        session = LocalSession()
-        manager = saver(store, session)
-        session.run(manager.save(1))
-        assert_blobs(store, reload(manager, session, 1))
+    >>> import contextlib, io, pytest
+    >>> tests = '''
+    ... from ckptstore import LocalSession
+    ... from ckptstore.testing.object_store import ObjectStoreScenarios
+    ... from ckptstore.testing.object_store.store import assert_blobs, reload, saver
+    ... from ckptstore_s3 import S3Path
+    ...
+    ... class TestS3Scenarios(ObjectStoreScenarios):
+    ...     path_type = S3Path
+    ...     server = "s3"
+    ...     environment = ("AWS_ENDPOINT_URL_S3",)
+    ...     part_size = 5 << 20
+    ...
+    ...     def test_large_blobs_go_up_in_parts(self, store):
+    ...         session = LocalSession()
+    ...         manager = saver(store, session)
+    ...         session.run(manager.save(1))
+    ...         assert_blobs(store, reload(manager, session, 1))
+    ... '''
+    >>> _ = open("test_s3_scenarios.py", "w").write(tests)
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+    ...     code = pytest.main(["-q", "test_s3_scenarios.py", "-k", "large_blobs_go_up_in_parts"])
+    >>> int(code), out.getvalue().splitlines()[-1]
+    (0, '1 passed...')
 """
 
 from __future__ import annotations
@@ -65,11 +84,23 @@ class ObjectStoreScenarios(OnObjectStore):
 
     Example::
 
-        class TestGCSScenarios(ObjectStoreScenarios):
-            path_type = GCSPath
-            server = "gcs"
-            environment = ("STORAGE_EMULATOR_HOST",)
-            part_size = 1 << 20
+        >>> import contextlib, io, pytest
+        >>> tests = '''
+        ... from ckptstore.testing.object_store import ObjectStoreScenarios
+        ... from ckptstore_gcs import GCSPath
+        ...
+        ... class TestGCSScenarios(ObjectStoreScenarios):
+        ...     path_type = GCSPath
+        ...     server = "gcs"
+        ...     environment = ("STORAGE_EMULATOR_HOST",)
+        ...     part_size = 1 << 20
+        ... '''
+        >>> _ = open("test_gcs_scenarios.py", "w").write(tests)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     selected = "fresh_root_per_test or check_db_exists"
+        ...     code = pytest.main(["-q", "test_gcs_scenarios.py", "-k", selected])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '2 passed...')
     """
 
     environment: ClassVar[tuple[str, ...]]

@@ -3,10 +3,22 @@ what the scenarios know of it (:class:`StoreUnderTest`), and the helpers they sh
 
 Example::
 
-    session = LocalSession()
-    manager = saver(store, session)  # trainer_0 holding store.blobs(), as npz
-    session.run(manager.save(1))
-    assert_blobs(store, reload(manager, session, 1))
+    >>> import boto3
+    >>> from contextlib import ExitStack
+    >>> from ckptstore.testing import in_process_moto
+    >>> from ckptstore_s3 import S3Path
+    >>> stack = ExitStack()
+    >>> moto = stack.enter_context(in_process_moto())  # what the s3_* fixtures give a kit
+    >>> _ = boto3.client("s3", endpoint_url=moto.endpoint_url).create_bucket(Bucket="kit")
+    >>> faults = stack.enter_context(FaultProxy(moto.endpoint_url, flavour="s3"))
+    >>> store = StoreUnderTest(S3Path, "s3://kit/ckpt", faults,
+    ...                        {"endpoint_url": faults.endpoint_url},
+    ...                        environment=("AWS_ENDPOINT_URL_S3",), part_size=5 << 20)
+    >>> session = LocalSession()
+    >>> manager = saver(store, session)  # trainer_0 holding store.blobs(), as npz
+    >>> _ = session.run(manager.save(1))
+    >>> assert_blobs(store, reload(manager, session, 1))
+    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -51,7 +63,8 @@ class HttpApi:
 
     Example::
 
-        HTTP_APIS["s3"].upload_method  # 'PUT'
+        >>> HTTP_APIS["s3"].upload_method, HTTP_APIS["gcs"].throttling_reason
+        ('PUT', 'backendError')
     """
 
     upload_method: str
@@ -78,8 +91,12 @@ class StoreUnderTest:
 
     Example::
 
-        StoreUnderTest(GCSPath, gcs_url, gcs_faults, gcs_storage_options,
-                       environment=("STORAGE_EMULATOR_HOST",), part_size=1 << 20)
+        >>> from ckptstore_gcs import GCSPath
+        >>> gcs_faults = FaultProxy("http://127.0.0.1:9023", flavour="gcs")  # not started
+        >>> store = StoreUnderTest(GCSPath, "gs://bucket/ckpt", gcs_faults, {},
+        ...                        environment=("STORAGE_EMULATOR_HOST",), part_size=1 << 20)
+        >>> store.api.upload_method, {name: a.nbytes for name, a in store.blobs().items()}
+        ('POST', {'big': 2621440, 'small': 800})
     """
 
     path_type: type[ObjectStorePath[Any, Any]]
@@ -153,9 +170,21 @@ class OnObjectStore:
 
     Example::
 
-        class TestMyStore(OnObjectStore, PathTypeConformance):
-            path_type = S3Path
-            server = "s3"
+        >>> import contextlib, io, pytest
+        >>> tests = '''
+        ... from ckptstore.testing.conformance import PathTypeConformance
+        ... from ckptstore.testing.object_store import OnObjectStore
+        ... from ckptstore_s3 import S3Path
+        ...
+        ... class TestMyStore(OnObjectStore, PathTypeConformance):
+        ...     path_type = S3Path
+        ...     server = "s3"  # storage: a fresh s3_url root
+        ... '''
+        >>> _ = open("test_on_s3_kit.py", "w").write(tests)
+        >>> with contextlib.redirect_stdout(io.StringIO()) as out:  # i.e. run pytest
+        ...     code = pytest.main(["-q", "test_on_s3_kit.py", "-k", "urls_are_served"])
+        >>> int(code), out.getvalue().splitlines()[-1]
+        (0, '1 passed...')
     """
 
     path_type: ClassVar[type[ObjectStorePath[Any, Any]]]

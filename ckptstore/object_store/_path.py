@@ -22,7 +22,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
@@ -35,6 +36,7 @@ from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
 from ckptstore.plugin._path_type import PathType
+from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
 __all__ = ["ObjectStorePath"]
@@ -174,7 +176,7 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         total = sum(target.nbytes for target in targets)
         if total == 0:
             return
-        with self._errors("read", key):
+        with self._errors("read", key), self._refused(key):
             received = self.client.run(lambda: self.client.get_into(name, offset, targets))
         if received < total:
             raise CorruptCheckpointError(
@@ -187,8 +189,26 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         name = self._object(key)
         if length == 0:
             return b""
-        with self._errors("read", key):
+        with self._errors("read", key), self._refused(key):
             return self.client.run(lambda: self.client.get(name, offset, length))
+
+    def read_document(self, key: str) -> bytes:
+        """A control document in one download of at most ``max_document_bytes + 1``
+        bytes (:class:`~ckptstore.records.Limits`): refused before its body is read if
+        the response declares a larger object, and as soon as the body outgrows the
+        limit or the size the response declared."""
+        name = self._object(key)
+        limit = current_limits().max_document_bytes
+        with self._errors("read", key), self._refused(key):
+            return self.client.run(lambda: self.client.get_document(name, limit))
+
+    @contextlib.contextmanager
+    def _refused(self, key: str) -> Iterator[None]:
+        """Stored bytes the client refused, reported at ``key`` of this checkpoint."""
+        try:
+            yield
+        except CorruptCheckpointError as error:
+            raise CorruptCheckpointError(error.detail, url=self.display_url, file=key) from None
 
     def exists(self, key: str) -> bool:
         name = self._object(key)

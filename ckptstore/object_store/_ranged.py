@@ -11,9 +11,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-
 import re
+from collections.abc import Awaitable, Callable, Sequence
 
 __all__ = [
     "READ_PIECE",

@@ -70,22 +70,21 @@ OVERSIZED_ATTACKS = {
     "oversized_commit_object": Spec(oversized_commit_object, BOTH, in_manifest=True),
     "oversized_catalog_entry": Spec(oversized_catalog_entry, BOTH, in_manifest=True),
 }
+ON_BOTH = ["truncated_blob_file", "shape_10e12", "offset_beyond_file"]
+"""Attacks on the data objects, whose layout differs between zarr and npz."""
+ON_ZARR = [
+    "offset_2_64",
+    "negative_size",
+    "traversal_chunk_key",
+    "absolute_chunk_key",
+    "deep_json_commit",
+    "commit_of_other_epoch",
+]
+"""Attacks on fields every format's manifest and commit record share."""
 OBJECT_ATTACKS: dict[str, Spec] = {
     **OVERSIZED_ATTACKS,
-    **{
-        name: replace(ATTACKS[name], formats=BOTH)
-        for name in [
-            "truncated_blob_file",
-            "shape_10e12",
-            "offset_beyond_file",
-            "offset_2_64",
-            "negative_size",
-            "traversal_chunk_key",
-            "absolute_chunk_key",
-            "deep_json_commit",
-            "commit_of_other_epoch",
-        ]
-    },
+    **{name: replace(ATTACKS[name], formats=BOTH) for name in ON_BOTH},
+    **{name: replace(ATTACKS[name], formats=("zarr",)) for name in ON_ZARR},
 }
 CASES = [
     pytest.param(("s3", name, fmt), id=f"s3-{name}-{fmt}")
@@ -127,6 +126,25 @@ def put_back(storage: PathType, local: Path, before: dict[str, bytes]) -> list[s
     return changed + gone
 
 
+def assert_under_prefix(proxy: FaultProxy, bucket: str) -> None:
+    """Every request the proxy saw named an object under the prefix, or listed under
+    it (S3 path-style ``/BUCKET/ckpt/...``, GCS ``/.../b/BUCKET/o/ckpt%2F...``)."""
+    seen = proxy.requests
+    assert seen
+    for request in seen:
+        path = urllib.parse.unquote(request.path)
+        segments = path.split("/")
+        assert ".." not in segments, request
+        assert bucket in segments, request
+        after = "/".join(segments[segments.index(bucket) + 1 :])
+        if after.startswith("o/"):  # the GCS JSON API: /storage/v1/b/BUCKET/o/NAME
+            after = after.removeprefix("o/")
+        assert after in ("", "o") or after.startswith(f"{PREFIX}/"), request
+        query = urllib.parse.unquote(request.query)
+        if "prefix=" in query:
+            assert f"prefix={PREFIX}/" in query, request
+
+
 @dataclass
 class ObjectForgery:
     url: str
@@ -149,20 +167,7 @@ class ObjectForgery:
         )
 
     def assert_requests_stayed_under_the_prefix(self) -> None:
-        """Every request named an object under the prefix, or listed under it."""
-        seen = self.proxy.requests
-        assert seen
-        for request in seen:
-            segments = request.path.split("/")
-            assert ".." not in segments, request
-            assert self.bucket in segments, request
-            after = "/".join(segments[segments.index(self.bucket) + 1 :])
-            if after.startswith("o/"):  # the GCS JSON API: /storage/v1/b/BUCKET/o/NAME
-                after = after.removeprefix("o/")
-            assert after in ("", "o") or after.startswith(f"{PREFIX}/"), request
-            query = urllib.parse.unquote(request.query)
-            if "prefix=" in query:
-                assert f"prefix={PREFIX}/" in query, request
+        assert_under_prefix(self.proxy, self.bucket)
 
 
 @pytest.fixture

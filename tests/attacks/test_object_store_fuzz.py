@@ -48,8 +48,8 @@ from tests.attacks.test_fuzz import (
 from tests.attacks.test_object_store_attacks import assert_under_prefix, copy_down, put_back
 
 Values = dict[str, dict[str, np.ndarray[Any, Any]]]
-OBJECT_PROFILE = settings(PROFILE, max_examples=min(PROFILE.max_examples, 4))
-"""A few examples per format in CI (each is several requests to the server)."""
+OBJECT_PROFILE = settings(PROFILE, max_examples=min(PROFILE.max_examples, 3))
+"""Three examples per format in CI (each is several requests to the server)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,8 +49,13 @@ from tests.attacks.test_fuzz import (
 from tests.attacks.test_object_store_attacks import assert_under_prefix, copy_down, put_back
 
 Values = dict[str, dict[str, np.ndarray[Any, Any]]]
-OBJECT_PROFILE = settings(PROFILE, max_examples=min(PROFILE.max_examples, 3))
-"""Three examples per format in CI (each is several requests to the server)."""
+OBJECT_PROFILE = (
+    settings(PROFILE, max_examples=3)
+    if os.environ.get("CKPTSTORE_FUZZ_PROFILE", "ci") == "ci"
+    else PROFILE
+)
+"""Three examples per format in CI (each is several requests to the server); the long
+campaign as on local disk."""
 
 
 @dataclass(frozen=True)

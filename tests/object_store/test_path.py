@@ -19,7 +19,12 @@ from object_store_fakes import (
 
 from ckptstore import protocol
 from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.object_store import _ranged as object_ranged
@@ -190,3 +195,27 @@ def test_a_ranged_read_refuses_a_body_longer_than_asked(memory: MemoryFilesystem
         storage.read_bytes("blob", 0, 10)
     assert caught.value.file == "blob"
     assert storage.read_bytes("blob") == b"x" * 4096
+
+
+@pytest.mark.parametrize("key", ["../x", "/x", "a//b", "a/./b", "a/", "x/..", "a\\..\\b"])
+def test_a_key_leading_out_of_the_prefix_is_refused_before_any_request(
+    memory: MemoryFilesystem, key: str
+) -> None:
+    storage = open_path(memory)
+    calls = [
+        lambda: storage.read_bytes(key),
+        lambda: storage.read_document(key),
+        lambda: storage.get_document(key),
+        lambda: storage.read_into(key, 0, [memoryview(bytearray(4))]),
+        lambda: storage.size(key),
+        lambda: storage.exists(key),
+        lambda: storage.write_bytes(key, b"x"),
+        lambda: storage.put_document(key, b"{}"),
+        lambda: storage.create_document(key, b"{}"),
+        lambda: storage.delete([key]),
+        lambda: storage.open_write(key),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidNameError):
+            call()
+    assert memory.requests == []

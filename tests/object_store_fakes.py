@@ -99,6 +99,10 @@ class MemoryFilesystem:
     uploads: list[MemoryUpload] = field(default_factory=list)
     faults: list[tuple[str, BaseException]] = field(default_factory=list)
     closed: int = 0
+    declared: dict[str, int | None] = field(default_factory=dict)
+    """Object size a download's response declares, by key (default: the real one)."""
+    ignores_range: bool = False
+    """Whether downloads answer with the whole object whatever ``Range`` asked."""
 
     def fail_next(self, kind: str, error: BaseException, count: int = 1) -> None:
         """The next ``count`` requests of ``kind`` raise ``error``."""
@@ -217,12 +221,15 @@ class MemoryClient(ObjectStoreClient):
         return ObjectInfo(size)
 
     async def ranged_get(
-        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+        self,
+        key: str,
+        headers: dict[str, str],
+        consume: Callable[[Read, int | None], Awaitable[T]],
     ) -> T:
         self.fs.request("get", key)
         data = self.stored(key)
         start, end = 0, len(data)
-        if "Range" in headers:
+        if "Range" in headers and not self.fs.ignores_range:
             match = _RANGE.match(headers["Range"])
             assert match is not None, headers
             start = int(match.group(1))
@@ -235,7 +242,7 @@ class MemoryClient(ObjectStoreClient):
             self.fs.request("read", key)  # a fault here cuts the body off
             return stream.read(-1 if count is None else count)
 
-        return await consume(read)
+        return await consume(read, self.fs.declared.get(key, len(data)))
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         def delete() -> None:

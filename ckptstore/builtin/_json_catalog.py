@@ -89,10 +89,10 @@ class JsonCatalog(IndexCatalog):
 
     def _decode(self, epoch: int, key: str) -> CatalogEntry | None:
         storage = self.require_storage()
-        data = storage.get_document(key)
-        if data is None:
-            return None
         try:
+            data = storage.get_document(key)  # refused if larger than the document limit
+            if data is None:
+                return None
             raw = decode_document(data, ENTRY_KIND, url=storage.display_url, key=key)
             if json_int(raw, "epoch") != epoch:
                 raise ValueError(f"it describes epoch {raw['epoch']}")

@@ -34,7 +34,7 @@ from ckptstore.object_store._masking import MIN_SECRET_LENGTH, mask
 from ckptstore.object_store._multipart import MultipartUpload, upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._path import ObjectStorePath
-from ckptstore.object_store._ranged import Read
+from ckptstore.object_store._ranged import Read, declared_size
 from ckptstore.object_store._retry import RetryPolicy, call_with_retries
 from ckptstore.object_store._writer import MultipartWriter
 
@@ -56,6 +56,7 @@ __all__ = [
     "RequestError",
     "RetryPolicy",
     "call_with_retries",
+    "declared_size",
     "gather_all",
     "mask",
     "request_body",

@@ -37,6 +37,7 @@ from typing import ClassVar, TypeVar
 import fsspec
 import fsspec.asyn
 
+from ckptstore.errors import CorruptCheckpointError
 from ckptstore.object_store._body import Body
 from ckptstore.object_store._failures import (
     ErrorRules,
@@ -45,7 +46,7 @@ from ckptstore.object_store._failures import (
 )
 from ckptstore.object_store._multipart import MultipartUpload
 from ckptstore.object_store._options import ObjectStoreOptions
-from ckptstore.object_store._ranged import Read, fill_targets, range_header, read_all
+from ckptstore.object_store._ranged import Read, fill_targets, range_header, read_at_most
 from ckptstore.object_store._retry import call_with_retries
 
 __all__ = ["ObjectInfo", "ObjectStoreClient"]
@@ -127,16 +128,55 @@ class ObjectStoreClient(ABC):
 
     async def get(self, key: str, offset: int, length: int | None) -> bytes:
         """``length`` bytes (all, if ``None``) of ``key`` from ``offset``; ``b""`` if
-        ``offset`` is past the end."""
+        ``offset`` is past the end. A body longer than asked for, or than the object
+        size its response declares, is refused
+        (:class:`~ckptstore.errors.CorruptCheckpointError`) after reading one byte
+        more than that."""
         headers = range_header(offset, length)
-        return await self._read(key, lambda: self.ranged_get(key, headers, read_all), b"")
+
+        async def bounded(read: Read, size: int | None) -> bytes:
+            expected = length
+            if size is not None:
+                rest = max(size - offset, 0)
+                expected = rest if expected is None else min(expected, rest)
+            if expected is None:
+                return await read(None)
+            data = await read_at_most(read, expected)
+            if len(data) > expected:
+                raise self._corrupt(key, f"the download sent more than the {expected} bytes due")
+            return data
+
+        return await self._read(key, lambda: self.ranged_get(key, headers, bounded), b"")
+
+    async def get_document(self, key: str, limit: int) -> bytes:
+        """The whole of ``key``, a control document of at most ``limit`` bytes: one
+        download asking for ``limit + 1`` bytes, refused
+        (:class:`~ckptstore.errors.CorruptCheckpointError`) before its body is read if
+        the response declares a larger object, and after at most ``limit + 1`` bytes
+        if the body is longer than declared or than ``limit``."""
+        headers = range_header(0, limit + 1)
+
+        async def bounded(read: Read, size: int | None) -> bytes:
+            if size is not None and size > limit:
+                raise self._corrupt(key, _too_large(f"{size} bytes", limit))
+            data = await read_at_most(read, limit if size is None else size)
+            if size is not None and len(data) > size:
+                raise self._corrupt(
+                    key, f"the download sent more than the {size} bytes its response declared"
+                )
+            if len(data) > limit:
+                raise self._corrupt(key, _too_large(f"more than {limit} bytes", limit))
+            return data
+
+        return await self._read(key, lambda: self.ranged_get(key, headers, bounded), b"")
 
     async def get_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> int:
         """Stream ``key`` from ``offset`` into ``targets``; returns the bytes received
-        (fewer than asked when the object is too short)."""
+        (fewer than asked when the object is too short). Never more than the targets
+        hold is read."""
         headers = range_header(offset, sum(target.nbytes for target in targets))
 
-        async def fill(read: Read) -> int:
+        async def fill(read: Read, size: int | None) -> int:
             return await fill_targets(read, targets)
 
         return await self._read(key, lambda: self.ranged_get(key, headers, fill), 0)
@@ -150,6 +190,11 @@ class ObjectStoreClient(ABC):
             return await self.retried(attempt, self.describe(self.get_action, key))
         except RangeNotSatisfiableError:
             return empty
+
+    def _corrupt(self, key: str, detail: str) -> CorruptCheckpointError:
+        """Stored bytes refused while downloading ``key`` (the path type names the
+        checkpoint URL and the relative key instead)."""
+        return CorruptCheckpointError(detail, url=f"{self.scheme}://{self.bucket}", file=key)
 
     async def size(self, key: str) -> int:
         """The length of ``key``; :class:`MissingObjectError` if it does not exist."""
@@ -190,11 +235,16 @@ class ObjectStoreClient(ABC):
 
     @abstractmethod
     async def ranged_get(
-        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+        self,
+        key: str,
+        headers: dict[str, str],
+        consume: Callable[[Read, int | None], Awaitable[T]],
     ) -> T:
         """One attempt (not retried) at downloading ``key`` with ``headers`` (a
-        ``Range``): hands a reader of the body to ``consume`` inside the response and
-        returns what it returns."""
+        ``Range``): hands ``consume`` a reader of the body and the whole object's size
+        as the response declares it (:func:`~ckptstore.object_store._ranged.declared_size`
+        of its ``Content-Range`` and ``Content-Length``; ``None`` if unknown), before
+        reading any of the body, inside the response; returns what it returns."""
 
     @abstractmethod
     async def delete_many(self, keys: Sequence[str]) -> None:
@@ -215,6 +265,13 @@ class ObjectStoreClient(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the HTTP session and its connections."""
+
+
+def _too_large(size: str, limit: int) -> str:
+    return (
+        f"the document is {size}, more than the limit of {limit} "
+        "(CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)"
+    )
 
 
 async def _call(factory: Callable[[], Awaitable[T]]) -> T:

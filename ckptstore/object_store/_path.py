@@ -21,7 +21,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
@@ -34,6 +35,7 @@ from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
 from ckptstore.plugin._path_type import PathType
+from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
 __all__ = ["ObjectStorePath"]
@@ -161,10 +163,18 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         name = self._object(key)
         with self._errors("create", key):
             created = self.client.run(lambda: self.client.put_if_absent(name, data))
-        if not created and self.get_document(key) != data:
+        if not created and not self._holds(key, data):
             # (the same bytes: our own create, whose first answer was lost and whose
             # retry found it done; commit records and leases carry unique content)
             raise KeyExistsError(self.display_url, key)
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether the document ``key`` holds exactly ``data`` (not if it is refused
+        unread, as larger than the document limit)."""
+        try:
+            return self.get_document(key) == data
+        except CorruptCheckpointError:
+            return False
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
@@ -186,7 +196,7 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         total = sum(target.nbytes for target in targets)
         if total == 0:
             return
-        with self._errors("read", key):
+        with self._errors("read", key), self._refused(key):
             received = self.client.run(lambda: self.client.get_into(name, offset, targets))
         if received < total:
             raise CorruptCheckpointError(
@@ -199,8 +209,26 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         name = self._object(key)
         if length == 0:
             return b""
-        with self._errors("read", key):
+        with self._errors("read", key), self._refused(key):
             return self.client.run(lambda: self.client.get(name, offset, length))
+
+    def read_document(self, key: str) -> bytes:
+        """A control document in one download of at most ``max_document_bytes + 1``
+        bytes (:class:`~ckptstore.records.Limits`): refused before its body is read if
+        the response declares a larger object, and as soon as the body outgrows the
+        limit or the size the response declared."""
+        name = self._object(key)
+        limit = current_limits().max_document_bytes
+        with self._errors("read", key), self._refused(key):
+            return self.client.run(lambda: self.client.get_document(name, limit))
+
+    @contextlib.contextmanager
+    def _refused(self, key: str) -> Iterator[None]:
+        """Stored bytes the client refused, reported at ``key`` of this checkpoint."""
+        try:
+            yield
+        except CorruptCheckpointError as error:
+            raise CorruptCheckpointError(error.detail, url=self.display_url, file=key) from None
 
     def exists(self, key: str) -> bool:
         name = self._object(key)

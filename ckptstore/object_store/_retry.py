@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ckptstore.errors import InProcessMockError
+from ckptstore.errors import CorruptCheckpointError, InProcessMockError
 from ckptstore.object_store._failures import ErrorRules, request_error
 
 __all__ = ["RetryPolicy", "call_with_retries"]
@@ -93,8 +93,10 @@ async def call_with_retries(
     while True:
         try:
             return await operation()
-        except InProcessMockError:
-            raise  # a test set-up that cannot work: no retry, no request error
+        except (InProcessMockError, CorruptCheckpointError):
+            # a test set-up that cannot work, or stored bytes refused (an oversized
+            # document): no retry, no request error
+            raise
         except Exception as error:
             if rules.classify(error).retryable and attempt < policy.attempts:
                 if on_retry is not None:

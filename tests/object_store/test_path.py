@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,11 +19,18 @@ from object_store_fakes import (
 
 from ckptstore import protocol
 from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.errors import ObjectNotFoundError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.object_store import _ranged as object_ranged
 from ckptstore.object_store._body import PartsReader
 from ckptstore.plugin._path_type import PathType
+from ckptstore.records import current_limits, set_limits
 from ckptstore.testing.conformance import PathTypeConformance
 
 SMALL_PARTS = {"part_size": 4096, "multipart_threshold": 16384, "buffer_bytes": 16384}
@@ -109,3 +117,105 @@ def test_repr_pickling_closing_and_urls_without_a_bucket(memory: MemoryFilesyste
     assert memory.closed == 1
     with pytest.raises(ValueError, match="a memory URL names a bucket: mem://BUCKET/prefix"):
         MemoryStorePath("mem://", store=memory.name)
+
+
+# -- control documents are bounded before they are read ------------------------------------
+
+
+@pytest.fixture
+def small_documents() -> Iterator[int]:
+    limit = 1000
+    set_limits(replace(current_limits(), max_document_bytes=limit))
+    yield limit
+    set_limits(None)
+
+
+def _body_reads(memory: MemoryFilesystem) -> int:
+    return memory.kinds().count("read")
+
+
+def test_a_document_is_one_download_of_at_most_the_limit(
+    memory: MemoryFilesystem, small_documents: int
+) -> None:
+    storage = open_path(memory)
+    storage.put_document("_ckptstore/doc.json", b'{"a": 1}')
+    storage.put_document("_ckptstore/empty.json", b"")
+    before = len(memory.requests)
+    assert storage.read_document("_ckptstore/doc.json") == b'{"a": 1}'
+    assert storage.read_document("_ckptstore/empty.json") == b""
+    assert [kind for kind, _ in memory.requests[before:]].count("get") == 2
+    assert "head" not in memory.kinds()[before:]  # no extra round trip
+
+
+@pytest.mark.parametrize("ignores_range", [False, True], ids=["ranged", "whole-answer"])
+def test_an_oversized_document_is_refused_before_its_body_is_read(
+    memory: MemoryFilesystem, small_documents: int, ignores_range: bool
+) -> None:
+    memory.ignores_range = ignores_range
+    storage = open_path(memory)
+    storage.put_document("_ckptstore/big.json", b" " * (50 * small_documents))
+    with pytest.raises(CorruptCheckpointError, match="50000 bytes, more than the limit") as caught:
+        storage.get_document("_ckptstore/big.json")
+    assert caught.value.file == "_ckptstore/big.json"
+    assert caught.value.url == storage.display_url
+    assert _body_reads(memory) == 0
+    assert memory.kinds().count("get") == 1  # refused, not retried
+
+
+def test_a_body_longer_than_its_declared_size_is_refused(
+    memory: MemoryFilesystem, small_documents: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(object_ranged, "READ_PIECE", 16)
+    storage = open_path(memory)
+    storage.put_document("_ckptstore/doc.json", b" " * 500)
+    memory.declared["run/_ckptstore/doc.json"] = 100  # the response understates the object
+    with pytest.raises(CorruptCheckpointError, match="more than the 100 bytes its response"):
+        storage.read_document("_ckptstore/doc.json")
+    assert 16 * _body_reads(memory) <= 101 + 16  # read one byte past the declared size
+
+
+def test_a_document_of_unknown_size_is_cut_one_byte_past_the_limit(
+    memory: MemoryFilesystem, small_documents: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(object_ranged, "READ_PIECE", 64)
+    memory.ignores_range = True  # a whole-object answer with no declared size at all
+    storage = open_path(memory)
+    storage.put_document("_ckptstore/big.json", b" " * (50 * small_documents))
+    memory.declared["run/_ckptstore/big.json"] = None
+    with pytest.raises(CorruptCheckpointError, match="more than 1000 bytes, more than the limit"):
+        storage.read_document("_ckptstore/big.json")
+    assert 64 * _body_reads(memory) <= small_documents + 64
+
+
+def test_a_ranged_read_refuses_a_body_longer_than_asked(memory: MemoryFilesystem) -> None:
+    memory.ignores_range = True  # the store sends the whole object
+    storage = open_path(memory)
+    storage.write_bytes("blob", b"x" * 4096)
+    with pytest.raises(CorruptCheckpointError, match="more than the 10 bytes due") as caught:
+        storage.read_bytes("blob", 0, 10)
+    assert caught.value.file == "blob"
+    assert storage.read_bytes("blob") == b"x" * 4096
+
+
+@pytest.mark.parametrize("key", ["../x", "/x", "a//b", "a/./b", "a/", "x/..", "a\\..\\b"])
+def test_a_key_leading_out_of_the_prefix_is_refused_before_any_request(
+    memory: MemoryFilesystem, key: str
+) -> None:
+    storage = open_path(memory)
+    calls = [
+        lambda: storage.read_bytes(key),
+        lambda: storage.read_document(key),
+        lambda: storage.get_document(key),
+        lambda: storage.read_into(key, 0, [memoryview(bytearray(4))]),
+        lambda: storage.size(key),
+        lambda: storage.exists(key),
+        lambda: storage.write_bytes(key, b"x"),
+        lambda: storage.put_document(key, b"{}"),
+        lambda: storage.create_document(key, b"{}"),
+        lambda: storage.delete([key]),
+        lambda: storage.open_write(key),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidNameError):
+            call()
+    assert memory.requests == []

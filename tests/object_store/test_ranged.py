@@ -55,3 +55,19 @@ def test_a_short_body_reports_what_arrived() -> None:
     assert asyncio.run(fill_targets(Body(b"abc").read, [memoryview(target)])) == 3
     assert bytes(target[:3]) == b"abc"
     assert asyncio.run(read_all(Body(b"everything").read)) == b"everything"
+
+
+def test_the_declared_size_comes_from_the_content_range_or_a_whole_answer() -> None:
+    assert ranged.declared_size("bytes 0-99/4096", 100) == 4096
+    assert ranged.declared_size("bytes */4096", None) == 4096
+    assert ranged.declared_size("bytes 0-99/*", 100) is None
+    assert ranged.declared_size(None, 4096) == 4096  # a whole-object answer
+    assert ranged.declared_size(None, None) is None
+
+
+def test_a_capped_read_stops_one_byte_past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ranged, "READ_PIECE", 4)
+    body = Body(b"x" * 1000)
+    assert asyncio.run(ranged.read_at_most(body.read, 10)) == b"x" * 11
+    assert sum(count or 0 for count in body.asked) == 11  # the rest is never asked for
+    assert asyncio.run(ranged.read_at_most(Body(b"abc").read, 10)) == b"abc"

@@ -41,6 +41,7 @@ from ckptstore.object_store import (
     ObjectStoreClient,
     Read,
     RequestError,
+    declared_size,
     gather_all,
 )
 from ckptstore_gcs.composite import GCSCompositeUpload
@@ -201,13 +202,17 @@ class GCSClient(ObjectStoreClient):
         return ObjectInfo(size=int(json.loads(raw)["size"]))
 
     async def ranged_get(
-        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+        self,
+        key: str,
+        headers: dict[str, str],
+        consume: Callable[[Read, int | None], Awaitable[T]],
     ) -> T:
         async def body(response: aiohttp.ClientResponse) -> T:
             async def read(count: int | None) -> bytes:
                 return await response.content.read(-1 if count is None else count)
 
-            return await consume(read)
+            size = declared_size(response.headers.get("Content-Range"), response.content_length)
+            return await consume(read, size)
 
         return await self._send(
             "GET",

@@ -35,6 +35,7 @@ from ckptstore.object_store import (
     PartsReader,
     Read,
     RequestError,
+    declared_size,
 )
 from ckptstore_s3.errors import S3ErrorRules
 from ckptstore_s3.multipart import S3MultipartUpload
@@ -154,13 +155,17 @@ class S3Client(ObjectStoreClient):
         return ObjectInfo(size=int(response["ContentLength"]))
 
     async def ranged_get(
-        self, key: str, headers: dict[str, str], consume: Callable[[Read], Awaitable[T]]
+        self,
+        key: str,
+        headers: dict[str, str],
+        consume: Callable[[Read, int | None], Awaitable[T]],
     ) -> T:
         client = await self._s3_client()
         with _refuse_mock_aws(self.describe("GET", key)):
             response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
+        size = declared_size(response.get("ContentRange"), response.get("ContentLength"))
         async with response["Body"] as body:
-            return await consume(body.read)
+            return await consume(body.read, size)
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` (missing ones are ignored), 1000 per request."""

@@ -23,21 +23,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 from ckptstore import protocol
-from ckptstore.checkpoint._manager import (
-    DEFAULT_DB_TYPE,
-    CheckpointManager,
-    ManagerBase,
-    StageOptions,
-)
-from ckptstore.checkpoint._node_tasks import commit_saves, partial_load
+from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase
+from ckptstore.checkpoint._node_tasks import partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
+from ckptstore.execution._workspace import Workspace
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
@@ -131,7 +126,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         build: Callable[[CheckpointManager], Task],
         *,
         before_run: Callable[[], None] | None = None,
-        after_run: Callable[[list[Any]], None] | None = None,
+        after_run: Callable[[list[object]], None] | None = None,
     ) -> TaskGroup:
         group = TaskGroup(WorkspaceType.GLOBAL, before_run=before_run, after_run=after_run)
         for node, manager in self._require_managers():
@@ -165,40 +160,20 @@ class MultiNodeCheckpointManager(ManagerBase):
     def save(self, epoch: int) -> TaskGroup:
         """A group saving every node; the epoch is committed after all succeeded, and
         :class:`~ckptstore.errors.SaveFailedError` names the nodes that did not."""
-        location = self.location
-        nodes = self.node_names()
-        group = self._task_group(
-            lambda manager: manager.save_task(epoch, commit=False),
-            before_run=partial(
-                protocol.check_not_committed,
-                location.storage,
-                epoch,
-                nodes,
-                overwrite=self.overwrite,
-            ),
-            after_run=partial(commit_saves, storage=location.storage, epoch=epoch),
-        )
-        self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
+        group = super().save(epoch)
+        assert isinstance(group, TaskGroup)
         return group
 
-    def _stage_group(self, epoch: int, options: StageOptions) -> TaskGroup:
-        location = self.location
+    def _on_every_node(
+        self,
+        build: Callable[[CheckpointManager], Callable[[Workspace], object]],
+        name: str,
+        *,
+        before: Callable[[], None] | None = None,
+        after: Callable[[list[object]], None] | None = None,
+    ) -> TaskGroup:
         return self._task_group(
-            lambda manager: manager.stage_task(epoch, options, commit=False),
-            before_run=partial(
-                protocol.check_not_committed,
-                location.storage,
-                epoch,
-                self.node_names(),
-                overwrite=self.overwrite,
-            ),
-        )
-
-    def _finish_group(self, epoch: int, tickets: list[Any]) -> TaskGroup:
-        by_node = dict(zip(self.node_names(), tickets, strict=True))
-        return self._task_group(
-            lambda manager: manager.await_task(epoch, by_node[manager.node_name]),
-            after_run=partial(commit_saves, storage=self.location.storage, epoch=epoch),
+            lambda manager: manager._on_every_node(build, name), before_run=before, after_run=after
         )
 
     def load(

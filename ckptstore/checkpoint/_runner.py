@@ -93,6 +93,18 @@ def _refuse_to_start_over(manager: ManagerBase, job_nodes: Sequence[str]) -> Non
             )
 
 
+def _require_accessible(manager: ManagerBase, epoch: int) -> None:
+    """Before a save: raise if the handler (else the storage) says checkpoints cannot be
+    written now, typed when the cause is permanent, else a retryable SaveFailedError."""
+    if not manager.cp_accessible(epoch=None):
+        manager.location.storage.check_writable()  # a permanent cause: typed
+        raise SaveFailedError(
+            epoch,
+            manager.location.storage.display_url,
+            dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
+        )
+
+
 # the longest names a save derives from a node's: its staging directory for a 10-digit
 # epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
 _STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
@@ -412,13 +424,7 @@ class JobRunner:
         attempts = 1 + self.save_retries
         for attempt in range(1, attempts + 1):
             try:
-                if not manager.cp_accessible(epoch=None):
-                    manager.location.storage.check_writable()  # a permanent cause: typed
-                    raise SaveFailedError(
-                        epoch,
-                        manager.location.storage.display_url,
-                        dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
-                    )
+                _require_accessible(manager, epoch)
                 self._run_save(session, manager, epoch)
                 manager.write_checkpoint_metadata(epoch)
                 break
@@ -451,13 +457,7 @@ class JobRunner:
         try:
             if self._lease is not None:
                 self._lease.renew()
-            if not manager.cp_accessible(epoch=None):
-                manager.location.storage.check_writable()  # a permanent cause: typed
-                raise SaveFailedError(
-                    epoch,
-                    manager.location.storage.display_url,
-                    dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
-                )
+            _require_accessible(manager, epoch)
             with self._replacing_damaged(manager, epoch):
                 future = manager.save_async(
                     epoch,

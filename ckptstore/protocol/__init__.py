@@ -34,6 +34,7 @@ from ckptstore.protocol._commit import (
     read_blobs,
     read_commit,
     read_commit_under,
+    read_listed_commit,
     require_commit,
     retract_epoch,
     verify_node,
@@ -48,12 +49,14 @@ from ckptstore.protocol._inventory import (
     scan,
 )
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, LeaseHolder, WriterLease, read_lease
+from ckptstore.protocol._listing import CommitListing, newest_complete
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "CheckpointLocation",
+    "CommitListing",
     "EpochCommit",
     "EpochEntry",
     "LeaseHolder",
@@ -69,6 +72,7 @@ __all__ = [
     "copy_node",
     "copy_node_task",
     "is_complete",
+    "newest_complete",
     "newest_complete_before",
     "open_node",
     "open_node_record",
@@ -77,6 +81,7 @@ __all__ = [
     "read_commit",
     "read_commit_under",
     "read_lease",
+    "read_listed_commit",
     "require_commit",
     "retract_epoch",
     "scan",

@@ -24,6 +24,7 @@ from ckptstore import (
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import (
     CheckpointLocation,
+    Hooks,
     check_not_committed,
     commit_saves,
     list_blob_names,
@@ -50,10 +51,16 @@ def save_alone(
     return run_alone(
         ws,
         work=partial(save_node, location=where, node=node, epoch=epoch, names=names),
-        before=partial(
-            check_not_committed, storage=where.storage, epoch=epoch, nodes=[node], overwrite=False
+        hooks=Hooks(
+            partial(
+                check_not_committed,
+                storage=where.storage,
+                epoch=epoch,
+                nodes=[node],
+                overwrite=False,
+            ),
+            partial(commit_saves, storage=where.storage, epoch=epoch),
         ),
-        after=partial(commit_saves, storage=where.storage, epoch=epoch),
     )
 
 

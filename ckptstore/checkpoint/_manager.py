@@ -25,6 +25,9 @@ from typing import Any, cast
 
 from ckptstore.checkpoint._async_save import AsyncSaver, SaveFuture, await_node_save, stage_node
 from ckptstore.checkpoint._node_tasks import (
+    NO_HOOKS,
+    Hooks,
+    NodeWork,
     check_not_committed,
     commit_saves,
     list_blob_names,
@@ -141,17 +144,14 @@ class ManagerBase(ABC):
         """What saves every node's blobs as ``epoch`` and commits it once all of them
         succeeded: the one commit path (:meth:`_commit_steps` around each node's
         :func:`save_node`), for one node or many."""
-        check, commit = self._commit_steps(epoch)
         runnable = self._on_every_node(
-            lambda manager: manager._save_work(epoch), "checkpoint_save", before=check, after=commit
+            lambda manager: manager._save_work(epoch), "checkpoint_save", self._commit_hooks(epoch)
         )
         tasks = [runnable] if isinstance(runnable, Task) else runnable.tasks()
         self._stats_outputs = [task.outputs()[0] for task in tasks]
         return runnable
 
-    def _commit_steps(
-        self, epoch: int
-    ) -> tuple[Callable[[], None], Callable[[list[object]], None]]:
+    def _commit_hooks(self, epoch: int) -> Hooks:
         """What runs before every node's part of the save of ``epoch`` (committed
         checkpoints are write-once) and after all of them (commit, or
         :class:`~ckptstore.errors.SaveFailedError` naming the failed nodes)."""
@@ -163,19 +163,14 @@ class ManagerBase(ABC):
             nodes=self.node_names(),
             overwrite=self.overwrite,
         )
-        return check, partial(commit_saves, storage=storage, epoch=epoch)
+        return Hooks(check, partial(commit_saves, storage=storage, epoch=epoch))
 
     @abstractmethod
     def _on_every_node(
-        self,
-        build: Callable[[CheckpointManager], Callable[[Workspace], object]],
-        name: str,
-        *,
-        before: Callable[[], None] | None = None,
-        after: Callable[[list[object]], None] | None = None,
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
     ) -> Task | TaskGroup:
-        """``build(node's manager)`` run on every node, with ``before`` and ``after``
-        around all of them (a group's hooks; for one node, inside its one task)."""
+        """``build(node's manager)`` run on every node, with ``hooks`` around all of
+        them (a group's hooks; for one node, inside its one task)."""
 
     @abstractmethod
     def load(
@@ -245,19 +240,19 @@ class ManagerBase(ABC):
     def _stage_group(self, epoch: int, options: StageOptions) -> Task | TaskGroup:
         """What copies every node's blobs into staging and queues their writes (after
         the same check as a synchronous save)."""
-        check, _ = self._commit_steps(epoch)
+        check = Hooks(before=self._commit_hooks(epoch).before)
         return self._on_every_node(
-            lambda manager: manager._stage_work(epoch, options), "checkpoint_stage", before=check
+            lambda manager: manager._stage_work(epoch, options), "checkpoint_stage", check
         )
 
     def _finish_group(self, epoch: int, tickets: list[Any]) -> Task | TaskGroup:
         """What waits for the staged writes, then commits as a synchronous save does."""
         by_node = dict(zip(self.node_names(), tickets, strict=True))
-        _, commit = self._commit_steps(epoch)
+        commit = Hooks(after=self._commit_hooks(epoch).after)
         return self._on_every_node(
             lambda manager: manager._await_work(epoch, by_node[manager.node_name]),
             "checkpoint_await_save",
-            after=commit,
+            commit,
         )
 
     @abstractmethod
@@ -495,15 +490,10 @@ class CheckpointManager(ManagerBase):
         return task
 
     def _on_every_node(
-        self,
-        build: Callable[[CheckpointManager], Callable[[Workspace], object]],
-        name: str,
-        *,
-        before: Callable[[], None] | None = None,
-        after: Callable[[list[object]], None] | None = None,
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
     ) -> Task:
         return Task(
-            partial(run_alone, work=build(self), before=before, after=after),
+            partial(run_alone, work=build(self), hooks=hooks),
             name=name,
             node=self._task_node(),
             result_is_output=True,

@@ -26,13 +26,12 @@ from functools import partial
 
 from ckptstore import protocol
 from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase
-from ckptstore.checkpoint._node_tasks import partial_load
+from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
-from ckptstore.execution._workspace import Workspace
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
@@ -122,13 +121,9 @@ class MultiNodeCheckpointManager(ManagerBase):
         return True
 
     def _task_group(
-        self,
-        build: Callable[[CheckpointManager], Task],
-        *,
-        before_run: Callable[[], None] | None = None,
-        after_run: Callable[[list[object]], None] | None = None,
+        self, build: Callable[[CheckpointManager], Task], hooks: Hooks = NO_HOOKS
     ) -> TaskGroup:
-        group = TaskGroup(WorkspaceType.GLOBAL, before_run=before_run, after_run=after_run)
+        group = TaskGroup(WorkspaceType.GLOBAL, before_run=hooks.before, after_run=hooks.after)
         for node, manager in self._require_managers():
             with Node(node), group:
                 build(manager)
@@ -165,16 +160,9 @@ class MultiNodeCheckpointManager(ManagerBase):
         return group
 
     def _on_every_node(
-        self,
-        build: Callable[[CheckpointManager], Callable[[Workspace], object]],
-        name: str,
-        *,
-        before: Callable[[], None] | None = None,
-        after: Callable[[list[object]], None] | None = None,
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
     ) -> TaskGroup:
-        return self._task_group(
-            lambda manager: manager._on_every_node(build, name), before_run=before, after_run=after
-        )
+        return self._task_group(lambda manager: manager._on_every_node(build, name), hooks)
 
     def load(
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -42,6 +43,9 @@ from ckptstore.records._names import validate_blob_name
 from ckptstore.records._stats import NodeStats
 
 __all__ = [
+    "NO_HOOKS",
+    "Hooks",
+    "NodeWork",
     "blobs_to_save",
     "check_not_committed",
     "commit_saves",
@@ -186,21 +190,36 @@ def _failing(storage: PathType, epoch: int, nodes: Sequence[str]) -> Iterator[No
         raise SaveFailedError(epoch, storage.display_url, failed) from error
 
 
-def run_alone(
-    ws: Workspace,
-    *,
-    work: Callable[[Workspace], _T],
-    before: Callable[[], None] | None = None,
-    after: Callable[[list[object]], None] | None = None,
-) -> _T:
-    """``work`` on this node as a group of one: ``before()``, the work, then
-    ``after([result])``, as a :class:`~ckptstore.execution.TaskGroup` runs its hooks
-    around its tasks (a single-node manager returns one Task, as in Caffe2)."""
-    if before is not None:
-        before()
+@dataclass(frozen=True)
+class Hooks:
+    """What runs before every node's part of an operation (``before()``) and after all
+    of them (``after(results)``): a :class:`~ckptstore.execution.TaskGroup`'s hooks.
+
+    Example::
+
+        >>> Hooks(after=print).after is print
+        True
+    """
+
+    before: Callable[[], None] | None = None
+    after: Callable[[list[object]], None] | None = None
+
+
+NO_HOOKS = Hooks()
+
+NodeWork = Callable[[Workspace], object]
+"""A node's part of an operation: a function of its workspace."""
+
+
+def run_alone(ws: Workspace, *, work: Callable[[Workspace], _T], hooks: Hooks) -> _T:
+    """``work`` on this node as a group of one: ``hooks.before()``, the work, then
+    ``hooks.after([result])``, as a :class:`~ckptstore.execution.TaskGroup` runs its
+    hooks around its tasks (a single-node manager returns one Task, as in Caffe2)."""
+    if hooks.before is not None:
+        hooks.before()
     result = work(ws)
-    if after is not None:
-        after([result])
+    if hooks.after is not None:
+        hooks.after([result])
     return result
 
 

@@ -4,13 +4,12 @@ from ONE listing of the control directory plus the candidate's commit records.""
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import build_counter_job, register_storage
+from ckpt_helpers import CountingLocalPath, build_counter_job, register_storage
 
 from ckptstore import (
     JobConfigurationError,
@@ -35,37 +34,26 @@ NODES = ("trainer_0", "trainer_1")
 EPOCHS = 5
 
 
-class RequestCountingPath(LocalPath):
-    """Local disk that records every listing (its prefix) and every commit record read
-    (its epoch)."""
+class RequestCountingPath(CountingLocalPath):
+    """Local disk that also records every listing (its prefix) and every commit record
+    read (its epoch)."""
 
     name = "request_counting"
-    protocols: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self.listings: list[str] = []
         self.record_reads: list[int] = []
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._lock = threading.Lock()
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        with self._lock:
+        with self._count_lock:
             self.listings.append(prefix)
         return super().list_keys(prefix)
 
     def get_document(self, key: str) -> bytes | None:
         epoch = parse_commit_record_key(key)
         if epoch is not None:
-            with self._lock:
+            with self._count_lock:
                 self.record_reads.append(epoch)
         return super().get_document(key)
 

@@ -88,8 +88,6 @@ __all__ = [
     "check_not_committed",
     "commit_epoch",
     "committed_nodes",
-    "is_complete",
-    "newest_complete_before",
     "open_node",
     "open_node_record",
     "publish_node",
@@ -516,28 +514,6 @@ def committed_nodes(storage: PathType, epoch: int, nodes: Iterable[str] | None =
     if given: one GET each, no listing)."""
     record = read_commit(storage, epoch, nodes)
     return set(record.nodes) if record is not None else set()
-
-
-def is_complete(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:
-    """Whether ``epoch`` is committed on every one of ``nodes``."""
-    return set(nodes) <= committed_nodes(storage, epoch)
-
-
-def newest_complete_before(storage: PathType, epoch: int, nodes: Iterable[str]) -> int | None:
-    """The newest epoch before ``epoch`` committed on every one of ``nodes``, or ``None``.
-
-    Reads commit records one by one, newest first, without listing storage: the rare
-    path after the chosen epoch turned out damaged. An epoch whose record is damaged is
-    skipped (it cannot be trusted either), with a warning.
-    """
-    wanted = set(nodes)
-    for older in range(epoch - 1, -1, -1):
-        try:
-            if is_complete(storage, older, wanted):
-                return older
-        except CorruptCheckpointError as error:
-            log.warning("Skipping epoch %d while looking for an intact one: %s", older, error)
-    return None
 
 
 def open_node(storage: PathType, node: str, epoch: int) -> NodeManifest:

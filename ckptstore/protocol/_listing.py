@@ -61,9 +61,15 @@ class CommitListing:
     @classmethod
     def of(cls, storage: PathType) -> CommitListing:
         """List ``storage``'s control directory (one LIST request, nothing read)."""
+        return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
+
+    @classmethod
+    def from_keys(cls, storage: PathType, keys: Iterable[str]) -> CommitListing:
+        """The commit records among ``keys``, a listing of ``storage``'s control
+        directory taken for several purposes (retention also finds its tombstones)."""
         nodes: dict[int, set[str]] = {}
         legacy = set()
-        for key in storage.list_keys(CONTROL_DIR):
+        for key in keys:
             per_node = parse_node_commit_key(key)
             if per_node is not None:
                 nodes.setdefault(per_node[0], set()).add(per_node[1])

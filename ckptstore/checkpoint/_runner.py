@@ -232,7 +232,6 @@ class JobRunner:
         is set, a warning says so and the restored epoch is returned.
         """
         lease = self._take_lease()
-        self._commits = None
         try:
             return self._train(session)
         finally:

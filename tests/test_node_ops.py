@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +24,15 @@ from ckptstore import (
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import (
     CheckpointLocation,
+    Hooks,
+    check_not_committed,
     commit_saves,
     list_blob_names,
     load_node,
     node_exists,
     partial_load,
     read_blob_names,
+    run_alone,
     save_node,
 )
 from ckptstore.records._stats import NodeStats
@@ -37,6 +42,26 @@ IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
 
 def location(root: Path, db_type: NpzDB | ZarrDB | None = None) -> CheckpointLocation:
     return CheckpointLocation(LocalPath(str(root)), db_type or NpzDB(), IO)
+
+
+def save_alone(
+    ws: Workspace, where: CheckpointLocation, node: str, epoch: int, names: Sequence[str]
+) -> NodeStats:
+    """A single-node save: the node's work between the check and the commit."""
+    return run_alone(
+        ws,
+        work=partial(save_node, location=where, node=node, epoch=epoch, names=names),
+        hooks=Hooks(
+            partial(
+                check_not_committed,
+                storage=where.storage,
+                epoch=epoch,
+                nodes=[node],
+                overwrite=False,
+            ),
+            partial(commit_saves, storage=where.storage, epoch=epoch),
+        ),
+    )
 
 
 def test_db_path_is_the_caffe2_name_without_credentials(tmp_path: Path) -> None:
@@ -50,7 +75,7 @@ def test_list_blob_names_is_sorted() -> None:
 def test_save_commit_then_read_back(tmp_path: Path) -> None:
     where = location(tmp_path)
     ws = Workspace({"a": np.arange(3), "b": np.ones(2), "not_listed": 0})
-    stats = save_node(ws, location=where, node="n", epoch=2, names=["a", "b"], commit=True)
+    stats = save_alone(ws, where, "n", 2, ["a", "b"])
     assert stats.action == "checkpoint_save"
     assert stats.blobs == ("a", "b")
     assert stats.nblobs == 2
@@ -69,21 +94,20 @@ def test_an_uncommitted_node_save_reports_its_failure_instead_of_raising(tmp_pat
     (tmp_path / "file").write_text("")
     where = location(tmp_path / "file" / "ckpt")
     ws = Workspace({"a": np.zeros(1)})
-    stats = save_node(ws, location=where, node="n", epoch=1, names=["a"], commit=False)
+    stats = save_node(ws, location=where, node="n", epoch=1, names=["a"])
     assert stats.action == "checkpoint_save_failed"
     assert stats.error is not None
     assert "Not a directory" in stats.error
     assert stats.commit is None
     with pytest.raises(SaveFailedError) as info:
-        save_node(ws, location=where, node="n", epoch=1, names=["a"], commit=True)
+        save_alone(ws, where, "n", 1, ["a"])
     assert info.value.failed_nodes == ("n",)
+    assert isinstance(info.value.__cause__, OSError)  # the storage error, chained
 
 
 def test_commit_saves_commits_only_when_every_node_succeeded(tmp_path: Path) -> None:
     where = location(tmp_path)
-    good = save_node(
-        Workspace({"a": np.zeros(1)}), location=where, node="n0", epoch=1, names=["a"], commit=False
-    )
+    good = save_node(Workspace({"a": np.zeros(1)}), location=where, node="n0", epoch=1, names=["a"])
     failed = NodeStats("n1", 1, where.db_path("n1", 1), "checkpoint_save_failed", error="disk full")
     with pytest.raises(SaveFailedError) as info:
         commit_saves([good, failed], storage=where.storage, epoch=1)
@@ -97,7 +121,7 @@ def test_partial_load_gathers_from_several_nodes_and_the_last_wins(tmp_path: Pat
     where = location(tmp_path)
     for index, node in enumerate(["n0", "n1"]):
         ws = Workspace({"shared": np.array([index]), f"{node}/own": np.array([index])})
-        save_node(ws, location=where, node=node, epoch=1, names=sorted(ws), commit=True)
+        save_alone(ws, where, node, 1, sorted(ws))
     target = Workspace()
     stats = partial_load(
         target, location=where, nodes=["n0", "n1"], epoch=1, names=["shared", "n0/own"]

@@ -51,8 +51,8 @@ from ckptstore._types import JSONObject
 from ckptstore.errors import CatalogCorruptError, CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.protocol import (
+    CommitListing,
     EpochCommit,
-    committed_epochs,
     committed_nodes,
     read_commit,
     require_commit,
@@ -197,6 +197,8 @@ class IndexCatalog(MetadataHandler):
         (1, [1])
     """
 
+    answers_from_storage = True
+
     # -- storage (what a catalog implements) ------------------------------------------
 
     @abstractmethod
@@ -243,20 +245,9 @@ class IndexCatalog(MetadataHandler):
                     f"epochs: {complete or 'none'}.",
                 )
             return user_epoch
-        listed = committed_epochs(storage)
-        chosen = None
-        unreadable: set[int] = set()
-        for epoch in reversed(listed):
-            try:
-                committed = committed_nodes(storage, epoch)
-            except CorruptCheckpointError as error:
-                log.warning("skipping epoch %d: %s", epoch, error)
-                unreadable.add(epoch)
-                continue
-            if nodes <= committed:
-                chosen = epoch
-                break
-        if not self._agrees(listed, unreadable, chosen, nodes):
+        listing = CommitListing.of(storage)
+        chosen = listing.newest_complete(nodes)
+        if not self._agrees(listing.epochs, listing.unreadable, chosen, nodes):
             try:
                 report = self.rebuild()
             except (OSError, CatalogCorruptError) as error:  # the answer stands regardless
@@ -300,15 +291,7 @@ class IndexCatalog(MetadataHandler):
     def _complete(self, nodes: set[str]) -> list[int]:
         """Epochs committed on every one of ``nodes`` (reads every commit record: only
         for error messages)."""
-        storage = self.require_storage()
-        complete = []
-        for epoch in committed_epochs(storage):
-            try:
-                if nodes <= committed_nodes(storage, epoch):
-                    complete.append(epoch)
-            except CorruptCheckpointError:
-                continue
-        return complete
+        return CommitListing.of(self.require_storage()).complete(nodes)
 
     def write(self, epoch: int) -> None:
         record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
@@ -341,12 +324,14 @@ class IndexCatalog(MetadataHandler):
 
     def rebuild(self) -> RebuildReport:
         """Make the catalog list exactly the epochs committed in storage (lists the
-        control directory and reads every commit record: a repair, not a hot path)."""
+        control directory once and reads every commit record it found: a repair, not a
+        hot path)."""
         storage = self.require_storage()
+        listing = CommitListing.of(storage)
         truth: dict[int, EpochCommit] = {}
-        for epoch in committed_epochs(storage):
+        for epoch in listing.epochs:
             try:
-                record = read_commit(storage, epoch)
+                record = listing.record(epoch)
             except CorruptCheckpointError as error:
                 log.warning("not cataloguing epoch %d: %s", epoch, error)
                 continue

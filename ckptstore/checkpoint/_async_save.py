@@ -5,9 +5,9 @@ Two halves, each with one background thread:
 * **On each node** (the process holding the workspace: this one under a
   ``LocalSession``, the Dask worker under a ``DaskSession``), :func:`stage_node` copies
   the listed blobs into a reusable :class:`~ckptstore.io.StagingPool` slot and queues the
-  write of that copy (checksums, data, fsync, manifest; for a single-node save also the
-  commit) on the node's writer thread. It returns a ticket at once; the training task
-  may then change the live arrays. :func:`await_node_save` waits for a ticket's write.
+  write of that copy (checksums, data, fsync, manifest) on the node's writer thread. It
+  returns a ticket at once; the training task may then change the live arrays.
+  :func:`await_node_save` waits for a ticket's write.
 * **On the driver**, :class:`AsyncSaver` runs the snapshot group (blocking: the copy
   only), then, on its own thread, the group awaiting every node's write, the commit
   (once every node succeeded), the catalog update, and the caller's after-commit work
@@ -43,10 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from ckptstore import protocol
 from ckptstore.checkpoint._node_tasks import blobs_to_save, save_arrays
 from ckptstore.errors import (
-    AlreadyCommittedError,
     CorruptCheckpointError,
     SaveFailedError,
     is_disk_full,
@@ -122,22 +120,17 @@ def stage_node(
     node: str,
     epoch: int,
     names: Sequence[str],
-    commit: bool,
     slots: int = 1,
     retries: int = 0,
     backoff: float = 0.5,
-    overwrite: bool = False,
 ) -> int:
     """Copy the listed blobs into a staging slot (waiting for a free one: the node's
-    back-pressure) and queue their write; returns the ticket :func:`await_node_save`
-    takes. With ``commit`` (a single-node save) the node must not be committed for
-    ``epoch`` yet (checked now; ``overwrite`` uncommits it), and the write commits.
+    back-pressure) and queue their write (:func:`save_arrays`: uncommitted, as every
+    node's part of a save); returns the ticket :func:`await_node_save` takes.
 
     The write is retried ``retries`` times on storage errors, from the same staged copy.
     """
     arrays = blobs_to_save(ws, node, epoch, names)
-    if commit:
-        protocol.check_not_committed(location.storage, epoch, [node], overwrite=overwrite)
     writer = _writer(location, node, slots)
     slot = writer.pool.acquire()
     try:
@@ -148,9 +141,7 @@ def stage_node(
 
     def write() -> NodeStats:
         try:
-            return _write_with_retries(
-                staged, location, node, epoch, commit, retries, backoff, overwrite
-            )
+            return _write_with_retries(staged, location, node, epoch, retries, backoff)
         finally:
             writer.pool.release(slot)
 
@@ -166,23 +157,12 @@ def _write_with_retries(
     location: CheckpointLocation,
     node: str,
     epoch: int,
-    commit: bool,
     retries: int,
     backoff: float,
-    overwrite: bool,
 ) -> NodeStats:
     for attempt in range(retries + 1):
         try:
-            stats = save_arrays(
-                staged,
-                location=location,
-                node=node,
-                epoch=epoch,
-                commit=commit,
-                overwrite=overwrite,
-            )
-        except AlreadyCommittedError:
-            raise  # write-once: retrying cannot help
+            stats = save_arrays(staged, location=location, node=node, epoch=epoch)
         except (OSError, CorruptCheckpointError) as error:
             if attempt == retries or is_permanent(error) or is_disk_full(error):
                 raise  # retrying at once cannot fix a permanent error or a full disk

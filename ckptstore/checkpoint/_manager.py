@@ -25,11 +25,17 @@ from typing import Any, cast
 
 from ckptstore.checkpoint._async_save import AsyncSaver, SaveFuture, await_node_save, stage_node
 from ckptstore.checkpoint._node_tasks import (
+    NO_HOOKS,
+    Hooks,
+    NodeWork,
+    check_not_committed,
+    commit_saves,
     list_blob_names,
     load_node,
     node_exists,
     partial_load,
     read_blob_names,
+    run_alone,
     save_node,
 )
 from ckptstore.checkpoint._retention import RetentionPolicy
@@ -37,6 +43,7 @@ from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotR
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput
+from ckptstore.execution._workspace import Workspace
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
@@ -133,9 +140,37 @@ class ManagerBase(ABC):
     ) -> Task | TaskGroup:
         """What records the blobs to checkpoint (run it before save or load)."""
 
-    @abstractmethod
     def save(self, epoch: int) -> Task | TaskGroup:
-        """What saves and commits ``epoch``."""
+        """What saves every node's blobs as ``epoch`` and commits it once all of them
+        succeeded: the one commit path (:meth:`_commit_steps` around each node's
+        :func:`save_node`), for one node or many."""
+        runnable = self._on_every_node(
+            lambda manager: manager._save_work(epoch), "checkpoint_save", self._commit_hooks(epoch)
+        )
+        tasks = [runnable] if isinstance(runnable, Task) else runnable.tasks()
+        self._stats_outputs = [task.outputs()[0] for task in tasks]
+        return runnable
+
+    def _commit_hooks(self, epoch: int) -> Hooks:
+        """What runs before every node's part of the save of ``epoch`` (committed
+        checkpoints are write-once) and after all of them (commit, or
+        :class:`~ckptstore.errors.SaveFailedError` naming the failed nodes)."""
+        storage = self.location.storage
+        check = partial(
+            check_not_committed,
+            storage=storage,
+            epoch=epoch,
+            nodes=self.node_names(),
+            overwrite=self.overwrite,
+        )
+        return Hooks(check, partial(commit_saves, storage=storage, epoch=epoch))
+
+    @abstractmethod
+    def _on_every_node(
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
+    ) -> Task | TaskGroup:
+        """``build(node's manager)`` run on every node, with ``hooks`` around all of
+        them (a group's hooks; for one node, inside its one task)."""
 
     @abstractmethod
     def load(
@@ -202,13 +237,23 @@ class ManagerBase(ABC):
         """The asynchronous saves started and not yet collected, oldest first."""
         return self._saver.pending()
 
-    @abstractmethod
     def _stage_group(self, epoch: int, options: StageOptions) -> Task | TaskGroup:
-        """What copies every node's blobs into staging and queues their writes."""
+        """What copies every node's blobs into staging and queues their writes (after
+        the same check as a synchronous save)."""
+        check = Hooks(before=self._commit_hooks(epoch).before)
+        return self._on_every_node(
+            lambda manager: manager._stage_work(epoch, options), "checkpoint_stage", check
+        )
 
-    @abstractmethod
     def _finish_group(self, epoch: int, tickets: list[Any]) -> Task | TaskGroup:
-        """What waits for the staged writes (and, for several nodes, commits)."""
+        """What waits for the staged writes, then commits as a synchronous save does."""
+        by_node = dict(zip(self.node_names(), tickets, strict=True))
+        commit = Hooks(after=self._commit_hooks(epoch).after)
+        return self._on_every_node(
+            lambda manager: manager._await_work(epoch, by_node[manager.node_name]),
+            "checkpoint_await_save",
+            commit,
+        )
 
     @abstractmethod
     def set_params(
@@ -438,67 +483,53 @@ class CheckpointManager(ManagerBase):
             ) from None
 
     def save(self, epoch: int) -> Task:
-        """A task that saves the node's blobs as epoch ``epoch`` and commits it."""
-        return self.save_task(epoch, commit=True)
-
-    def save_task(self, epoch: int, *, commit: bool) -> Task:
-        """The save task; ``commit=False`` leaves committing to a multi-node group."""
-        task = Task(
-            partial(
-                save_node,
-                location=self.location,
-                node=self._node_name,
-                epoch=epoch,
-                names=self.blob_list(),
-                commit=commit,
-                overwrite=self.overwrite,
-            ),
-            name="checkpoint_save",
-            node=self._task_node(),
-            result_is_output=True,
-        )
-        self._stats_outputs = [task.outputs()[0]]
+        """A task that saves the node's blobs as epoch ``epoch`` and commits it: a group
+        of one, with a multi-node save's check and commit run inside the task."""
+        task = super().save(epoch)
+        assert isinstance(task, Task)
         return task
 
-    def _stage_group(self, epoch: int, options: StageOptions) -> Task:
-        return self.stage_task(epoch, options, commit=True)
-
-    def _finish_group(self, epoch: int, tickets: list[Any]) -> Task:
-        return self.await_task(epoch, tickets[0])
-
-    def stage_task(self, epoch: int, options: StageOptions, *, commit: bool) -> Task:
-        """The asynchronous save's snapshot task (its result: a ticket)."""
+    def _on_every_node(
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
+    ) -> Task:
         return Task(
-            partial(
-                stage_node,
-                location=self.location,
-                node=self._node_name,
-                epoch=epoch,
-                names=self.blob_list(),
-                commit=commit,
-                slots=options.slots,
-                retries=options.retries,
-                backoff=options.backoff,
-                overwrite=self.overwrite,
-            ),
-            name="checkpoint_stage",
+            partial(run_alone, work=build(self), hooks=hooks),
+            name=name,
             node=self._task_node(),
             result_is_output=True,
         )
 
-    def await_task(self, epoch: int, ticket: int) -> Task:
-        """The task waiting for the background write of ``ticket`` (its stats)."""
-        return Task(
-            partial(
-                await_node_save,
-                ticket=ticket,
-                node=self._node_name,
-                epoch=epoch,
-                url=self.location.storage.display_url,
-            ),
-            name="checkpoint_await_save",
-            node=self._task_node(),
-            result_is_output=True,
+    def _save_work(self, epoch: int) -> Callable[[Workspace], NodeStats]:
+        """This node's part of a save: write its blobs, uncommitted."""
+        return partial(
+            save_node,
+            location=self.location,
+            node=self._node_name,
+            epoch=epoch,
+            names=self.blob_list(),
+        )
+
+    def _stage_work(self, epoch: int, options: StageOptions) -> Callable[[Workspace], int]:
+        """This node's part of an asynchronous save's snapshot (its result: a ticket)."""
+        return partial(
+            stage_node,
+            location=self.location,
+            node=self._node_name,
+            epoch=epoch,
+            names=self.blob_list(),
+            slots=options.slots,
+            retries=options.retries,
+            backoff=options.backoff,
+        )
+
+    def _await_work(self, epoch: int, ticket: int) -> Callable[[Workspace], NodeStats]:
+        """This node's wait for the background write of ``ticket`` (its stats)."""
+        return partial(
+            await_node_save,
+            ticket=ticket,
+            node=self._node_name,
+            epoch=epoch,
+            url=self.location.storage.display_url,
         )
 
     def load(

@@ -23,16 +23,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 from ckptstore import protocol
-from ckptstore.checkpoint._manager import (
-    DEFAULT_DB_TYPE,
-    CheckpointManager,
-    ManagerBase,
-    StageOptions,
-)
-from ckptstore.checkpoint._node_tasks import commit_saves, partial_load
+from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase
+from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._node import Node
@@ -127,13 +121,9 @@ class MultiNodeCheckpointManager(ManagerBase):
         return True
 
     def _task_group(
-        self,
-        build: Callable[[CheckpointManager], Task],
-        *,
-        before_run: Callable[[], None] | None = None,
-        after_run: Callable[[list[Any]], None] | None = None,
+        self, build: Callable[[CheckpointManager], Task], hooks: Hooks = NO_HOOKS
     ) -> TaskGroup:
-        group = TaskGroup(WorkspaceType.GLOBAL, before_run=before_run, after_run=after_run)
+        group = TaskGroup(WorkspaceType.GLOBAL, before_run=hooks.before, after_run=hooks.after)
         for node, manager in self._require_managers():
             with Node(node), group:
                 build(manager)
@@ -165,41 +155,14 @@ class MultiNodeCheckpointManager(ManagerBase):
     def save(self, epoch: int) -> TaskGroup:
         """A group saving every node; the epoch is committed after all succeeded, and
         :class:`~ckptstore.errors.SaveFailedError` names the nodes that did not."""
-        location = self.location
-        nodes = self.node_names()
-        group = self._task_group(
-            lambda manager: manager.save_task(epoch, commit=False),
-            before_run=partial(
-                protocol.check_not_committed,
-                location.storage,
-                epoch,
-                nodes,
-                overwrite=self.overwrite,
-            ),
-            after_run=partial(commit_saves, storage=location.storage, epoch=epoch),
-        )
-        self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
+        group = super().save(epoch)
+        assert isinstance(group, TaskGroup)
         return group
 
-    def _stage_group(self, epoch: int, options: StageOptions) -> TaskGroup:
-        location = self.location
-        return self._task_group(
-            lambda manager: manager.stage_task(epoch, options, commit=False),
-            before_run=partial(
-                protocol.check_not_committed,
-                location.storage,
-                epoch,
-                self.node_names(),
-                overwrite=self.overwrite,
-            ),
-        )
-
-    def _finish_group(self, epoch: int, tickets: list[Any]) -> TaskGroup:
-        by_node = dict(zip(self.node_names(), tickets, strict=True))
-        return self._task_group(
-            lambda manager: manager.await_task(epoch, by_node[manager.node_name]),
-            after_run=partial(commit_saves, storage=self.location.storage, epoch=epoch),
-        )
+    def _on_every_node(
+        self, build: Callable[[CheckpointManager], NodeWork], name: str, hooks: Hooks = NO_HOOKS
+    ) -> TaskGroup:
+        return self._task_group(lambda manager: manager._on_every_node(build, name), hooks)
 
     def load(
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None

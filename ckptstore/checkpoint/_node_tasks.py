@@ -13,16 +13,18 @@ Example::
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> task = Task(partial(save_node, location=location, node="trainer_0", epoch=3,
-    ...                     names=["w"], commit=True), node="trainer_0")
-    >>> [stats.nblobs for stats in session.run(task)]
+    ...                     names=["w"]), node="trainer_0")
+    >>> [stats.nblobs for stats in session.run(task)]  # written; commit_saves commits it
     [1]
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -41,16 +43,23 @@ from ckptstore.records._names import validate_blob_name
 from ckptstore.records._stats import NodeStats
 
 __all__ = [
+    "NO_HOOKS",
+    "Hooks",
+    "NodeWork",
     "blobs_to_save",
+    "check_not_committed",
     "commit_saves",
     "list_blob_names",
     "load_node",
     "node_exists",
     "partial_load",
     "read_blob_names",
+    "run_alone",
     "save_arrays",
     "save_node",
 ]
+
+_T = TypeVar("_T")
 
 
 def list_blob_names(ws: Workspace) -> list[str]:
@@ -73,20 +82,12 @@ def save_node(
     node: str,
     epoch: int,
     names: Sequence[str],
-    commit: bool,
-    overwrite: bool = False,
 ) -> NodeStats:
-    """Save the listed blobs as ``node``'s checkpoint of ``epoch``. With ``commit`` (a
-    single-node save) the node must not be committed for ``epoch`` yet
-    (:class:`~ckptstore.errors.AlreadyCommittedError`; ``overwrite`` uncommits it
-    first), and it is committed after."""
+    """Save the listed blobs as ``node``'s checkpoint of ``epoch``, uncommitted: the
+    node's part of an epoch's save (see :func:`check_not_committed` and
+    :func:`commit_saves` for what runs before and after every node's part)."""
     return save_arrays(
-        blobs_to_save(ws, node, epoch, names),
-        location=location,
-        node=node,
-        epoch=epoch,
-        commit=commit,
-        overwrite=overwrite,
+        blobs_to_save(ws, node, epoch, names), location=location, node=node, epoch=epoch
     )
 
 
@@ -110,33 +111,21 @@ def save_arrays(
     location: CheckpointLocation,
     node: str,
     epoch: int,
-    commit: bool,
-    overwrite: bool = False,
 ) -> NodeStats:
-    """Save ``arrays`` as ``node``'s checkpoint of ``epoch`` (what :func:`save_node`
-    does once it has picked the blobs; asynchronous saves call it on staged copies)."""
+    """Write ``arrays`` as ``node``'s checkpoint of ``epoch`` (what :func:`save_node`
+    does once it has picked the blobs; asynchronous saves call it on staged copies).
+
+    Returns the node's stats: with ``commit`` set on success, with ``error`` (and
+    ``cause``) after a transient storage failure, for :func:`commit_saves` to judge.
+    Permanent errors and a full disk raise at once, typed: retrying cannot fix them."""
     started = time.perf_counter_ns()
-    storage = location.storage
     try:
-        if commit:
-            protocol.check_not_committed(storage, epoch, [node], overwrite=overwrite)
         result = protocol.write_node(
-            storage,
-            node,
-            epoch,
-            arrays,
-            location.db_type,
-            location.engine(),
+            location.storage, node, epoch, arrays, location.db_type, location.engine()
         )
-        if commit:
-            protocol.commit_epoch(storage, epoch, [result])
-    except AlreadyCommittedError:
-        raise  # write-once: not a storage failure to retry or count
     except OSError as error:
         if is_permanent(error) or is_disk_full(error):
             raise  # typed, naming the path: retrying at once cannot fix it
-        if commit:
-            raise SaveFailedError(epoch, storage.display_url, {node: _describe(error)}) from error
         return NodeStats(
             node=node,
             epoch=epoch,
@@ -144,6 +133,7 @@ def save_arrays(
             action="checkpoint_save_failed",
             duration_ns=time.perf_counter_ns() - started,
             error=_describe(error),
+            cause=error,
         )
     return NodeStats(
         node=node,
@@ -159,15 +149,78 @@ def save_arrays(
     )
 
 
-def commit_saves(results: Sequence[NodeStats], *, storage: PathType, epoch: int) -> None:
-    """After every node's save of ``epoch`` ran: commit the epoch if all succeeded, else
-    raise :class:`SaveFailedError` naming each failed node (the epoch stays invisible)."""
-    failed = {stats.node: stats.error for stats in results if stats.error is not None}
+def check_not_committed(
+    *, storage: PathType, epoch: int, nodes: Sequence[str], overwrite: bool
+) -> None:
+    """Before any node's part of an epoch's save: committed checkpoints are write-once
+    (:class:`~ckptstore.errors.AlreadyCommittedError`; ``overwrite`` uncommits them
+    first). A multi-node save's ``before_run``; a single-node save runs it in its task."""
+    with _failing(storage, epoch, nodes):
+        protocol.check_not_committed(storage, epoch, nodes, overwrite=overwrite)
+
+
+def commit_saves(results: Sequence[object], *, storage: PathType, epoch: int) -> None:
+    """After every node's part of the save of ``epoch`` ran: commit the epoch if all
+    succeeded, else raise :class:`SaveFailedError` naming each failed node (the epoch
+    stays invisible), chained to the first failure's error when this process holds it.
+    A multi-node save's ``after_run``; a single-node save runs it in its task."""
+    stats = [result for result in results if isinstance(result, NodeStats)]
+    failed = [result for result in stats if result.error is not None]
     if failed:
-        raise SaveFailedError(epoch, storage.display_url, failed)
-    protocol.commit_epoch(
-        storage, epoch, [stats.commit for stats in results if stats.commit is not None]
-    )
+        raise SaveFailedError(
+            epoch, storage.display_url, {result.node: str(result.error) for result in failed}
+        ) from next((result.cause for result in failed if result.cause is not None), None)
+    with _failing(storage, epoch, [result.node for result in stats]):
+        protocol.commit_epoch(storage, epoch, [result.commit for result in stats if result.commit])
+
+
+@contextmanager
+def _failing(storage: PathType, epoch: int, nodes: Sequence[str]) -> Iterator[None]:
+    """A transient storage error of the check or the commit fails the save of ``nodes``
+    (:class:`SaveFailedError`, chained to it), as a node's failed write does; write-once
+    refusals, permanent errors and a full disk raise as they are."""
+    try:
+        yield
+    except (AlreadyCommittedError, SaveFailedError):
+        raise
+    except OSError as error:
+        if is_permanent(error) or is_disk_full(error):
+            raise
+        failed = dict.fromkeys(nodes, _describe(error))
+        raise SaveFailedError(epoch, storage.display_url, failed) from error
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What runs before every node's part of an operation (``before()``) and after all
+    of them (``after(results)``): a :class:`~ckptstore.execution.TaskGroup`'s hooks.
+
+    Example::
+
+        >>> Hooks(after=print).after is print
+        True
+    """
+
+    before: Callable[[], None] | None = None
+    after: Callable[[list[object]], None] | None = None
+
+
+NO_HOOKS = Hooks()
+
+NodeWork = Callable[[Workspace], object]
+"""A node's part of an operation: a function of its workspace."""
+
+
+def run_alone(ws: Workspace, *, work: Callable[[Workspace], _T], hooks: Hooks) -> _T:
+    """``work`` on this node as a group of one: ``hooks.before()``, the work, then
+    ``hooks.after([result])``, as a :class:`~ckptstore.execution.TaskGroup` runs its
+    hooks around its tasks (a single-node manager returns one Task, as in Caffe2)."""
+    if hooks.before is not None:
+        hooks.before()
+    result = work(ws)
+    if hooks.after is not None:
+        hooks.after([result])
+    return result
 
 
 def _describe(error: BaseException) -> str:

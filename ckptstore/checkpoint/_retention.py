@@ -46,7 +46,7 @@ from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_list
-from ckptstore.records._layout import CONTROL_DIR, parse_node_commit_key
+from ckptstore.records._layout import CONTROL_DIR
 from ckptstore.records._names import get_ckpt_filename, validate_node_name
 
 if TYPE_CHECKING:
@@ -233,19 +233,13 @@ def plan_retention(
     ]
     mine: dict[int, tuple[str, ...]] = {}
     sizes: dict[int, int] = {}
-    committed = protocol.committed_epochs_in(keys)
-    listed_nodes: dict[int, set[str]] = {}
-    for key in keys:
-        parsed = parse_node_commit_key(key)
-        if parsed is not None:
-            listed_nodes.setdefault(parsed[0], set()).add(parsed[1])
-    for epoch in committed:
+    listing = protocol.CommitListing.from_keys(storage, keys)
+    for epoch in listing.epochs:
         if upto is not None and epoch > upto:
             continue
         try:
-            # the listing above named each epoch's per-node records: read those, no listing
-            # (an earlier version's one-document record is read when none is listed)
-            record = protocol.read_commit(storage, epoch, listed_nodes.get(epoch) or None)
+            # the listing above named each epoch's records: read those, no listing
+            record = listing.record(epoch)
         except CorruptCheckpointError as error:
             log.warning("retention leaves epoch %d alone: %s", epoch, error)
             continue

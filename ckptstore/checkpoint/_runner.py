@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -46,11 +46,12 @@ from ckptstore.errors import (
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
+from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import committed_nodes, newest_complete_before
-from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.protocol._listing import CommitListing
 from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._stats import NodeStats
 
@@ -67,30 +68,29 @@ class SaveFailure:
     error: BaseException
 
 
-def _older_complete(manager: ManagerBase, epoch: int) -> int | None:
-    """The newest epoch before ``epoch`` committed on every node of ``manager``."""
-    return newest_complete_before(manager.location.storage, epoch, manager.node_names())
+def _refuse_to_start_over(storage: PathType, complete: int | None) -> None:
+    """Raise if an epoch is committed on every node of the job (``complete``, the newest
+    such): starting from scratch would overwrite it."""
+    if complete is not None:
+        raise JobConfigurationError(
+            f"refusing to start from scratch over committed checkpoints: epoch {complete} "
+            f"is committed on every node of this job under {storage.display_url}. "
+            f"Resume with JobRunner(..., resume_from_epoch={complete}) or a metadata "
+            "handler (metadata_handler='json' resumes by itself), or pass "
+            "JobRunner(..., overwrite=True) to start over and overwrite them."
+        )
 
 
-def _refuse_to_start_over(manager: ManagerBase, job_nodes: Sequence[str]) -> None:
-    """Raise if an epoch is committed on every node of the job: starting from scratch
-    would overwrite it (lists the control directory once, then reads commit records
-    newest first until one is complete)."""
-    storage = manager.location.storage
-    nodes = set(job_nodes)
-    for epoch in reversed(committed_epochs(storage)):
-        try:
-            complete = nodes <= committed_nodes(storage, epoch)
-        except CorruptCheckpointError:
-            continue
-        if complete:
-            raise JobConfigurationError(
-                f"refusing to start from scratch over committed checkpoints: epoch {epoch} "
-                f"is committed on every node of this job under {storage.display_url}. "
-                f"Resume with JobRunner(..., resume_from_epoch={epoch}) or a metadata "
-                "handler (metadata_handler='json' resumes by itself), or pass "
-                "JobRunner(..., overwrite=True) to start over and overwrite them."
-            )
+def _require_accessible(manager: ManagerBase, epoch: int) -> None:
+    """Before a save: raise if the handler (else the storage) says checkpoints cannot be
+    written now, typed when the cause is permanent, else a retryable SaveFailedError."""
+    if not manager.cp_accessible(epoch=None):
+        manager.location.storage.check_writable()  # a permanent cause: typed
+        raise SaveFailedError(
+            epoch,
+            manager.location.storage.display_url,
+            dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
+        )
 
 
 # the longest names a save derives from a node's: its staging directory for a 10-digit
@@ -209,6 +209,7 @@ class JobRunner:
         self.overwrite = overwrite
         self.lease_ttl = lease_ttl
         self._lease: WriterLease | None = None
+        self._commits: CommitListing | None = None
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
@@ -235,6 +236,7 @@ class JobRunner:
             return self._train(session)
         finally:
             self._lease = None
+            self._commits = None
             if lease is not None:
                 lease.release()
 
@@ -261,34 +263,44 @@ class JobRunner:
             return [manager.node_name]
         return [str(node) for node in self.job.nodes_to_checkpoint()]
 
-    def _catch_up(self, manager: ManagerBase, resume: int | None) -> int | None:
-        """Storage is the truth: when epochs after the one the catalog chose are
-        committed on every node (a crash between a commit and the catalog's update),
-        resume from the newest of them instead of saving over them. One GET per node
-        and epoch probed. Not with ``resume_from_epoch`` or ``overwrite``: those are the
-        user's choice."""
-        if self.resume_from_epoch is not None or manager.overwrite:
-            return resume
+    def _resume_epoch(self, manager: ManagerBase) -> int | None:
+        """The epoch to resume from: the handler's (or the user's) answer, caught up with
+        storage, which is the truth. Without ``resume_from_epoch`` or ``overwrite``, when
+        a newer epoch is committed on every node (a crash between a commit and the
+        catalog's update), it resumes from that one instead of saving over it; and a job
+        never starts from scratch over a complete epoch unless ``overwrite``. Storage
+        is asked once (:meth:`_listing`), not at all when the handler's own answer comes
+        from the commit records."""
+        resume = manager.get_resume_from_epoch_id(self.resume_from_epoch)
+        handler = manager.metadata_handler
+        if isinstance(handler, MetadataHandler) and handler.answers_from_storage:
+            return resume  # the same question, already answered from the commit records
         storage = manager.location.storage
-        nodes = set(self._saved_nodes(manager))
-        epoch = -1 if resume is None else resume
-        while True:
+        nodes = self._saved_nodes(manager)
+        if self.resume_from_epoch is None and not manager.overwrite:
             try:
-                if not nodes <= committed_nodes(storage, epoch + 1, nodes):
-                    break
-            except (OSError, CorruptCheckpointError) as error:
-                log.warning("Could not check epoch %d under storage: %s", epoch + 1, error)
-                break  # unreadable storage: the saves will say so
-            epoch += 1
-        newest = None if epoch < 0 else epoch
-        if newest != resume:
-            log.warning(
-                "The catalog is behind storage: epoch %d is committed on every node under %s; "
-                "resuming from it",
-                newest,
-                storage.display_url,
-            )
-        return newest
+                newest = self._listing(manager).newest_complete(nodes)
+            except OSError as error:
+                log.warning("Could not check the commit records under storage: %s", error)
+                newest = None  # unreadable storage: the saves will say so
+            if newest is not None and (resume is None or newest > resume):
+                log.warning(
+                    "The catalog is behind storage: epoch %d is committed on every node "
+                    "under %s; resuming from it",
+                    newest,
+                    storage.display_url,
+                )
+                resume = newest
+        if resume is None and not self.overwrite:
+            _refuse_to_start_over(storage, self._listing(manager).newest_complete(nodes))
+        return resume
+
+    def _listing(self, manager: ManagerBase) -> CommitListing:
+        """The commit records as one listing found them, taken once per :meth:`train`
+        before anything is saved (resume and its fallback ask it; saves never do)."""
+        if self._commits is None:
+            self._commits = CommitListing.of(manager.location.storage)
+        return self._commits
 
     def _train(self, session: Session) -> int:
         job, manager = self.job, self.checkpoint_manager
@@ -304,7 +316,7 @@ class JobRunner:
             manager.location.storage.check_writable()
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
-            resume = self._catch_up(manager, manager.get_resume_from_epoch_id(resume))
+            resume = self._resume_epoch(manager)
             if resume is not None:
                 log.info("Resuming from epoch %d", resume)
         elif resume is not None:
@@ -312,12 +324,6 @@ class JobRunner:
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
                 "from: pass checkpoint_manager=..."
             )
-        if manager is not None and resume is None and not self.overwrite:
-            try:
-                filed_under = manager.node_names()
-            except JobConfigurationError:  # a multi-node manager before init: the job's
-                filed_under = job.nodes_to_checkpoint()
-            _refuse_to_start_over(manager, filed_under)
         from_scratch = resume is None
         if from_scratch:
             session.run(job.init_group)
@@ -375,7 +381,11 @@ class JobRunner:
                 session.run(manager.load(epoch))
             except (CorruptCheckpointError, ObjectNotFoundError) as error:
                 older = (
-                    None if self.resume_from_epoch is not None else _older_complete(manager, epoch)
+                    None
+                    if self.resume_from_epoch is not None
+                    else self._listing(manager).newest_complete(
+                        self._saved_nodes(manager), before=epoch
+                    )
                 )
                 manager.report(
                     "checkpoint_load_failed",
@@ -412,13 +422,7 @@ class JobRunner:
         attempts = 1 + self.save_retries
         for attempt in range(1, attempts + 1):
             try:
-                if not manager.cp_accessible(epoch=None):
-                    manager.location.storage.check_writable()  # a permanent cause: typed
-                    raise SaveFailedError(
-                        epoch,
-                        manager.location.storage.display_url,
-                        dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
-                    )
+                _require_accessible(manager, epoch)
                 self._run_save(session, manager, epoch)
                 manager.write_checkpoint_metadata(epoch)
                 break
@@ -451,13 +455,7 @@ class JobRunner:
         try:
             if self._lease is not None:
                 self._lease.renew()
-            if not manager.cp_accessible(epoch=None):
-                manager.location.storage.check_writable()  # a permanent cause: typed
-                raise SaveFailedError(
-                    epoch,
-                    manager.location.storage.display_url,
-                    dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
-                )
+            _require_accessible(manager, epoch)
             with self._replacing_damaged(manager, epoch):
                 future = manager.save_async(
                     epoch,

@@ -75,6 +75,10 @@ class MetadataHandler(ABC):
     """
 
     name: ClassVar[str]
+    answers_from_storage: ClassVar[bool] = False
+    """Whether :meth:`last_epoch` answers from the commit records themselves (the newest
+    epoch complete on every node, as :class:`ckptstore.builtin.IndexCatalog` does): the
+    runner then does not ask storage the same question again."""
 
     def __init__(self) -> None:
         self.db_prefix: str | None = None

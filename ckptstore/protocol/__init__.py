@@ -26,14 +26,13 @@ from ckptstore.protocol._commit import (
     check_not_committed,
     commit_epoch,
     committed_nodes,
-    is_complete,
-    newest_complete_before,
     open_node,
     open_node_record,
     publish_node,
     read_blobs,
     read_commit,
     read_commit_under,
+    read_listed_commit,
     require_commit,
     retract_epoch,
     verify_node,
@@ -48,12 +47,14 @@ from ckptstore.protocol._inventory import (
     scan,
 )
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, LeaseHolder, WriterLease, read_lease
+from ckptstore.protocol._listing import CommitListing, newest_complete
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "CheckpointLocation",
+    "CommitListing",
     "EpochCommit",
     "EpochEntry",
     "LeaseHolder",
@@ -68,8 +69,7 @@ __all__ = [
     "committed_nodes",
     "copy_node",
     "copy_node_task",
-    "is_complete",
-    "newest_complete_before",
+    "newest_complete",
     "open_node",
     "open_node_record",
     "publish_node",
@@ -77,6 +77,7 @@ __all__ = [
     "read_commit",
     "read_commit_under",
     "read_lease",
+    "read_listed_commit",
     "require_commit",
     "retract_epoch",
     "scan",

@@ -88,14 +88,13 @@ __all__ = [
     "check_not_committed",
     "commit_epoch",
     "committed_nodes",
-    "is_complete",
-    "newest_complete_before",
     "open_node",
     "open_node_record",
     "publish_node",
     "read_blobs",
     "read_commit",
     "read_commit_under",
+    "read_listed_commit",
     "require_commit",
     "retract_epoch",
     "verify_node",
@@ -409,35 +408,61 @@ def read_commit_under(
 ) -> EpochCommit | None:
     """:func:`read_commit` for the run at ``prefix`` under ``storage`` (``""``: its root)."""
 
-    def under(key: str) -> str:
-        return f"{prefix}/{key}" if prefix else key
-
     if nodes is None:
-        listed = storage.list_keys(under(epoch_commit_dir(epoch)))
+        listed = storage.list_keys(_under(prefix, epoch_commit_dir(epoch)))
         parsed = (
             parse_node_commit_key(key[len(prefix) + 1 :] if prefix else key) for key in listed
         )
-        names = sorted({found[1] for found in parsed if found is not None and found[0] == epoch})
-    else:
-        names = sorted({validate_node_name(node) for node in nodes})
+        names = {found[1] for found in parsed if found is not None and found[0] == epoch}
+        return _read_records(storage, prefix, epoch, names, every=True, legacy=True)
+    names = {validate_node_name(node) for node in nodes}
+    return _read_records(storage, prefix, epoch, names, every=False, legacy=None)
+
+
+def read_listed_commit(
+    storage: PathType, epoch: int, nodes: Iterable[str], *, legacy: bool
+) -> EpochCommit | None:
+    """The commit record of ``epoch`` from the records a listing of the control
+    directory found: ``nodes``' per-node records (one GET each) and, with ``legacy``,
+    every node of the one-document record of earlier versions (one GET)."""
+    return _read_records(storage, "", epoch, nodes, every=True, legacy=legacy)
+
+
+def _under(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix else key
+
+
+def _read_records(
+    storage: PathType,
+    prefix: str,
+    epoch: int,
+    nodes: Iterable[str],
+    *,
+    every: bool,
+    legacy: bool | None,
+) -> EpochCommit | None:
+    """The per-node records of ``nodes`` (valid names; one GET each), merged with the one-document
+    record of earlier versions if ``legacy`` (``None``: if a node's record is missing):
+    all its nodes if ``every``, else only ``nodes``."""
+    names = sorted(set(nodes))
     found: dict[str, NodeCommit] = {}
     stamps: list[str] = []
     for node in names:
-        key = under(node_commit_key(epoch, node))
+        key = _under(prefix, node_commit_key(epoch, node))
         data = storage.get_document(key)
         if data is not None:
             found[node], stamp = NodeCommit.decode_record(
                 data, url=storage.display_url, key=key, node=node, epoch=epoch
             )
             stamps.append(stamp)
-    if nodes is None or len(found) < len(names):
-        legacy = _read_legacy(storage, under(commit_record_key(epoch)), epoch)
-        if legacy is not None:
-            wanted = set(names) if nodes is not None else set(legacy.nodes)
-            for node, commit in legacy.nodes.items():
+    if legacy if legacy is not None else len(found) < len(names):
+        record = _read_legacy(storage, _under(prefix, commit_record_key(epoch)), epoch)
+        if record is not None:
+            wanted = set(record.nodes) if every else set(names)
+            for node, commit in record.nodes.items():
                 if node in wanted and node not in found:
                     found[node] = commit
-                    stamps.append(legacy.committed_at)
+                    stamps.append(record.committed_at)
     if not found:
         return None
     return EpochCommit(epoch, dict(sorted(found.items())), max(stamps))
@@ -492,28 +517,6 @@ def committed_nodes(storage: PathType, epoch: int, nodes: Iterable[str] | None =
     if given: one GET each, no listing)."""
     record = read_commit(storage, epoch, nodes)
     return set(record.nodes) if record is not None else set()
-
-
-def is_complete(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:
-    """Whether ``epoch`` is committed on every one of ``nodes``."""
-    return set(nodes) <= committed_nodes(storage, epoch)
-
-
-def newest_complete_before(storage: PathType, epoch: int, nodes: Iterable[str]) -> int | None:
-    """The newest epoch before ``epoch`` committed on every one of ``nodes``, or ``None``.
-
-    Reads commit records one by one, newest first, without listing storage: the rare
-    path after the chosen epoch turned out damaged. An epoch whose record is damaged is
-    skipped (it cannot be trusted either), with a warning.
-    """
-    wanted = set(nodes)
-    for older in range(epoch - 1, -1, -1):
-        try:
-            if is_complete(storage, older, wanted):
-                return older
-        except CorruptCheckpointError as error:
-            log.warning("Skipping epoch %d while looking for an intact one: %s", older, error)
-    return None
 
 
 def open_node(storage: PathType, node: str, epoch: int) -> NodeManifest:

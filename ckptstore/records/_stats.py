@@ -58,6 +58,12 @@ class NodeStats:
     blobs: tuple[str, ...] = ()
     error: str | None = None
     commit: NodeCommit | None = field(default=None, repr=False, compare=False)
+    cause: BaseException | None = field(default=None, repr=False, compare=False)
+    """The error behind ``error``, in the process that met it (not pickled: it may not
+    survive the trip, and ``error`` says what it was)."""
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "cause": None}
 
     @property
     def throughput(self) -> float:

@@ -1,0 +1,145 @@
+"""What is committed under a checkpoint root, from ONE listing of its control directory.
+
+A :class:`CommitListing` lists ``_ckptstore/`` once and remembers which nodes have a
+commit record for which epoch. Questions about committed epochs are then answered with
+no further listing: :meth:`CommitListing.newest_complete` ("the newest epoch complete
+on these nodes": resume, the runner's refusal to start over, a catalog's
+``last_epoch``) reads only the candidates' records, newest first, until one is intact;
+:meth:`CommitListing.record` reads one epoch's listed records (a catalog's rebuild).
+A listing is a snapshot: take a new one after saving.
+
+Example::
+
+    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.io import ParallelIO
+    >>> from ckptstore.protocol import commit_epoch, write_node
+    >>> storage, blobs = LocalPath("ckpt"), {"w": np.ones(2)}
+    >>> for epoch in (1, 2):
+    ...     commit = write_node(storage, "trainer_0", epoch, blobs, NpzDB(), ParallelIO())
+    ...     _ = commit_epoch(storage, epoch, [commit])
+    >>> listing = CommitListing.of(storage)
+    >>> listing.epochs, listing.newest_complete(["trainer_0"]), listing.newest_complete(["x"])
+    ([1, 2], 2, None)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
+from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key, parse_node_commit_key
+
+__all__ = ["CommitListing", "newest_complete"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitListing:
+    """The commit records under ``storage`` as one listing found them: ``nodes[epoch]``
+    names the nodes with a per-node record, ``legacy`` the epochs with an earlier
+    version's one-document record, ``unreadable`` the epochs whose records were found
+    damaged when read.
+
+    Example::
+
+        >>> from ckptstore import LocalPath
+        >>> CommitListing.of(LocalPath("empty")).epochs
+        []
+    """
+
+    storage: PathType
+    nodes: Mapping[int, frozenset[str]]
+    legacy: frozenset[int]
+    unreadable: set[int] = field(default_factory=set, compare=False)
+    """Epochs whose records a read through this listing found unreadable (so far)."""
+
+    @classmethod
+    def of(cls, storage: PathType) -> CommitListing:
+        """List ``storage``'s control directory (one LIST request, nothing read)."""
+        return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
+
+    @classmethod
+    def from_keys(cls, storage: PathType, keys: Iterable[str]) -> CommitListing:
+        """The commit records among ``keys``, a listing of ``storage``'s control
+        directory taken for several purposes (retention also finds its tombstones)."""
+        nodes: dict[int, set[str]] = {}
+        legacy = set()
+        for key in keys:
+            per_node = parse_node_commit_key(key)
+            if per_node is not None:
+                nodes.setdefault(per_node[0], set()).add(per_node[1])
+            elif (epoch := parse_commit_record_key(key)) is not None:
+                legacy.add(epoch)
+        frozen = {epoch: frozenset(names) for epoch, names in nodes.items()}
+        return cls(storage, frozen, frozenset(legacy))
+
+    @property
+    def epochs(self) -> list[int]:
+        """The epochs with a commit record, ascending."""
+        return sorted(set(self.nodes) | self.legacy)
+
+    def record(self, epoch: int) -> EpochCommit | None:
+        """The commit record of ``epoch`` from its listed records (one GET each, no
+        listing); ``None`` if none was listed or they are gone. Raises
+        :class:`~ckptstore.errors.CorruptCheckpointError` if one is unreadable."""
+        if epoch not in self.nodes and epoch not in self.legacy:
+            return None
+        return read_listed_commit(
+            self.storage, epoch, self.nodes.get(epoch, ()), legacy=epoch in self.legacy
+        )
+
+    def complete_on(self, nodes: Iterable[str], *, before: int | None = None) -> list[int]:
+        """The epochs (before ``before``, if given) whose listing names every one of
+        ``nodes``, ascending: the candidates, their records not read yet."""
+        wanted = set(nodes)
+        return [
+            epoch
+            for epoch in self.epochs
+            if (before is None or epoch < before) and self._lists(epoch, wanted)
+        ]
+
+    def is_complete(self, epoch: int, nodes: Iterable[str]) -> bool:
+        """Whether ``epoch`` is committed on every one of ``nodes``: their records are
+        read (one GET each; none if the listing lacks one). Raises
+        :class:`~ckptstore.errors.CorruptCheckpointError` if one is unreadable."""
+        wanted = set(nodes)
+        if not self._lists(epoch, wanted):
+            return False
+        record = read_commit(self.storage, epoch, wanted)
+        return record is not None and wanted <= set(record.nodes)
+
+    def _lists(self, epoch: int, nodes: set[str]) -> bool:
+        return epoch in self.legacy or nodes <= self.nodes.get(epoch, frozenset())
+
+    def newest_complete(self, nodes: Iterable[str], *, before: int | None = None) -> int | None:
+        """The newest epoch (before ``before``, if given) committed on every one of
+        ``nodes``, or ``None``: the candidates' records are read newest first until one
+        is intact; an unreadable one is skipped with a warning (it cannot be trusted)."""
+        wanted = set(nodes)
+        candidates = reversed(self.complete_on(wanted, before=before))
+        return next((epoch for epoch in candidates if self._intact(epoch, wanted)), None)
+
+    def complete(self, nodes: Iterable[str]) -> list[int]:
+        """Every epoch committed on every one of ``nodes``, ascending (reads every
+        candidate's records: for messages and repairs, not for resume)."""
+        wanted = set(nodes)
+        return [epoch for epoch in self.complete_on(wanted) if self._intact(epoch, wanted)]
+
+    def _intact(self, epoch: int, nodes: set[str]) -> bool:
+        try:
+            return self.is_complete(epoch, nodes)
+        except CorruptCheckpointError as error:
+            log.warning("Skipping epoch %d while looking for an intact one: %s", epoch, error)
+            self.unreadable.add(epoch)
+            return False
+
+
+def newest_complete(storage: PathType, nodes: Iterable[str]) -> int | None:
+    """The newest epoch committed on every one of ``nodes`` under ``storage`` (one
+    listing of the control directory, then the candidates' records, newest first)."""
+    return CommitListing.of(storage).newest_complete(nodes)

@@ -76,7 +76,17 @@ class Service(Closing):
 
     Example::
 
-        with FaultProxy(server.endpoint_url) as proxy: ...
+        >>> class Counter(Service):
+        ...     running = False
+        ...     def start(self):
+        ...         self.running = True
+        ...     def stop(self):
+        ...         self.running = False
+        >>> with Counter() as service:
+        ...     print(service.running)
+        True
+        >>> service.running
+        False
     """
 
     @abstractmethod

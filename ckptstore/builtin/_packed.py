@@ -302,38 +302,45 @@ def check_ranges(
     allocate at will (one size request for the archive). Raises
     :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
     (one file per chunk, compressed zarr) are checked by their reads."""
-    by_key: dict[str, list[tuple[int, int, str | None]]] = {}
-    for blob, record in ranges:
-        if record.key == archive:
-            by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
-    url = db.storage.display_url
-    for key, spans in by_key.items():
-        try:
-            size = db.storage.size(db.key(key))
-        except ObjectNotFoundError:
+    spans: list[tuple[int, int, str | None]] = [
+        (record.offset, record.stored, blob) for blob, record in ranges if record.key == archive
+    ]
+    if not spans:
+        return
+    url, file = db.storage.display_url, db.key(archive)
+    try:
+        size = db.storage.size(file)
+    except ObjectNotFoundError:
+        raise CorruptCheckpointError(
+            "the file is missing", url=url, file=file, blob=spans[0][2]
+        ) from None
+    # thousands of ranges: checked as arrays; the loop below runs only to name a culprit
+    offsets = np.fromiter((span[0] for span in spans), dtype=np.int64, count=len(spans))
+    ends = offsets + np.fromiter((span[1] for span in spans), dtype=np.int64, count=len(spans))
+    order = np.argsort(offsets, kind="stable")
+    offsets, ends = offsets[order], ends[order]
+    if int(ends.max()) <= size and bool(np.all(offsets[1:] >= np.maximum.accumulate(ends)[:-1])):
+        return
+    previous_end, previous_blob = 0, None
+    for index in order.tolist():
+        offset, stored, blob = spans[index]
+        if offset + stored > size:
             raise CorruptCheckpointError(
-                "the file is missing", url=url, file=db.key(key), blob=spans[0][2]
-            ) from None
-        spans.sort(key=lambda span: span[0])
-        previous_end, previous_blob = 0, None
-        for offset, stored, blob in spans:
-            if offset + stored > size:
-                raise CorruptCheckpointError(
-                    f"the manifest places {stored} bytes at offset {offset}, past the end of "
-                    f"the {size}-byte file",
-                    url=url,
-                    file=db.key(key),
-                    blob=blob,
-                )
-            if offset < previous_end:
-                other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
-                raise CorruptCheckpointError(
-                    f"the manifest's range at offset {offset} overlaps {other}",
-                    url=url,
-                    file=db.key(key),
-                    blob=blob,
-                )
-            previous_end, previous_blob = offset + stored, blob
+                f"the manifest places {stored} bytes at offset {offset}, past the end of "
+                f"the {size}-byte file",
+                url=url,
+                file=file,
+                blob=blob,
+            )
+        if offset < previous_end:
+            other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
+            raise CorruptCheckpointError(
+                f"the manifest's range at offset {offset} overlaps {other}",
+                url=url,
+                file=file,
+                blob=blob,
+            )
+        previous_end, previous_blob = offset + stored, blob
 
 
 def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkRecord]]:

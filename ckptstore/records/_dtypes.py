@@ -172,6 +172,22 @@ def decode_dtype(blob: str, text: object) -> np.dtype[Any]:
     A checkpoint holding ml_dtypes blobs needs ml_dtypes installed to load; without it
     this raises :class:`UnsupportedBlobError` naming the blob and the install command.
     """
+    if type(text) is str and (known := _DECODED.get(text)) is not None:
+        return known
+    dtype = _decode_dtype(blob, text)
+    if len(_DECODED) < _REMEMBER and not _is_ml_dtype(dtype):  # ml_dtypes: import each time
+        _DECODED[str(text)] = dtype
+    return dtype
+
+
+_DECODED: dict[str, np.dtype[Any]] = {}
+"""Dtype strings already decoded (a manifest names the same few thousands of times);
+ml_dtypes ones are not kept, so whether ml_dtypes imports is asked each time."""
+_REMEMBER = 1024
+_ITEMSIZES: dict[str, int] = {}
+
+
+def _decode_dtype(blob: str, text: object) -> np.dtype[Any]:
     if not isinstance(text, str) or len(text) > 64:
         raise UnsupportedBlobError(blob, f"dtype {text!r} is not a dtype string")
     match = _ML_TEXT.fullmatch(text)
@@ -211,6 +227,15 @@ def dtype_itemsize(blob: str, text: object) -> int:
     :func:`decode_dtype` does, but without importing ml_dtypes: a manifest stays
     readable (listing, sizes, verification) where ml_dtypes is not installed, or where
     numpy lacks another platform's longdouble (the load then raises)."""
+    if type(text) is str and (known := _ITEMSIZES.get(text)) is not None:
+        return known
+    itemsize = _dtype_itemsize(blob, text)
+    if len(_ITEMSIZES) < _REMEMBER:
+        _ITEMSIZES[str(text)] = itemsize
+    return itemsize
+
+
+def _dtype_itemsize(blob: str, text: object) -> int:
     match = _ML_TEXT.fullmatch(text) if isinstance(text, str) else None
     if match is not None:
         order, name = match.groups()

@@ -101,13 +101,16 @@ class _Ranges:
 def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
     records (data ranges) and the gap records (everything else), all checksummed."""
-    layout = ZipLayout.plan([ZipMember(m.name, len(m.prefix) + m.data_size) for m in members])
+    sizes = [len(m.prefix) + (0 if m.array is None else m.array.nbytes) for m in members]
+    layout = ZipLayout.plan(
+        [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
+    )
     piece_bytes = db.io.settings.chunk_bytes
     found = _Ranges(archive)
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
     with db.storage.open_positional(db.key(archive), layout.total_size) as target:
-        requests = _requests(layout, members, piece_bytes, found, target, archive, big)
+        requests = _requests(layout, members, sizes, piece_bytes, found, target, archive, big)
         db.write(requests)
         for index in big:  # headers of members written in pieces: their CRC-32 is known now
             member, placed = members[index], layout.members[index]
@@ -148,6 +151,7 @@ def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
 def _requests(
     layout: ZipLayout,
     members: Sequence[Member],
+    sizes: Sequence[int],
     piece_bytes: int,
     found: _Ranges,
     target: PositionalWriter,
@@ -156,8 +160,9 @@ def _requests(
 ) -> Iterator[WriteRequest]:
     run: list[int] = []
     run_bytes = 0
-    for index, member in enumerate(members):
-        if member.data_size > piece_bytes:
+    for index, size in enumerate(sizes):
+        member = members[index]
+        if size - len(member.prefix) > piece_bytes:
             if run:  # a run is a contiguous range of the archive: it ends here
                 yield _run_request(layout, members, run, found, target, archive)
                 run, run_bytes = [], 0
@@ -165,7 +170,7 @@ def _requests(
             yield from _piece_requests(layout, index, member, piece_bytes, found, target, archive)
             continue
         run.append(index)
-        run_bytes += member.data_size + len(member.prefix)
+        run_bytes += size
         if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
             yield _run_request(layout, members, run, found, target, archive)
             run, run_bytes = [], 0
@@ -192,7 +197,9 @@ def _run_request(
 ) -> WriteRequest:
     """A run of small members, copied into one buffer (headers, documents and data in
     archive order) and written with one call: per member, a CRC-32 for the ZIP, a
-    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob."""
+    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob (a
+    gap record). Blob ranges hold only the blob's bytes, so a partial load reads only
+    those."""
     indexes = list(run)
     start = layout.members[indexes[0]].header_offset
     nbytes = layout.members[indexes[-1]].end - start
@@ -200,33 +207,37 @@ def _run_request(
     def produce() -> list[Buffer]:
         buffer = bytearray(nbytes)
         view = memoryview(buffer)
+        placed_members = layout.members
         chunks: list[tuple[str, ChunkRecord]] = []
         gaps: list[ChunkRecord] = []
         crcs: dict[int, int] = {}
         gap_start = 0
         for index in indexes:
-            member, placed = members[index], layout.members[index]
+            member, placed = members[index], placed_members[index]
             header = placed.header_offset - start
             layout.local_header_into(buffer, header, index)
             first = placed.data_offset - start
-            data_at = first + len(member.prefix)
-            buffer[first:data_at] = member.prefix
-            data = _data(member)
-            end = data_at + data.nbytes
-            if data.nbytes:
-                view[data_at:end] = data
+            prefix = member.prefix
+            data_at = first + len(prefix)
+            buffer[first:data_at] = prefix
+            array = member.array
+            end = data_at
+            if array is not None and array.nbytes:
+                end += array.nbytes
+                view[data_at:end] = _data(member)
             crc = _crc32(view[first:end])
             layout.patch_crc(buffer, header, crc)
             crcs[index] = crc
-            if data.nbytes and member.blob is not None:
-                gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
+            if end > data_at and member.blob is not None:
+                if data_at > gap_start:
+                    gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
                 chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
                 gap_start = end
         if gap_start < nbytes:
             gaps.append(_record(archive, start + gap_start, view[gap_start:]))
         with found.lock:
             found.member_crc.update(crcs)
-            found.gaps.extend(gap for gap in gaps if gap.stored)
+            found.gaps.extend(gaps)
             for blob, chunk in chunks:
                 found.blob_chunks[blob] = {0: chunk}
         return [buffer]
@@ -378,25 +389,38 @@ def read_archive(
     """Read raw blobs from ``archive``: each range lands in place in a new array; runs of
     neighbouring small ranges are read with one ranged read each (thousands of small
     blobs cost tens of requests, not thousands) and checked range by range. Ranges of
-    other files (older layouts) are read by :func:`read_raw_blobs`."""
-    inside = [r for r in records if r.chunks and all(c.key == archive for c in r.chunks)]
-    elsewhere = [r for r in records if not (r.chunks and all(c.key == archive for c in r.chunks))]
-    arrays = read_raw_blobs(db, elsewhere) if elsewhere else {}
+    other files (older layouts) and padded ranges are read by :func:`read_raw_blobs`."""
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    elsewhere: list[BlobRecord] = []
     spans: list[_Span] = []
-    for record in inside:
-        if record.codec != "raw" or any(c.stored != c.size for c in record.chunks):
-            arrays.update(read_raw_blobs(db, [record]))
+    for record in records:
+        chunks = record.chunks
+        if (
+            not chunks
+            or record.codec != "raw"
+            or any(c.key != archive or c.stored != c.size for c in chunks)
+        ):
+            elsewhere.append(record)
             continue
         array = arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
         dest = byte_view(array.reshape(-1).view(np.uint8))
+        if len(chunks) == 1:  # the common case, without slicing
+            spans.append(_Span(chunks[0].offset, dest, chunks[0].crc32c, record.name, 0))
+            continue
         position = 0
-        for number, chunk in enumerate(record.chunks):
+        for number, chunk in enumerate(chunks):
             target = dest[position : position + chunk.size]
             spans.append(_Span(chunk.offset, target, chunk.crc32c, record.name, number))
             position += chunk.size
-    spans.sort(key=lambda span: span.offset)
+    if elsewhere:
+        arrays.update(read_raw_blobs(db, elsewhere))
+    spans.sort(key=_offset)
     db.read(_coalesced(db, archive, spans))
     return {record.name: arrays[record.name] for record in records}
+
+
+def _offset(span: _Span) -> int:
+    return span.offset
 
 
 def _coalesced(db: DBLocation, archive: str, spans: list[_Span]) -> Iterator[ReadRequest]:
@@ -451,8 +475,7 @@ def _group_request(db: DBLocation, archive: str, group: list[_Span]) -> ReadRequ
         if not check:
             return
         for span in group:
-            actual = _crc32c(span.target)
-            if actual != span.crc32c:
+            if _crc32c(span.target) != span.crc32c:
                 raise CorruptCheckpointError(
                     f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
                     "differs from the one the manifest recorded",

@@ -36,11 +36,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from google_crc32c import extend as _extend
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
-from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import ReadRequest, WriteRequest
 from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
@@ -178,13 +179,14 @@ def _requests(
         yield _run_request(layout, members, run, found, target, archive)
 
 
-def _data(member: Member) -> memoryview:
+def _data(member: Member) -> memoryview | np.ndarray[Any, Any]:
+    """The member's array as bytes, flat (a view when it is C-contiguous)."""
     array = member.array
     if array is None:
         return memoryview(b"")
     if array.flags.c_contiguous:
-        return byte_view(array.reshape(-1).view(np.uint8))
-    return byte_view(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        return array.reshape(-1).view(np.uint8)
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _run_request(
@@ -212,12 +214,11 @@ def _run_request(
         gaps: list[ChunkRecord] = []
         crcs: dict[int, int] = {}
         gap_start = 0
+        header_into = layout.local_header_into
         for index in indexes:
             member, placed = members[index], placed_members[index]
-            header = placed.header_offset - start
-            layout.local_header_into(buffer, header, index)
-            first = placed.data_offset - start
             prefix = member.prefix
+            first = placed.data_offset - start
             data_at = first + len(prefix)
             buffer[first:data_at] = prefix
             array = member.array
@@ -225,9 +226,8 @@ def _run_request(
             if array is not None and array.nbytes:
                 end += array.nbytes
                 view[data_at:end] = _data(member)
-            crc = _crc32(view[first:end])
-            layout.patch_crc(buffer, header, crc)
-            crcs[index] = crc
+            crc = crcs[index] = _crc32(view[first:end])
+            header_into(buffer, placed.header_offset - start, index, crc)
             if end > data_at and member.blob is not None:
                 if data_at > gap_start:
                     gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
@@ -255,7 +255,12 @@ def _run_request(
 
 
 def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:
-    return ChunkRecord(archive, offset, data.nbytes, data.nbytes, _crc32c(data))
+    """``data`` (a slice of a run's buffer) at ``offset``: small, so copied to ``bytes``
+    for google-crc32c (cheaper than a view for a few KiB)."""
+    nbytes = data.nbytes
+    if nbytes < COPY_BELOW:
+        return ChunkRecord(archive, offset, nbytes, nbytes, _extend(0, data.tobytes()))
+    return ChunkRecord(archive, offset, nbytes, nbytes, _crc32c(data))
 
 
 def _contiguous(member: Member) -> bool:

@@ -184,21 +184,31 @@ class ZarrDB(DBType):
     ) -> WrittenDB:
         """The hierarchy in one stored ZIP; one chunk per array."""
         plans = [
-            _Plan(name, array, tuple(max(d, 1) for d in array.shape), ())
+            _Plan(name, array, tuple([max(d, 1) for d in array.shape]), ())
             for name, array in blobs.items()
         ]
         group = _group_document()
         groups = {METADATA: group}
         for plan in plans:
-            parts = plan.name.split("/")
-            for depth in range(1, len(parts)):
-                groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
+            if "/" in plan.name:
+                parts = plan.name.split("/")
+                for depth in range(1, len(parts)):
+                    groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
         members = [Member(key, document) for key, document in groups.items()]
+        # thousands of blobs share a few dtypes and shapes: their documents are made once
+        documents: dict[tuple[str, type, tuple[int, ...]], bytes] = {}
+        chunk_keys = {0: "c", 1: "c.0"}
         for plan in plans:
-            members.append(Member(f"{plan.name}/{METADATA}", self._array_document(plan)))
-            if plan.array.size:
-                chunk = f"{plan.name}/{_chunk_key((0,) * plan.array.ndim)}"
-                members.append(Member(chunk, b"", plan.name, plan.array, plan.chunk_shape))
+            array = plan.array
+            kind = (array.dtype.str, array.dtype.type, array.shape)
+            document = documents.get(kind)
+            if document is None:
+                document = documents[kind] = self._array_document(plan)
+            members.append(Member(f"{plan.name}/{METADATA}", document))
+            if array.size:
+                key = chunk_keys.get(array.ndim) or _chunk_key((0,) * array.ndim)
+                chunk = Member(f"{plan.name}/{key}", b"", plan.name, array, plan.chunk_shape)
+                members.append(chunk)
         written = write_archive(db, ARCHIVE, members)
         empty = {
             plan.name: BlobRecord(

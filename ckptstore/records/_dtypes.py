@@ -114,6 +114,20 @@ def check_value(blob: str, value: object) -> None:
 def encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
     """The manifest string of ``dtype`` (see the module docstring), or
     :class:`UnsupportedBlobError` naming ``blob`` and why it cannot be stored."""
+    known = _ENCODED.get(dtype)
+    if known is not None:
+        return known
+    text = _encode_dtype(blob, dtype)
+    if len(_ENCODED) < _REMEMBER:
+        _ENCODED[dtype] = text
+    return text
+
+
+_ENCODED: dict[np.dtype[Any], str] = {}
+"""Dtypes already encoded (equal dtypes have the same layout and string)."""
+
+
+def _encode_dtype(blob: str, dtype: np.dtype[Any]) -> str:
     if dtype.hasobject:
         raise UnsupportedBlobError(
             blob,

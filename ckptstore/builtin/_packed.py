@@ -43,7 +43,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._engine import ReadRequest, WriteRequest
+from ckptstore.io._engine import WriteRequest
 from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
 from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
@@ -368,135 +368,14 @@ def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkR
         yield None, chunk
 
 
-# -- reading: neighbouring small ranges in one request -------------------------------------
-
-COALESCE_GAP = 64 << 10
-"""Requested ranges at most this far apart are read with one request (the bytes between
-them, ZIP headers and documents, go to a scratch buffer)..."""
-COALESCE_BYTES = 4 << 20
-"""...up to this many bytes per request; larger pieces are read on their own."""
-ALONE_FROM = 256 << 10
-"""Ranges larger than this get a request (and a worker) of their own."""
-_MAX_TARGETS = 500
-
-
-class _Span(NamedTuple):
-    offset: int
-    target: memoryview
-    crc32c: int
-    blob: str
-    chunk: int
+# -- reading ---------------------------------------------------------------------------
 
 
 def read_archive(
     db: DBLocation, archive: str, records: Sequence[BlobRecord]
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Read raw blobs from ``archive``: each range lands in place in a new array; runs of
-    neighbouring small ranges are read with one ranged read each (thousands of small
-    blobs cost tens of requests, not thousands) and checked range by range. Ranges of
-    other files (older layouts) and padded ranges are read by :func:`read_raw_blobs`."""
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
-    elsewhere: list[BlobRecord] = []
-    spans: list[_Span] = []
-    for record in records:
-        chunks = record.chunks
-        if (
-            not chunks
-            or record.codec != "raw"
-            or any(c.key != archive or c.stored != c.size for c in chunks)
-        ):
-            elsewhere.append(record)
-            continue
-        array = arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
-        dest = byte_view(array.reshape(-1).view(np.uint8))
-        if len(chunks) == 1:  # the common case, without slicing
-            spans.append(_Span(chunks[0].offset, dest, chunks[0].crc32c, record.name, 0))
-            continue
-        position = 0
-        for number, chunk in enumerate(chunks):
-            target = dest[position : position + chunk.size]
-            spans.append(_Span(chunk.offset, target, chunk.crc32c, record.name, number))
-            position += chunk.size
-    if elsewhere:
-        arrays.update(read_raw_blobs(db, elsewhere))
-    spans.sort(key=_offset)
-    db.read(_coalesced(db, archive, spans))
-    return {record.name: arrays[record.name] for record in records}
-
-
-def _offset(span: _Span) -> int:
-    return span.offset
-
-
-def _coalesced(db: DBLocation, archive: str, spans: list[_Span]) -> Iterator[ReadRequest]:
-    group: list[_Span] = []
-    end = 0
-    for span in spans:
-        size = span.target.nbytes
-        if group and (
-            span.offset - end > COALESCE_GAP
-            or end - group[0].offset + size > COALESCE_BYTES
-            or len(group) >= _MAX_TARGETS
-        ):
-            yield _group_request(db, archive, group)
-            group = []
-        if size > ALONE_FROM:
-            yield ReadRequest(
-                archive,
-                span.offset,
-                [span.target],
-                size,
-                crc32c=span.crc32c,
-                blob=span.blob,
-                chunk=span.chunk,
-            )
-            continue
-        group.append(span)
-        end = span.offset + size
-    if group:
-        yield _group_request(db, archive, group)
-
-
-def _group_request(db: DBLocation, archive: str, group: list[_Span]) -> ReadRequest:
-    start = group[0].offset
-    last = group[-1]
-    nbytes = last.offset + last.target.nbytes - start
-    gaps = nbytes - sum(span.target.nbytes for span in group)
-    check = db.io.settings.verify
-
-    def targets() -> list[memoryview]:
-        views: list[memoryview] = []
-        scratch = memoryview(bytearray(gaps))
-        position = start
-        for span in group:
-            if span.offset > position:
-                views.append(scratch[: span.offset - position])
-                scratch = scratch[span.offset - position :]
-            views.append(span.target)
-            position = span.offset + span.target.nbytes
-        return views
-
-    def verify(_: Sequence[memoryview]) -> None:
-        if not check:
-            return
-        for span in group:
-            if _crc32c(span.target) != span.crc32c:
-                raise CorruptCheckpointError(
-                    f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
-                    "differs from the one the manifest recorded",
-                    url=db.storage.display_url,
-                    file=db.key(archive),
-                    blob=span.blob,
-                    chunk=span.chunk,
-                )
-
-    return ReadRequest(
-        archive,
-        start,
-        targets,
-        nbytes,
-        holds=gaps,
-        finish=verify,
-        blob=group[0].blob,
-        chunk=group[0].chunk,
-    )
+    """Read raw blobs from ``archive`` (after :func:`check_ranges`): each range lands in
+    place in a new array; runs of neighbouring small ranges are read with one ranged
+    read each (thousands of small blobs cost tens of requests, not thousands) and
+    checked range by range (:func:`~ckptstore.plugin.read_raw_blobs`)."""
+    return read_raw_blobs(db, records)

@@ -35,6 +35,7 @@ from ckptstore._types import byte_view
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import array_bytes
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
@@ -131,7 +132,9 @@ class DBType(ABC):
 def read_raw_blobs(
     db: DBLocation, records: Sequence[BlobRecord]
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Read raw-codec blobs: each chunk lands directly in its place in a new array."""
+    """Read raw-codec blobs: each chunk lands directly in its place in a new array;
+    unpadded chunks lying close together in one file are read with one request each
+    run (:mod:`ckptstore.plugin._coalesce`), each still checked against its CRC-32C."""
     verify = db.io.settings.verify
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     for record in records:
@@ -142,14 +145,24 @@ def read_raw_blobs(
         arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
 
     def requests() -> Iterator[ReadRequest]:
+        spans: list[Span] = []
         for record in records:
             dest = byte_view(array_bytes(arrays[record.name]))
+            chunks = record.chunks
+            if len(chunks) == 1 and chunks[0].stored == chunks[0].size == dest.nbytes:
+                chunk = chunks[0]  # the common case of small blobs, without slicing
+                spans.append(Span(chunk.key, chunk.offset, dest, chunk.crc32c, record.name, 0))
+                continue
             position = 0
-            for number, chunk in enumerate(record.chunks):
+            for number, chunk in enumerate(chunks):
                 target = dest[position : position + chunk.size]
                 position += chunk.size
                 padding = chunk.stored - chunk.size
-                if verify and padding:
+                if not padding:
+                    spans.append(
+                        Span(chunk.key, chunk.offset, target, chunk.crc32c, record.name, number)
+                    )
+                elif verify:
                     yield ReadRequest(
                         chunk.key,
                         chunk.offset,
@@ -166,10 +179,11 @@ def read_raw_blobs(
                         chunk.offset,
                         [target],
                         chunk.size,
-                        crc32c=None if padding else chunk.crc32c,
+                        crc32c=None,
                         blob=record.name,
                         chunk=number,
                     )
+        yield from coalesced_reads(db, spans)
 
     db.read(requests())
     return arrays

@@ -83,7 +83,14 @@ _OPEN[[ord("]"), ord("}")]] = -1
 def _depth(data: bytes) -> int:
     """How deep ``[`` and ``{`` nest in the JSON text ``data`` (brackets inside strings
     do not count)."""
-    steps = _OPEN[np.frombuffer(_STRING.sub(b"", data), dtype=np.uint8)]
+    if b"\\" in data:  # escapes: strings are found by the regex
+        steps = _OPEN[np.frombuffer(_STRING.sub(b"", data), dtype=np.uint8)]
+    else:  # every '"' opens or closes a string: a bracket after an odd count is inside one
+        raw = np.frombuffer(data, dtype=np.uint8)
+        steps = _OPEN[raw]
+        brackets = np.flatnonzero(steps)
+        quotes_before = np.searchsorted(np.flatnonzero(raw == ord('"')), brackets)
+        steps = steps[brackets[quotes_before % 2 == 0]]
     return int(np.cumsum(steps[steps != 0], dtype=np.int64).max(initial=0))
 
 

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,9 +32,7 @@ from typing import IO, Any, ClassVar
 
 import numpy as np
 
-from ckptstore._types import byte_view
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
-from ckptstore.io._chunking import array_bytes
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
 from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._path_type import PathType
@@ -137,17 +136,21 @@ def read_raw_blobs(
     run (:mod:`ckptstore.plugin._coalesce`), each still checked against its CRC-32C."""
     verify = db.io.settings.verify
     arrays: dict[str, np.ndarray[Any, Any]] = {}
+    buffers: list[memoryview] = []
     for record in records:
         if record.codec != "raw":
             raise UnsupportedBlobError(
                 record.name, f"codec {record.codec!r} needs a DB type that can decode it"
             )
-        arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
+        # bytes first, then viewed as the blob: the bytes' view is had without a call
+        dtype = record.numpy_dtype()
+        data = np.empty(math.prod(record.shape) * dtype.itemsize, dtype=np.uint8)
+        arrays[record.name] = data.view(dtype).reshape(record.shape)
+        buffers.append(memoryview(data))
 
     def requests() -> Iterator[ReadRequest]:
         spans: list[Span] = []
-        for record in records:
-            dest = byte_view(array_bytes(arrays[record.name]))
+        for record, dest in zip(records, buffers, strict=True):
             chunks = record.chunks
             if len(chunks) == 1 and chunks[0].stored == chunks[0].size == dest.nbytes:
                 chunk = chunks[0]  # the common case of small blobs, without slicing

@@ -100,6 +100,9 @@ def _byte_order(dtype: np.dtype[Any]) -> str:
 def check_value(blob: str, value: object) -> None:
     """Raise :class:`UnsupportedBlobError` unless ``value`` (an array, or anything
     ``np.asarray`` turns into one) holds only plain data ckptstore can store exactly."""
+    if type(value) is np.ndarray:  # the common case: no subclass, so not masked
+        encode_dtype(blob, value.dtype)
+        return
     if isinstance(value, np.ma.MaskedArray):
         raise UnsupportedBlobError(
             blob,

@@ -107,7 +107,11 @@ def validate_blob_name(name: object, *, new: bool = True) -> str:
         return name  # a name valid as new is valid as old too
     checked = _check_blob_name(name, new=new)
     if len(_VALID) < _REMEMBER_NAMES:
-        _VALID.add((checked, new))
+        # a name no longer than a segment may be is valid as new too (checked once)
+        short = len(checked) * 4 <= MAX_SEGMENT_BYTES or (
+            len(checked.encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_BYTES
+        )
+        _VALID.add((checked, new or short))
     return checked
 
 

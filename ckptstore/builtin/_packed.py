@@ -102,7 +102,9 @@ class _Ranges:
 def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
     records (data ranges) and the gap records (everything else), all checksummed."""
-    sizes = [len(m.prefix) + (0 if m.array is None else m.array.nbytes) for m in members]
+    sizes = [
+        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array, _ in members
+    ]
     layout = ZipLayout.plan(
         [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
     )

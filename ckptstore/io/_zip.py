@@ -118,8 +118,7 @@ def crc32_combine(crc_a: int, crc_b: int, length_b: int) -> int:
 # -- the layout ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ZipMember:
+class ZipMember(NamedTuple):
     """One member to place: its name in the archive and its length in bytes."""
 
     name: str

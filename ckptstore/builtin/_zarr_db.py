@@ -106,7 +106,8 @@ def _attributes(dtype: np.dtype[Any]) -> dict[str, Any]:
 
 
 def _document(body: dict[str, Any]) -> bytes:
-    return json.dumps(body).encode()
+    """A ``zarr.json`` document, compact: one per blob, so its bytes count."""
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 _SHAPE, _CHUNKS = "@@shape@@", "@@chunks@@"  # placeholders in array document templates

@@ -181,14 +181,14 @@ def _requests(
         yield _run_request(layout, members, run, found, target, archive)
 
 
-def _data(member: Member) -> memoryview | np.ndarray[Any, Any]:
+def _data(member: Member) -> memoryview:
     """The member's array as bytes, flat (a view when it is C-contiguous)."""
     array = member.array
     if array is None:
         return memoryview(b"")
     if array.flags.c_contiguous:
-        return array.reshape(-1).view(np.uint8)
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return array.reshape(-1).view(np.uint8).data
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 def _run_request(

@@ -157,7 +157,7 @@ class ZipLayout:
 
     @classmethod
     def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
-        placed = []
+        placed: list[PlacedMember] = []
         offset = 0
         directory_size = 0
         fixed = LOCAL_HEADER_SIZE

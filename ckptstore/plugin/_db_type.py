@@ -146,7 +146,7 @@ def read_raw_blobs(
         dtype = record.numpy_dtype()
         data = np.empty(math.prod(record.shape) * dtype.itemsize, dtype=np.uint8)
         arrays[record.name] = data.view(dtype).reshape(record.shape)
-        buffers.append(memoryview(data))
+        buffers.append(data.data)
 
     def requests() -> Iterator[ReadRequest]:
         spans: list[Span] = []

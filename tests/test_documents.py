@@ -144,3 +144,31 @@ def test_document_size_and_depth_limits_are_configurable() -> None:
     finally:
         set_limits(None)
     assert decode_document(data, "ckptstore.commit", url="/ckpt", key="k")["nested"] == [[[1]]]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[[[[[[", '\\"{{{{', "]]]]", 'a\\\\"[[[['],
+    ids=["plain", "escaped", "closing", "slash"],
+)
+def test_brackets_inside_strings_do_not_count_as_nesting(text: str) -> None:
+    data = encode_document("ckptstore.commit", {"s": text, "list": [[1]]})
+    try:
+        set_limits(Limits(max_json_depth=3))
+        assert decode_document(data, "ckptstore.commit", url="/ckpt", key="k")["s"] == text
+        deeper = encode_document("ckptstore.commit", {"s": text, "list": [[[1]]]})
+        with pytest.raises(CorruptCheckpointError, match="nested 4 levels deep"):
+            decode_document(deeper, "ckptstore.commit", url="/ckpt", key="k")
+    finally:
+        set_limits(None)
+
+
+def test_a_document_differing_from_its_checksum_by_one_byte_is_refused_either_way() -> None:
+    data = encode_document(KIND, {"epoch": 3, "note": "abc"})
+    assert decode(data)["note"] == "abc"
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
+        decode(data.replace(b'"abc"', b'"abd"'))
+    reformatted = json.dumps(json.loads(data), indent=1).encode()  # canonical check path
+    assert decode(reformatted)["note"] == "abc"
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
+        decode(reformatted.replace(b'"abc"', b'"abd"'))

@@ -12,6 +12,7 @@ import pytest
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
 from ckptstore.errors import UnsupportedBlobError
 from ckptstore.records._documents import encode_document
+from ckptstore.records._limits import Limits, set_limits
 from ckptstore.records._manifest import MANIFEST_KIND, safe_dtype
 
 
@@ -137,3 +138,38 @@ def test_a_damaged_manifest_is_refused_before_it_is_parsed() -> None:
     data[30] ^= 0x04
     with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
         decode(bytes(data))
+
+
+def test_the_same_bytes_are_decoded_once_and_shared_read_only() -> None:
+    data = manifest().encode()
+    first = decode(data)
+    assert decode(bytes(bytearray(data))) is first  # equal bytes, not the same object
+    with pytest.raises(TypeError):
+        first.blobs["step"] = first.blobs["name"]  # type: ignore[index]
+    other = replace_created(data)
+    assert decode(other) is not first
+    assert decode(other).blobs == first.blobs
+
+
+def test_a_remembered_manifest_is_checked_again_under_stricter_limits() -> None:
+    data = manifest().encode()
+    decode(data)
+    try:
+        set_limits(Limits(max_blobs=2))
+        with pytest.raises(CorruptCheckpointError, match="limit of 2 blobs"):
+            decode(data)
+    finally:
+        set_limits(None)
+    assert len(decode(data).blobs) == 3
+
+
+def replace_created(data: bytes) -> bytes:
+    original = manifest()
+    return NodeManifest(
+        original.node,
+        original.epoch,
+        original.db_type,
+        original.blobs,
+        original.files,
+        created="2026-01-02T00:00:00+00:00",
+    ).encode()

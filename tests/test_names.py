@@ -243,3 +243,14 @@ def test_fsspec_path_refuses_every_escaping_key(operation: str) -> None:
                 KEY_OPERATIONS[operation](storage, key)
         assert memory_keys(outer) == ["sibling/keep"]
         assert sibling.read_bytes("keep") == b"keep me"
+
+
+def test_a_name_checked_from_a_manifest_is_still_held_to_the_limit_when_new() -> None:
+    # names are remembered once valid; being valid as old must not make them valid as new
+    for name in ("m" * 600, "é" * 128, "a/" + "b" * 256):
+        assert validate_blob_name(name, new=False) == name
+        with pytest.raises(InvalidNameError, match="255"):
+            validate_blob_name(name)
+    short = "layer/ok"
+    assert validate_blob_name(short, new=False) == short
+    assert validate_blob_name(short) == short

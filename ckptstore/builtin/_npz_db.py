@@ -66,9 +66,15 @@ class NpzDB(DBType):
     name = "npz"
 
     def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
-        members = [
-            Member(f"{name}.npy", _npy_header(array), name, array) for name, array in blobs.items()
-        ]
+        headers: dict[tuple[str, type, tuple[int, ...]], bytes] = {}
+        members = []
+        for name, array in blobs.items():
+            # blobs of one dtype and shape share a header (numpy's writer is slow)
+            kind = (array.dtype.str, array.dtype.type, array.shape)
+            header = headers.get(kind)
+            if header is None:
+                header = headers[kind] = _npy_header(array)
+            members.append(Member(f"{name}.npy", header, name, array))
         written = write_archive(db, ARCHIVE, members)
         records = {
             name: written.blobs.get(name)

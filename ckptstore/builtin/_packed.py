@@ -46,13 +46,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from google_crc32c import extend as _extend
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
-from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._engine import ReadRequest, WriteRequest
+from ckptstore.io._engine import WriteRequest
 from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
 from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
@@ -111,13 +112,18 @@ class _Ranges:
 def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
     records (data ranges) and the gap records (everything else), all checksummed."""
-    layout = ZipLayout.plan([ZipMember(m.name, len(m.prefix) + m.data_size) for m in members])
+    sizes = [
+        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array, _ in members
+    ]
+    layout = ZipLayout.plan(
+        [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
+    )
     piece_bytes = db.io.settings.chunk_bytes
     found = _Ranges(archive)
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
     with db.storage.open_positional(db.key(archive), layout.total_size) as target:
-        requests = _requests(layout, members, piece_bytes, found, target, archive, big)
+        requests = _requests(layout, members, sizes, piece_bytes, found, target, archive, big)
         db.write(requests)
         for index in big:  # headers of members written in pieces: their CRC-32 is known now
             member, placed = members[index], layout.members[index]
@@ -158,6 +164,7 @@ def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
 def _requests(
     layout: ZipLayout,
     members: Sequence[Member],
+    sizes: Sequence[int],
     piece_bytes: int,
     found: _Ranges,
     target: PositionalWriter,
@@ -166,8 +173,9 @@ def _requests(
 ) -> Iterator[WriteRequest]:
     run: list[int] = []
     run_bytes = 0
-    for index, member in enumerate(members):
-        if member.data_size > piece_bytes:
+    for index, size in enumerate(sizes):
+        member = members[index]
+        if size - len(member.prefix) > piece_bytes:
             if run:  # a run is a contiguous range of the archive: it ends here
                 yield _run_request(layout, members, run, found, target, archive)
                 run, run_bytes = [], 0
@@ -175,7 +183,7 @@ def _requests(
             yield from _piece_requests(layout, index, member, piece_bytes, found, target, archive)
             continue
         run.append(index)
-        run_bytes += member.data_size + len(member.prefix)
+        run_bytes += size
         if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
             yield _run_request(layout, members, run, found, target, archive)
             run, run_bytes = [], 0
@@ -184,12 +192,13 @@ def _requests(
 
 
 def _data(member: Member) -> memoryview:
+    """The member's array as bytes, flat (a view when it is C-contiguous)."""
     array = member.array
     if array is None:
         return memoryview(b"")
     if array.flags.c_contiguous:
-        return byte_view(array.reshape(-1).view(np.uint8))
-    return byte_view(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        return array.reshape(-1).view(np.uint8).data
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 def _run_request(
@@ -202,7 +211,9 @@ def _run_request(
 ) -> WriteRequest:
     """A run of small members, copied into one buffer (headers, documents and data in
     archive order) and written with one call: per member, a CRC-32 for the ZIP, a
-    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob."""
+    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob (a
+    gap record). Blob ranges hold only the blob's bytes, so a partial load reads only
+    those."""
     indexes = list(run)
     start = layout.members[indexes[0]].header_offset
     nbytes = layout.members[indexes[-1]].end - start
@@ -210,33 +221,35 @@ def _run_request(
     def produce() -> list[Buffer]:
         buffer = bytearray(nbytes)
         view = memoryview(buffer)
+        placed_members = layout.members
         chunks: list[tuple[str, ChunkRecord]] = []
         gaps: list[ChunkRecord] = []
         crcs: dict[int, int] = {}
         gap_start = 0
+        header_into = layout.local_header_into
         for index in indexes:
-            member, placed = members[index], layout.members[index]
-            header = placed.header_offset - start
-            layout.local_header_into(buffer, header, index)
+            member, placed = members[index], placed_members[index]
+            prefix = member.prefix
             first = placed.data_offset - start
-            data_at = first + len(member.prefix)
-            buffer[first:data_at] = member.prefix
-            data = _data(member)
-            end = data_at + data.nbytes
-            if data.nbytes:
-                view[data_at:end] = data
-            crc = _crc32(view[first:end])
-            layout.patch_crc(buffer, header, crc)
-            crcs[index] = crc
-            if data.nbytes and member.blob is not None:
-                gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
+            data_at = first + len(prefix)
+            buffer[first:data_at] = prefix
+            array = member.array
+            end = data_at
+            if array is not None and array.nbytes:
+                end += array.nbytes
+                view[data_at:end] = _data(member)
+            crc = crcs[index] = _crc32(view[first:end])
+            header_into(buffer, placed.header_offset - start, index, crc)
+            if end > data_at and member.blob is not None:
+                if data_at > gap_start:
+                    gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
                 chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
                 gap_start = end
         if gap_start < nbytes:
             gaps.append(_record(archive, start + gap_start, view[gap_start:]))
         with found.lock:
             found.member_crc.update(crcs)
-            found.gaps.extend(gap for gap in gaps if gap.stored)
+            found.gaps.extend(gaps)
             for blob, chunk in chunks:
                 found.blob_chunks[blob] = {0: chunk}
         return [buffer]
@@ -254,7 +267,12 @@ def _run_request(
 
 
 def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:
-    return ChunkRecord(archive, offset, data.nbytes, data.nbytes, _crc32c(data))
+    """``data`` (a slice of a run's buffer) at ``offset``: small, so copied to ``bytes``
+    for google-crc32c (cheaper than a view for a few KiB)."""
+    nbytes = data.nbytes
+    if nbytes < COPY_BELOW:
+        return ChunkRecord(archive, offset, nbytes, nbytes, _extend(0, data.tobytes()))
+    return ChunkRecord(archive, offset, nbytes, nbytes, _crc32c(data))
 
 
 def _contiguous(member: Member) -> bool:
@@ -312,38 +330,45 @@ def check_ranges(
     allocate at will (one size request for the archive). Raises
     :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
     (one file per chunk, compressed zarr) are checked by their reads."""
-    by_key: dict[str, list[tuple[int, int, str | None]]] = {}
-    for blob, record in ranges:
-        if record.key == archive:
-            by_key.setdefault(record.key, []).append((record.offset, record.stored, blob))
-    url = db.storage.display_url
-    for key, spans in by_key.items():
-        try:
-            size = db.storage.size(db.key(key))
-        except ObjectNotFoundError:
+    spans: list[tuple[int, int, str | None]] = [
+        (record.offset, record.stored, blob) for blob, record in ranges if record.key == archive
+    ]
+    if not spans:
+        return
+    url, file = db.storage.display_url, db.key(archive)
+    try:
+        size = db.storage.size(file)
+    except ObjectNotFoundError:
+        raise CorruptCheckpointError(
+            "the file is missing", url=url, file=file, blob=spans[0][2]
+        ) from None
+    # thousands of ranges: checked as arrays; the loop below runs only to name a culprit
+    offsets = np.fromiter((span[0] for span in spans), dtype=np.int64, count=len(spans))
+    ends = offsets + np.fromiter((span[1] for span in spans), dtype=np.int64, count=len(spans))
+    order = np.argsort(offsets, kind="stable")
+    offsets, ends = offsets[order], ends[order]
+    if int(ends.max()) <= size and bool(np.all(offsets[1:] >= np.maximum.accumulate(ends)[:-1])):
+        return
+    previous_end, previous_blob = 0, None
+    for index in order.tolist():
+        offset, stored, blob = spans[index]
+        if offset + stored > size:
             raise CorruptCheckpointError(
-                "the file is missing", url=url, file=db.key(key), blob=spans[0][2]
-            ) from None
-        spans.sort(key=lambda span: span[0])
-        previous_end, previous_blob = 0, None
-        for offset, stored, blob in spans:
-            if offset + stored > size:
-                raise CorruptCheckpointError(
-                    f"the manifest places {stored} bytes at offset {offset}, past the end of "
-                    f"the {size}-byte file",
-                    url=url,
-                    file=db.key(key),
-                    blob=blob,
-                )
-            if offset < previous_end:
-                other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
-                raise CorruptCheckpointError(
-                    f"the manifest's range at offset {offset} overlaps {other}",
-                    url=url,
-                    file=db.key(key),
-                    blob=blob,
-                )
-            previous_end, previous_blob = offset + stored, blob
+                f"the manifest places {stored} bytes at offset {offset}, past the end of "
+                f"the {size}-byte file",
+                url=url,
+                file=file,
+                blob=blob,
+            )
+        if offset < previous_end:
+            other = f"blob {previous_blob!r}" if previous_blob else "another recorded range"
+            raise CorruptCheckpointError(
+                f"the manifest's range at offset {offset} overlaps {other}",
+                url=url,
+                file=file,
+                blob=blob,
+            )
+        previous_end, previous_blob = offset + stored, blob
 
 
 def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkRecord]]:
@@ -355,123 +380,14 @@ def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkR
         yield None, chunk
 
 
-# -- reading: neighbouring small ranges in one request -------------------------------------
-
-COALESCE_GAP = 64 << 10
-"""Requested ranges at most this far apart are read with one request (the bytes between
-them, ZIP headers and documents, go to a scratch buffer)..."""
-COALESCE_BYTES = 4 << 20
-"""...up to this many bytes per request; larger pieces are read on their own."""
-ALONE_FROM = 256 << 10
-"""Ranges larger than this get a request (and a worker) of their own."""
-_MAX_TARGETS = 500
-
-
-class _Span(NamedTuple):
-    offset: int
-    target: memoryview
-    crc32c: int
-    blob: str
-    chunk: int
+# -- reading ---------------------------------------------------------------------------
 
 
 def read_archive(
     db: DBLocation, archive: str, records: Sequence[BlobRecord]
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Read raw blobs from ``archive``: each range lands in place in a new array; runs of
-    neighbouring small ranges are read with one ranged read each (thousands of small
-    blobs cost tens of requests, not thousands) and checked range by range. Ranges of
-    other files (older layouts) are read by :func:`read_raw_blobs`."""
-    inside = [r for r in records if r.chunks and all(c.key == archive for c in r.chunks)]
-    elsewhere = [r for r in records if not (r.chunks and all(c.key == archive for c in r.chunks))]
-    arrays = read_raw_blobs(db, elsewhere) if elsewhere else {}
-    spans: list[_Span] = []
-    for record in inside:
-        if record.codec != "raw" or any(c.stored != c.size for c in record.chunks):
-            arrays.update(read_raw_blobs(db, [record]))
-            continue
-        array = arrays[record.name] = np.empty(record.shape, record.numpy_dtype())
-        dest = byte_view(array.reshape(-1).view(np.uint8))
-        position = 0
-        for number, chunk in enumerate(record.chunks):
-            target = dest[position : position + chunk.size]
-            spans.append(_Span(chunk.offset, target, chunk.crc32c, record.name, number))
-            position += chunk.size
-    spans.sort(key=lambda span: span.offset)
-    db.read(_coalesced(db, archive, spans))
-    return {record.name: arrays[record.name] for record in records}
-
-
-def _coalesced(db: DBLocation, archive: str, spans: list[_Span]) -> Iterator[ReadRequest]:
-    group: list[_Span] = []
-    end = 0
-    for span in spans:
-        size = span.target.nbytes
-        if group and (
-            span.offset - end > COALESCE_GAP
-            or end - group[0].offset + size > COALESCE_BYTES
-            or len(group) >= _MAX_TARGETS
-        ):
-            yield _group_request(db, archive, group)
-            group = []
-        if size > ALONE_FROM:
-            yield ReadRequest(
-                archive,
-                span.offset,
-                [span.target],
-                size,
-                crc32c=span.crc32c,
-                blob=span.blob,
-                chunk=span.chunk,
-            )
-            continue
-        group.append(span)
-        end = span.offset + size
-    if group:
-        yield _group_request(db, archive, group)
-
-
-def _group_request(db: DBLocation, archive: str, group: list[_Span]) -> ReadRequest:
-    start = group[0].offset
-    last = group[-1]
-    nbytes = last.offset + last.target.nbytes - start
-    gaps = nbytes - sum(span.target.nbytes for span in group)
-    check = db.io.settings.verify
-
-    def targets() -> list[memoryview]:
-        views: list[memoryview] = []
-        scratch = memoryview(bytearray(gaps))
-        position = start
-        for span in group:
-            if span.offset > position:
-                views.append(scratch[: span.offset - position])
-                scratch = scratch[span.offset - position :]
-            views.append(span.target)
-            position = span.offset + span.target.nbytes
-        return views
-
-    def verify(_: Sequence[memoryview]) -> None:
-        if not check:
-            return
-        for span in group:
-            actual = _crc32c(span.target)
-            if actual != span.crc32c:
-                raise CorruptCheckpointError(
-                    f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
-                    "differs from the one the manifest recorded",
-                    url=db.storage.display_url,
-                    file=db.key(archive),
-                    blob=span.blob,
-                    chunk=span.chunk,
-                )
-
-    return ReadRequest(
-        archive,
-        start,
-        targets,
-        nbytes,
-        holds=gaps,
-        finish=verify,
-        blob=group[0].blob,
-        chunk=group[0].chunk,
-    )
+    """Read raw blobs from ``archive`` (after :func:`check_ranges`): each range lands in
+    place in a new array; runs of neighbouring small ranges are read with one ranged
+    read each (thousands of small blobs cost tens of requests, not thousands) and
+    checked range by range (:func:`~ckptstore.plugin.read_raw_blobs`)."""
+    return read_raw_blobs(db, records)

@@ -113,7 +113,8 @@ def _attributes(dtype: np.dtype[Any]) -> dict[str, Any]:
 
 
 def _document(body: dict[str, Any]) -> bytes:
-    return json.dumps(body).encode()
+    """A ``zarr.json`` document, compact: one per blob, so its bytes count."""
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 _SHAPE, _CHUNKS = "@@shape@@", "@@chunks@@"  # placeholders in array document templates
@@ -191,35 +192,42 @@ class ZarrDB(DBType):
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
         """The hierarchy in one stored ZIP; one chunk per array."""
-        plans = [
-            _Plan(name, array, tuple(max(d, 1) for d in array.shape), ())
-            for name, array in blobs.items()
-        ]
         group = _group_document()
         groups = {METADATA: group}
-        for plan in plans:
-            parts = plan.name.split("/")
-            for depth in range(1, len(parts)):
-                groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
+        for name in blobs:
+            if "/" in name:
+                parts = name.split("/")
+                for depth in range(1, len(parts)):
+                    groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
         members = [Member(key, document) for key, document in groups.items()]
-        for plan in plans:
-            members.append(Member(f"{plan.name}/{METADATA}", self._array_document(plan)))
-            if plan.array.size:
-                chunk = f"{plan.name}/{_chunk_key((0,) * plan.array.ndim)}"
-                members.append(Member(chunk, b"", plan.name, plan.array, plan.chunk_shape))
+        # thousands of blobs share a few dtypes and shapes: their documents are made once
+        documents: dict[tuple[str, type, tuple[int, ...]], tuple[bytes, tuple[int, ...]]] = {}
+        chunk_keys = {0: "c", 1: "c.0"}
+        empty: dict[str, BlobRecord] = {}
+        for name, array in blobs.items():
+            dtype, shape = array.dtype, array.shape
+            kind = (dtype.str, dtype.type, shape)
+            known = documents.get(kind)
+            if known is None:
+                chunk_shape = tuple([max(d, 1) for d in shape])
+                plan = _Plan(name, array, chunk_shape, ())
+                known = documents[kind] = (self._array_document(plan), chunk_shape)
+            document, chunk_shape = known
+            members.append(Member(f"{name}/{METADATA}", document))
+            if array.size:
+                key = chunk_keys.get(array.ndim) or _chunk_key((0,) * array.ndim)
+                members.append(Member(f"{name}/{key}", b"", name, array, chunk_shape))
+            else:
+                empty[name] = BlobRecord(
+                    name,
+                    encode_dtype(name, dtype),
+                    shape,
+                    (),
+                    layout={"chunk_shape": list(chunk_shape)},
+                )
         written = write_archive(db, ARCHIVE, members)
-        empty = {
-            plan.name: BlobRecord(
-                plan.name,
-                encode_dtype(plan.name, plan.array.dtype),
-                plan.array.shape,
-                (),
-                layout={"chunk_shape": list(plan.chunk_shape)},
-            )
-            for plan in plans
-            if not plan.array.size
-        }
-        records = {plan.name: written.blobs.get(plan.name) or empty[plan.name] for plan in plans}
+        found = written.blobs
+        records = {name: found.get(name) or empty[name] for name in blobs}
         return WrittenDB(records, written.files)
 
     def _write_directory(

@@ -37,6 +37,7 @@ from ckptstore.errors import (
     is_permanent,
 )
 from ckptstore.execution._workspace import Workspace
+from ckptstore.io import paused_gc
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import validate_blob_name
@@ -227,6 +228,7 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+@paused_gc()
 def load_node(
     ws: Workspace,
     *,

@@ -16,6 +16,7 @@ from ckptstore.io._chunking import (
     grid_chunk_shape,
 )
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.io._gc import paused_gc
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._staging import StagingPool, StagingSlot
 
@@ -36,4 +37,5 @@ __all__ = [
     "chunk_data",
     "crc32c_of",
     "grid_chunk_shape",
+    "paused_gc",
 ]

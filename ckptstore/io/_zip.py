@@ -126,8 +126,7 @@ def crc32_combine(crc_a: int, crc_b: int, length_b: int) -> int:
 # -- the layout ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ZipMember:
+class ZipMember(NamedTuple):
     """One member to place: its name in the archive and its length in bytes."""
 
     name: str
@@ -144,6 +143,7 @@ class PlacedMember(NamedTuple):
     header_offset: int
     data_offset: int
     padding: int
+    flags: int = 0  # general purpose flags: UTF-8 names
 
     @property
     def header_size(self) -> int:
@@ -165,10 +165,12 @@ class ZipLayout:
 
     @classmethod
     def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
-        placed = []
+        placed: list[PlacedMember] = []
         offset = 0
         directory_size = 0
         fixed = LOCAL_HEADER_SIZE
+        central = CENTRAL_HEADER_SIZE
+        add = placed.append
         for member in members:
             encoded = member.name.encode()
             size = member.size
@@ -179,8 +181,9 @@ class ZipLayout:
                     base += 20
                 padding = (-(base + 4)) % ALIGN + 4  # a padding field is at least 4 bytes
             data_offset = base + padding
-            placed.append(PlacedMember(member.name, encoded, size, offset, data_offset, padding))
-            directory_size += CENTRAL_HEADER_SIZE + len(encoded)
+            flags = 0 if encoded.isascii() else _UTF8_FLAG
+            add(PlacedMember(member.name, encoded, size, offset, data_offset, padding, flags))
+            directory_size += central + len(encoded)
             if size >= _U32 or offset >= _U32:
                 directory_size += len(_central_extra(placed[-1]))
             offset = data_offset + size
@@ -193,12 +196,23 @@ class ZipLayout:
         """The local header (with its extra fields) of member ``index``."""
         return _local_header(self.members[index], crc)
 
-    def local_header_into(self, buffer: bytearray, at: int, index: int) -> int:
-        """Write member ``index``'s local header into ``buffer`` at ``at`` with a zero
-        CRC-32 (see :meth:`patch_crc`); returns where the header ends."""
-        header = _local_header(self.members[index], 0)
-        buffer[at : at + len(header)] = header
-        return at + len(header)
+    def local_header_into(self, buffer: bytearray, at: int, index: int, crc: int = 0) -> int:
+        """Write member ``index``'s local header into ``buffer`` at ``at`` with the CRC-32
+        ``crc`` (or a zero to set later with :meth:`patch_crc`); returns where the header
+        ends."""
+        member = self.members[index]
+        if member.padding or member.size >= _U32:
+            header = _local_header(member, crc)
+            buffer[at : at + len(header)] = header
+            return at + len(header)
+        encoded = member.encoded  # the common case: no extra field, packed in place
+        _LOCAL.pack_into(
+            buffer, at, 0x04034B50, 20, member.flags, 0, _DOS_TIME, _DOS_DATE, crc,
+            member.size, member.size, len(encoded), 0,
+        )  # fmt: skip
+        end = at + LOCAL_HEADER_SIZE + len(encoded)
+        buffer[at + LOCAL_HEADER_SIZE : end] = encoded
+        return end
 
     @staticmethod
     def patch_crc(buffer: bytearray, header_at: int, crc: int) -> None:
@@ -209,31 +223,41 @@ class ZipLayout:
         """The central directory and end records, given every member's CRC-32."""
         out = bytearray()
         pack = _CENTRAL.pack
+        made_by = (3 << 8) | 45  # made by unix, spec 4.5
+        mode = 0o100644 << 16
         for member, crc in zip(self.members, crcs, strict=True):
             size = member.size
             offset = member.header_offset
-            extra = _central_extra(member) if size >= _U32 or offset >= _U32 else b""
+            encoded = member.encoded
+            if size < _U32 and offset < _U32:  # the common case
+                out += pack(
+                    0x02014B50, made_by, 20, member.flags, 0, _DOS_TIME, _DOS_DATE, crc,
+                    size, size, len(encoded), 0, 0, 0, 0, mode, offset,
+                )  # fmt: skip
+                out += encoded
+                continue
+            extra = _central_extra(member)
             size32 = _U32 if size >= _U32 else size
             out += pack(
                 0x02014B50,
-                (3 << 8) | 45,  # made by unix, spec 4.5
+                made_by,
                 45 if extra else 20,
-                _flags(member),
+                member.flags,
                 0,
                 _DOS_TIME,
                 _DOS_DATE,
                 crc,
                 size32,
                 size32,
-                len(member.encoded),
+                len(encoded),
                 len(extra),
                 0,
                 0,
                 0,
-                0o100644 << 16,
+                mode,
                 _U32 if offset >= _U32 else offset,
             )
-            out += member.encoded
+            out += encoded
             out += extra
         count = len(self.members)
         start, size = self.directory_offset, self.directory_size
@@ -260,7 +284,7 @@ def _local_header(member: PlacedMember, crc: int) -> bytes:
     header = _LOCAL.pack(
         0x04034B50,
         45 if extra[:2] == b"\x01\x00" else 20,
-        _flags(member),
+        member.flags,
         0,  # stored
         _DOS_TIME,
         _DOS_DATE,
@@ -271,10 +295,6 @@ def _local_header(member: PlacedMember, crc: int) -> bytes:
         len(extra),
     )
     return header + member.encoded + extra
-
-
-def _flags(member: PlacedMember) -> int:
-    return 0 if member.encoded.isascii() else _UTF8_FLAG
 
 
 def _central_extra(member: PlacedMember) -> bytes:

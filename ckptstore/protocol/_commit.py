@@ -67,6 +67,7 @@ from ckptstore.errors import (
 from ckptstore.execution._workspace import as_blob
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
+from ckptstore.io._gc import paused_gc
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
@@ -224,6 +225,7 @@ class EpochCommit:
 # -- writing ---------------------------------------------------------------------------
 
 
+@paused_gc()
 def write_node(
     storage: PathType,
     node: str,
@@ -574,6 +576,7 @@ def _open_node_record(
     return manifest, data, node_commit
 
 
+@paused_gc()
 def read_blobs(
     storage: PathType,
     manifest: NodeManifest,

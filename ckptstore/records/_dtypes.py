@@ -99,6 +99,9 @@ def _byte_order(dtype: np.dtype[np.generic]) -> str:
 def check_value(blob: str, value: object) -> None:
     """Raise :class:`UnsupportedBlobError` unless ``value`` (an array, or anything
     ``np.asarray`` turns into one) holds only plain data ckptstore can store exactly."""
+    if type(value) is np.ndarray:  # the common case: no subclass, so not masked
+        encode_dtype(blob, value.dtype)
+        return
     if isinstance(value, np.ma.MaskedArray):
         raise UnsupportedBlobError(
             blob,
@@ -113,6 +116,20 @@ def check_value(blob: str, value: object) -> None:
 def encode_dtype(blob: str, dtype: np.dtype[np.generic]) -> str:
     """The manifest string of ``dtype`` (see the module docstring), or
     :class:`UnsupportedBlobError` naming ``blob`` and why it cannot be stored."""
+    known = _ENCODED.get(dtype)
+    if known is not None:
+        return known
+    text = _encode_dtype(blob, dtype)
+    if len(_ENCODED) < _REMEMBER:
+        _ENCODED[dtype] = text
+    return text
+
+
+_ENCODED: dict[np.dtype[np.generic], str] = {}
+"""Dtypes already encoded (equal dtypes have the same layout and string)."""
+
+
+def _encode_dtype(blob: str, dtype: np.dtype[np.generic]) -> str:
     if dtype.hasobject:
         raise UnsupportedBlobError(
             blob,
@@ -171,6 +188,22 @@ def decode_dtype(blob: str, text: object) -> np.dtype[np.generic]:
     A checkpoint holding ml_dtypes blobs needs ml_dtypes installed to load; without it
     this raises :class:`UnsupportedBlobError` naming the blob and the install command.
     """
+    if type(text) is str and (known := _DECODED.get(text)) is not None:
+        return known
+    dtype = _decode_dtype(blob, text)
+    if len(_DECODED) < _REMEMBER and not _is_ml_dtype(dtype):  # ml_dtypes: import each time
+        _DECODED[str(text)] = dtype
+    return dtype
+
+
+_DECODED: dict[str, np.dtype[np.generic]] = {}
+"""Dtype strings already decoded (a manifest names the same few thousands of times);
+ml_dtypes ones are not kept, so whether ml_dtypes imports is asked each time."""
+_REMEMBER = 1024
+_ITEMSIZES: dict[str, int] = {}
+
+
+def _decode_dtype(blob: str, text: object) -> np.dtype[np.generic]:
     if not isinstance(text, str) or len(text) > 64:
         raise UnsupportedBlobError(blob, f"dtype {text!r} is not a dtype string")
     match = _ML_TEXT.fullmatch(text)
@@ -210,6 +243,15 @@ def dtype_itemsize(blob: str, text: object) -> int:
     :func:`decode_dtype` does, but without importing ml_dtypes: a manifest stays
     readable (listing, sizes, verification) where ml_dtypes is not installed, or where
     numpy lacks another platform's longdouble (the load then raises)."""
+    if type(text) is str and (known := _ITEMSIZES.get(text)) is not None:
+        return known
+    itemsize = _dtype_itemsize(blob, text)
+    if len(_ITEMSIZES) < _REMEMBER:
+        _ITEMSIZES[str(text)] = itemsize
+    return itemsize
+
+
+def _dtype_itemsize(blob: str, text: object) -> int:
     match = _ML_TEXT.fullmatch(text) if isinstance(text, str) else None
     if match is not None:
         order, name = match.groups()

@@ -16,18 +16,21 @@ Example (a manifest as a save writes it, read back)::
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError, MissingDependencyError
+from ckptstore.io._gc import paused_gc
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
-from ckptstore.records._limits import current_limits
+from ckptstore.records._limits import Limits, current_limits
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
 
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
@@ -66,6 +69,19 @@ class ChunkRecord:
             raise ValueError("a chunk record is a list of 5 fields")
         key, offset, stored, size, crc = raw
         most = current_limits().max_file_bytes
+        if (  # the common case in one expression: thousands of records per manifest
+            type(offset) is int
+            and type(stored) is int
+            and type(size) is int
+            and type(crc) is int
+            and offset >= 0
+            and stored >= 0
+            and 0 <= size <= most
+            and 0 <= crc < 1 << 32
+            and crc <= most
+            and offset + stored <= most
+        ):
+            return cls(_validated_key(key), offset, stored, size, crc)
         for value in (offset, stored, size, crc):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
                 raise ValueError(f"chunk field {value!r} is not an integer in [0, {most}]")
@@ -122,27 +138,28 @@ class BlobRecord:
             raise ValueError("a blob record's chunks must be a list and its layout an object")
         shape = raw["shape"]
         if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
+            type(d) is int and d >= 0 for d in shape
+        ):  # type(d) is int: JSON's integers, never a bool
             raise ValueError("the shape is not a list of non-negative integers")
         if len(shape) > limits.max_ndim:
             raise ValueError(f"{len(shape)} dimensions, more than the limit of {limits.max_ndim}")
         if len(chunks) > limits.max_chunks:
             raise ValueError(f"chunks is not a list of at most {limits.max_chunks} records")
+        dtype = str(raw["dtype"])
         # the itemsize is known without importing ml_dtypes: a manifest stays readable
-        if math.prod(shape) * dtype_itemsize(name, str(raw["dtype"])) > limits.max_blob_bytes:
+        nbytes = math.prod(shape) * dtype_itemsize(name, dtype)
+        if nbytes > limits.max_blob_bytes:
             raise ValueError(
                 f"shape {shape} needs more than the limit of {limits.max_blob_bytes} bytes"
             )
         record = cls(
             name=name,
-            dtype=str(raw["dtype"]),
+            dtype=dtype,
             shape=tuple(shape),
-            chunks=tuple(ChunkRecord.decode(chunk) for chunk in chunks),
+            chunks=tuple([ChunkRecord.decode(chunk) for chunk in chunks]),
             codec=str(raw["codec"]),
             layout=dict(layout),
         )
-        dtype_itemsize(name, record.dtype)  # checked without importing ml_dtypes
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
             # a raw chunk stores its bytes plus padding: never fewer (readers would
             # otherwise take the difference as negative padding and skip the CRC check)
@@ -155,10 +172,10 @@ class BlobRecord:
                 f"a compressed chunk decodes to more than {limits.max_chunk_bytes} bytes or "
                 f"{limits.max_compression_ratio} times its stored size"
             )
-        if sum(c.size for c in record.chunks) != record.nbytes:
+        if sum(c.size for c in record.chunks) != nbytes:
             raise ValueError(
                 f"chunks supply {sum(c.size for c in record.chunks)} bytes, "
-                f"dtype and shape need {record.nbytes}"
+                f"dtype and shape need {nbytes}"
             )
         return record
 
@@ -208,6 +225,27 @@ class NodeManifest:
 
     @classmethod
     def decode(cls, data: bytes, *, url: str, key: str) -> NodeManifest:
+        """The manifest ``data`` holds, every field checked (untrusted bytes); raises
+        :class:`CorruptCheckpointError` naming ``url`` and ``key``.
+
+        The same bytes decode to the same manifest (shared: treat it as read-only), so
+        the last few are remembered by content and limits: a load that lists a node's
+        blobs, then reads them, parses thousands of records once."""
+        remembered = (bytes(data), current_limits())
+        with _DECODED_LOCK:
+            known = _DECODED.get(remembered)
+        if known is not None:
+            return known
+        with paused_gc():
+            manifest = cls._decode(data, url=url, key=key)
+        with _DECODED_LOCK:
+            _DECODED[remembered] = manifest
+            while len(_DECODED) > _REMEMBER:
+                del _DECODED[next(iter(_DECODED))]
+        return manifest
+
+    @classmethod
+    def _decode(cls, data: bytes, *, url: str, key: str) -> NodeManifest:
         document = decode_document(data, MANIFEST_KIND, url=url, key=key)
         limits = current_limits()
         try:
@@ -220,16 +258,13 @@ class NodeManifest:
                 raise ValueError(f"more than the limit of {limits.max_blobs} blobs")
             if len(files) > limits.max_chunks:
                 raise ValueError(f"more than the limit of {limits.max_chunks} files")
-            epoch, blobs, files = document["epoch"], document["blobs"], document["files"]
-            if not isinstance(epoch, int) or epoch < 0:
-                raise ValueError(f"epoch {epoch!r} is not a non-negative integer")
-            if not isinstance(blobs, dict) or not isinstance(files, list):
-                raise ValueError("blobs must be a JSON object and files a list")
             return cls(
                 node=validate_node_name(str(document["node"])),
                 epoch=epoch,
                 db_type=str(document["db_type"]),
-                blobs={name: BlobRecord.decode(name, raw) for name, raw in blobs.items()},
+                blobs=MappingProxyType(
+                    {name: BlobRecord.decode(name, raw) for name, raw in blobs.items()}
+                ),
                 files=tuple(ChunkRecord.decode(chunk) for chunk in files),
                 created=str(document["created"]),
             )
@@ -239,6 +274,12 @@ class NodeManifest:
             raise CorruptCheckpointError(
                 f"manifest is malformed: {type(error).__name__}: {_short(error)}", url=url, file=key
             ) from None
+
+
+_DECODED: dict[tuple[bytes, Limits], NodeManifest] = {}
+"""The last few manifests decoded, by their exact bytes and the limits they passed."""
+_DECODED_LOCK = threading.Lock()
+_REMEMBER = 4
 
 
 def _short(error: BaseException) -> str:

@@ -103,6 +103,25 @@ def validate_blob_name(name: object, *, new: bool = True) -> str:
     :data:`MAX_SEGMENT_BYTES`, on every format, so that any checkpoint converts to any
     format; names read from existing manifests are checked with ``new=False``.
     """
+    if type(name) is str and ((name, True) in _VALID or (name, new) in _VALID):
+        return name  # a name valid as new is valid as old too
+    checked = _check_blob_name(name, new=new)
+    if len(_VALID) < _REMEMBER_NAMES:
+        # a name no longer than a segment may be is valid as new too (checked once)
+        short = len(checked) * 4 <= MAX_SEGMENT_BYTES or (
+            len(checked.encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_BYTES
+        )
+        _VALID.add((checked, new or short))
+    return checked
+
+
+_VALID: set[tuple[str, bool]] = set()
+"""Names already found valid (with ``new``): a save and a load check each name several
+times, thousands of names per checkpoint."""
+_REMEMBER_NAMES = 1 << 17
+
+
+def _check_blob_name(name: object, *, new: bool) -> str:
     if not isinstance(name, str):
         raise InvalidNameError("blob name", name, "blob names are strings")
     if not name or len(name) > _MAX_BLOB_NAME:

@@ -208,3 +208,18 @@ def test_a_save_syncs_each_file_and_directory_once_whatever_the_blob_count(
     assert len(synced) <= 8, names
     assert names.count("blobs.zarr.zip") == 1
     assert names.count("ckptstore.manifest.json") == 1
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_range_forged_inside_another_blobs_range_is_refused(tmp_path: Path, db_type: str) -> None:
+    storage = LocalPath(str(tmp_path))
+    db = FORMATS[db_type]()
+    values = {"a": np.zeros(1000), "b": np.ones(10), "c": np.full(10, 2.0)}
+    save(storage, values, db, ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    a, b, c = (manifest.blobs[name] for name in "abc")
+    inside = replace(b, chunks=(replace(b.chunks[0], offset=a.chunks[0].offset + 800),))
+    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    with pytest.raises(CorruptCheckpointError, match="overlaps blob 'a'") as caught:
+        db.read(location, [c, inside, a])
+    assert caught.value.blob == "b"

@@ -152,7 +152,7 @@ def test_every_format_byte_is_checksummed(tmp_path: Path) -> None:
         assert offset == position
         position += stored
     assert position == archive.stat().st_size
-    document = archive.read_bytes().index(b'"node_type": "group"')
+    document = archive.read_bytes().index(b'"node_type":"group"')
     flip_byte(archive, document + 3)
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert problem.file is not None

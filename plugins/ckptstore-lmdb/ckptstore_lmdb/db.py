@@ -59,6 +59,8 @@ BATCH_BYTES = 256 << 20
 BATCH_VALUES = 50_000
 """A write transaction is committed after this many bytes or values, so that LMDB's
 list of dirty pages never overflows, whatever the checkpoint's size."""
+_COPY_BELOW = 16 << 10
+"""Values smaller than this are copied to ``bytes`` once, for the CRC and for LMDB."""
 _SEPARATOR = b"\x00"
 _HASHED = b"\x01"
 
@@ -174,6 +176,12 @@ def _durability(db: DBLocation) -> str:
 
 def _plan(blobs: Mapping[str, np.ndarray[Any, Any]], target: int) -> Iterator[_Value]:
     for name, array in blobs.items():
+        nbytes = array.nbytes
+        shape = array.shape
+        if shape and 0 < nbytes <= target:  # one chunk, the whole array (most blobs)
+            whole = ArrayChunk((0,) * len(shape), 0, nbytes, nbytes)
+            yield _Value(lmdb_key(name, 0), name, 0, whole, shape)
+            continue
         itemsize = array.dtype.itemsize
         chunk_shape = grid_chunk_shape(array.shape, itemsize, target)
         for number, chunk in enumerate(array_chunks(array.shape, itemsize, chunk_shape)):
@@ -204,6 +212,11 @@ def _store(
             with env.begin(write=True) as txn:
                 for value in batch:
                     data = chunk_data(blobs[value.blob], value.chunk, value.chunk_shape)
+                    if data.nbytes < _COPY_BELOW:  # one copy serves the CRC and LMDB
+                        small = data.tobytes()
+                        crcs[value.key] = crc32c_of([small])
+                        txn.put(value.key, small, append=True)
+                        continue
                     crcs[value.key] = crc32c_of([data])
                     txn.put(value.key, byte_view(data), append=True)
         if fsync:

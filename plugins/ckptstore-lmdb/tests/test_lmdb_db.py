@@ -14,6 +14,7 @@ from ckptstore_lmdb import DATA_FILE, LmdbDB, lmdb_key
 
 from ckptstore import (
     CheckpointManager,
+    CorruptCheckpointError,
     Job,
     JobRunner,
     LocalSession,
@@ -149,3 +150,38 @@ def test_transactions_stay_within_half_the_memory_budget(
     write_node(LocalPath(str(tmp_path)), "n", 1, blobs, LmdbDB(), ParallelIO(settings))
     assert len(held) > 1
     assert max(held) <= (1 << 20) // 2
+
+
+class ReadCountingPath(LocalPath):
+    """Local disk counting ranged reads."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.reads = 0
+
+    def read_into(self, key: str, offset: int, targets: Any) -> None:
+        self.reads += 1
+        super().read_into(key, offset, targets)
+
+
+def test_many_small_values_are_read_together_and_checked_one_by_one(tmp_path: Path) -> None:
+    from ckptstore.io._engine import ParallelIO
+    from ckptstore.protocol import _commit as protocol
+
+    storage = ReadCountingPath(str(tmp_path))
+    values = {f"w{i:03}": np.full(100, i, dtype=np.int64) for i in range(300)}
+    commit = protocol.write_node(storage, "trainer_0", 1, values, LmdbDB(), ParallelIO())
+    protocol.commit_epoch(storage, 1, [commit])
+    manifest = protocol.open_node(storage, "trainer_0", 1)
+    loaded = protocol.read_blobs(storage, manifest, None, LmdbDB(), ParallelIO())
+    assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
+    assert storage.reads < 30  # 300 values, neighbours read with one request
+    path = tmp_path / "trainer_0.1" / DATA_FILE
+    with open(path, "r+b") as file:  # damage one value in the middle of a run
+        file.seek(manifest.blobs["w157"].chunks[0].offset + 9)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ 1]))
+    with pytest.raises(CorruptCheckpointError) as caught:
+        protocol.read_blobs(storage, manifest, None, LmdbDB(), ParallelIO())
+    assert (caught.value.blob, caught.value.chunk) == ("w157", 0)

@@ -1,0 +1,143 @@
+"""Reading many small byte ranges of one file with few requests.
+
+Thousands of small blobs packed in one file (a ZIP archive, an LMDB data file) would
+cost one ranged read, one engine hand-off and one worker wake-up each. Here ranges of
+one file that lie close together are read with one request: the bytes between them
+(headers, documents) land in a scratch buffer, and every range is checked against its
+own CRC-32C, so a damaged blob is still named. Overlapping ranges are never coalesced
+(each is read on its own and fails its checksum if the manifest lied).
+
+Example::
+
+    spans = [Span("blobs.npz", 128, target, crc, "w", 0), ...]
+    db.read(coalesced_reads(db, spans))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io._checksum import crc32c_buffer
+from ckptstore.io._engine import ReadRequest
+
+if TYPE_CHECKING:
+    from ckptstore.plugin._db_type import DBLocation
+
+__all__ = ["ALONE_FROM", "COALESCE_BYTES", "COALESCE_GAP", "Span", "coalesced_reads"]
+
+COALESCE_GAP = 64 << 10
+"""Requested ranges at most this far apart are read with one request (the bytes between
+them go to a scratch buffer)..."""
+COALESCE_BYTES = 4 << 20
+"""...up to this many bytes per request; larger pieces are read on their own."""
+ALONE_FROM = 256 << 10
+"""Ranges larger than this get a request (and a worker) of their own."""
+MAX_TARGETS = 500
+"""Ranges per request at most (each is a view handed to one vectored read)."""
+
+
+class Span(NamedTuple):
+    """``target.nbytes`` bytes at ``offset`` of ``key``, checked by ``crc32c``: chunk
+    ``chunk`` of blob ``blob``."""
+
+    key: str
+    offset: int
+    target: memoryview
+    crc32c: int
+    blob: str
+    chunk: int
+
+
+def _place(span: Span) -> tuple[str, int]:
+    return span.key, span.offset
+
+
+def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadRequest]:
+    """Requests reading every span into its target, neighbours of one file together."""
+    group: list[Span] = []
+    end = 0
+    for span in sorted(spans, key=_place):
+        size = span.target.nbytes
+        if group and (
+            span.key != group[0].key
+            or span.offset < end  # overlaps the previous range: never in one request
+            or span.offset - end > COALESCE_GAP
+            or end - group[0].offset + size > COALESCE_BYTES
+            or len(group) >= MAX_TARGETS
+        ):
+            yield _group_request(db, group)
+            group = []
+        if size > ALONE_FROM:
+            yield ReadRequest(
+                span.key,
+                span.offset,
+                [span.target],
+                size,
+                crc32c=span.crc32c,
+                blob=span.blob,
+                chunk=span.chunk,
+            )
+            continue
+        group.append(span)
+        end = span.offset + size
+    if group:
+        yield _group_request(db, group)
+
+
+def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:
+    if len(group) == 1:
+        span = group[0]
+        return ReadRequest(
+            span.key,
+            span.offset,
+            [span.target],
+            span.target.nbytes,
+            crc32c=span.crc32c,
+            blob=span.blob,
+            chunk=span.chunk,
+        )
+    key = group[0].key
+    start = group[0].offset
+    last = group[-1]
+    nbytes = last.offset + last.target.nbytes - start
+    gaps = nbytes - sum(span.target.nbytes for span in group)
+    check = db.io.settings.verify
+
+    def targets() -> list[memoryview]:
+        views: list[memoryview] = []
+        scratch = memoryview(bytearray(gaps))
+        position = start
+        for span in group:
+            if span.offset > position:
+                views.append(scratch[: span.offset - position])
+                scratch = scratch[span.offset - position :]
+            views.append(span.target)
+            position = span.offset + span.target.nbytes
+        return views
+
+    def verify(_: Sequence[memoryview]) -> None:
+        if not check:
+            return
+        for span in group:
+            if crc32c_buffer(span.target) != span.crc32c:
+                raise CorruptCheckpointError(
+                    f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
+                    "differs from the one the manifest recorded",
+                    url=db.storage.display_url,
+                    file=db.key(key),
+                    blob=span.blob,
+                    chunk=span.chunk,
+                )
+
+    return ReadRequest(
+        key,
+        start,
+        targets,
+        nbytes,
+        holds=gaps,
+        finish=verify,
+        blob=group[0].blob,
+        chunk=group[0].chunk,
+    )

@@ -230,10 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         args.mib, args.epochs = [16], 3
     directory = Path(args.disk)
     directory.mkdir(parents=True, exist_ok=True)
+    options = " --smoke" if args.smoke else ""
+    if not args.smoke and args.mib != [512, 1024]:
+        options += " --mib " + " ".join(str(mib) for mib in args.mib)
+    if args.repeat > 1:
+        options += f" --repeat {args.repeat}"
     report = [
-        f"`python -m benchmarks.training_loop{' --smoke' if args.smoke else ''}"
-        f"{f' --repeat {args.repeat}' if args.repeat > 1 else ''}`; saves to "
-        f"{directory}; ckptstore zarr with its default settings."
+        f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
+        f"zarr with its default settings; {len(os.sched_getaffinity(0))} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
     ]
     for mib in args.mib:
         calibration = calibrate(mib, directory)

@@ -6,7 +6,8 @@ and saves after the initial state and after every epoch, as ``JobRunner`` does.
 
 runs one loop in this process and prints one JSON line (``blocked``: seconds the loop
 waited at each save; ``total``: the whole loop, including the wait for the last save;
-``peak_above_state``: the most resident memory above the state).
+``compute``: each epoch's compute, which a background save may slow down by taking
+CPU; ``peak_above_state``: the most resident memory above the state).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ NODE = "trainer_0"
 KERNEL = 256  # the compute kernel: a KERNEL x KERNEL float32 matmul
 
 State = dict[str, np.ndarray]
+Timings = tuple[list[float], float, list[float]]
+"""Seconds blocked at each save, the whole loop, and each epoch's compute."""
 
 
 def make_state(mib: int) -> State:
@@ -66,7 +69,7 @@ def async_supported() -> bool:
 
 def jobrunner_loop(
     state: State, epochs: int, iterations: int, directory: Path | None, async_save: bool
-) -> tuple[list[float], float]:
+) -> Timings:
     """``JobRunner(...).train`` with a train task of fixed compute; a save's blocked time
     is the gap between one compute task's end and the next one's start."""
     from ckptstore import CheckpointManager, Job, JobRunner, LocalSession, Node, Task, epoch_limiter
@@ -93,7 +96,8 @@ def jobrunner_loop(
     JobRunner(job, manager, **options).train(LocalSession())
     total = time.perf_counter() - started
     gaps = [marks[i + 1] - marks[i] for i in range(0, len(marks) - 1, 2)]
-    return gaps, total
+    computes = [marks[i + 1] - marks[i] for i in range(1, len(marks) - 1, 2)]
+    return gaps, total, computes
 
 
 # -- loops written by hand (the same shape) ---------------------------------------------------
@@ -105,20 +109,23 @@ def manual_loop(
     iterations: int,
     save: Callable[[int], None],
     finish: Callable[[], None],
-) -> tuple[list[float], float]:
+) -> Timings:
     blocked = []
+    computes = []
     started = time.perf_counter()
     for epoch in range(epochs + 1):
         if epoch:
+            before = time.perf_counter()
             compute(state, iterations)
+            computes.append(time.perf_counter() - before)
         before = time.perf_counter()
         save(epoch)
         blocked.append(time.perf_counter() - before)
     finish()
-    return blocked[:-1], time.perf_counter() - started
+    return blocked[:-1], time.perf_counter() - started, computes
 
 
-def copyto_loop(state: State, epochs: int, iterations: int) -> tuple[list[float], float]:
+def copyto_loop(state: State, epochs: int, iterations: int) -> Timings:
     """The floor of any snapshot: ``np.copyto`` of the state into preallocated buffers."""
     buffers = {name: np.ones_like(array) for name, array in state.items()}
 
@@ -141,9 +148,7 @@ def _single_process_group() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
-def dcp_async_loop(
-    state: State, epochs: int, iterations: int, directory: Path
-) -> tuple[list[float], float]:
+def dcp_async_loop(state: State, epochs: int, iterations: int, directory: Path) -> Timings:
     """``torch.distributed.checkpoint.async_save`` every epoch; a save first waits for
     the previous one (one in flight, as torch's documentation advises). Single process:
     no process group unless this torch refuses to save without one."""
@@ -205,19 +210,19 @@ def run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) -
     reset_peak_resident()
     before = resident()
     if row == "none":
-        blocked, total = jobrunner_loop(state, epochs, iterations, None, False)
+        blocked, total, computes = jobrunner_loop(state, epochs, iterations, None, False)
     elif row == "sync":
-        blocked, total = jobrunner_loop(state, epochs, iterations, directory, False)
+        blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, False)
     elif row == "async":
-        blocked, total = jobrunner_loop(state, epochs, iterations, directory, True)
+        blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True)
     elif row == "copyto":
-        blocked, total = copyto_loop(state, epochs, iterations)
+        blocked, total, computes = copyto_loop(state, epochs, iterations)
     elif row == "dcp-async":
-        blocked, total = dcp_async_loop(state, epochs, iterations, directory)
+        blocked, total, computes = dcp_async_loop(state, epochs, iterations, directory)
     else:
         raise ValueError(f"unknown row {row!r}")
     peak = max(0, peak_resident() - before)
-    return {"blocked": blocked, "total": total, "peak_above_state": peak}
+    return {"blocked": blocked, "total": total, "compute": computes, "peak_above_state": peak}
 
 
 if __name__ == "__main__":

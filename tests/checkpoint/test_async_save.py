@@ -287,6 +287,28 @@ def test_too_many_background_failures_stop_the_job(tmp_path: Path, registry: Reg
     assert runner.committed_epochs == [0]
 
 
+def test_a_failure_of_the_last_save_surfaces_when_train_ends(
+    tmp_path: Path, registry: Registry
+) -> None:
+    register_storage(registry, failing_local_path(fail_epochs(3)))
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(build_counter_job(epochs=3)[0], manager, save_retries=0, async_save=True)
+    assert runner.train(LocalSession()) == 3  # no later save collects it: train() does
+    assert [failure.epoch for failure in runner.save_failures] == [3]
+    assert runner.committed_epochs == [0, 1, 2]
+    strict = JobRunner(
+        build_counter_job(epochs=3)[0],
+        MultiNodeCheckpointManager(str(tmp_path / "b"), "npz", path_type="failing_local"),
+        save_retries=0,
+        async_save=True,
+        max_consecutive_save_failures=1,
+    )
+    with pytest.raises(TooManySaveFailuresError) as info:
+        strict.train(LocalSession())
+    assert isinstance(info.value.last_error, SaveFailedError)
+    assert info.value.last_error.epoch == 3
+
+
 def test_ctrl_c_waits_for_the_save_in_flight_and_says_so(
     tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import installed, remove
-from benchmarks.report import RESULTS
+from benchmarks.report import RESULTS, publish
 from benchmarks.training_rows import (
     NODE,
     ROWS,
@@ -281,12 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[label] = combine(done)
         results = {label: results[label] for label in ROWS}
         report += ["", section(mib, args.epochs, calibration, results, args.repeat)]
-    text = "\n".join(report)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"training_loop{'_smoke' if args.smoke else ''}.md").write_text(text + "\n")
-    if args.docs and not args.smoke:
-        update_docs_section(BENCHMARKS_PAGE, "training-loop", text)
+    publish("\n".join(report), "training_loop", "training-loop", smoke=args.smoke, docs=args.docs)
     return 0
 
 

@@ -129,7 +129,7 @@ def test_resume_falls_back_to_the_newest_intact_epoch(
             assert isinstance(runner.restore_failures[0].error, CorruptCheckpointError)
             assert f"Epoch {EPOCH} cannot be restored" in caplog.text
         else:  # its commit record is unreadable: the catalog skipped it, loudly
-            assert f"skipping epoch {EPOCH}" in caplog.text
+            assert f"skipping epoch {EPOCH}" in caplog.text.lower()
         # epoch 2 was saved again, intact, over the forgery
         session = LocalSession()
         manager = forged.manager()

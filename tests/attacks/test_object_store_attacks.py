@@ -254,7 +254,7 @@ def test_resume_falls_back_to_the_newest_intact_epoch(
     elif object_forgery.name == "oversized_catalog_entry":  # epoch 2 itself is intact
         assert f"catalog/epoch-{EPOCH}.json" in caplog.text  # refused, loudly, and repaired
     else:  # its commit record is unreadable: the catalog skipped it, loudly
-        assert f"skipping epoch {EPOCH}" in caplog.text
+        assert f"skipping epoch {EPOCH}" in caplog.text.lower()
     # epoch 2 was saved again, intact, over the forgery
     session = LocalSession()
     reader = object_forgery.manager()

@@ -8,8 +8,12 @@ only cycles made during the pause wait for the next collection.
 
 Example::
 
-    with paused_gc():
-        manifest = NodeManifest.decode(data, url=url, key=key)
+    >>> import gc
+    >>> with paused_gc():  # on the main thread: collection waits for the block
+    ...     print(gc.isenabled())
+    False
+    >>> gc.isenabled()
+    True
 """
 
 from __future__ import annotations

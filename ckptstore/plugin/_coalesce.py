@@ -9,8 +9,20 @@ own CRC-32C, so a damaged blob is still named. Overlapping ranges are never coal
 
 Example::
 
-    spans = [Span("blobs.npz", 128, target, crc, "w", 0), ...]
-    db.read(coalesced_reads(db, spans))
+    >>> from ckptstore import LocalPath
+    >>> from ckptstore.io import ParallelIO, crc32c_of
+    >>> from ckptstore.plugin import DBLocation
+    >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())
+    >>> _ = db.storage.write_bytes("trainer_0.1/data.bin", b"head" + b"abcd" + b"gap!" + b"wxyz")
+    >>> first, second = bytearray(4), bytearray(4)
+    >>> spans = [Span("data.bin", 4, memoryview(first), crc32c_of([b"abcd"]), "a", 0),
+    ...          Span("data.bin", 12, memoryview(second), crc32c_of([b"wxyz"]), "b", 0)]
+    >>> requests = list(coalesced_reads(db, spans))
+    >>> len(requests)  # neighbours: one request, the gap read into scratch
+    1
+    >>> _ = db.read(requests)
+    >>> bytes(first), bytes(second)
+    (b'abcd', b'wxyz')
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ blobs (``codec="raw"``) get reading and verification for free.
 
 Example::
 
+    >>> from ckptstore.io import array_bytes
     >>> from ckptstore.records import encode_dtype
     >>> class RawFiles(DBType):
     ...     name = "rawfiles"

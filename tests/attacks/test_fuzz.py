@@ -228,6 +228,42 @@ def _resign(run: Path, relative: str) -> None:
         pass  # a forged manifest: it was re-signed when it was written
 
 
+def forge_drawn(
+    data: st.DataObject,
+    run: Path,
+    targets: list[str],
+    outside: Path,
+    *,
+    links: bool = True,
+) -> bool:
+    """Draw a file of ``run`` and a mutation of it (structural for JSON documents, else
+    bytes; ``links``: a byte mutation may replace the file by a link to ``outside``),
+    apply it, and maybe re-sign every checksum as an attacker who can write CRC-32Cs
+    would. Returns whether the checksums were re-signed."""
+    target = data.draw(st.sampled_from(targets), label="file")
+    path = run / target
+    forged_signature = data.draw(st.booleans(), label="re-sign checksums")
+    if path.suffix == ".json" and data.draw(st.booleans(), label="structural"):
+        mutation = data.draw(json_mutation(), label="json mutation")
+        body = json.loads(path.read_bytes())
+        body.pop("crc32c", None)
+        text = _mutate_json(body, mutation)
+        raw = signed(text) if forged_signature else text
+        forge = Forge(run, NODES[0], EPOCH)
+        if path == forge.manifest_path:
+            forge.write_manifest_bytes(raw)  # the commit record vouches for it
+        else:
+            path.write_bytes(raw)
+    else:
+        mutations = byte_mutation()
+        if not links:
+            mutations = mutations.filter(lambda mutation: mutation[0] != "link_outside")
+        _mutate_bytes(path, data.draw(mutations, label="byte mutation"), outside)
+        if forged_signature:
+            _resign(run, target)
+    return forged_signature
+
+
 @dataclass
 class Case:
     run: Path
@@ -261,25 +297,7 @@ def test_any_forgery_loads_exactly_or_fails_typed(
 ) -> None:
     case.watch.events()  # forget the previous example's own check of the secret
     try:
-        target = data.draw(st.sampled_from(pristine.targets), label="file")
-        path = case.run / target
-        forged_signature = data.draw(st.booleans(), label="re-sign checksums")
-        is_document = path.suffix == ".json"
-        if is_document and data.draw(st.booleans(), label="structural"):
-            mutation = data.draw(json_mutation(), label="json mutation")
-            body = json.loads(path.read_bytes())
-            body.pop("crc32c", None)
-            text = _mutate_json(body, mutation)
-            raw = signed(text) if forged_signature else text
-            forge = Forge(case.run, NODES[0], EPOCH)
-            if path == forge.manifest_path:
-                forge.write_manifest_bytes(raw)  # the commit record vouches for it
-            else:
-                path.write_bytes(raw)
-        else:
-            _mutate_bytes(path, data.draw(byte_mutation(), label="byte mutation"), case.outside)
-            if forged_signature:
-                _resign(case.run, target)
+        forged_signature = forge_drawn(data, case.run, pristine.targets, case.outside)
         _check_load(pristine, case, exact=not forged_signature)
     finally:
         case.restore()

@@ -34,17 +34,13 @@ from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance.jobs import NODES, counting_job
 from ckptstore.testing.proxy import FaultProxy
-from tests.attacks.forge import Forge, signed
+from tests.attacks.forge import Forge
 from tests.attacks.test_attacks import db_type
 from tests.attacks.test_fuzz import (
     EPOCH,
     MEMORY_BOUND,
     PROFILE,
-    _mutate_bytes,
-    _mutate_json,
-    _resign,
-    byte_mutation,
-    json_mutation,
+    forge_drawn,
 )
 from tests.attacks.test_object_store_attacks import assert_under_prefix, copy_down, put_back
 
@@ -143,25 +139,10 @@ def test_any_forged_object_loads_exactly_or_fails_typed(
     pristine_run: PristineRun, bucket: Bucket, data: st.DataObject
 ) -> None:
     try:
-        target = data.draw(st.sampled_from(pristine_run.targets), label="object")
-        path = bucket.local / target
-        forged_signature = data.draw(st.booleans(), label="re-sign checksums")
-        if path.suffix == ".json" and data.draw(st.booleans(), label="structural"):
-            mutation = data.draw(json_mutation(), label="json mutation")
-            body = json.loads(path.read_bytes())
-            body.pop("crc32c", None)
-            text = _mutate_json(body, mutation)
-            raw = signed(text) if forged_signature else text
-            forge = Forge(bucket.local, NODES[0], EPOCH)
-            if path == forge.manifest_path:
-                forge.write_manifest_bytes(raw)  # the commit record vouches for it
-            else:
-                path.write_bytes(raw)
-        else:
-            no_links = byte_mutation().filter(lambda mutation: mutation[0] != "link_outside")
-            _mutate_bytes(path, data.draw(no_links, label="byte mutation"), bucket.local)
-            if forged_signature:
-                _resign(bucket.local, target)
+        # no links: an object store has none (the local copy is uploaded as plain bytes)
+        forged_signature = forge_drawn(
+            data, bucket.local, pristine_run.targets, bucket.local, links=False
+        )
         bucket.upload_changes()
         _check_load(pristine_run, bucket, exact=not forged_signature)
     finally:

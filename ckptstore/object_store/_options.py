@@ -10,6 +10,7 @@ Unknown option names are refused with the list of accepted ones.
 Example::
 
     >>> from dataclasses import dataclass
+    >>> import fsspec
     >>> @dataclass(frozen=True, repr=False)
     ... class MyOptions(ObjectStoreOptions):
     ...     STORE = "My"
@@ -17,7 +18,7 @@ Example::
     ...     ENV_PREFIX = "CKPTSTORE_MY"
     ...     token: str | None = None
     ...     parts_threshold = 8 << 20
-    ...     def open_filesystem(self, url): raise NotImplementedError
+    ...     def open_filesystem(self, url): return fsspec.filesystem("memory")
     ...     def secrets(self): return (self.token,) if self.token else ()
     ...     @classmethod
     ...     def _with_environment(cls, given, env): return given

@@ -25,6 +25,7 @@ all saves and epochs, the median loop time, the highest peak.
 
     python -m benchmarks.training_loop           # 512 MiB and 1 GiB, 10 epochs
     python -m benchmarks.training_loop --mib 512 --repeat 3
+    python -m benchmarks.training_loop --mib 512 --compute-threads 1   # a core left free
     python -m benchmarks.training_loop --smoke   # 16 MiB, 3 epochs, in one process (CI)
     python -m benchmarks.training_loop --docs    # also write docs/benchmarks.md's section
 """
@@ -46,10 +47,12 @@ from typing import Any
 from benchmarks.peers import installed, remove
 from benchmarks.report import RESULTS, publish
 from benchmarks.training_rows import (
+    COMPUTE_THREADS,
     NODE,
     ROWS,
     async_supported,
     compute,
+    compute_threads,
     make_state,
     run_row,
 )
@@ -89,6 +92,11 @@ def calibrate(mib: int, directory: Path) -> Calibration:
     finally:
         remove(target)
     save_s = min(saves)
+    with compute_threads():
+        return _fit_compute(state, save_s)
+
+
+def _fit_compute(state: dict[str, Any], save_s: float) -> Calibration:
     started = time.perf_counter()
     compute(state, 0)
     update_s = time.perf_counter() - started
@@ -124,7 +132,7 @@ def run_loop(
 
 def available(label: str) -> str | None:
     """Why a loop cannot run here, or None."""
-    if ROWS[label] == "async" and not async_supported():
+    if ROWS[label] in ("async", "async-nice0") and not async_supported():
         return "not available (this ckptstore's JobRunner has no async_save)"
     if ROWS[label] == "dcp-async" and not installed("torch"):
         return "not available (torch is not installed: `pip install -e '.[bench]'`)"
@@ -242,7 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk", default=str(RESULTS / "scratch"), help="directory on disk")
     parser.add_argument("--smoke", action="store_true", help="16 MiB, 3 epochs, one process")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/")
+    parser.add_argument(
+        "--compute-threads",
+        type=int,
+        help="BLAS threads of the compute (default: every core, as CPU training; 1 leaves "
+        "the other cores free, as a step on an accelerator does)",
+    )
     args = parser.parse_args(argv)
+    if args.compute_threads:
+        os.environ[COMPUTE_THREADS] = str(args.compute_threads)
     if args.smoke:
         args.mib, args.epochs = [16], 3
     directory = Path(args.disk)
@@ -252,9 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         options += " --mib " + " ".join(str(mib) for mib in args.mib)
     if args.repeat > 1:
         options += f" --repeat {args.repeat}"
+    threads = "every core"
+    if args.compute_threads:
+        options += f" --compute-threads {args.compute_threads}"
+        threads = f"{args.compute_threads} BLAS thread{'s' if args.compute_threads > 1 else ''}"
     report = [
         f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
-        f"zarr with its default settings; {len(os.sched_getaffinity(0))} CPUs, load average "
+        f"zarr with its default settings; compute on {threads}; "
+        f"{len(os.sched_getaffinity(0))} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
     ]
     for mib in args.mib:
@@ -281,7 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                 results[label] = combine(done)
         results = {label: results[label] for label in ROWS}
         report += ["", section(mib, args.epochs, calibration, results, args.repeat)]
-    publish("\n".join(report), "training_loop", "training-loop", smoke=args.smoke, docs=args.docs)
+    name, marker = "training_loop", "training-loop"
+    if args.compute_threads:
+        name += f"_{args.compute_threads}thread"
+        marker += f"-{args.compute_threads}thread"
+    publish("\n".join(report), name, marker, smoke=args.smoke, docs=args.docs)
     return 0
 
 

@@ -12,11 +12,13 @@ CPU; ``peak_above_state``: the most resident memory above the state).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,25 @@ def make_state(mib: int) -> State:
     return state
 
 
+COMPUTE_THREADS = "CKPTSTORE_BENCH_COMPUTE_THREADS"
+"""Environment variable: BLAS threads the compute may use (unset: the BLAS default,
+every core)."""
+
+
+@contextlib.contextmanager
+def compute_threads() -> Iterator[None]:
+    """Limit BLAS to ``$CKPTSTORE_BENCH_COMPUTE_THREADS`` threads while inside (a training
+    step that leaves host cores free, as an accelerator's does)."""
+    threads = os.environ.get(COMPUTE_THREADS)
+    if not threads:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(threads), user_api="blas"):
+        yield
+
+
 def compute(state: State, iterations: int) -> None:
     """One epoch: ``iterations`` matmuls, then an in-place update of every blob (as an
     optimizer step rewrites the parameters)."""
@@ -68,10 +89,16 @@ def async_supported() -> bool:
 
 
 def jobrunner_loop(
-    state: State, epochs: int, iterations: int, directory: Path | None, async_save: bool
+    state: State,
+    epochs: int,
+    iterations: int,
+    directory: Path | None,
+    async_save: bool,
+    background_nice: int | None = None,
 ) -> Timings:
     """``JobRunner(...).train`` with a train task of fixed compute; a save's blocked time
-    is the gap between one compute task's end and the next one's start."""
+    is the gap between one compute task's end and the next one's start.
+    ``background_nice`` overrides the async writer's priority (None: the default)."""
     from ckptstore import CheckpointManager, Job, JobRunner, LocalSession, Node, Task, epoch_limiter
 
     marks: list[float] = []
@@ -92,6 +119,8 @@ def jobrunner_loop(
         epoch_limiter(job, epochs)
     manager = None if directory is None else CheckpointManager(str(directory), NODE, "zarr")
     options: dict[str, Any] = {"async_save": True} if async_save else {}
+    if background_nice is not None:
+        options["background_nice"] = background_nice
     started = time.perf_counter()
     JobRunner(job, manager, **options).train(LocalSession())
     total = time.perf_counter() - started
@@ -188,6 +217,7 @@ ROWS = {
     "np.copyto into preallocated buffers": "copyto",
     "ckptstore sync save (JobRunner)": "sync",
     "ckptstore async save (JobRunner(async_save=True))": "async",
+    "ckptstore async save, writer at training priority (background_nice=0)": "async-nice0",
     "torch.distributed.checkpoint async_save": "dcp-async",
 }
 
@@ -205,6 +235,11 @@ def prepare(row: str) -> None:
 
 def run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) -> dict[str, Any]:
     """One loop; ``row`` is a value of :data:`ROWS`."""
+    with compute_threads():
+        return _run_row(row, mib, epochs, iterations, directory)
+
+
+def _run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) -> dict[str, Any]:
     prepare(row)
     state = make_state(mib)
     reset_peak_resident()
@@ -215,6 +250,8 @@ def run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) -
         blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, False)
     elif row == "async":
         blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True)
+    elif row == "async-nice0":
+        blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True, 0)
     elif row == "copyto":
         blocked, total, computes = copyto_loop(state, epochs, iterations)
     elif row == "dcp-async":

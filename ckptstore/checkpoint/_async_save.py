@@ -52,6 +52,7 @@ from ckptstore.errors import (
 )
 from ckptstore.execution._session import Runnable, Session
 from ckptstore.execution._workspace import Workspace
+from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._staging import StagingPool
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._stats import NodeStats
@@ -62,12 +63,14 @@ log = logging.getLogger(__name__)
 
 
 class _Worker:
-    """One daemon thread running queued jobs in order. Daemon: a process that exits
-    (or is interrupted and gives up) abandons an unfinished write, which is never
-    committed and so never resumed from."""
+    """One daemon thread running queued jobs in order, ``nice`` levels below the thread
+    that starts it (:func:`~ckptstore.io.lower_thread_priority`: so are the I/O threads
+    it starts). Daemon: a process that exits (or is interrupted and gives up) abandons
+    an unfinished write, which is never committed and so never resumed from."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, nice: int = 0) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._nice = nice
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -77,6 +80,7 @@ class _Worker:
         return future
 
     def _loop(self) -> None:
+        lower_thread_priority(self._nice)
         while True:
             job, future = self._jobs.get()
             if not future.set_running_or_notify_cancel():
@@ -93,23 +97,23 @@ class _Worker:
 class _NodeWriter:
     """A node's staging pool and writer thread in this process."""
 
-    def __init__(self, node: str, slots: int) -> None:
+    def __init__(self, node: str, slots: int, nice: int) -> None:
         self.pool = StagingPool(slots)
-        self.worker = _Worker(f"ckptstore-save-{node}")
+        self.worker = _Worker(f"ckptstore-save-{node}", nice)
 
 
 _lock = threading.Lock()
-_writers: dict[tuple[str, str, int], _NodeWriter] = {}
+_writers: dict[tuple[str, str, int, int], _NodeWriter] = {}
 _tickets: dict[int, Future[NodeStats]] = {}
 _ticket_ids = itertools.count(1)
 
 
-def _writer(location: CheckpointLocation, node: str, slots: int) -> _NodeWriter:
-    key = (location.storage.display_url, node, slots)
+def _writer(location: CheckpointLocation, node: str, slots: int, nice: int) -> _NodeWriter:
+    key = (location.storage.display_url, node, slots, nice)
     with _lock:
         writer = _writers.get(key)
         if writer is None:
-            writer = _writers[key] = _NodeWriter(node, slots)
+            writer = _writers[key] = _NodeWriter(node, slots, nice)
         return writer
 
 
@@ -123,15 +127,17 @@ def stage_node(
     slots: int = 1,
     retries: int = 0,
     backoff: float = 0.5,
+    nice: int = 0,
 ) -> int:
     """Copy the listed blobs into a staging slot (waiting for a free one: the node's
     back-pressure) and queue their write (:func:`save_arrays`: uncommitted, as every
     node's part of a save); returns the ticket :func:`await_node_save` takes.
 
-    The write is retried ``retries`` times on storage errors, from the same staged copy.
+    The write is retried ``retries`` times on storage errors, from the same staged copy,
+    on a writer thread ``nice`` levels below the calling thread's priority.
     """
     arrays = blobs_to_save(ws, node, epoch, names)
-    writer = _writer(location, node, slots)
+    writer = _writer(location, node, slots, nice)
     slot = writer.pool.acquire()
     try:
         staged = slot.stage(arrays)

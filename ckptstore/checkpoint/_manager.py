@@ -53,21 +53,31 @@ from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 from ckptstore.records._stats import NodeStats
 
-__all__ = ["DEFAULT_DB_TYPE", "CheckpointManager", "ManagerBase", "StageOptions"]
+__all__ = [
+    "BACKGROUND_NICE",
+    "DEFAULT_DB_TYPE",
+    "CheckpointManager",
+    "ManagerBase",
+    "StageOptions",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DB_TYPE = "zarr"
+BACKGROUND_NICE = 10
+"""How many nice levels below the training thread an asynchronous save writes."""
 
 
 @dataclass(frozen=True)
 class StageOptions:
     """How an asynchronous save stages and writes on each node: staging slots (saves
-    that may be in flight), and retries of the background write with their backoff."""
+    that may be in flight), retries of the background write with their backoff, and how
+    many nice levels below the training thread the write runs."""
 
     slots: int = 1
     retries: int = 0
     backoff: float = 0.5
+    nice: int = 0
 
 
 class ManagerBase(ABC):
@@ -187,6 +197,7 @@ class ManagerBase(ABC):
         retries: int = 0,
         backoff: float = 0.5,
         after_commit: Callable[[int, list[NodeStats]], None] | None = None,
+        background_nice: int = BACKGROUND_NICE,
     ) -> SaveFuture:
         """Save ``epoch`` in the background; returns once every node's blobs are copied
         into staging buffers (training may then change them).
@@ -197,6 +208,10 @@ class ManagerBase(ABC):
         most ``max_in_flight`` saves are unfinished: this call first waits for the
         oldest, and raises (typed) the error of an earlier save nobody observed. A
         node's background write is retried ``retries`` times from its staged copy.
+
+        The background write runs ``background_nice`` nice levels below the calling
+        thread (Linux; its I/O threads too), so that training keeps the CPU when it uses
+        every core; 0 writes at the training thread's priority.
 
         Example::
 
@@ -211,7 +226,9 @@ class ManagerBase(ABC):
         """
         if max_in_flight < 1:
             raise JobConfigurationError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        options = StageOptions(max_in_flight, retries, backoff)
+        if background_nice < 0:
+            raise JobConfigurationError(f"background_nice must be >= 0, got {background_nice}")
+        options = StageOptions(max_in_flight, retries, backoff, background_nice)
 
         def finish(tickets: list[Any]) -> list[NodeStats]:
             results = cast("list[NodeStats]", session.run(self._finish_group(epoch, tickets)))
@@ -520,6 +537,7 @@ class CheckpointManager(ManagerBase):
             slots=options.slots,
             retries=options.retries,
             backoff=options.backoff,
+            nice=options.nice,
         )
 
     def _await_work(self, epoch: int, ticket: int) -> Callable[[Workspace], NodeStats]:

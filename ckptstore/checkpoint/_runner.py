@@ -30,7 +30,7 @@ from functools import partial
 import numpy as np
 
 from ckptstore.checkpoint._async_save import SaveFuture
-from ckptstore.checkpoint._manager import CheckpointManager, ManagerBase
+from ckptstore.checkpoint._manager import BACKGROUND_NICE, CheckpointManager, ManagerBase
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
 from ckptstore.errors import (
@@ -147,7 +147,8 @@ class JobRunner:
     With ``async_save`` each save returns once the blobs are copied into staging
     buffers and is written, committed, catalogued and retained in the background while
     the next epoch trains (see :meth:`ManagerBase.save_async`); at most
-    ``max_saves_in_flight`` are unfinished. A background failure is collected at the
+    ``max_saves_in_flight`` are unfinished; they write ``background_nice`` nice levels
+    below the training thread (Linux). A background failure is collected at the
     next save or at the end of :meth:`train` and counts exactly like a synchronous one;
     ``train`` returns only after the last save finished. On Ctrl-C, ``train`` waits for
     the saves in flight (a second Ctrl-C abandons them: they are never committed).
@@ -187,6 +188,7 @@ class JobRunner:
         retention: RetentionPolicy | None = None,
         async_save: bool = False,
         max_saves_in_flight: int = 1,
+        background_nice: int = BACKGROUND_NICE,
         overwrite: bool = False,
         lease_ttl: float | None = DEFAULT_LEASE_TTL,
     ) -> None:
@@ -216,6 +218,7 @@ class JobRunner:
         self._consecutive_failures = 0
         self.async_save = async_save
         self.max_saves_in_flight = max_saves_in_flight
+        self.background_nice = background_nice
         self._in_flight: list[SaveFuture] = []
         self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
         self.already_finished = False
@@ -464,6 +467,7 @@ class JobRunner:
                     retries=self.save_retries,
                     backoff=self.retry_backoff,
                     after_commit=partial(self._after_async_commit, manager),
+                    background_nice=self.background_nice,
                 )
         except AlreadyCommittedError:
             raise

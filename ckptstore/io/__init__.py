@@ -17,6 +17,7 @@ from ckptstore.io._chunking import (
 )
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
 from ckptstore.io._gc import paused_gc
+from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._staging import StagingPool, StagingSlot
 
@@ -37,5 +38,6 @@ __all__ = [
     "chunk_data",
     "crc32c_of",
     "grid_chunk_shape",
+    "lower_thread_priority",
     "paused_gc",
 ]

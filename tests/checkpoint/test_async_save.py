@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from ckpt_helpers import (
 from ckptstore import (
     CheckpointManager,
     CopyUpload,
+    JobConfigurationError,
     JobRunner,
     LocalSession,
     MultiNodeCheckpointManager,
@@ -39,7 +41,9 @@ from ckptstore import (
 )
 from ckptstore._types import Buffer
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.checkpoint._manager import BACKGROUND_NICE
 from ckptstore.io import ParallelIO
+from ckptstore.io._priority import MAX_NICE, thread_nice
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol
@@ -393,3 +397,45 @@ def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
     assert runner.committed_epochs == []
     assert protocol.committed_nodes(manager.location.storage, 0) == set()
     assert manager.get_resume_from_epoch_id() is None
+
+
+NICE_SEEN: list[int] = []
+
+
+class NiceRecordingLocalPath(LocalPath):
+    """Local disk recording the nice value of each thread writing data."""
+
+    name = "nice_recording_local"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def open_positional(self, key: str, size: int) -> Any:
+        NICE_SEEN.append(thread_nice())
+        return super().open_positional(key, size)
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        NICE_SEEN.append(thread_nice())
+        super().write_parts(key, parts)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice: Linux")
+@pytest.mark.parametrize("background_nice", [BACKGROUND_NICE, 3, 0])
+def test_the_background_write_runs_below_the_training_threads_priority(
+    tmp_path: Path, registry: Registry, background_nice: int
+) -> None:
+    register_storage(registry, NiceRecordingLocalPath)
+    NICE_SEEN.clear()
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="nice_recording_local")
+    training = thread_nice()
+    options = {} if background_nice == BACKGROUND_NICE else {"background_nice": background_nice}
+    manager.save_async(1, session, **options).result(timeout=60)
+    assert NICE_SEEN, "the save wrote nothing through the path type"
+    assert set(NICE_SEEN) == {min(MAX_NICE, training + background_nice)}
+    assert thread_nice() == training  # the training thread's own priority is untouched
+
+
+def test_a_negative_background_nice_is_refused(tmp_path: Path) -> None:
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session)
+    with pytest.raises(JobConfigurationError, match="background_nice must be >= 0"):
+        manager.save_async(1, session, background_nice=-5)

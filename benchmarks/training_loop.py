@@ -92,20 +92,33 @@ def calibrate(mib: int, directory: Path) -> Calibration:
     finally:
         remove(target)
     save_s = min(saves)
+    os.sync()  # the saves' write-back would otherwise take CPU from the compute probes
     with compute_threads():
         return _fit_compute(state, save_s)
 
 
+PROBE_S = 0.5
+"""Each compute probe runs at least this long (a few matmuls time the BLAS warm-up)."""
+
+
 def _fit_compute(state: dict[str, Any], save_s: float) -> Calibration:
+    """Time the update and the matmuls (median of 3 probes of >= ``PROBE_S`` each), then
+    pick the matmul count that makes an epoch ``COMPUTE_OVER_SAVE`` x ``save_s``."""
     started = time.perf_counter()
     compute(state, 0)
     update_s = time.perf_counter() - started
-    probe = 50
-    started = time.perf_counter()
-    compute(state, probe)
-    per_iteration = max(1e-9, (time.perf_counter() - started - update_s) / probe)
-    iterations = max(0, round((COMPUTE_OVER_SAVE * save_s - update_s) / per_iteration))
-    return Calibration(save_s, iterations, update_s + iterations * per_iteration)
+    probe, per_iteration = 16, []
+    while len(per_iteration) < 3:
+        started = time.perf_counter()
+        compute(state, probe)
+        elapsed = time.perf_counter() - started - update_s
+        if elapsed < PROBE_S:
+            probe *= 2
+            continue
+        per_iteration.append(max(1e-9, elapsed / probe))
+    each = statistics.median(per_iteration)
+    iterations = max(0, round((COMPUTE_OVER_SAVE * save_s - update_s) / each))
+    return Calibration(save_s, iterations, update_s + iterations * each)
 
 
 def run_loop(

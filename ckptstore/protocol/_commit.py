@@ -143,8 +143,12 @@ class NodeCommit:
         cls, data: bytes, *, url: str, key: str, node: str, epoch: int
     ) -> tuple[NodeCommit, str]:
         """A node's commit record and its commit time; it must name ``node`` and
-        ``epoch`` (a record copied under another name is corrupt, not trusted)."""
-        document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
+        ``epoch`` (a record copied under another name is corrupt, not trusted); a damaged
+        one raises a :class:`CorruptCheckpointError` naming them."""
+        try:
+            document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
+        except CorruptCheckpointError as error:
+            raise error.located(node=node, epoch=epoch) from None
         try:
             if document["node"] != node or json_int(document, "epoch") != epoch:
                 raise ValueError(
@@ -153,7 +157,7 @@ class NodeCommit:
             return cls.decode(node, epoch, document), str(document["committed_at"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorruptCheckpointError(
-                f"commit record is malformed: {error}", url=url, file=key
+                f"commit record is malformed: {error}", url=url, file=key, node=node, epoch=epoch
             ) from None
 
     @classmethod

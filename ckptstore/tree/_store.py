@@ -30,6 +30,7 @@ from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
+    check_can_hold,
     commit_epoch,
     open_node,
     read_blobs,
@@ -81,6 +82,7 @@ def save_tree(
         SPEC_BLOB: np.frombuffer(document, dtype=np.uint8),
     }
     storage = location.storage
+    check_can_hold(storage, location.db_type)  # before the retraction: nothing lost
     retract_epoch(storage, epoch, [node])
     commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
     commit_epoch(storage, epoch, [commit])

@@ -37,6 +37,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
+from ckptstore.records._layout import parse_commit_record_key
 from ckptstore.records._stats import NodeStats
 
 SMALL_CHUNKS = IOSettings(chunk_bytes=4096, concurrency=2, memory_budget=1 << 20)
@@ -87,6 +88,30 @@ class CountingLocalPath(LocalPath):
     def reset(self) -> None:
         self.chunk_reads.clear()
         self.document_reads.clear()
+
+
+class RequestCountingPath(CountingLocalPath):
+    """Local disk that also records every listing (its prefix) and every commit record
+    read (its epoch)."""
+
+    name = "request_counting"
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.listings: list[str] = []
+        self.record_reads: list[int] = []
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        with self._count_lock:
+            self.listings.append(prefix)
+        return super().list_keys(prefix)
+
+    def get_document(self, key: str) -> bytes | None:
+        epoch = parse_commit_record_key(key)
+        if epoch is not None:
+            with self._count_lock:
+                self.record_reads.append(epoch)
+        return super().get_document(key)
 
 
 class RecordingMemoryPath(FsspecPath):

@@ -55,6 +55,7 @@ def save_alone(
             partial(
                 check_not_committed,
                 storage=where.storage,
+                db_type=where.db_type,
                 epoch=epoch,
                 nodes=[node],
                 overwrite=False,

@@ -169,6 +169,7 @@ class ManagerBase(ABC):
         check = partial(
             check_not_committed,
             storage=storage,
+            db_type=self.location.db_type,
             epoch=epoch,
             nodes=self.node_names(),
             overwrite=self.overwrite,

@@ -38,6 +38,7 @@ from ckptstore.errors import (
 )
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io import paused_gc
+from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import validate_blob_name
@@ -151,11 +152,14 @@ def save_arrays(
 
 
 def check_not_committed(
-    *, storage: PathType, epoch: int, nodes: Sequence[str], overwrite: bool
+    *, storage: PathType, db_type: DBType, epoch: int, nodes: Sequence[str], overwrite: bool
 ) -> None:
-    """Before any node's part of an epoch's save: committed checkpoints are write-once
-    (:class:`~ckptstore.errors.AlreadyCommittedError`; ``overwrite`` uncommits them
-    first). A multi-node save's ``before_run``; a single-node save runs it in its task."""
+    """Before any node's part of an epoch's save: a format ``storage`` cannot hold is
+    refused (:func:`~ckptstore.protocol.check_can_hold`) before anything is retracted;
+    committed checkpoints are write-once (:class:`~ckptstore.errors.AlreadyCommittedError`;
+    ``overwrite`` uncommits them first). A multi-node save's ``before_run``; a
+    single-node save runs it in its task."""
+    protocol.check_can_hold(storage, db_type)
     with _failing(storage, epoch, nodes):
         protocol.check_not_committed(storage, epoch, nodes, overwrite=overwrite)
 

@@ -52,8 +52,7 @@ from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import require_commit
-from ckptstore.protocol._inventory import committed_epochs
+from ckptstore.protocol import CommitListing, require_commit
 
 __all__ = [
     "EXIT_CORRUPT",
@@ -68,6 +67,7 @@ __all__ = [
     "add_progress_flag",
     "add_storage_options",
     "chosen_epochs",
+    "committed",
     "format_bytes",
     "guarded",
     "no_committed_epoch",
@@ -123,9 +123,17 @@ def add_epoch_selection(parser: argparse.ArgumentParser, epoch_help: str) -> Non
     parser.add_argument("--latest", action="store_true", help="only the newest committed epoch")
 
 
+def committed(storage: PathType) -> list[int]:
+    """The epochs with a commit record in ``storage``, ascending, from the one listing
+    resume takes (:class:`~ckptstore.protocol.CommitListing`). Unlike resume, the
+    commands do not pass over a damaged newest epoch: they act on it and report the
+    damage (exit 3, naming the epoch)."""
+    return CommitListing.of(storage).epochs
+
+
 def chosen_epochs(storage: PathType, args: argparse.Namespace) -> list[int]:
     """The epochs ``--epoch``/``--latest`` select among those committed in ``storage``."""
-    return parse_epochs(args.epoch, committed_epochs(storage), latest=args.latest)
+    return parse_epochs(args.epoch, committed(storage), latest=args.latest)
 
 
 def epochs_progress(

@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.cli._common import committed
 from ckptstore.cli._main import EXIT_ERROR, EXIT_OK
 from ckptstore.cli._output import fail
-from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 
@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     result = run_demo(config)
     if result is None:
         return EXIT_OK
-    committed = committed_epochs(LocalPath(config.directory))
-    if not committed or committed[-1] < result.last_epoch:
-        newest = f"epoch {committed[-1]}" if committed else "none"
+    epochs = committed(LocalPath(config.directory))
+    if not epochs or epochs[-1] < result.last_epoch:
+        newest = f"epoch {epochs[-1]}" if epochs else "none"
         return fail(
             f"trained to epoch {result.last_epoch} but the newest checkpoint in "
             f"{config.directory} is {newest}: saving failed (see above); use a writable "

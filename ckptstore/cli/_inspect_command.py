@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.tools._checking import describe_epoch
 
 
@@ -34,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
     epoch = args.epoch
     if epoch is None:
-        committed = committed_epochs(storage)
+        committed = common.committed(storage)
         if not committed:
             return common.no_committed_epoch(storage, args)
         epoch = committed[-1]

@@ -23,6 +23,7 @@ Example::
 from ckptstore.protocol._commit import (
     EpochCommit,
     NodeCommit,
+    check_can_hold,
     check_not_committed,
     commit_epoch,
     committed_nodes,
@@ -62,6 +63,7 @@ __all__ = [
     "NodeEntry",
     "RunEntry",
     "WriterLease",
+    "check_can_hold",
     "check_not_committed",
     "commit_epoch",
     "committed_epochs",

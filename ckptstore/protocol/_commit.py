@@ -86,6 +86,7 @@ from ckptstore.records._names import get_ckpt_filename, validate_blob_name, vali
 __all__ = [
     "EpochCommit",
     "NodeCommit",
+    "check_can_hold",
     "check_not_committed",
     "commit_epoch",
     "committed_nodes",
@@ -143,8 +144,12 @@ class NodeCommit:
         cls, data: bytes, *, url: str, key: str, node: str, epoch: int
     ) -> tuple[NodeCommit, str]:
         """A node's commit record and its commit time; it must name ``node`` and
-        ``epoch`` (a record copied under another name is corrupt, not trusted)."""
-        document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
+        ``epoch`` (a record copied under another name is corrupt, not trusted); a damaged
+        one raises a :class:`CorruptCheckpointError` naming them."""
+        try:
+            document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
+        except CorruptCheckpointError as error:
+            raise error.located(node=node, epoch=epoch) from None
         try:
             if document["node"] != node or json_int(document, "epoch") != epoch:
                 raise ValueError(
@@ -153,7 +158,7 @@ class NodeCommit:
             return cls.decode(node, epoch, document), str(document["committed_at"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorruptCheckpointError(
-                f"commit record is malformed: {error}", url=url, file=key
+                f"commit record is malformed: {error}", url=url, file=key, node=node, epoch=epoch
             ) from None
 
     @classmethod
@@ -225,6 +230,18 @@ class EpochCommit:
 # -- writing ---------------------------------------------------------------------------
 
 
+def check_can_hold(storage: PathType, db_type: DBType) -> None:
+    """Raise :class:`~ckptstore.errors.JobConfigurationError` if ``db_type`` cannot be
+    written on ``storage`` (a format that needs a renaming, local path type, such as
+    LMDB, on an object store). A save calls it before it touches anything committed
+    (an ``overwrite`` retracts the epoch first), and :func:`write_node` again."""
+    if db_type.needs_rename and not storage.supports_rename:
+        raise JobConfigurationError(
+            f"DB type {db_type.name!r} works only on local disk, not on {storage.display_url}; "
+            "use 'zarr' or 'npz' for object stores"
+        )
+
+
 @paused_gc()
 def write_node(
     storage: PathType,
@@ -240,11 +257,7 @@ def write_node(
     arrays = {validate_blob_name(name): as_blob(name, value) for name, value in blobs.items()}
     for name, array in arrays.items():
         db_type.check_blob(name, array)
-    if db_type.needs_rename and not storage.supports_rename:
-        raise JobConfigurationError(
-            f"DB type {db_type.name!r} works only on local disk, not on {storage.display_url}; "
-            "use 'zarr' or 'npz' for object stores"
-        )
+    check_can_hold(storage, db_type)
     manifests: list[NodeManifest] = []
 
     def fill(root: str) -> bytes:

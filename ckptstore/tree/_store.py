@@ -29,8 +29,9 @@ from ckptstore.checkpoint import ManagerBase
 from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.protocol import (
     CheckpointLocation,
+    CommitListing,
+    check_can_hold,
     commit_epoch,
-    committed_epochs,
     open_node,
     read_blobs,
     retract_epoch,
@@ -81,6 +82,7 @@ def save_tree(
         SPEC_BLOB: np.frombuffer(document, dtype=np.uint8),
     }
     storage = location.storage
+    check_can_hold(storage, location.db_type)  # before the retraction: nothing lost
     retract_epoch(storage, epoch, [node])
     commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
     commit_epoch(storage, epoch, [commit])
@@ -95,7 +97,8 @@ def load_tree(
     adapter: ArrayAdapter | None = None,
 ) -> object:
     """The tree :func:`save_tree` saved as ``node``'s checkpoint of ``epoch`` (default:
-    the newest epoch committed for ``node``), verified against its checksums."""
+    the newest epoch committed for ``node``, as :func:`latest_tree_epoch` finds it),
+    verified against its checksums."""
     validate_node_name(node)
     location = _location(target, db_type)
     storage = location.storage
@@ -128,17 +131,19 @@ def load_tree(
 
 
 def latest_tree_epoch(target: TreeTarget, *, node: str = "tree", db_type: str = "zarr") -> int:
-    """The newest epoch committed for ``node`` under ``target``; raises
+    """The newest epoch committed for ``node`` under ``target``, found as a resume finds
+    it: one listing of the control directory, then the candidates' commit records, newest
+    first; a damaged record is passed over with a warning. Raises
     :class:`~ckptstore.CheckpointNotFoundError` if there is none."""
     return _newest(_location(target, db_type), validate_node_name(node))
 
 
 def _newest(location: CheckpointLocation, node: str) -> int:
-    for epoch in reversed(committed_epochs(location.storage)):
-        try:
-            open_node(location.storage, node, epoch)
-        except CheckpointNotFoundError:
-            continue
+    """The newest epoch committed for ``node``: the question resume asks
+    (:meth:`~ckptstore.protocol.CommitListing.newest_complete`: one listing, then the
+    candidates' records newest first; a damaged one is skipped with a warning)."""
+    epoch = CommitListing.of(location.storage).newest_complete([node])
+    if epoch is not None:
         return epoch
     raise CheckpointNotFoundError(
         location.storage.display_url,

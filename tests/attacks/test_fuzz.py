@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tracemalloc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ from ckptstore.testing.conformance.jobs import NODES, counting_job
 from tests.attacks.attacks import ALL_FORMATS
 from tests.attacks.forge import Forge, OutsideWatch, canonical, signed
 from tests.attacks.test_attacks import db_type
+
+Values = dict[str, dict[str, np.ndarray[Any, Any]]]
+"""Loaded or saved blobs: node -> blob name -> value."""
 
 EPOCH = 1
 MEMORY_BOUND = 128 << 20
@@ -61,11 +65,11 @@ PROFILE = settings.get_profile(os.environ.get("CKPTSTORE_FUZZ_PROFILE", "ci"))
 class Pristine:
     fmt: str
     run: Path
-    values: dict[str, dict[str, np.ndarray[Any, Any]]]  # node -> blob -> value
+    values: Values
     targets: tuple[str, ...]  # files of epoch 1 that may be mutated, relative to run
 
 
-def _load(run: Path, fmt: str) -> dict[str, dict[str, np.ndarray[Any, Any]]]:
+def _load(run: Path, fmt: str) -> Values:
     session = LocalSession()
     manager = MultiNodeCheckpointManager(str(run), db_type(fmt))
     session.run(manager.init(list(NODES), retrieve_from_epoch=EPOCH))
@@ -156,7 +160,8 @@ def json_mutation(draw: st.DrawFn) -> tuple[str, Any]:
 
 def _walk_to(document: Any, choices: list[int]) -> tuple[Any, Any]:
     """A container inside ``document`` and a key/index in it, chosen by ``choices``."""
-    container, key = None, None
+    container: Any = None
+    key: Any = None
     node = document
     for choice in choices:
         if isinstance(node, dict) and node:
@@ -231,7 +236,7 @@ def _resign(run: Path, relative: str) -> None:
 def forge_drawn(
     data: st.DataObject,
     run: Path,
-    targets: list[str],
+    targets: Sequence[str],
     outside: Path,
     *,
     links: bool = True,
@@ -322,16 +327,25 @@ def _check_load(pristine: Pristine, case: Case, *, exact: bool) -> None:
     assert peak < MEMORY_BOUND
     assert case.watch.events() == 0, "something outside the prefix was accessed"
     assert (case.outside / "secret").read_bytes() == b"outside the prefix"
+    assert_loaded_matches(loaded, pristine.values, exact=exact)
+
+
+def assert_loaded_matches(loaded: Values | None, saved: Values, *, exact: bool) -> None:
+    """What a forged epoch loaded, against the ``saved`` values: nothing to check when
+    the load failed typed (``None``); otherwise every node was loaded and, with
+    ``exact`` (no checksum was re-signed), every blob has the saved dtype, shape and
+    bytes."""
     if loaded is None:
         return
-    for node, blobs in pristine.values.items():
+    for node, blobs in saved.items():
+        got_blobs = loaded[node]
+        if not exact:
+            continue
         for name, value in blobs.items():
-            if exact or name in loaded[node]:
-                got = loaded[node][name]
-                if exact:
-                    assert got.dtype == value.dtype
-                    assert got.shape == value.shape
-                    assert got.tobytes() == value.tobytes()
+            got = got_blobs[name]
+            assert got.dtype == value.dtype
+            assert got.shape == value.shape
+            assert got.tobytes() == value.tobytes()
 
 
 def test_every_stored_file_replaced_by_a_link_out_fails_typed(

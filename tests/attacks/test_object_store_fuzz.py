@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,11 +39,12 @@ from tests.attacks.test_fuzz import (
     EPOCH,
     MEMORY_BOUND,
     PROFILE,
+    Values,
+    assert_loaded_matches,
     forge_drawn,
 )
 from tests.attacks.test_object_store_attacks import assert_under_prefix, copy_down, put_back
 
-Values = dict[str, dict[str, np.ndarray[Any, Any]]]
 OBJECT_PROFILE = (
     settings(PROFILE, max_examples=3)
     if os.environ.get("CKPTSTORE_FUZZ_PROFILE", "ci") == "ci"
@@ -168,13 +168,4 @@ def _check_load(pristine: PristineRun, bucket: Bucket, *, exact: bool) -> None:
         tracemalloc.stop()
     assert peak < MEMORY_BOUND
     assert_under_prefix(bucket.proxy, bucket.url.split("/")[2])
-    if loaded is None:
-        return
-    for node, blobs in pristine.values.items():
-        for name, value in blobs.items():
-            if exact or name in loaded[node]:
-                got = loaded[node][name]
-                if exact:
-                    assert got.dtype == value.dtype
-                    assert got.shape == value.shape
-                    assert got.tobytes() == value.tobytes()
+    assert_loaded_matches(loaded, pristine.values, exact=exact)

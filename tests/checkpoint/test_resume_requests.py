@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import CountingLocalPath, build_counter_job, register_storage
+from ckpt_helpers import RequestCountingPath, build_counter_job, register_storage
 
 from ckptstore import (
     JobConfigurationError,
@@ -26,36 +26,11 @@ from ckptstore.records._layout import (
     CONTROL_DIR,
     manifest_key,
     node_commit_key,
-    parse_commit_record_key,
 )
 from ckptstore.records._names import get_ckpt_filename
 
 NODES = ("trainer_0", "trainer_1")
 EPOCHS = 5
-
-
-class RequestCountingPath(CountingLocalPath):
-    """Local disk that also records every listing (its prefix) and every commit record
-    read (its epoch)."""
-
-    name = "request_counting"
-
-    def __init__(self, url: str, **options: Any) -> None:
-        super().__init__(url, **options)
-        self.listings: list[str] = []
-        self.record_reads: list[int] = []
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        with self._count_lock:
-            self.listings.append(prefix)
-        return super().list_keys(prefix)
-
-    def get_document(self, key: str) -> bytes | None:
-        epoch = parse_commit_record_key(key)
-        if epoch is not None:
-            with self._count_lock:
-                self.record_reads.append(epoch)
-        return super().get_document(key)
 
 
 def _trained(root: Path, registry: Registry) -> None:

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from cli_helpers import Cli
 
+from ckptstore import protocol
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.records._layout import node_commit_key
+
 
 def test_describes_nodes_and_blobs(cli: Cli, run_url: str) -> None:
     result = cli("inspect", run_url, "--epoch", "2", "--json")
@@ -42,3 +46,21 @@ def test_an_uncommitted_epoch_exits_4(cli: Cli, run_url: str, tmp_path: Path) ->
     assert result.code == 4
     assert "epoch 12 is not committed" in result.err
     assert cli("inspect", str(tmp_path / "empty")).code == 4
+
+
+def test_a_damaged_newest_epoch_is_reported_not_passed_over(cli: Cli, run_url: str) -> None:
+    """The default epoch is the newest with a commit record (``CommitListing``, as for
+    resume), but unlike resume, inspect does not fall back past a damaged one."""
+    (Path(run_url) / node_commit_key(3, "trainer_1")).write_bytes(b"{damaged")
+    result = cli("inspect", run_url)
+    assert result.code == 3
+    assert "epoch 3" in result.err
+    assert "epoch 2" not in result.out
+    assert cli("inspect", run_url, "--epoch", "2").code == 0
+
+
+def test_a_retracted_newest_epoch_is_passed_over(cli: Cli, run_url: str) -> None:
+    protocol.retract_epoch(LocalPath(run_url), 3, ["trainer_0", "trainer_1"])
+    result = cli("inspect", run_url)
+    assert result.code == 0
+    assert "epoch 2" in result.out

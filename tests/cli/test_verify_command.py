@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from cli_helpers import Cli
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.records._layout import node_commit_key
 from ckptstore.testing.conformance import flip_byte
 
 
@@ -59,3 +61,13 @@ def test_progress_goes_to_stderr(cli: Cli, run_url: str) -> None:
     assert re.search(r"100%\|.*\| (\S+)/\1 ", result.err), result.err
     assert "verify:" not in result.out
     assert cli("verify", run_url, "--no-progress").err == ""
+
+
+def test_latest_verifies_a_damaged_newest_epoch_instead_of_an_older_one(
+    cli: Cli, run_url: str
+) -> None:
+    (Path(run_url) / node_commit_key(3, "trainer_0")).write_bytes(b"{damaged")
+    result = cli("verify", run_url, "--latest")
+    assert result.code == 3
+    assert "epoch 3" in result.out + result.err
+    assert "epoch 2" not in result.out

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import RequestCountingPath, register_storage
 
 from ckptstore import CheckpointManager, CheckpointNotFoundError, CorruptCheckpointError
-from ckptstore.protocol import CheckpointLocation, open_node, verify_node
+from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import CheckpointLocation, open_node, retract_epoch, verify_node
+from ckptstore.records._layout import CONTROL_DIR, manifest_key, node_commit_key
+from ckptstore.records._names import get_ckpt_filename
 from ckptstore.tree import SPEC_BLOB, latest_tree_epoch, load_tree, save_tree
 
 
@@ -67,3 +72,54 @@ def test_a_job_checkpoint_is_not_mistaken_for_a_tree(tmp_path: Path) -> None:
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
     with pytest.raises(CorruptCheckpointError, match="not written by save_tree"):
         load_tree(str(tmp_path), 1, node="trainer_0")
+
+
+def test_the_newest_epoch_is_one_listing_and_the_newest_record(
+    tmp_path: Path, registry: Registry
+) -> None:
+    """The same question as resume (``CommitListing.newest_complete``): one listing of
+    the control directory, then only the newest candidate's records; epochs another
+    node saved later are passed over without being read."""
+    for epoch in (1, 2, 3):
+        save_tree(str(tmp_path), epoch, {"epoch": epoch})
+    save_tree(str(tmp_path), 9, {"other": True}, node="other")
+    register_storage(registry, RequestCountingPath)
+    location = CheckpointLocation.open(str(tmp_path), "zarr", path_type="request_counting")
+    storage = location.storage
+    assert isinstance(storage, RequestCountingPath)
+    assert latest_tree_epoch(location) == 3
+    assert storage.listings == [CONTROL_DIR]
+    assert set(storage.record_reads) == {3}
+
+
+def test_a_damaged_newest_record_falls_back_to_the_newest_intact_epoch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for epoch in (1, 2):
+        save_tree(str(tmp_path), epoch, {"epoch": epoch})
+    (tmp_path / node_commit_key(2, "tree")).write_bytes(b"{damaged")
+    with caplog.at_level(logging.WARNING):
+        assert latest_tree_epoch(str(tmp_path)) == 1
+        assert load_tree(str(tmp_path)) == {"epoch": 1}
+    assert "Skipping epoch 2" in caplog.text
+    with pytest.raises(CorruptCheckpointError, match="epoch 2"):  # named: still loud
+        load_tree(str(tmp_path), 2)
+
+
+def test_a_newest_epoch_with_a_damaged_manifest_fails_loudly(tmp_path: Path) -> None:
+    """Its commit record is intact, so it is the newest committed epoch: loading it
+    raises, naming it, instead of quietly loading an older tree."""
+    for epoch in (1, 2):
+        save_tree(str(tmp_path), epoch, {"epoch": epoch})
+    (tmp_path / manifest_key(get_ckpt_filename("tree", 2))).unlink()
+    assert latest_tree_epoch(str(tmp_path)) == 2
+    with pytest.raises(CorruptCheckpointError, match="epoch 2"):
+        load_tree(str(tmp_path))
+
+
+def test_an_epoch_retracted_for_the_tree_is_passed_over(tmp_path: Path) -> None:
+    for epoch in (1, 2):
+        save_tree(str(tmp_path), epoch, {"epoch": epoch})
+    retract_epoch(CheckpointLocation.open(str(tmp_path), "zarr").storage, 2, ["tree"])
+    assert latest_tree_epoch(str(tmp_path)) == 1
+    assert load_tree(str(tmp_path)) == {"epoch": 1}

@@ -7,15 +7,7 @@ runs against a local emulator.
 
 Example::
 
-    >>> import pytest
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import GcsEmulator
-    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-    >>> stack = ExitStack()
-    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-    >>> server.create_bucket("bucket")
-    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
     >>> from ckptstore import CheckpointManager, LocalSession
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
@@ -28,7 +20,6 @@ Example::
     trainer_0.1/blobs.npz
     trainer_0.1/ckptstore.manifest.json
     >>> manager.location.storage.close()
-    >>> stack.close()
 """
 
 from ckptstore.object_store import RequestError, RetryPolicy

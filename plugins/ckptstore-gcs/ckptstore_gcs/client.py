@@ -5,22 +5,13 @@ built on :meth:`GCSClient.ranged_get`).
 
 Example::
 
-    >>> import pytest
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import GcsEmulator
-    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-    >>> stack = ExitStack()
-    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-    >>> server.create_bucket("bucket")
-    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
     >>> from ckptstore_gcs import GCSPath
     >>> client = GCSPath("gs://bucket/run", **options).client  # GCSClient(fs, options, "bucket")
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
     ObjectInfo(size=4)
     >>> client.close()
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -59,15 +50,7 @@ class GCSClient(ObjectStoreClient):
 
     Example::
 
-        >>> import pytest
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import GcsEmulator
-        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-        >>> stack = ExitStack()
-        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-        >>> server.create_bucket("bucket")
-        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
         >>> from ckptstore_gcs import GCSPath
         >>> client = GCSPath("gs://bucket/run", **options).client
         >>> client.run(lambda: client.put("run/blob.part-0", b"abc"))
@@ -76,7 +59,6 @@ class GCSClient(ObjectStoreClient):
         >>> client.run(lambda: client.get("run/blob", 0, None))
         b'abcdef'
         >>> client.close()
-        >>> stack.close()
     """
 
     rules = GCSErrorRules()

@@ -5,15 +5,7 @@ them; aborting deletes them.
 
 Example::
 
-    >>> import pytest
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import GcsEmulator
-    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-    >>> stack = ExitStack()
-    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-    >>> server.create_bucket("bucket")
-    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
     >>> from ckptstore_gcs import GCSPath
     >>> storage = GCSPath("gs://bucket/run", **options)
     >>> client = storage.client
@@ -29,7 +21,6 @@ Example::
     >>> storage.read_bytes("trainer_0.3/blobs.npz")
     b'hello world'
     >>> storage.close()
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -57,15 +48,7 @@ class GCSCompositeUpload(MultipartUpload):
 
     Example::
 
-        >>> import pytest
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import GcsEmulator
-        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-        >>> stack = ExitStack()
-        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-        >>> server.create_bucket("bucket")
-        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
         >>> from ckptstore.object_store import upload_in_parts
         >>> from ckptstore_gcs import GCSPath
         >>> client = GCSPath("gs://bucket/run", **options).client
@@ -75,7 +58,6 @@ class GCSCompositeUpload(MultipartUpload):
         >>> client.run(lambda: client.get("run/blob", 0, None))
         b'one two three'
         >>> client.close()
-        >>> stack.close()
     """
 
     def __init__(self, client: GCSClient, key: str) -> None:

@@ -3,15 +3,7 @@ Storage or an emulator, large objects sent as parallel composite uploads.
 
 Example::
 
-    >>> import pytest
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import GcsEmulator
-    >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-    >>> stack = ExitStack()
-    >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-    >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-    >>> server.create_bucket("bucket")
-    >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+    >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
     >>> from ckptstore import CheckpointManager, LocalSession
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.arange(3.0)
@@ -23,7 +15,6 @@ Example::
     >>> session.workspace("trainer_0")["w"]
     array([0., 1., 2.])
     >>> manager.location.storage.close()
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -47,21 +38,12 @@ class GCSPath(ObjectStorePath[GCSOptions, GCSClient]):
 
     Example::
 
-        >>> import pytest
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import GcsEmulator
-        >>> from ckptstore.testing.fixtures import use_plain_gcsfs
-        >>> stack = ExitStack()
-        >>> use_plain_gcsfs(stack.enter_context(pytest.MonkeyPatch.context()))  # no gRPC probe
-        >>> server = stack.enter_context(GcsEmulator())  # a local GCS for the example
-        >>> server.create_bucket("bucket")
-        >>> options = {"endpoint_url": server.endpoint_url, "token": "anon", "project": "demo"}
+        >>> options = gcs_options("bucket")  # endpoint and token of a fresh bucket
         >>> storage = GCSPath("gs://bucket/run", **options)  # e.g. token="/keys/sa.json"
         >>> storage.write_bytes("a", b"hello")
         >>> storage.size("a"), storage.read_bytes("a", offset=1, length=3)
         (5, b'ell')
         >>> storage.close()
-        >>> stack.close()
     """
 
     name = "gcs"

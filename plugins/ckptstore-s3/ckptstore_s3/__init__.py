@@ -7,17 +7,12 @@ local moto server.
 
 Example::
 
-    >>> import boto3
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import in_process_moto
-    >>> stack = ExitStack()
-    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-    >>> _ = s3.create_bucket(Bucket="quickstart")
+    >>> options = s3_options("quickstart")  # endpoint and keys of a fresh bucket
     >>> from ckptstore import CheckpointManager, LocalSession
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
-    >>> manager = CheckpointManager("s3://quickstart/run", "trainer_0", "npz")
+    >>> manager = CheckpointManager("s3://quickstart/run", "trainer_0", "npz",
+    ...                             storage_options=options)
     >>> _ = session.run(manager.init(["trainer_0"]))
     >>> _ = session.run(manager.save(1))
     >>> for key in manager.location.storage.list_keys():
@@ -25,7 +20,6 @@ Example::
     _ckptstore/epoch-1/trainer_0.commit.json
     trainer_0.1/blobs.npz
     trainer_0.1/ckptstore.manifest.json
-    >>> stack.close()
 """
 
 from ckptstore.object_store import RequestError, RetryPolicy

@@ -4,19 +4,12 @@ supplies the retries and the reads built on :meth:`S3Client.ranged_get`).
 
 Example::
 
-    >>> import boto3
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import in_process_moto
-    >>> stack = ExitStack()
-    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-    >>> _ = s3.create_bucket(Bucket="client-module")
+    >>> options = s3_options("client-module")  # endpoint and keys of a fresh bucket
     >>> from ckptstore_s3 import S3Path
-    >>> client = S3Path("s3://client-module/run").client  # S3Client(fs, options, "bucket")
+    >>> client = S3Path("s3://client-module/run", **options).client  # an S3Client
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
     ObjectInfo(size=4)
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -71,19 +64,12 @@ class S3Client(ObjectStoreClient):
 
     Example::
 
-        >>> import boto3
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import in_process_moto
-        >>> stack = ExitStack()
-        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-        >>> _ = s3.create_bucket(Bucket="client-call")
+        >>> options = s3_options("client-call")  # endpoint and keys of a fresh bucket
         >>> from ckptstore_s3 import S3Path
-        >>> client = S3Path("s3://client-call/run").client
+        >>> client = S3Path("s3://client-call/run", **options).client
         >>> response = client.run(lambda: client.call("head_bucket", "HEAD s3://client-call"))
         >>> response["ResponseMetadata"]["HTTPStatusCode"]
         200
-        >>> stack.close()
     """
 
     rules = S3ErrorRules()

@@ -3,15 +3,9 @@ create, upload parts (numbered from 1), complete, or abort.
 
 Example::
 
-    >>> import boto3
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import in_process_moto
-    >>> stack = ExitStack()
-    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-    >>> _ = s3.create_bucket(Bucket="multipart-module")
+    >>> options = s3_options("multipart-module")  # endpoint and keys of a fresh bucket
     >>> from ckptstore_s3 import S3Path
-    >>> client = S3Path("s3://multipart-module/run").client
+    >>> client = S3Path("s3://multipart-module/run", **options).client
     >>> upload = S3MultipartUpload(client, "run/trainer_0.3/blobs.npz")
     >>> async def send():
     ...     await upload.start()
@@ -20,7 +14,6 @@ Example::
     >>> client.run(send)
     >>> client.run(lambda: client.size("run/trainer_0.3/blobs.npz"))
     31
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -40,22 +33,15 @@ class S3MultipartUpload(MultipartUpload):
 
     Example::
 
-        >>> import boto3
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import in_process_moto
-        >>> stack = ExitStack()
-        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-        >>> _ = s3.create_bucket(Bucket="upload-in-parts")
+        >>> options = s3_options("upload-in-parts")  # endpoint and keys of a fresh bucket
         >>> from ckptstore.object_store import upload_in_parts
         >>> from ckptstore_s3 import S3Path
-        >>> client = S3Path("s3://upload-in-parts/run").client
+        >>> client = S3Path("s3://upload-in-parts/run", **options).client
         >>> parts = [b"a" * (5 << 20), b"b" * 3]  # all but the last part: at least 5 MiB
         >>> client.run(lambda: upload_in_parts(S3MultipartUpload(client, "run/big"), 2,
         ...                                    parts.__getitem__, limit=16))
         >>> client.run(lambda: client.size("run/big"))
         5242883
-        >>> stack.close()
     """
 
     def __init__(self, client: S3Client, key: str) -> None:

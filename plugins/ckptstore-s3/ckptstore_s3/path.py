@@ -3,25 +3,18 @@ S3-compatible server, large objects sent as parallel multipart uploads.
 
 Example::
 
-    >>> import boto3
-    >>> from contextlib import ExitStack
-    >>> from ckptstore.testing import in_process_moto
-    >>> stack = ExitStack()
-    >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-    >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-    >>> _ = s3.create_bucket(Bucket="manager-run")
+    >>> options = s3_options("manager-run")  # endpoint and keys of a fresh bucket
     >>> from ckptstore import CheckpointManager, LocalSession
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.arange(3.0)
     >>> manager = CheckpointManager("s3://manager-run/run", "trainer_0", "npz",
-    ...                             storage_options={"endpoint_url": moto.endpoint_url})
+    ...                             storage_options=options)
     >>> _ = session.run(manager.init(["trainer_0"]))
     >>> _ = session.run(manager.save(1))
     >>> session.workspace("trainer_0")["w"][:] = 0
     >>> _ = session.run(manager.load(1))
     >>> session.workspace("trainer_0")["w"]
     array([0., 1., 2.])
-    >>> stack.close()
 """
 
 from __future__ import annotations
@@ -45,18 +38,11 @@ class S3Path(ObjectStorePath[S3Options, S3Client]):
 
     Example::
 
-        >>> import boto3
-        >>> from contextlib import ExitStack
-        >>> from ckptstore.testing import in_process_moto
-        >>> stack = ExitStack()
-        >>> moto = stack.enter_context(in_process_moto())  # a local S3 server for the example
-        >>> s3 = boto3.client("s3", endpoint_url=moto.endpoint_url)
-        >>> _ = s3.create_bucket(Bucket="path-type")
-        >>> storage = S3Path("s3://path-type/run", endpoint_url=moto.endpoint_url)
+        >>> options = s3_options("path-type")  # endpoint and keys of a fresh bucket
+        >>> storage = S3Path("s3://path-type/run", **options)
         >>> storage.write_bytes("trainer_0.1/a", b"hello")
         >>> storage.read_bytes("trainer_0.1/a")
         b'hello'
-        >>> stack.close()
     """
 
     name = "s3"

@@ -1,0 +1,62 @@
+"""LMDB checkpoints on an object store (moto S3): they get there by ``ckptstore cp``
+(LMDB is written on local disk only) and load from there; a save there is refused
+before anything committed is retracted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore import JobConfigurationError, JobRunner, LocalSession, MultiNodeCheckpointManager
+from ckptstore.builtin._local_path import LocalPath
+from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol import CommitListing
+from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
+from ckptstore.tools import copy_epochs
+from ckptstore.tree import load_tree, save_tree
+
+EPOCHS = [0, 1, 2]
+
+
+def _copied_run(local: Path, url: str) -> None:
+    """A job's LMDB run trained on local disk and copied to ``url`` (as ``cp`` does)."""
+    manager = MultiNodeCheckpointManager(str(local), "lmdb")
+    JobRunner(counting_job(epochs=EPOCHS[-1]), manager).train(LocalSession())
+    copy_epochs(LocalPath(str(local)), get_registry().open_path(url), EPOCHS)
+
+
+def test_a_copied_run_loads_from_the_store(s3_url: str, tmp_path: Path) -> None:
+    _copied_run(tmp_path / "run", s3_url)
+    session = LocalSession()
+    manager = MultiNodeCheckpointManager(s3_url, "lmdb")
+    session.run(manager.init(list(NODES), retrieve_from_epoch=1))
+    session.run(manager.load(1))
+    for node in NODES:
+        for name, value in expected_state(node, 1).items():
+            assert np.array_equal(session.workspace(node)[name], value)
+
+
+def test_overwriting_on_the_store_is_refused_before_anything_is_retracted(
+    s3_url: str, tmp_path: Path
+) -> None:
+    _copied_run(tmp_path / "run", s3_url)
+    runner = JobRunner(
+        counting_job(epochs=EPOCHS[-1]), MultiNodeCheckpointManager(s3_url, "lmdb"), overwrite=True
+    )
+    with pytest.raises(JobConfigurationError, match="works only on local disk"):
+        runner.train(LocalSession())
+    storage = get_registry().open_path(s3_url)
+    assert CommitListing.of(storage).complete(NODES) == EPOCHS  # epoch 0 still committed
+
+
+def test_saving_a_tree_over_a_copied_one_is_refused_before_anything_is_retracted(
+    s3_url: str, tmp_path: Path
+) -> None:
+    local = tmp_path / "tree"
+    save_tree(str(local), 1, {"w": np.arange(3.0)}, db_type="lmdb")
+    copy_epochs(LocalPath(str(local)), get_registry().open_path(s3_url), [1])
+    with pytest.raises(JobConfigurationError, match="works only on local disk"):
+        save_tree(s3_url, 1, {"w": np.zeros(3)}, db_type="lmdb")
+    assert load_tree(s3_url, db_type="lmdb")["w"].tolist() == [0.0, 1.0, 2.0]  # type: ignore[index]

@@ -50,6 +50,7 @@ from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.protocol._commit import check_can_hold
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
 from ckptstore.protocol._listing import CommitListing
 from ckptstore.records._layout import STAGING_MARK
@@ -317,6 +318,7 @@ class JobRunner:
             if self.overwrite:
                 manager.overwrite = True
             manager.location.storage.check_writable()
+            check_can_hold(manager.location.storage, manager.location.db_type)
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)

@@ -51,6 +51,16 @@ def test_overwriting_on_the_store_is_refused_before_anything_is_retracted(
     assert CommitListing.of(storage).complete(NODES) == EPOCHS  # epoch 0 still committed
 
 
+def test_a_job_saving_lmdb_to_the_store_stops_before_its_first_epoch(s3_url: str) -> None:
+    session = LocalSession()
+    runner = JobRunner(counting_job(epochs=2), MultiNodeCheckpointManager(s3_url, "lmdb"))
+    with pytest.raises(JobConfigurationError, match="works only on local disk"):
+        runner.train(session)
+    assert all(len(session.workspace(node)) == 0 for node in NODES)  # not even the init ran
+    assert runner.committed_epochs == []
+    assert CommitListing.of(get_registry().open_path(s3_url)).epochs == []
+
+
 def test_saving_a_tree_over_a_copied_one_is_refused_before_anything_is_retracted(
     s3_url: str, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -199,14 +199,15 @@ class NodeManifest:
     files: tuple[ChunkRecord, ...] = ()
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
-        """Bytes of blob data (as held in memory)."""
+        """Bytes of blob data (as held in memory); computed once (read-only)."""
         return sum(record.nbytes for record in self.blobs.values())
 
-    @property
+    @cached_property
     def stored_bytes(self) -> int:
-        """Bytes on storage covered by checksums (data, padding and format files)."""
+        """Bytes on storage covered by checksums (data, padding and format files);
+        computed once (read-only)."""
         return sum(r.stored_bytes for r in self.blobs.values()) + sum(f.stored for f in self.files)
 
     def encode(self) -> bytes:

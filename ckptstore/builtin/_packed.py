@@ -78,7 +78,6 @@ class Member(NamedTuple):
     prefix: bytes
     blob: str | None = None
     array: np.ndarray[Any, Any] | None = None
-    chunk_shape: tuple[int, ...] = ()
 
     @property
     def data_size(self) -> int:
@@ -113,7 +112,7 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
     records (data ranges) and the gap records (everything else), all checksummed."""
     sizes = [
-        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array, _ in members
+        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array in members
     ]
     layout = ZipLayout.plan(
         [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
@@ -149,7 +148,6 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
             encode_dtype(member.blob, member.array.dtype),
             member.array.shape,
             tuple(chunks[n] for n in sorted(chunks)) if len(chunks) > 1 else tuple(chunks.values()),
-            layout={"chunk_shape": list(member.chunk_shape)} if member.chunk_shape else {},
         )
     return WrittenDB(blobs, tuple(sorted(found.gaps, key=lambda gap: gap.offset)))
 

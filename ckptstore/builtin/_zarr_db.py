@@ -191,7 +191,8 @@ class ZarrDB(DBType):
     def _write_archive(
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
-        """The hierarchy in one stored ZIP; one chunk per array."""
+        """The hierarchy in one stored ZIP; one chunk per array (its shape recorded in
+        the blob's layout only when it differs from the array's: empty arrays)."""
         group = _group_document()
         groups = {METADATA: group}
         for name in blobs:
@@ -214,9 +215,9 @@ class ZarrDB(DBType):
                 known = documents[kind] = (self._array_document(plan), chunk_shape)
             document, chunk_shape = known
             members.append(Member(f"{name}/{METADATA}", document))
-            if array.size:
+            if array.size:  # no zero-length axis: the one chunk is the array, unrecorded
                 key = chunk_keys.get(array.ndim) or _chunk_key((0,) * array.ndim)
-                members.append(Member(f"{name}/{key}", b"", name, array, chunk_shape))
+                members.append(Member(f"{name}/{key}", b"", name, array))
             else:
                 empty[name] = BlobRecord(
                     name,

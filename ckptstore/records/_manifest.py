@@ -98,6 +98,8 @@ class BlobRecord:
     ``dtype.str``, e.g. ``"<f4"``, or ``"<ml_dtypes.bfloat16"``), shape, codec and chunks.
 
     ``layout`` holds format-specific details (a zarr chunk shape, for instance).
+    Encoded, a record leaves out ``codec`` when it is ``"raw"`` and ``layout`` when it is
+    empty (manifests written before did not: both forms decode alike).
     """
 
     name: str
@@ -119,13 +121,18 @@ class BlobRecord:
         return safe_dtype(self.dtype, self.name)
 
     def encode(self) -> JSONObject:
-        return {
+        """The record as JSON; the defaults (codec ``"raw"``, an empty layout) are left
+        out: a manifest holds one record per blob, thousands for small blobs."""
+        encoded: JSONObject = {
             "dtype": self.dtype,
             "shape": list(self.shape),
-            "codec": self.codec,
-            "layout": dict(self.layout),
-            "chunks": [chunk.encode() for chunk in self.chunks],
+            "chunks": [[c.key, c.offset, c.stored, c.size, c.crc32c] for c in self.chunks],
         }
+        if self.codec != "raw":
+            encoded["codec"] = self.codec
+        if self.layout:
+            encoded["layout"] = dict(self.layout)
+        return encoded
 
     @classmethod
     def decode(cls, name: str, raw: object) -> BlobRecord:
@@ -157,7 +164,7 @@ class BlobRecord:
             dtype=dtype,
             shape=tuple(shape),
             chunks=tuple([ChunkRecord.decode(chunk) for chunk in chunks]),
-            codec=str(raw["codec"]),
+            codec=str(raw.get("codec", "raw")),
             layout=dict(layout),
         )
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):

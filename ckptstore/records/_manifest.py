@@ -214,8 +214,9 @@ class NodeManifest:
     @cached_property
     def stored_bytes(self) -> int:
         """Bytes on storage covered by checksums (data, padding and format files);
-        computed once (read-only)."""
-        return sum(r.stored_bytes for r in self.blobs.values()) + sum(f.stored for f in self.files)
+        computed once (read-only). A byte under several records (a packed archive's
+        format range covers the small blobs it holds) counts once."""
+        return _covered_bytes([*(c for r in self.blobs.values() for c in r.chunks), *self.files])
 
     def encode(self) -> bytes:
         return encode_document(
@@ -282,6 +283,26 @@ class NodeManifest:
             raise CorruptCheckpointError(
                 f"manifest is malformed: {type(error).__name__}: {_short(error)}", url=url, file=key
             ) from None
+
+
+def _covered_bytes(records: list[ChunkRecord]) -> int:
+    """Bytes of the union of the ranges ``records`` cover, file by file."""
+    by_key: dict[str, list[ChunkRecord]] = {}
+    for record in records:
+        by_key.setdefault(record.key, []).append(record)
+    total = 0
+    for pieces in by_key.values():
+        if len(pieces) == 1:
+            total += pieces[0].stored
+            continue
+        starts = np.fromiter((p.offset for p in pieces), dtype=np.int64, count=len(pieces))
+        ends = starts + np.fromiter((p.stored for p in pieces), dtype=np.int64, count=len(pieces))
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reached = np.maximum.accumulate(ends)  # the end of everything up to each range
+        before = np.concatenate([starts[:1], reached[:-1]])
+        total += int(np.maximum(ends - np.maximum(starts, before), 0).sum())
+    return total
 
 
 _DECODED: dict[tuple[bytes, Limits], NodeManifest] = {}

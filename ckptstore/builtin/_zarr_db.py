@@ -125,7 +125,7 @@ def _json_list(values: tuple[int, ...]) -> bytes:
 
 
 def _group_document() -> bytes:
-    return _document({"zarr_format": 3, "node_type": "group", "attributes": {}})
+    return _document({"zarr_format": 3, "node_type": "group"})
 
 
 def _chunk_key(index: tuple[int, ...]) -> str:
@@ -325,8 +325,9 @@ class ZarrDB(DBType):
                 "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
                 "fill_value": fill_value,
                 "codecs": codecs,
-                "attributes": _attributes(dtype),
-                "storage_transformers": [],
+                # optional in zarr v3 and left out when empty (as "storage_transformers"
+                # always): one document per blob, so its bytes count
+                **({"attributes": attributes} if (attributes := _attributes(dtype)) else {}),
             }
         )
         document = document.replace(b"%", b"%%")

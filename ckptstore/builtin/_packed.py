@@ -92,12 +92,13 @@ class Member(NamedTuple):
 class _Ranges:
     """What the workers found, collected under a lock: blob ranges and format ranges."""
 
-    def __init__(self, archive: str) -> None:
+    def __init__(self, archive: str, members: int) -> None:
         self.archive = archive
         self.lock = threading.Lock()
         self.blob_chunks: dict[str, dict[int, ChunkRecord]] = {}
         self.files: list[ChunkRecord] = []
-        self.member_crc: dict[int, int] = {}
+        self.run_chunks: dict[str, tuple[ChunkRecord]] = {}  # blobs written in runs
+        self.member_crcs: list[int] = [0] * members
         self.piece_crc: dict[tuple[int, int], tuple[int, int]] = {}  # (member, n) -> crc, len
 
     def chunk(self, blob: str, number: int, offset: int, data: memoryview) -> None:
@@ -124,37 +125,36 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
         [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
     )
     piece_bytes = db.io.settings.chunk_bytes
-    found = _Ranges(archive)
+    found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
     with db.storage.open_positional(db.key(archive), layout.total_size) as target:
         requests = _requests(layout, members, sizes, piece_bytes, found, target, archive, big)
         db.write(requests)
         for index in big:  # headers of members written in pieces: their CRC-32 is known now
-            member, placed = members[index], layout.members[index]
+            member = members[index]
             crc = crc32_of([member.prefix])
             for number in range(len(_pieces(member, piece_bytes))):
                 piece_crc, length = found.piece_crc[(index, number)]
                 crc = crc32_combine(crc, piece_crc, length)
             head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
-            target.write_at(placed.header_offset, head)
-            found.file(placed.header_offset, head)
-            found.member_crc[index] = crc
-        crcs = [found.member_crc[i] for i in range(len(members))]
-        tail = memoryview(layout.central_directory(crcs))
+            target.write_at(layout.header_offsets[index], head)
+            found.file(layout.header_offsets[index], head)
+            found.member_crcs[index] = crc
+        tail = memoryview(layout.central_directory(found.member_crcs))
         target.write_at(layout.directory_offset, [tail])
         found.file(layout.directory_offset, [tail])
     blobs = {}
+    in_runs = found.run_chunks
     for member in members:
-        if member.blob is None or member.array is None:
+        blob, array = member.blob, member.array
+        if blob is None or array is None:
             continue
-        chunks = found.blob_chunks.get(member.blob, {})
-        blobs[member.blob] = BlobRecord(
-            member.blob,
-            encode_dtype(member.blob, member.array.dtype),
-            member.array.shape,
-            tuple(chunks[n] for n in sorted(chunks)) if len(chunks) > 1 else tuple(chunks.values()),
-        )
+        chunks: tuple[ChunkRecord, ...] | None = in_runs.get(blob)
+        if chunks is None:  # written in pieces (or empty)
+            pieces = found.blob_chunks.get(blob, {})
+            chunks = tuple(pieces[n] for n in sorted(pieces))
+        blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
     return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
@@ -201,7 +201,11 @@ def _data(member: Member) -> memoryview:
     if array is None:
         return memoryview(b"")
     if array.flags.c_contiguous:
-        return array.reshape(-1).view(np.uint8).data
+        try:
+            # the cheapest view, for numpy's own dtypes (numpy's stubs lack __buffer__)
+            return memoryview(array).cast("B")  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # datetime64, ml_dtypes: no buffer format
+            return array.reshape(-1).view(np.uint8).data
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
@@ -219,20 +223,20 @@ def _run_request(
     load reads only those), and one CRC-32C of the whole buffer (the run's format
     record, which covers its headers and documents)."""
     indexes = list(run)
-    start = layout.members[indexes[0]].header_offset
-    nbytes = layout.members[indexes[-1]].end - start
+    start = layout.header_offsets[indexes[0]]
+    nbytes = layout.end(indexes[-1]) - start
 
     def produce() -> list[Buffer]:
         buffer = bytearray(nbytes)
         view = memoryview(buffer)
-        placed_members = layout.members
-        chunks: list[tuple[str, ChunkRecord]] = []
-        crcs: dict[int, int] = {}
+        data_offsets, header_offsets = layout.data_offsets, layout.header_offsets
+        chunks: list[tuple[str, tuple[ChunkRecord]]] = []
+        crcs = found.member_crcs  # one slot per member: set without a lock
         header_into = layout.local_header_into
         for index in indexes:
-            member, placed = members[index], placed_members[index]
+            member = members[index]
             prefix = member.prefix
-            first = placed.data_offset - start
+            first = data_offsets[index] - start
             data_at = first + len(prefix)
             buffer[first:data_at] = prefix
             array = member.array
@@ -241,15 +245,14 @@ def _run_request(
                 end += array.nbytes
                 view[data_at:end] = _data(member)
             crc = crcs[index] = _crc32(view[first:end])
-            header_into(buffer, placed.header_offset - start, index, crc)
+            header_into(buffer, header_offsets[index] - start, index, crc)
             if end > data_at and member.blob is not None:
-                chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
+                chunk = _record(archive, start + data_at, view[data_at:end])
+                chunks.append((member.blob, (chunk,)))
         run = ChunkRecord(archive, start, nbytes, nbytes, _crc32c(view))
         with found.lock:
-            found.member_crc.update(crcs)
             found.files.append(run)
-            for blob, chunk in chunks:
-                found.blob_chunks[blob] = {0: chunk}
+            found.run_chunks.update(chunks)
         return [buffer]
 
     return WriteRequest(
@@ -290,7 +293,7 @@ def _piece_requests(
     blob = member.blob
     assert array is not None
     assert blob is not None
-    base = layout.members[index].data_offset + len(member.prefix)
+    base = layout.data_offsets[index] + len(member.prefix)
     chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
     for number, chunk in enumerate(_pieces(member, piece_bytes)):
 

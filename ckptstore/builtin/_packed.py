@@ -59,7 +59,7 @@ from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import WriteRequest
-from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.io._zip import ZipLayout, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
 from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
 from ckptstore.plugin._path_type import PositionalWriter
@@ -119,11 +119,10 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     records (data ranges) and the format records (ranges tiling the archive but for
     large members' data), all checksummed."""
     sizes = [
-        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array in members
+        len(prefix) if array is None else len(prefix) + array.nbytes
+        for _, prefix, _, array in members
     ]
-    layout = ZipLayout.plan(
-        [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
-    )
+    layout = ZipLayout.place([member.name for member in members], sizes)
     piece_bytes = db.io.settings.chunk_bytes
     found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])

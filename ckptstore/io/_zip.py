@@ -206,11 +206,17 @@ class ZipLayout:
 
     @classmethod
     def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
-        """Place ``members`` in this order: offsets by cumulative sums (numpy), a scalar
-        step only at each member large enough to be aligned."""
-        count = len(members)
-        encoded = tuple([member.name.encode() for member in members])
-        sizes = np.fromiter((member.size for member in members), dtype=np.int64, count=count)
+        """Place ``members`` in this order."""
+        return cls.place([member.name for member in members], [m.size for m in members])
+
+    @classmethod
+    def place(cls, names: Sequence[str], lengths: Sequence[int]) -> ZipLayout:
+        """Place members named ``names`` of ``lengths`` bytes, in this order: offsets by
+        cumulative sums (numpy), a scalar step only at each member large enough to be
+        aligned."""
+        count = len(names)
+        encoded = tuple([name.encode() for name in names])
+        sizes = np.fromiter(lengths, dtype=np.int64, count=count)
         headers = LOCAL_HEADER_SIZE + np.fromiter(map(len, encoded), dtype=np.int64, count=count)
         headers[sizes >= _U32] += 20  # the ZIP64 extra field of the local header
         steps = headers + sizes

@@ -218,7 +218,8 @@ class ZipLayout:
         encoded = tuple([name.encode() for name in names])
         sizes = np.fromiter(lengths, dtype=np.int64, count=count)
         headers = LOCAL_HEADER_SIZE + np.fromiter(map(len, encoded), dtype=np.int64, count=count)
-        headers[sizes >= _U32] += 20  # the ZIP64 extra field of the local header
+        huge = sizes >= _U32
+        headers[huge] += 20  # the ZIP64 extra field of the local header
         steps = headers + sizes
         header_offsets = np.empty(count, dtype=np.int64)
         paddings = np.zeros(count, dtype=np.int64)
@@ -239,8 +240,8 @@ class ZipLayout:
         data_offsets = header_offsets + headers + paddings
         flags = tuple([0 if name.isascii() else _UTF8_FLAG for name in encoded])
         # per member: a fixed part and the name (not the local header's ZIP64 field)
-        names = int(headers.sum()) - LOCAL_HEADER_SIZE * count
-        directory_size = count * CENTRAL_HEADER_SIZE + names - 20 * int((sizes >= _U32).sum())
+        name_bytes = int(headers.sum()) - LOCAL_HEADER_SIZE * count - 20 * int(huge.sum())
+        directory_size = count * CENTRAL_HEADER_SIZE + name_bytes
         layout = cls(
             encoded,
             tuple(sizes.tolist()),
@@ -252,7 +253,7 @@ class ZipLayout:
             0,
             0,
         )
-        for index in np.flatnonzero((sizes >= _U32) | (header_offsets >= _U32)).tolist():
+        for index in np.flatnonzero(huge | (header_offsets >= _U32)).tolist():
             directory_size += len(_central_extra(layout.members[index]))
         tail = directory_size + END_SIZE
         if _needs_zip64_end(count, offset, directory_size):

@@ -172,3 +172,31 @@ def test_a_document_differing_from_its_checksum_by_one_byte_is_refused_either_wa
     assert decode(reformatted)["note"] == "abc"
     with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
         decode(reformatted.replace(b'"abc"', b'"abd"'))
+
+
+def test_canonical_form_is_the_standard_librarys() -> None:
+    """orjson writes the documents; the bytes are still those of ``json.dumps`` with
+    sorted keys (non-ASCII text and integers beyond 64 bits take json.dumps itself)."""
+    bodies = [
+        {"b": [1, 2**63, None, True], "a": {"z": 'x\n\t\x01/\\"', "y": 1.5}},
+        {"text": "é\x7f", "big": -(2**70)},
+    ]
+    for body in bodies:
+        document = {"kind": KIND, "version": 1, **body}
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+        data = encode_document(KIND, body)
+        assert data == b'{"crc32c":%d,%s' % (crc32c_of([canonical]), canonical[1:])
+        assert decode(data) == document
+
+
+def test_documents_written_by_the_standard_library_still_decode() -> None:
+    """Every document before orjson was ``json.dumps``' canonical JSON; floats it spells
+    otherwise than orjson (``1e-05``) still pass, also reformatted (the canonical check)."""
+    body = {"kind": KIND, "version": 1, "tiny": 1e-05, "huge": 1e22, "name": "ü"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    data = b'{"crc32c":%d,%s' % (crc32c_of([canonical]), canonical[1:])
+    assert decode(data) == body
+    reformatted = json.dumps(json.loads(data), indent=2).encode()
+    assert decode(reformatted) == body
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
+        decode(reformatted.replace(b"1e-05", b"2e-05"))

@@ -66,6 +66,25 @@ def test_round_trip() -> None:
     assert decoded.blobs["trainer_0/w"].stored_bytes == 28
 
 
+def test_records_leave_out_defaults_and_the_full_form_still_decodes() -> None:
+    """A raw record without layout is encoded without ``codec`` and ``layout``; the
+    full form that manifests carried before decodes to the same record."""
+    encoded = body()
+    assert encoded["blobs"]["step"] == {
+        "dtype": "<i8",
+        "shape": [],
+        "chunks": [["blobs.npz", 100, 8, 8, 33]],
+    }
+    assert encoded["blobs"]["trainer_0/w"]["layout"] == {"chunk_shape": [1, 3]}
+    for record in encoded["blobs"].values():
+        record.setdefault("codec", "raw")
+        record.setdefault("layout", {})
+    full = encode_document(MANIFEST_KIND, encoded)
+    assert b'"codec":"raw"' in full
+    assert decode(full) == manifest()
+    assert len(manifest().encode()) < len(full)
+
+
 def test_encoding_is_deterministic() -> None:
     assert manifest().encode() == manifest().encode()
 

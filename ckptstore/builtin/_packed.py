@@ -17,11 +17,16 @@ Local disk writes every piece in place (``pwritev``) and fsyncs the file once; o
 stores upload the archive as one multipart upload with parallel parts. Nothing is
 padded but the alignment of large members' data.
 
-The manifest records every blob's byte range(s) with a CRC-32C each, and every other
-byte of the archive (headers, documents, central directory) as checksummed gap ranges,
-so any flipped byte is found by ``verify``; a partial load reads only its blobs' ranges.
+The manifest records every blob's byte range(s) with a CRC-32C each (what a load
+checks, reading only its blobs' ranges), and the rest of the archive as format ranges
+("files" records) that tile it: one per run of small members (written as one buffer:
+one CRC-32C over all of it, blobs included), the header of each large member, and the
+central directory. Every byte is thus under a format range or a large member's piece,
+so any flipped byte is found by ``verify``. Manifests written before recorded the bytes
+between blobs one gap range each instead; they read and verify alike.
 Before reading, :func:`check_ranges` refuses recorded ranges that leave the file or
-overlap each other (the manifest is untrusted input).
+overlap each other (blob ranges among themselves, format ranges among themselves: the
+manifest is untrusted input).
 
 Example::
 
@@ -54,7 +59,7 @@ from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._engine import WriteRequest
-from ckptstore.io._zip import ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.io._zip import ZipLayout, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
 from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
 from ckptstore.plugin._path_type import PositionalWriter
@@ -78,7 +83,6 @@ class Member(NamedTuple):
     prefix: bytes
     blob: str | None = None
     array: np.ndarray[Any, Any] | None = None
-    chunk_shape: tuple[int, ...] = ()
 
     @property
     def data_size(self) -> int:
@@ -86,14 +90,15 @@ class Member(NamedTuple):
 
 
 class _Ranges:
-    """What the workers found, collected under a lock: blob ranges and gap ranges."""
+    """What the workers found, collected under a lock: blob ranges and format ranges."""
 
-    def __init__(self, archive: str) -> None:
+    def __init__(self, archive: str, members: int) -> None:
         self.archive = archive
         self.lock = threading.Lock()
         self.blob_chunks: dict[str, dict[int, ChunkRecord]] = {}
-        self.gaps: list[ChunkRecord] = []
-        self.member_crc: dict[int, int] = {}
+        self.files: list[ChunkRecord] = []
+        self.run_chunks: dict[str, tuple[ChunkRecord]] = {}  # blobs written in runs
+        self.member_crcs: list[int] = [0] * members
         self.piece_crc: dict[tuple[int, int], tuple[int, int]] = {}  # (member, n) -> crc, len
 
     def chunk(self, blob: str, number: int, offset: int, data: memoryview) -> None:
@@ -101,57 +106,55 @@ class _Ranges:
         with self.lock:
             self.blob_chunks.setdefault(blob, {})[number] = record
 
-    def gap(self, offset: int, parts: Sequence[memoryview]) -> None:
+    def file(self, offset: int, parts: Sequence[memoryview]) -> None:
         size = sum(part.nbytes for part in parts)
         if size:
             record = ChunkRecord(self.archive, offset, size, size, crc32c_of(parts))
             with self.lock:
-                self.gaps.append(record)
+                self.files.append(record)
 
 
 def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
-    records (data ranges) and the gap records (everything else), all checksummed."""
+    records (data ranges) and the format records (ranges tiling the archive but for
+    large members' data), all checksummed."""
     sizes = [
-        len(prefix) + (0 if array is None else array.nbytes) for _, prefix, _, array, _ in members
+        len(prefix) if array is None else len(prefix) + array.nbytes
+        for _, prefix, _, array in members
     ]
-    layout = ZipLayout.plan(
-        [ZipMember(m.name, size) for m, size in zip(members, sizes, strict=True)]
-    )
+    layout = ZipLayout.place([member.name for member in members], sizes)
     piece_bytes = db.io.settings.chunk_bytes
-    found = _Ranges(archive)
+    found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
     with db.storage.open_positional(db.key(archive), layout.total_size) as target:
         requests = _requests(layout, members, sizes, piece_bytes, found, target, archive, big)
         db.write(requests)
         for index in big:  # headers of members written in pieces: their CRC-32 is known now
-            member, placed = members[index], layout.members[index]
+            member = members[index]
             crc = crc32_of([member.prefix])
             for number in range(len(_pieces(member, piece_bytes))):
                 piece_crc, length = found.piece_crc[(index, number)]
                 crc = crc32_combine(crc, piece_crc, length)
             head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
-            target.write_at(placed.header_offset, head)
-            found.gap(placed.header_offset, head)
-            found.member_crc[index] = crc
-        crcs = [found.member_crc[i] for i in range(len(members))]
-        tail = memoryview(layout.central_directory(crcs))
+            target.write_at(layout.header_offsets[index], head)
+            found.file(layout.header_offsets[index], head)
+            found.member_crcs[index] = crc
+        tail = memoryview(layout.central_directory(found.member_crcs))
         target.write_at(layout.directory_offset, [tail])
-        found.gap(layout.directory_offset, [tail])
+        found.file(layout.directory_offset, [tail])
     blobs = {}
+    in_runs = found.run_chunks
     for member in members:
-        if member.blob is None or member.array is None:
+        blob, array = member.blob, member.array
+        if blob is None or array is None:
             continue
-        chunks = found.blob_chunks.get(member.blob, {})
-        blobs[member.blob] = BlobRecord(
-            member.blob,
-            encode_dtype(member.blob, member.array.dtype),
-            member.array.shape,
-            tuple(chunks[n] for n in sorted(chunks)) if len(chunks) > 1 else tuple(chunks.values()),
-            layout={"chunk_shape": list(member.chunk_shape)} if member.chunk_shape else {},
-        )
-    return WrittenDB(blobs, tuple(sorted(found.gaps, key=lambda gap: gap.offset)))
+        chunks: tuple[ChunkRecord, ...] | None = in_runs.get(blob)
+        if chunks is None:  # written in pieces (or empty)
+            pieces = found.blob_chunks.get(blob, {})
+            chunks = tuple(pieces[n] for n in sorted(pieces))
+        blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
+    return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
 def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
@@ -197,7 +200,11 @@ def _data(member: Member) -> memoryview:
     if array is None:
         return memoryview(b"")
     if array.flags.c_contiguous:
-        return array.reshape(-1).view(np.uint8).data
+        try:
+            # the cheapest view, for numpy's own dtypes (numpy's stubs lack __buffer__)
+            return memoryview(array).cast("B")  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # datetime64, ml_dtypes: no buffer format
+            return array.reshape(-1).view(np.uint8).data
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
@@ -210,27 +217,25 @@ def _run_request(
     archive: str,
 ) -> WriteRequest:
     """A run of small members, copied into one buffer (headers, documents and data in
-    archive order) and written with one call: per member, a CRC-32 for the ZIP, a
-    CRC-32C for the manifest, and the CRC-32C of the bytes since the previous blob (a
-    gap record). Blob ranges hold only the blob's bytes, so a partial load reads only
-    those."""
+    archive order) and written with one call: per member a CRC-32 for the ZIP, per blob
+    a CRC-32C for the manifest (blob ranges hold only the blob's bytes, so a partial
+    load reads only those), and one CRC-32C of the whole buffer (the run's format
+    record, which covers its headers and documents)."""
     indexes = list(run)
-    start = layout.members[indexes[0]].header_offset
-    nbytes = layout.members[indexes[-1]].end - start
+    start = layout.header_offsets[indexes[0]]
+    nbytes = layout.end(indexes[-1]) - start
 
     def produce() -> list[Buffer]:
         buffer = bytearray(nbytes)
         view = memoryview(buffer)
-        placed_members = layout.members
-        chunks: list[tuple[str, ChunkRecord]] = []
-        gaps: list[ChunkRecord] = []
-        crcs: dict[int, int] = {}
-        gap_start = 0
+        data_offsets, header_offsets = layout.data_offsets, layout.header_offsets
+        chunks: list[tuple[str, tuple[ChunkRecord]]] = []
+        crcs = found.member_crcs  # one slot per member: set without a lock
         header_into = layout.local_header_into
         for index in indexes:
-            member, placed = members[index], placed_members[index]
+            member = members[index]
             prefix = member.prefix
-            first = placed.data_offset - start
+            first = data_offsets[index] - start
             data_at = first + len(prefix)
             buffer[first:data_at] = prefix
             array = member.array
@@ -239,19 +244,14 @@ def _run_request(
                 end += array.nbytes
                 view[data_at:end] = _data(member)
             crc = crcs[index] = _crc32(view[first:end])
-            header_into(buffer, placed.header_offset - start, index, crc)
+            header_into(buffer, header_offsets[index] - start, index, crc)
             if end > data_at and member.blob is not None:
-                if data_at > gap_start:
-                    gaps.append(_record(archive, start + gap_start, view[gap_start:data_at]))
-                chunks.append((member.blob, _record(archive, start + data_at, view[data_at:end])))
-                gap_start = end
-        if gap_start < nbytes:
-            gaps.append(_record(archive, start + gap_start, view[gap_start:]))
+                chunk = _record(archive, start + data_at, view[data_at:end])
+                chunks.append((member.blob, (chunk,)))
+        run = ChunkRecord(archive, start, nbytes, nbytes, _crc32c(view))
         with found.lock:
-            found.member_crc.update(crcs)
-            found.gaps.extend(gaps)
-            for blob, chunk in chunks:
-                found.blob_chunks[blob] = {0: chunk}
+            found.files.append(run)
+            found.run_chunks.update(chunks)
         return [buffer]
 
     return WriteRequest(
@@ -292,7 +292,7 @@ def _piece_requests(
     blob = member.blob
     assert array is not None
     assert blob is not None
-    base = layout.members[index].data_offset + len(member.prefix)
+    base = layout.data_offsets[index] + len(member.prefix)
     chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
     for number, chunk in enumerate(_pieces(member, piece_bytes)):
 
@@ -327,21 +327,37 @@ def check_ranges(
     """Refuse recorded ranges (``(blob or None, record)``) of ``archive`` that end past
     the file or overlap each other, before anything is allocated or read: a manifest is
     data from storage, and a forged one must not make a load read the wrong bytes or
-    allocate at will (one size request for the archive). Raises
+    allocate at will (one size request for the archive). Blob ranges must not overlap
+    each other, nor format ranges (``None``) each other; a format range covering a run
+    of small blobs overlaps their ranges by design. Raises
     :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
     (one file per chunk, compressed zarr) are checked by their reads."""
-    spans: list[tuple[int, int, str | None]] = [
-        (record.offset, record.stored, blob) for blob, record in ranges if record.key == archive
-    ]
-    if not spans:
+    blob_spans: list[tuple[int, int, str | None]] = []
+    file_spans: list[tuple[int, int, str | None]] = []
+    for blob, record in ranges:
+        if record.key == archive:
+            (file_spans if blob is None else blob_spans).append(
+                (record.offset, record.stored, blob)
+            )
+    if not blob_spans and not file_spans:
         return
     url, file = db.storage.display_url, db.key(archive)
     try:
         size = db.storage.size(file)
     except ObjectNotFoundError:
+        first = blob_spans[0][2] if blob_spans else None
         raise CorruptCheckpointError(
-            "the file is missing", url=url, file=file, blob=spans[0][2]
+            "the file is missing", url=url, file=file, blob=first
         ) from None
+    for spans in (blob_spans, file_spans):
+        _check_spans(spans, size, url, file)
+
+
+def _check_spans(spans: list[tuple[int, int, str | None]], size: int, url: str, file: str) -> None:
+    """Raise unless ``spans`` (offset, length, blob) lie inside ``size`` bytes without
+    overlapping each other."""
+    if not spans:
+        return
     # thousands of ranges: checked as arrays; the loop below runs only to name a culprit
     offsets = np.fromiter((span[0] for span in spans), dtype=np.int64, count=len(spans))
     ends = offsets + np.fromiter((span[1] for span in spans), dtype=np.int64, count=len(spans))
@@ -368,7 +384,7 @@ def check_ranges(
                 file=file,
                 blob=blob,
             )
-        previous_end, previous_blob = offset + stored, blob
+        previous_end, previous_blob = max(previous_end, offset + stored), blob
 
 
 def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkRecord]]:

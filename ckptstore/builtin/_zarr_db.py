@@ -125,7 +125,7 @@ def _json_list(values: tuple[int, ...]) -> bytes:
 
 
 def _group_document() -> bytes:
-    return _document({"zarr_format": 3, "node_type": "group", "attributes": {}})
+    return _document({"zarr_format": 3, "node_type": "group"})
 
 
 def _chunk_key(index: tuple[int, ...]) -> str:
@@ -191,7 +191,8 @@ class ZarrDB(DBType):
     def _write_archive(
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
-        """The hierarchy in one stored ZIP; one chunk per array."""
+        """The hierarchy in one stored ZIP; one chunk per array (its shape recorded in
+        the blob's layout only when it differs from the array's: empty arrays)."""
         group = _group_document()
         groups = {METADATA: group}
         for name in blobs:
@@ -214,9 +215,9 @@ class ZarrDB(DBType):
                 known = documents[kind] = (self._array_document(plan), chunk_shape)
             document, chunk_shape = known
             members.append(Member(f"{name}/{METADATA}", document))
-            if array.size:
+            if array.size:  # no zero-length axis: the one chunk is the array, unrecorded
                 key = chunk_keys.get(array.ndim) or _chunk_key((0,) * array.ndim)
-                members.append(Member(f"{name}/{key}", b"", name, array, chunk_shape))
+                members.append(Member(f"{name}/{key}", b"", name, array))
             else:
                 empty[name] = BlobRecord(
                     name,
@@ -324,8 +325,9 @@ class ZarrDB(DBType):
                 "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
                 "fill_value": fill_value,
                 "codecs": codecs,
-                "attributes": _attributes(dtype),
-                "storage_transformers": [],
+                # optional in zarr v3 and left out when empty (as "storage_transformers"
+                # always): one document per blob, so its bytes count
+                **({"attributes": attributes} if (attributes := _attributes(dtype)) else {}),
             }
         )
         document = document.replace(b"%", b"%%")

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 from typing import NamedTuple
+
+import numpy as np
 
 try:  # ISA-L's CRC-32 is ~5x faster than zlib's; same polynomial, same values
     from isal.isal_zlib import crc32 as _crc32
@@ -68,6 +70,16 @@ _END = struct.Struct("<IHHHHIIH")
 _END64 = struct.Struct("<IQHHIIQQQQ")
 _LOCATOR64 = struct.Struct("<IIQI")
 _CRC = struct.Struct("<I")
+_CENTRAL_DTYPE = np.dtype(
+    [
+        ("signature", "<u4"), ("made_by", "<u2"), ("needed", "<u2"), ("flags", "<u2"),
+        ("method", "<u2"), ("time", "<u2"), ("date", "<u2"), ("crc", "<u4"),
+        ("compressed", "<u4"), ("size", "<u4"), ("name_length", "<u2"),
+        ("extra_length", "<u2"), ("comment_length", "<u2"), ("disk", "<u2"),
+        ("internal", "<u2"), ("mode", "<u4"), ("offset", "<u4"),
+    ]
+)  # fmt: skip
+"""``_CENTRAL`` as a numpy record (packed, little-endian): directory entries as columns."""
 LOCAL_HEADER_SIZE = _LOCAL.size
 CENTRAL_HEADER_SIZE = _CENTRAL.size
 END_SIZE = _END.size
@@ -156,41 +168,97 @@ class PlacedMember(NamedTuple):
 
 @dataclass(frozen=True)
 class ZipLayout:
-    """Where every byte of an archive goes. Build with :meth:`plan`."""
+    """Where every byte of an archive goes. Build with :meth:`plan`.
 
-    members: tuple[PlacedMember, ...]
+    Member ``i``'s place is held column by column (``header_offsets[i]``,
+    ``data_offsets[i]``...: an archive of small blobs has tens of thousands of
+    members); :attr:`members` gives them as :class:`PlacedMember` rows."""
+
+    encoded: tuple[bytes, ...]
+    sizes: tuple[int, ...]
+    header_offsets: tuple[int, ...]
+    data_offsets: tuple[int, ...]
+    paddings: tuple[int, ...]
+    flags: tuple[int, ...]
     directory_offset: int
     directory_size: int
     total_size: int
 
+    @cached_property
+    def members(self) -> tuple[PlacedMember, ...]:
+        """Every member's place, in archive order."""
+        return tuple(
+            map(
+                PlacedMember,
+                [name.decode() for name in self.encoded],
+                self.encoded,
+                self.sizes,
+                self.header_offsets,
+                self.data_offsets,
+                self.paddings,
+                self.flags,
+            )
+        )
+
+    def end(self, index: int) -> int:
+        """Where member ``index``'s data ends."""
+        return self.data_offsets[index] + self.sizes[index]
+
     @classmethod
     def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
-        placed: list[PlacedMember] = []
+        """Place ``members`` in this order."""
+        return cls.place([member.name for member in members], [m.size for m in members])
+
+    @classmethod
+    def place(cls, names: Sequence[str], lengths: Sequence[int]) -> ZipLayout:
+        """Place members named ``names`` of ``lengths`` bytes, in this order: offsets by
+        cumulative sums (numpy), a scalar step only at each member large enough to be
+        aligned."""
+        count = len(names)
+        encoded = tuple([name.encode() for name in names])
+        sizes = np.fromiter(lengths, dtype=np.int64, count=count)
+        headers = LOCAL_HEADER_SIZE + np.fromiter(map(len, encoded), dtype=np.int64, count=count)
+        huge = sizes >= _U32
+        headers[huge] += 20  # the ZIP64 extra field of the local header
+        steps = headers + sizes
+        header_offsets = np.empty(count, dtype=np.int64)
+        paddings = np.zeros(count, dtype=np.int64)
         offset = 0
-        directory_size = 0
-        fixed = LOCAL_HEADER_SIZE
-        central = CENTRAL_HEADER_SIZE
-        add = placed.append
-        for member in members:
-            encoded = member.name.encode()
-            size = member.size
-            base = offset + fixed + len(encoded)
-            padding = 0
-            if size >= ALIGN_FROM:
-                if size >= _U32:
-                    base += 20
-                padding = (-(base + 4)) % ALIGN + 4  # a padding field is at least 4 bytes
-            data_offset = base + padding
-            flags = 0 if encoded.isascii() else _UTF8_FLAG
-            add(PlacedMember(member.name, encoded, size, offset, data_offset, padding, flags))
-            directory_size += central + len(encoded)
-            if size >= _U32 or offset >= _U32:
-                directory_size += len(_central_extra(placed[-1]))
-            offset = data_offset + size
+        first = 0
+        for index in [*np.flatnonzero(sizes >= ALIGN_FROM).tolist(), count]:
+            if index > first:  # members first..index-1 follow each other unpadded
+                ends = np.cumsum(steps[first:index]) + offset
+                header_offsets[first:index] = ends - steps[first:index]
+                offset = int(ends[-1])
+            if index == count:
+                break
+            base = offset + int(headers[index])
+            padding = (-(base + 4)) % ALIGN + 4  # a padding field is at least 4 bytes
+            header_offsets[index], paddings[index] = offset, padding
+            offset = base + padding + int(sizes[index])
+            first = index + 1
+        data_offsets = header_offsets + headers + paddings
+        flags = tuple([0 if name.isascii() else _UTF8_FLAG for name in encoded])
+        # per member: a fixed part and the name (not the local header's ZIP64 field)
+        name_bytes = int(headers.sum()) - LOCAL_HEADER_SIZE * count - 20 * int(huge.sum())
+        directory_size = count * CENTRAL_HEADER_SIZE + name_bytes
+        layout = cls(
+            encoded,
+            tuple(sizes.tolist()),
+            tuple(header_offsets.tolist()),
+            tuple(data_offsets.tolist()),
+            tuple(paddings.tolist()),
+            flags,
+            offset,
+            0,
+            0,
+        )
+        for index in np.flatnonzero(huge | (header_offsets >= _U32)).tolist():
+            directory_size += len(_central_extra(layout.members[index]))
         tail = directory_size + END_SIZE
-        if _needs_zip64_end(len(placed), offset, directory_size):
+        if _needs_zip64_end(count, offset, directory_size):
             tail += _END64.size + _LOCATOR64.size
-        return cls(tuple(placed), offset, directory_size, offset + tail)
+        return replace(layout, directory_size=directory_size, total_size=offset + tail)
 
     def local_header(self, index: int, crc: int) -> bytes:
         """The local header (with its extra fields) of member ``index``."""
@@ -200,15 +268,15 @@ class ZipLayout:
         """Write member ``index``'s local header into ``buffer`` at ``at`` with the CRC-32
         ``crc`` (or a zero to set later with :meth:`patch_crc`); returns where the header
         ends."""
-        member = self.members[index]
-        if member.padding or member.size >= _U32:
-            header = _local_header(member, crc)
+        size = self.sizes[index]
+        if self.paddings[index] or size >= _U32:
+            header = _local_header(self.members[index], crc)
             buffer[at : at + len(header)] = header
             return at + len(header)
-        encoded = member.encoded  # the common case: no extra field, packed in place
+        encoded = self.encoded[index]  # the common case: no extra field, packed in place
         _LOCAL.pack_into(
-            buffer, at, 0x04034B50, 20, member.flags, 0, _DOS_TIME, _DOS_DATE, crc,
-            member.size, member.size, len(encoded), 0,
+            buffer, at, 0x04034B50, 20, self.flags[index], 0, _DOS_TIME, _DOS_DATE, crc,
+            size, size, len(encoded), 0,
         )  # fmt: skip
         end = at + LOCAL_HEADER_SIZE + len(encoded)
         buffer[at + LOCAL_HEADER_SIZE : end] = encoded
@@ -221,6 +289,55 @@ class ZipLayout:
 
     def central_directory(self, crcs: Sequence[int]) -> bytes:
         """The central directory and end records, given every member's CRC-32."""
+        count = len(self.encoded)
+        if count and max(self.sizes) < _U32 and self.header_offsets[-1] < _U32:
+            out = bytearray(self._plain_directory(crcs))  # no ZIP64 field: as arrays
+        else:
+            out = self._directory_entries(crcs)
+        start, size = self.directory_offset, self.directory_size
+        if _needs_zip64_end(count, start, size):
+            end64 = start + size
+            out += _END64.pack(
+                0x06064B50, _END64.size - 12, 45, 45, 0, 0, count, count, size, start
+            )
+            out += _LOCATOR64.pack(0x07064B50, 0, end64, 1)
+            out += _END.pack(0x06054B50, 0, 0, _U16, _U16, _U32, _U32, 0)
+        else:
+            out += _END.pack(0x06054B50, 0, 0, count, count, size, start, 0)
+        return bytes(out)
+
+    def _plain_directory(self, crcs: Sequence[int]) -> bytes:
+        """The directory's entries when no member needs a ZIP64 field: the fixed parts
+        filled column by column, then joined with the names."""
+        count = len(self.encoded)
+        if len(crcs) != count:
+            raise ValueError(f"{len(crcs)} CRC-32s for {count} members")
+        fixed = np.zeros(count, dtype=_CENTRAL_DTYPE)
+        fixed["signature"] = 0x02014B50
+        fixed["made_by"] = (3 << 8) | 45  # made by unix, spec 4.5
+        fixed["needed"] = 20
+        fixed["flags"] = self.flags
+        fixed["time"] = _DOS_TIME
+        fixed["date"] = _DOS_DATE
+        fixed["crc"] = crcs
+        fixed["compressed"] = fixed["size"] = self.sizes
+        lengths = np.fromiter(map(len, self.encoded), dtype=np.int64, count=count)
+        fixed["name_length"] = lengths
+        fixed["mode"] = 0o100644 << 16
+        fixed["offset"] = self.header_offsets
+        # entry i: its fixed part at starts[i], its name right after
+        entry = CENTRAL_HEADER_SIZE + lengths
+        starts = np.cumsum(entry) - entry
+        out = np.empty(int(entry.sum()), dtype=np.uint8)
+        out[(starts[:, None] + np.arange(CENTRAL_HEADER_SIZE)).reshape(-1)] = fixed.view(np.uint8)
+        names_before = np.cumsum(lengths) - lengths
+        shift = np.repeat(starts + CENTRAL_HEADER_SIZE - names_before, lengths)
+        names = np.frombuffer(b"".join(self.encoded), dtype=np.uint8)
+        out[shift + np.arange(names.size)] = names
+        return out.tobytes()
+
+    def _directory_entries(self, crcs: Sequence[int]) -> bytearray:
+        """The directory's entries one by one (ZIP64 fields where needed)."""
         out = bytearray()
         pack = _CENTRAL.pack
         made_by = (3 << 8) | 45  # made by unix, spec 4.5
@@ -259,18 +376,7 @@ class ZipLayout:
             )
             out += encoded
             out += extra
-        count = len(self.members)
-        start, size = self.directory_offset, self.directory_size
-        if _needs_zip64_end(count, start, size):
-            end64 = start + size
-            out += _END64.pack(
-                0x06064B50, _END64.size - 12, 45, 45, 0, 0, count, count, size, start
-            )
-            out += _LOCATOR64.pack(0x07064B50, 0, end64, 1)
-            out += _END.pack(0x06054B50, 0, 0, _U16, _U16, _U32, _U32, 0)
-        else:
-            out += _END.pack(0x06054B50, 0, 0, count, count, size, start, 0)
-        return bytes(out)
+        return out
 
 
 def _local_header(member: PlacedMember, crc: int) -> bytes:

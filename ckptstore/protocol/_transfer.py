@@ -108,9 +108,22 @@ def _pieces_by_file(manifest: NodeManifest) -> dict[str, list[ChunkRecord]]:
             pieces[chunk.key].append(chunk)
     for chunk in manifest.files:
         pieces[chunk.key].append(chunk)
-    for records in pieces.values():
-        records.sort(key=lambda chunk: chunk.offset)
-    return dict(pieces)
+    return {key: _outermost(records) for key, records in pieces.items()}
+
+
+def _outermost(records: list[ChunkRecord]) -> list[ChunkRecord]:
+    """``records`` by offset, without those inside another one (the blobs of a packed
+    archive's run lie inside the run's format range, whose CRC-32C covers them)."""
+    records.sort(key=lambda chunk: (chunk.offset, -chunk.stored))
+    kept: list[ChunkRecord] = []
+    reached = 0
+    for chunk in records:
+        end = chunk.offset + chunk.stored
+        if kept and end <= reached:  # sorted by offset: inside what is kept
+            continue
+        kept.append(chunk)
+        reached = max(reached, end)
+    return kept
 
 
 def _is_whole(records: Sequence[ChunkRecord]) -> bool:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 import numpy as np
+import orjson
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
@@ -35,6 +36,23 @@ _VERSION = 1
 
 
 def _canonical(body: Mapping[str, object]) -> bytes:
+    """``body`` as canonical JSON: what ``json.dumps(body, sort_keys=True,
+    separators=(",", ":"))`` gives, made by orjson (~10x faster on a manifest of
+    thousands of blobs) whenever its output is the same bytes: printable ASCII (the
+    standard library escapes other characters; orjson writes them as UTF-8) and no
+    integer beyond 64 bits. Only floats outside ``[1e-4, 1e16)`` are spelled otherwise
+    (``0.00001``, not ``1e-05``): :func:`decode_document` accepts either spelling."""
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: integers beyond 64 bits
+        return _legacy_canonical(body)
+    if data.isascii() and b"\x7f" not in data:
+        return data
+    return _legacy_canonical(body)
+
+
+def _legacy_canonical(body: Mapping[str, object]) -> bytes:
+    """The standard library's canonical JSON (every document before orjson)."""
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -60,7 +78,7 @@ def decode_document(data: bytes, kind: str, *, url: str, key: str) -> JSONObject
     if not isinstance(document, dict):
         raise corrupt("not a JSON object")
     recorded = document.pop("crc32c", None)
-    if not _crc_matches(data, recorded) and recorded != crc32c_of([_canonical(document)]):
+    if not _crc_matches(data, recorded) and recorded not in _canonical_crcs(document):
         raise corrupt("its CRC-32C does not match its content")
     if document.get("kind") != kind:
         raise corrupt(f"expected a {kind!r} document, found {document.get('kind')!r}")
@@ -70,6 +88,13 @@ def decode_document(data: bytes, kind: str, *, url: str, key: str) -> JSONObject
             f"ckptstore (it reads version {_VERSION}); upgrade ckptstore"
         )
     return document
+
+
+def _canonical_crcs(document: Mapping[str, object]) -> tuple[int, ...]:
+    """The CRC-32Cs a reformatted ``document`` may carry: of its canonical form, as
+    written now and as written by the standard library (they differ only for some
+    floats and non-ASCII text)."""
+    return crc32c_of([_canonical(document)]), crc32c_of([_legacy_canonical(document)])
 
 
 def _crc_matches(data: bytes, recorded: object) -> bool:
@@ -104,14 +129,11 @@ def _depth(data: bytes) -> int:
     return int(np.cumsum(steps[steps != 0], dtype=np.int64).max(initial=0))
 
 
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse_untrusted_json(data: bytes, *, url: str, key: str) -> object:
-    """``json.loads`` for stored bytes: size and nesting depth are checked first
-    (against :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
-    and numbers too long to parse are refused; every failure is a
+    """Strict JSON parsing (orjson) for stored bytes: size and nesting depth are checked
+    first (against :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
+    and numbers too long to parse are refused (integers beyond 64 bits parse as floats,
+    which every integer field refuses); every failure is a
     :class:`CorruptCheckpointError`, never a ``RecursionError`` or ``MemoryError``."""
     limits = current_limits()
 
@@ -129,9 +151,11 @@ def parse_untrusted_json(data: bytes, *, url: str, key: str) -> object:
             f"JSON nested {depth} levels deep, more than the limit of {limits.max_json_depth}"
         )
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        # JSONDecodeError is a ValueError; so are over-long integers and NaN/Infinity
+        # orjson refuses NaN/Infinity, numbers beyond a double, invalid UTF-8 and lone
+        # surrogates, and nesting beyond 1024 (already bounded above); duplicate keys
+        # keep the last value, as json.loads does
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as error:  # a ValueError
         raise corrupt(f"not valid JSON ({type(error).__name__})") from None
 
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -98,6 +98,8 @@ class BlobRecord:
     ``dtype.str``, e.g. ``"<f4"``, or ``"<ml_dtypes.bfloat16"``), shape, codec and chunks.
 
     ``layout`` holds format-specific details (a zarr chunk shape, for instance).
+    Encoded, a record leaves out ``codec`` when it is ``"raw"`` and ``layout`` when it is
+    empty (manifests written before did not: both forms decode alike).
     """
 
     name: str
@@ -119,13 +121,18 @@ class BlobRecord:
         return safe_dtype(self.dtype, self.name)
 
     def encode(self) -> JSONObject:
-        return {
+        """The record as JSON; the defaults (codec ``"raw"``, an empty layout) are left
+        out: a manifest holds one record per blob, thousands for small blobs."""
+        encoded: JSONObject = {
             "dtype": self.dtype,
             "shape": list(self.shape),
-            "codec": self.codec,
-            "layout": dict(self.layout),
-            "chunks": [chunk.encode() for chunk in self.chunks],
+            "chunks": [[c.key, c.offset, c.stored, c.size, c.crc32c] for c in self.chunks],
         }
+        if self.codec != "raw":
+            encoded["codec"] = self.codec
+        if self.layout:
+            encoded["layout"] = dict(self.layout)
+        return encoded
 
     @classmethod
     def decode(cls, name: str, raw: object) -> BlobRecord:
@@ -157,7 +164,7 @@ class BlobRecord:
             dtype=dtype,
             shape=tuple(shape),
             chunks=tuple([ChunkRecord.decode(chunk) for chunk in chunks]),
-            codec=str(raw["codec"]),
+            codec=str(raw.get("codec", "raw")),
             layout=dict(layout),
         )
         if record.codec == "raw" and any(c.stored < c.size for c in record.chunks):
@@ -199,15 +206,17 @@ class NodeManifest:
     files: tuple[ChunkRecord, ...] = ()
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
-        """Bytes of blob data (as held in memory)."""
+        """Bytes of blob data (as held in memory); computed once (read-only)."""
         return sum(record.nbytes for record in self.blobs.values())
 
-    @property
+    @cached_property
     def stored_bytes(self) -> int:
-        """Bytes on storage covered by checksums (data, padding and format files)."""
-        return sum(r.stored_bytes for r in self.blobs.values()) + sum(f.stored for f in self.files)
+        """Bytes on storage covered by checksums (data, padding and format files);
+        computed once (read-only). A byte under several records (a packed archive's
+        format range covers the small blobs it holds) counts once."""
+        return _covered_bytes([*(c for r in self.blobs.values() for c in r.chunks), *self.files])
 
     def encode(self) -> bytes:
         return encode_document(
@@ -274,6 +283,26 @@ class NodeManifest:
             raise CorruptCheckpointError(
                 f"manifest is malformed: {type(error).__name__}: {_short(error)}", url=url, file=key
             ) from None
+
+
+def _covered_bytes(records: list[ChunkRecord]) -> int:
+    """Bytes of the union of the ranges ``records`` cover, file by file."""
+    by_key: dict[str, list[ChunkRecord]] = {}
+    for record in records:
+        by_key.setdefault(record.key, []).append(record)
+    total = 0
+    for pieces in by_key.values():
+        if len(pieces) == 1:
+            total += pieces[0].stored
+            continue
+        starts = np.fromiter((p.offset for p in pieces), dtype=np.int64, count=len(pieces))
+        ends = starts + np.fromiter((p.stored for p in pieces), dtype=np.int64, count=len(pieces))
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reached = np.maximum.accumulate(ends)  # the end of everything up to each range
+        before = np.concatenate([starts[:1], reached[:-1]])
+        total += int(np.maximum(ends - np.maximum(starts, before), 0).sum())
+    return total
 
 
 _DECODED: dict[tuple[bytes, Limits], NodeManifest] = {}

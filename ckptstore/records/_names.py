@@ -103,21 +103,25 @@ def validate_blob_name(name: object, *, new: bool = True) -> str:
     :data:`MAX_SEGMENT_BYTES`, on every format, so that any checkpoint converts to any
     format; names read from existing manifests are checked with ``new=False``.
     """
-    if type(name) is str and ((name, True) in _VALID or (name, new) in _VALID):
+    if type(name) is str and (name in _VALID_NEW or (not new and name in _VALID_OLD)):
         return name  # a name valid as new is valid as old too
     checked = _check_blob_name(name, new=new)
-    if len(_VALID) < _REMEMBER_NAMES:
+    if len(_VALID_NEW) + len(_VALID_OLD) < _REMEMBER_NAMES:
         # a name no longer than a segment may be is valid as new too (checked once)
         short = len(checked) * 4 <= MAX_SEGMENT_BYTES or (
             len(checked.encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_BYTES
         )
-        _VALID.add((checked, new or short))
+        (_VALID_NEW if new or short else _VALID_OLD).add(checked)
     return checked
 
 
-_VALID: set[tuple[str, bool]] = set()
-"""Names already found valid (with ``new``): a save and a load check each name several
-times, thousands of names per checkpoint."""
+_VALID_NEW: set[str] = set()
+"""Names already found valid as new names (and so as old ones): a save and a load check
+each name several times, thousands of names per checkpoint. Plain strings, which the
+cyclic garbage collector does not track: remembering 10,000 names adds nothing for it to
+walk (a tuple each did, and set off full collections while a workspace filled up)."""
+_VALID_OLD: set[str] = set()
+"""Names found valid only as names read from existing manifests (``new=False``)."""
 _REMEMBER_NAMES = 1 << 17
 
 

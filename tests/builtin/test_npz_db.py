@@ -102,18 +102,29 @@ def test_every_byte_of_the_archive_is_covered_by_a_checksum(tmp_path: Path) -> N
     save(tmp_path, varied_blobs())
     storage = LocalPath(str(tmp_path))
     manifest = protocol.open_node(storage, NODE, 1)
+    chunks = [c for record in manifest.blobs.values() for c in record.chunks]
+    assert {piece.key for piece in [*chunks, *manifest.files]} == {"blobs.npz"}
+
+    def inside_a_format_range(chunk: ChunkRecord) -> bool:
+        return any(
+            f.offset <= chunk.offset and chunk.offset + chunk.stored <= f.offset + f.stored
+            for f in manifest.files
+        )
+
+    # a run of small members is one format range (its blobs inside it); the pieces of
+    # large members, their headers and the central directory tile the rest
+    nested = [c for c in chunks if inside_a_format_range(c)]
+    assert len(manifest.files) < len(nested)
     pieces = sorted(
-        [c for record in manifest.blobs.values() for c in record.chunks] + list(manifest.files),
-        key=lambda chunk: chunk.offset,
+        [*manifest.files, *(c for c in chunks if c not in nested)], key=lambda c: c.offset
     )
-    assert {piece.key for piece in pieces} == {"blobs.npz"}
     position = 0
     for piece in pieces:
         assert piece.offset == position
         assert piece.stored == piece.size
         position += piece.stored
     assert position == (tmp_path / "trainer_0.1" / "blobs.npz").stat().st_size
-    assert manifest.stored_bytes == position
+    assert manifest.stored_bytes == position  # nested blob bytes count once
 
 
 def test_flipping_any_byte_of_an_archive_is_reported_by_verify(tmp_path: Path) -> None:

@@ -6,22 +6,25 @@ checked against the file before anything is read."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from ckpt_helpers import CountingLocalPath
+from ckpt_helpers import CountingLocalPath, flip_byte
 
 from ckptstore import CorruptCheckpointError, LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
+from ckptstore.protocol import CheckpointLocation, copy_node
 from ckptstore.protocol import _commit as protocol
-from ckptstore.records._manifest import ChunkRecord
+from ckptstore.records._manifest import ChunkRecord, NodeManifest
 
 NODE = "trainer_0"
 ARCHIVES = {"zarr": "blobs.zarr.zip", "npz": "blobs.npz"}
@@ -223,3 +226,112 @@ def test_a_range_forged_inside_another_blobs_range_is_refused(tmp_path: Path, db
     with pytest.raises(CorruptCheckpointError, match="overlaps blob 'a'") as caught:
         db.read(location, [c, inside, a])
     assert caught.value.blob == "b"
+
+
+def republish(storage: LocalPath, manifest: NodeManifest) -> None:
+    """Store ``manifest`` for epoch 1 and commit it (as an older ckptstore would have)."""
+    data = manifest.encode()
+    storage.write_bytes("trainer_0.1/ckptstore.manifest.json", data)
+    record = protocol.read_commit(storage, 1)
+    assert record is not None
+    node = record.nodes[NODE]
+    protocol.retract_epoch(storage, 1, [NODE])
+    protocol.commit_epoch(storage, 1, [replace(node, manifest_crc32c=crc32c_of([data]))])
+
+
+def with_gap_records(manifest: NodeManifest, archive: Path) -> NodeManifest:
+    """``manifest`` as ckptstore wrote it before format ranges covered runs: each run's
+    range split into the gaps between the blobs inside it, one checksummed record each."""
+    data = archive.read_bytes()
+    blobs = sorted(
+        (c.offset, c.offset + c.stored) for r in manifest.blobs.values() for c in r.chunks
+    )
+
+    def piece(start: int, stop: int) -> ChunkRecord:
+        return ChunkRecord(
+            archive.name, start, stop - start, stop - start, crc32c_of([data[start:stop]])
+        )
+
+    gaps = []
+    for record in manifest.files:
+        position, end = record.offset, record.offset + record.stored
+        for start, stop in blobs:
+            if record.offset <= start and stop <= end:
+                if start > position:
+                    gaps.append(piece(position, start))
+                position = stop
+        if position < end:
+            gaps.append(piece(position, end))
+    return replace(manifest, files=tuple(gaps))
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_manifests_with_gap_records_still_load_verify_and_copy(
+    tmp_path: Path, db_type: str
+) -> None:
+    storage = LocalPath(str(tmp_path / "src"))
+    values = {**{f"w{i}": np.full(100, i) for i in range(20)}, "big": np.arange(40_000.0)}
+    save(storage, values, FORMATS[db_type](), ParallelIO(SMALL_PIECES))
+    archive = tmp_path / "src" / "trainer_0.1" / ARCHIVES[db_type]
+    manifest = protocol.open_node(storage, NODE, 1)
+    old = with_gap_records(manifest, archive)
+    assert len(old.files) > 20 > len(manifest.files)  # a gap before each small blob
+    assert old.stored_bytes == manifest.stored_bytes == archive.stat().st_size
+    republish(storage, old)
+    assert protocol.open_node(storage, NODE, 1) == old
+    loaded = protocol.read_blobs(storage, old, None, FORMATS[db_type](), ParallelIO())
+    assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
+    assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
+    location = CheckpointLocation.open(str(tmp_path / "src"), db_type)
+    dest = LocalPath(str(tmp_path / "dest"))
+    copy_node(source=location, dest=dest, node=NODE, epoch=1)
+    assert (tmp_path / "dest" / "trainer_0.1" / archive.name).read_bytes() == archive.read_bytes()
+    flip_byte(archive, old.files[3].offset + 1)  # a header byte between two blobs
+    (problem,) = protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO())
+    assert problem.blob is None
+    assert str(problem.file).endswith(archive.name)
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_flipped_byte_of_a_small_blob_is_reported_with_the_blob(
+    tmp_path: Path, db_type: str
+) -> None:
+    """A run's format range covers its blobs too: ``verify`` names the blob, and the run."""
+    storage = LocalPath(str(tmp_path))
+    save(storage, {f"w{i}": np.full(100, i) for i in range(20)}, FORMATS[db_type](), ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    flip_byte(archive, manifest.blobs["w7"].chunks[0].offset + 5)
+    problems = protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO())
+    assert sorted(str(problem.blob) for problem in problems) == ["None", "w7"]
+    with pytest.raises(CorruptCheckpointError) as caught:
+        protocol.read_blobs(storage, manifest, ["w7"], FORMATS[db_type](), ParallelIO())
+    assert caught.value.blob == "w7"
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+@pytest.mark.parametrize("forgery", ["past_the_end", "overlapping", "blobs_overlapping"])
+def test_forged_format_ranges_are_refused_by_verify(
+    tmp_path: Path, db_type: str, forgery: str
+) -> None:
+    """Format ranges may cover blob ranges, never each other nor beyond the file; blob
+    ranges still may not overlap each other."""
+    storage = LocalPath(str(tmp_path))
+    values = {**{f"w{i}": np.full(100, i) for i in range(20)}, "big": np.arange(40_000.0)}
+    db = FORMATS[db_type]()
+    save(storage, values, db, ParallelIO(SMALL_PIECES))
+    manifest = protocol.open_node(storage, NODE, 1)
+    files, blobs = list(manifest.files), dict(manifest.blobs)
+    if forgery == "past_the_end":
+        files[-1] = replace(files[-1], stored=files[-1].stored + 1, size=files[-1].size + 1)
+    elif forgery == "overlapping":
+        files[1] = replace(files[1], offset=files[0].offset + 1)
+    else:
+        w1 = blobs["w1"]
+        chunk = replace(w1.chunks[0], offset=blobs["w0"].chunks[0].offset + 8)
+        blobs["w1"] = replace(w1, chunks=(chunk,))
+    forged_manifest = replace(manifest, files=tuple(files), blobs=blobs)
+    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    (problem,) = db.verify(location, forged_manifest)
+    assert re.search("past the end|overlaps", str(problem))
+    assert problem.blob == ("w1" if forgery == "blobs_overlapping" else None)

@@ -39,7 +39,7 @@ def prepare(tool: str) -> None:
     ckptstore.get_registry()
     if "torch" in tool:
         import torch.distributed.checkpoint  # noqa: F401
-    if "zarr" in tool:
+    if tool == "zarr-python":  # not for "ckptstore zarr": ckptstore never imports it
         import zarr  # noqa: F401
     if "safetensors" in tool:
         import safetensors.numpy  # noqa: F401

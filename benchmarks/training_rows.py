@@ -3,8 +3,10 @@ checkpointing. Each runs ``epochs`` epochs of the same fixed compute on the same
 and saves after the initial state and after every epoch, as ``JobRunner`` does.
 
     python -m benchmarks.training_rows ROW MIB EPOCHS ITERATIONS DIRECTORY
+    python -m benchmarks.training_rows probe MIB
 
-runs one loop in this process and prints one JSON line (``blocked``: seconds the loop
+runs one loop (or times the compute, for the calibration) in this process and prints
+one JSON line (``blocked``: seconds the loop
 waited at each save; ``total``: the whole loop, including the wait for the last save;
 ``compute``: each epoch's compute, which a background save may slow down by taking
 CPU; ``peak_above_state``: the most resident memory above the state).
@@ -217,7 +219,7 @@ ROWS = {
     "np.copyto into preallocated buffers": "copyto",
     "ckptstore sync save (JobRunner)": "sync",
     "ckptstore async save (JobRunner(async_save=True))": "async",
-    "ckptstore async save, writer at training priority (background_nice=0)": "async-nice0",
+    "ckptstore async save, writer 10 nice levels down (background_nice=10)": "async-nice10",
     "torch.distributed.checkpoint async_save": "dcp-async",
 }
 
@@ -250,8 +252,8 @@ def _run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) 
         blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, False)
     elif row == "async":
         blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True)
-    elif row == "async-nice0":
-        blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True, 0)
+    elif row == "async-nice10":
+        blocked, total, computes = jobrunner_loop(state, epochs, iterations, directory, True, 10)
     elif row == "copyto":
         blocked, total, computes = copyto_loop(state, epochs, iterations)
     elif row == "dcp-async":
@@ -262,6 +264,34 @@ def _run_row(row: str, mib: int, epochs: int, iterations: int, directory: Path) 
     return {"blocked": blocked, "total": total, "compute": computes, "peak_above_state": peak}
 
 
+PROBE_S = 0.5
+"""Each compute probe runs at least this long (a few matmuls time the BLAS warm-up)."""
+
+
+def probe_compute(mib: int) -> dict[str, float]:
+    """Seconds of the update and of one matmul (median of 3 probes of >= ``PROBE_S``
+    each) on a fresh state of ``mib`` MiB, in the conditions of a loop's process."""
+    with compute_threads():
+        prepare("none")
+        state = make_state(mib)
+        started = time.perf_counter()
+        compute(state, 0)
+        update_s = time.perf_counter() - started
+        probe, per_iteration = 16, []
+        while len(per_iteration) < 3:
+            started = time.perf_counter()
+            compute(state, probe)
+            elapsed = time.perf_counter() - started - update_s
+            if elapsed < PROBE_S:
+                probe *= 2
+                continue
+            per_iteration.append(max(1e-9, elapsed / probe))
+    return {"update_s": update_s, "per_iteration": sorted(per_iteration)[1]}
+
+
 if __name__ == "__main__":
-    name, size, count, work, target = sys.argv[1:6]
-    print(json.dumps(run_row(name, int(size), int(count), int(work), Path(target))))
+    if sys.argv[1] == "probe":
+        print(json.dumps(probe_compute(int(sys.argv[2]))))
+    else:
+        name, size, count, work, target = sys.argv[1:6]
+        print(json.dumps(run_row(name, int(size), int(count), int(work), Path(target))))

@@ -64,8 +64,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_DB_TYPE = "zarr"
-BACKGROUND_NICE = 10
-"""How many nice levels below the training thread an asynchronous save writes."""
+BACKGROUND_NICE = 0
+"""How many nice levels below the training thread an asynchronous save writes by
+default: none (measured: a lower priority only moved the wait from the compute to the
+next save; see docs/design.md)."""
 
 
 @dataclass(frozen=True)
@@ -211,8 +213,8 @@ class ManagerBase(ABC):
         node's background write is retried ``retries`` times from its staged copy.
 
         The background write runs ``background_nice`` nice levels below the calling
-        thread (Linux; its I/O threads too), so that training keeps the CPU when it uses
-        every core; 0 writes at the training thread's priority.
+        thread (Linux; its I/O threads too; default 0: at the training thread's
+        priority), for a host whose other work (data loaders) must keep the CPU first.
 
         Example::
 

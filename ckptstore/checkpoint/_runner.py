@@ -149,7 +149,7 @@ class JobRunner:
     buffers and is written, committed, catalogued and retained in the background while
     the next epoch trains (see :meth:`ManagerBase.save_async`); at most
     ``max_saves_in_flight`` are unfinished; they write ``background_nice`` nice levels
-    below the training thread (Linux). A background failure is collected at the
+    below the training thread (Linux; default 0). A background failure is collected at the
     next save or at the end of :meth:`train` and counts exactly like a synchronous one;
     ``train`` returns only after the last save finished. On Ctrl-C, ``train`` waits for
     the saves in flight (a second Ctrl-C abandons them: they are never committed).

@@ -418,7 +418,7 @@ class NiceRecordingLocalPath(LocalPath):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice: Linux")
-@pytest.mark.parametrize("background_nice", [BACKGROUND_NICE, 3, 0])
+@pytest.mark.parametrize("background_nice", [BACKGROUND_NICE, 3, 10])
 def test_the_background_write_runs_below_the_training_threads_priority(
     tmp_path: Path, registry: Registry, background_nice: int
 ) -> None:

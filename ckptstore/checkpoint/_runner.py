@@ -318,7 +318,6 @@ class JobRunner:
             if self.overwrite:
                 manager.overwrite = True
             manager.location.storage.check_writable()
-            check_can_hold(manager.location.storage, manager.location.db_type)
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)
@@ -331,6 +330,8 @@ class JobRunner:
             )
         from_scratch = resume is None
         if from_scratch:
+            if manager is not None:  # before anything runs: this job will save
+                check_can_hold(manager.location.storage, manager.location.db_type)
             session.run(job.init_group)
         if manager is not None:
             if resume is None:
@@ -341,7 +342,8 @@ class JobRunner:
             else:
                 resume = self._restore(session, manager, resume)
                 if self._finished(resume):
-                    return resume
+                    return resume  # a finished job only reads: any format may be read
+                check_can_hold(manager.location.storage, manager.location.db_type)
         epoch = 1 if resume is None else resume + 1
         with self._finishing_saves():
             while True:

@@ -97,19 +97,7 @@ def calibrate(mib: int, directory: Path, fresh: bool = True) -> Calibration:
     # times faster than the saves of a loop
     save_s = statistics.median(saves)
     os.sync()  # the saves' write-back would otherwise take CPU from the compute probes
-    if fresh:
-        result = subprocess.run(
-            [sys.executable, "-m", "benchmarks.training_rows", "probe", str(mib)],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ),
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"the compute probe failed:\n{result.stderr}")
-        timed = json.loads(result.stdout.strip().splitlines()[-1])
-    else:
-        timed = probe_compute(mib)
+    timed = _in_fresh_process("probe", str(mib)) if fresh else probe_compute(mib)
     update_s, each = timed["update_s"], timed["per_iteration"]
     iterations = max(0, round((COMPUTE_OVER_SAVE * save_s - update_s) / each))
     return Calibration(save_s, iterations, update_s + iterations * each)
@@ -122,19 +110,23 @@ def run_loop(
     try:
         if not fresh:
             return run_row(row, mib, epochs, iterations, target)
-        arguments = [row, str(mib), str(epochs), str(iterations), str(target)]
-        result = subprocess.run(
-            [sys.executable, "-m", "benchmarks.training_rows", *arguments],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ),
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"loop {row!r} failed:\n{result.stderr}")
-        return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+        return _in_fresh_process(row, str(mib), str(epochs), str(iterations), str(target))
     finally:
         remove(target)
+
+
+def _in_fresh_process(*arguments: str) -> dict[str, Any]:
+    """``python -m benchmarks.training_rows ARGUMENTS`` in a new interpreter: its JSON."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.training_rows", *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ),
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"training_rows {arguments[0]!r} failed:\n{result.stderr}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
 def available(label: str) -> str | None:

@@ -199,6 +199,8 @@ class JobRunner:
             )
         if save_retries < 0:
             raise JobConfigurationError(f"save_retries must be >= 0, got {save_retries}")
+        if background_nice < 0:
+            raise JobConfigurationError(f"background_nice must be >= 0, got {background_nice}")
         if max_consecutive_save_failures is not None and max_consecutive_save_failures < 1:
             raise JobConfigurationError("max_consecutive_save_failures must be >= 1 or None")
         self.job = job

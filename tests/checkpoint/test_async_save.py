@@ -439,3 +439,6 @@ def test_a_negative_background_nice_is_refused(tmp_path: Path) -> None:
     manager = single_node(str(tmp_path), session)
     with pytest.raises(JobConfigurationError, match="background_nice must be >= 0"):
         manager.save_async(1, session, background_nice=-5)
+    job, _ = build_counter_job()
+    with pytest.raises(JobConfigurationError, match="background_nice must be >= 0"):
+        JobRunner(job, manager, async_save=True, background_nice=-1)

@@ -16,7 +16,7 @@ Example::
 
     >>> import io, zipfile
     >>> bodies = [b"hello", b"world!"]
-    >>> layout = ZipLayout.plan([ZipMember("a.txt", 5), ZipMember("b.txt", 6)])
+    >>> layout = ZipLayout.place(["a.txt", "b.txt"], [5, 6])
     >>> archive = bytearray(layout.total_size)
     >>> crcs = [crc32_of([body]) for body in bodies]  # in any order, in parallel
     >>> for index, (member, body) in enumerate(zip(layout.members, bodies)):
@@ -49,7 +49,6 @@ __all__ = [
     "ALIGN",
     "ALIGN_FROM",
     "ZipLayout",
-    "ZipMember",
     "crc32_buffer",
     "crc32_combine",
     "crc32_of",
@@ -138,13 +137,6 @@ def crc32_combine(crc_a: int, crc_b: int, length_b: int) -> int:
 # -- the layout ---------------------------------------------------------------------------
 
 
-class ZipMember(NamedTuple):
-    """One member to place: its name in the archive and its length in bytes."""
-
-    name: str
-    size: int
-
-
 class PlacedMember(NamedTuple):
     """A member with its place: local header at ``header_offset``, ``padding`` bytes of
     extra field, data at ``data_offset``."""
@@ -168,7 +160,7 @@ class PlacedMember(NamedTuple):
 
 @dataclass(frozen=True)
 class ZipLayout:
-    """Where every byte of an archive goes. Build with :meth:`plan`.
+    """Where every byte of an archive goes. Build with :meth:`place`.
 
     Member ``i``'s place is held column by column (``header_offsets[i]``,
     ``data_offsets[i]``...: an archive of small blobs has tens of thousands of
@@ -203,11 +195,6 @@ class ZipLayout:
     def end(self, index: int) -> int:
         """Where member ``index``'s data ends."""
         return self.data_offsets[index] + self.sizes[index]
-
-    @classmethod
-    def plan(cls, members: Sequence[ZipMember]) -> ZipLayout:
-        """Place ``members`` in this order."""
-        return cls.place([member.name for member in members], [m.size for m in members])
 
     @classmethod
     def place(cls, names: Sequence[str], lengths: Sequence[int]) -> ZipLayout:

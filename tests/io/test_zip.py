@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout, ZipMember, crc32_combine, crc32_of
+from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout, crc32_combine, crc32_of
 
 
 def build(contents: dict[str, bytes]) -> tuple[ZipLayout, bytes]:
-    layout = ZipLayout.plan([ZipMember(name, len(data)) for name, data in contents.items()])
+    layout = ZipLayout.place(list(contents), [len(data) for data in contents.values()])
     out = bytearray(layout.total_size)
     crcs = []
     for index, (member, data) in enumerate(zip(layout.members, contents.values(), strict=True)):
@@ -68,7 +68,7 @@ def test_zip64_end_records_for_many_members() -> None:
 
 def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path) -> None:
     big = (4 << 30) + 10  # a sparse member: zeros never written
-    layout = ZipLayout.plan([ZipMember("big", big), ZipMember("after", 5)])
+    layout = ZipLayout.place(["big", "after"], [big, 5])
     zeros = crc32_of([b"\0" * (1 << 20)])
     crc_big, length = 0, 0
     while length < big:  # CRC-32 of 4 GiB of zeros from CRC-32s of 1 MiB pieces

@@ -2,8 +2,9 @@
 
 * **disk**: the best of several raw writers of the same number of bytes, each durable
   (``fsync`` of every file written): 1, 2 and 4 threads ``os.pwrite``-ing 8 or 64 MiB
-  blocks into one preallocated file, and 2 or 4 files written in parallel (one thread
-  each). Reading: the best of 1, 2 and 4 threads ``os.preadv``-ing 8 or 64 MiB blocks
+  blocks into one preallocated file, through the page cache and ``O_DIRECT`` (from
+  page-aligned memory, straight to the device), and 2 or 4 files written in parallel
+  (one thread each). Reading: the best of 1, 2 and 4 threads ``os.preadv``-ing 8 or 64 MiB blocks
   into one preallocated buffer, after dropping the page cache (when allowed: root).
 * **memory**: ``np.copyto`` of the bytes into preallocated (already faulted-in)
   buffers, with 1 and 2 threads: no tool can save to or load from ``/dev/shm`` faster
@@ -36,6 +37,7 @@ from benchmarks.system import drop_caches, syncfs
 
 MiB = 1 << 20
 GiB = 1 << 30
+PAGE = 4096
 RESULTS = Path(__file__).resolve().parent / "results"
 BLOCKS = (8 * MiB, 64 * MiB)
 THREADS = (1, 2, 4)
@@ -84,22 +86,44 @@ def _pwrite_all(fd: int, source: memoryview, pieces: list[tuple[int, int]]) -> N
             view, offset = view[written:], offset + written
 
 
-def write_one_file(path: Path, source: memoryview, threads: int, block: int) -> float:
-    """``threads`` threads pwrite their share into one preallocated file, then fsync."""
+def write_one_file(
+    path: Path, source: memoryview, threads: int, block: int, direct: bool = False
+) -> float:
+    """``threads`` threads pwrite their share into one preallocated file, then fsync.
+    ``direct``: the whole 4 KiB blocks go ``O_DIRECT`` (``source`` must then be page
+    aligned), a last partial block through the page cache."""
     started = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    aligned = len(source) // PAGE * PAGE if direct else 0
     try:
         os.posix_fallocate(fd, 0, len(source))
         with ThreadPoolExecutor(threads) as pool:
-            for future in [
-                pool.submit(_pwrite_all, fd, source, share)
-                for share in _ranges(len(source), threads, block)
-            ]:
+            futures = []
+            if aligned:
+                direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+                futures += [
+                    pool.submit(_pwrite_all, direct_fd, source[:aligned], share)
+                    for share in _ranges(aligned, threads, block)
+                ]
+            if aligned < len(source):
+                futures.append(pool.submit(_pwrite_all, fd, source, [(aligned, len(source))]))
+            for future in futures:
                 future.result()
+            if aligned:
+                os.close(direct_fd)
         os.fsync(fd)
     finally:
         os.close(fd)
     return time.perf_counter() - started
+
+
+def page_aligned(source: np.ndarray) -> np.ndarray:
+    """A copy of ``source`` in page-aligned memory (for ``O_DIRECT`` writes)."""
+    spare = np.empty(source.nbytes + PAGE, dtype=np.uint8)
+    start = -spare.ctypes.data % PAGE
+    aligned = spare[start : start + source.nbytes]
+    np.copyto(aligned, source.reshape(-1).view(np.uint8))
+    return aligned
 
 
 def write_many_files(directory: Path, source: memoryview, files: int, block: int) -> float:
@@ -172,6 +196,7 @@ def source_bytes(nbytes: int) -> np.ndarray:
 def disk_trials(location: Path, nbytes: int, repeat: int = 1) -> tuple[list[Trial], list[Trial]]:
     """Every raw writer and reader at ``location``, each the best of ``repeat`` runs."""
     source = source_bytes(nbytes).data
+    aligned_source = page_aligned(np.frombuffer(source, dtype=np.uint8)).data
     writes: dict[str, float] = {}
     reads: dict[str, float] = {}
     work = Path(tempfile.mkdtemp(prefix="ckptlimit-", dir=location))
@@ -184,6 +209,16 @@ def disk_trials(location: Path, nbytes: int, repeat: int = 1) -> tuple[list[Tria
                     partial(write_one_file, work / "raw.bin", source, threads, block),
                 )
             )
+            if not is_memory(location):
+                runs.append(
+                    (
+                        f"one file, {threads} thread{'s' * (threads > 1)}, {block // MiB} MiB "
+                        "pwrite O_DIRECT",
+                        partial(
+                            write_one_file, work / "raw.bin", aligned_source, threads, block, True
+                        ),
+                    )
+                )
     for files in FILES:
         runs.append(
             (

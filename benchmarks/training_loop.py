@@ -26,6 +26,7 @@ all saves and epochs, the median loop time, the highest peak.
     python -m benchmarks.training_loop           # 512 MiB and 1 GiB, 10 epochs
     python -m benchmarks.training_loop --mib 512 --repeat 3
     python -m benchmarks.training_loop --mib 512 --compute-threads 1   # a core left free
+    python -m benchmarks.training_loop --mib 512 --compute-seconds 3.3  # fixed compute
     python -m benchmarks.training_loop --smoke   # 16 MiB, 3 epochs, in one process (CI)
     python -m benchmarks.training_loop --docs    # also write docs/benchmarks.md's section
 """
@@ -69,12 +70,17 @@ class Calibration:
     save_s: float
     iterations: int
     compute_s: float
+    fixed: bool = False
+    """Whether the compute was fixed by ``--compute-seconds`` (else 1.5x the save)."""
 
 
-def calibrate(mib: int, directory: Path, fresh: bool = True) -> Calibration:
+def calibrate(
+    mib: int, directory: Path, fresh: bool = True, compute_s: float | None = None
+) -> Calibration:
     """Time the synchronous ckptstore save of the state (the median of three saves), then
-    pick the number of matmuls that makes one epoch's compute 1.5x that time; the
-    compute is timed in a fresh process, as the loops run (``fresh``)."""
+    pick the number of matmuls that makes one epoch's compute 1.5x that time (or
+    ``compute_s`` seconds, when given); the compute is timed in a fresh process, as the
+    loops run (``fresh``)."""
     from ckptstore import CheckpointManager, LocalSession, Node
 
     state = make_state(mib)
@@ -99,8 +105,9 @@ def calibrate(mib: int, directory: Path, fresh: bool = True) -> Calibration:
     os.sync()  # the saves' write-back would otherwise take CPU from the compute probes
     timed = _in_fresh_process("probe", str(mib)) if fresh else probe_compute(mib)
     update_s, each = timed["update_s"], timed["per_iteration"]
-    iterations = max(0, round((COMPUTE_OVER_SAVE * save_s - update_s) / each))
-    return Calibration(save_s, iterations, update_s + iterations * each)
+    wanted = COMPUTE_OVER_SAVE * save_s if compute_s is None else compute_s
+    iterations = max(0, round((wanted - update_s) / each))
+    return Calibration(save_s, iterations, update_s + iterations * each, compute_s is not None)
 
 
 def run_loop(
@@ -168,10 +175,16 @@ def section(
     floor = blocked.get(floor_label)
     baseline = totals.get("no checkpoint")
     runs = f", {repeat} runs of each loop round-robin" if repeat > 1 else ""
+    ratio = calibration.compute_s / calibration.save_s
+    how = (
+        f"fixed by --compute-seconds, {ratio:.1f}x the synchronous save"
+        if calibration.fixed
+        else "1.5x the synchronous save"
+    )
     lines = [
         f"**{mib} MiB of state, {epochs} epochs{runs}**: compute per epoch "
         f"{calibration.compute_s:.2f} s when calibrated ({calibration.iterations} matmuls + "
-        f"the update), 1.5x the synchronous save ({calibration.save_s:.2f} s).",
+        f"the update), {how} ({calibration.save_s:.2f} s).",
         "",
         "| loop | blocked per save s | x np.copyto | first save s | compute per epoch s "
         "| loop s | x no checkpoint | peak MiB above state |",
@@ -255,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         help="BLAS threads of the compute (default: every core, as CPU training; 1 leaves "
         "the other cores free, as a step on an accelerator does)",
     )
+    parser.add_argument(
+        "--compute-seconds",
+        type=float,
+        help="compute per epoch in seconds (default: 1.5x the synchronous save, as issue "
+        "13 defines the loop; a fixed compute compares runs whose saves differ in speed)",
+    )
     args = parser.parse_args(argv)
     if args.compute_threads:
         os.environ[COMPUTE_THREADS] = str(args.compute_threads)
@@ -271,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compute_threads:
         options += f" --compute-threads {args.compute_threads}"
         threads = f"{args.compute_threads} BLAS thread{'s' if args.compute_threads > 1 else ''}"
+    if args.compute_seconds:
+        options += f" --compute-seconds {args.compute_seconds:g}"
     report = [
         f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
         f"zarr with its default settings; compute on {threads}; "
@@ -278,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
     ]
     for mib in args.mib:
-        calibration = calibrate(mib, directory, fresh=not args.smoke)
+        calibration = calibrate(mib, directory, not args.smoke, args.compute_seconds)
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in ROWS}
         results: dict[str, Any] = {}
         for round_ in range(1, args.repeat + 1):
@@ -305,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.compute_threads:
         name += f"_{args.compute_threads}thread"
         marker += f"-{args.compute_threads}thread"
+    if args.compute_seconds:
+        name += "_fixed"
+        marker += "-fixed-compute"
     publish("\n".join(report), name, marker, smoke=args.smoke, docs=args.docs)
     return 0
 

@@ -9,6 +9,13 @@ it also waits for other processes' data); ``none`` is for scratch space such as
 ``/dev/shm``. Control documents are always written to a temporary name, fsynced and
 renamed.
 
+Direct I/O: with ``fsync`` durability, the aligned interior of each large array written
+into a data file goes ``O_DIRECT`` from the array's memory to the device (see
+:mod:`ckptstore.io._direct`): no page-cache copy, no write-back left for the kernel, and
+the file's ``fsync`` still makes it durable. ``direct_io=False`` (or
+``CKPTSTORE_DIRECT_IO=off``) writes everything through the page cache; a file system
+that refuses ``O_DIRECT`` gets the page cache without being asked.
+
 Example::
 
     >>> storage = LocalPath("ckpt", durability="fsync")
@@ -44,6 +51,7 @@ from ckptstore.errors import (
     StorageNotWritableError,
     storage_error,
 )
+from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, plan_direct
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType, PositionalWriter
@@ -54,8 +62,10 @@ from ckptstore.records._names import validate_key
 __all__ = ["DURABILITY_MODES", "LocalPath"]
 
 DURABILITY_MODES = ("syncfs", "fsync", "none")
+DIRECT_IO_MODES = ("on", "off")
 _IOV_MAX = 512
 _MAX_RW = 0x7FFFF000  # Linux moves at most this many bytes per read/write call
+_MAX_DIRECT = _MAX_RW // DIRECT_ALIGN * DIRECT_ALIGN
 
 
 def _libc_function(name: str) -> Any:
@@ -86,7 +96,8 @@ class LocalPath(PathType):
     """Checkpoints under a local directory (plain path or ``file://`` URL).
 
     ``durability``: ``"fsync"`` (default), ``"syncfs"`` or ``"none"``; also settable
-    with ``CKPTSTORE_DURABILITY``.
+    with ``CKPTSTORE_DURABILITY``. ``direct_io``: write large arrays ``O_DIRECT`` (default
+    with ``fsync``; ``CKPTSTORE_DIRECT_IO=off`` or ``False`` turns it off).
 
     Example::
 
@@ -105,11 +116,19 @@ class LocalPath(PathType):
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
     max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
-    def __init__(self, url: str, *, durability: str | None = None, **options: object) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: str | None = None,
+        direct_io: bool | None = None,
+        **options: object,
+    ) -> None:
         if options:
             raise TypeError(
-                f"local path type takes only 'durability', not {sorted(options)}; storage "
-                "options such as credentials belong to object-store URLs"
+                f"local path type takes only 'durability' and 'direct_io', not "
+                f"{sorted(options)}; storage options such as credentials belong to "
+                "object-store URLs"
             )
         super().__init__(url)
         path = url
@@ -127,6 +146,11 @@ class LocalPath(PathType):
         if mode == "syncfs" and _SYNCFS is None:
             mode = "fsync"
         self.durability = mode
+        if direct_io is not None and not isinstance(direct_io, bool):
+            raise ValueError(f"direct_io must be true or false, got {direct_io!r}")
+        if direct_io is None:
+            direct_io = choice_variable(os.environ, "CKPTSTORE_DIRECT_IO", DIRECT_IO_MODES) != "off"
+        self.direct_io = direct_io and mode == "fsync" and hasattr(os, "O_DIRECT")
         self._dirty_dirs: set[str] = set()
         self._lock = threading.Lock()
 
@@ -268,7 +292,8 @@ class LocalPath(PathType):
         with self._errors("write", key):
             fd = self._create_file(key)
         self._note_dir(path)
-        return _LocalPositionalWriter(self, key, size, fd)
+        direct = _reopen_direct(fd) if self.direct_io and size >= DIRECT_FROM else -1
+        return _LocalPositionalWriter(self, key, size, fd, direct)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
         with self._errors("read", key):
@@ -475,16 +500,47 @@ class LocalPath(PathType):
 
 
 class _LocalPositionalWriter(PositionalWriter):
-    """``pwritev`` of each piece into one open file; ``close`` fsyncs it once."""
+    """``pwritev`` of each piece into one open file; ``close`` fsyncs it once. With a
+    second descriptor opened ``O_DIRECT`` (``direct`` >= 0), the aligned interior of
+    each large piece goes through it (:func:`~ckptstore.io._direct.plan_direct`)."""
 
-    def __init__(self, storage: LocalPath, key: str, size: int, fd: int) -> None:
+    def __init__(self, storage: LocalPath, key: str, size: int, fd: int, direct: int = -1) -> None:
         super().__init__(key, size)
         self._storage = storage
         self._fd = fd
+        self._direct = direct
+        self._refused = False
 
     def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
+        views = [byte_view(part) for part in parts]
         with self._storage._errors("write", self.key):
-            _pwrite_all(self._fd, [byte_view(part) for part in parts], offset)
+            if self._direct < 0 or self._refused:
+                _pwrite_all(self._fd, views, offset)
+                return
+            for at, segment, direct in plan_direct(offset, views):
+                if direct:
+                    self._write_direct(segment[0], at)
+                else:
+                    _pwrite_all(self._fd, segment, at)
+
+    def _write_direct(self, view: memoryview, offset: int) -> None:
+        """``pwrite`` ``view`` through the ``O_DIRECT`` descriptor. If the file system
+        refuses (``EINVAL``), this file's writes go through the page cache from then
+        on, starting with the rest of ``view``."""
+        done = 0
+        while done < view.nbytes and not self._refused:
+            try:
+                written = os.pwrite(self._direct, view[done : done + _MAX_DIRECT], offset + done)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                self._refused = True
+                break
+            done += max(0, written)
+            if written <= 0 or written % DIRECT_ALIGN:
+                break  # a short write that left the alignment
+        if done < view.nbytes:
+            _pwrite_all(self._fd, [view[done:]], offset + done)
 
     def close(self) -> None:
         if self._fd < 0:
@@ -500,11 +556,32 @@ class _LocalPositionalWriter(PositionalWriter):
                     _start_writeback(fd)
             finally:
                 os.close(fd)
+                self._close_direct()
 
     def abort(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._close_direct()
+
+    def _close_direct(self) -> None:
+        if self._direct >= 0:
+            os.close(self._direct)
+            self._direct = -1
+
+
+def _reopen_direct(fd: int) -> int:
+    """A second descriptor of the file open in ``fd``, for ``O_DIRECT`` writes (through
+    ``/proc/self/fd``: the same file, whatever happened to its name); -1 where the file
+    system refuses ``O_DIRECT`` or ``/proc`` is missing."""
+    try:
+        direct = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    if os.fstat(direct).st_ino != os.fstat(fd).st_ino:  # not the file we created
+        os.close(direct)
+        return -1
+    return direct
 
 
 def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:

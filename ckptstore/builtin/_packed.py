@@ -7,10 +7,14 @@ is written, so its pieces go to storage in parallel through the I/O engine:
 * runs of small members (documents, npy headers, small blobs) are one piece each:
   the worker checksums every member, builds its local header and writes headers and
   data of the whole run with one ``pwritev``;
-* a member larger than ``chunk_bytes`` is cut into pieces of about that size (each a
+* a member of at least 1 MiB (``DIRECT_FROM``) or larger than ``chunk_bytes`` is
+  written from its array's memory, cut into pieces of about ``chunk_bytes`` (each a
   contiguous range of the array's C-order bytes, so no copy for C-contiguous arrays),
-  written in parallel; its local header goes last, once the CRC-32s of its pieces are
-  combined;
+  in parallel; its local header goes last, once the CRC-32s of its pieces are
+  combined. Its data starts at a file offset with the array's address modulo 4096, so
+  a local disk writes the pieces ``O_DIRECT`` (:mod:`ckptstore.io._direct`); a run's
+  buffer of 1 MiB or more is allocated at its file offset's remainder for the same
+  reason;
 * the central directory goes at the end.
 
 Local disk writes every piece in place (``pwritev``) and fsyncs the file once; object
@@ -58,6 +62,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
+from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
 from ckptstore.io._engine import WriteRequest
 from ckptstore.io._zip import ZipLayout, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
@@ -122,8 +127,10 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
         len(prefix) if array is None else len(prefix) + array.nbytes
         for _, prefix, _, array in members
     ]
-    layout = ZipLayout.place([member.name for member in members], sizes)
     piece_bytes = db.io.settings.chunk_bytes
+    layout = ZipLayout.place(
+        [member.name for member in members], sizes, _residues(members, piece_bytes)
+    )
     found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
@@ -157,6 +164,26 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
+def _in_pieces(member: Member, piece_bytes: int) -> bool:
+    """Whether ``member``'s data is written from the array's own memory, in pieces of
+    about ``piece_bytes`` (more than that, or large enough to go ``O_DIRECT``), rather
+    than copied into a run's buffer."""
+    return member.data_size > piece_bytes or member.data_size >= DIRECT_FROM
+
+
+def _residues(members: Sequence[Member], piece_bytes: int) -> dict[int, int]:
+    """Where each contiguous member written in pieces should start, modulo the
+    alignment: its array's address (minus its prefix), so that the pieces can go
+    ``O_DIRECT`` from the array's memory (:mod:`ckptstore.io._direct`)."""
+    return {
+        index: (memory_residue(member.array) - len(member.prefix)) % DIRECT_ALIGN
+        for index, member in enumerate(members)
+        if member.array is not None
+        and _in_pieces(member, piece_bytes)
+        and member.array.flags.c_contiguous
+    }
+
+
 def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
     array = member.array
     assert array is not None
@@ -178,7 +205,7 @@ def _requests(
     run_bytes = 0
     for index, size in enumerate(sizes):
         member = members[index]
-        if size - len(member.prefix) > piece_bytes:
+        if _in_pieces(member, piece_bytes):
             if run:  # a run is a contiguous range of the archive: it ends here
                 yield _run_request(layout, members, run, found, target, archive)
                 run, run_bytes = [], 0
@@ -226,8 +253,7 @@ def _run_request(
     nbytes = layout.end(indexes[-1]) - start
 
     def produce() -> list[Buffer]:
-        buffer = bytearray(nbytes)
-        view = memoryview(buffer)
+        view = _aligned_like(start, nbytes)
         data_offsets, header_offsets = layout.data_offsets, layout.header_offsets
         chunks: list[tuple[str, tuple[ChunkRecord]]] = []
         crcs = found.member_crcs  # one slot per member: set without a lock
@@ -237,14 +263,14 @@ def _run_request(
             prefix = member.prefix
             first = data_offsets[index] - start
             data_at = first + len(prefix)
-            buffer[first:data_at] = prefix
+            view[first:data_at] = prefix
             array = member.array
             end = data_at
             if array is not None and array.nbytes:
                 end += array.nbytes
                 view[data_at:end] = _data(member)
             crc = crcs[index] = _crc32(view[first:end])
-            header_into(buffer, header_offsets[index] - start, index, crc)
+            header_into(view, header_offsets[index] - start, index, crc)
             if end > data_at and member.blob is not None:
                 chunk = _record(archive, start + data_at, view[data_at:end])
                 chunks.append((member.blob, (chunk,)))
@@ -252,7 +278,7 @@ def _run_request(
         with found.lock:
             found.files.append(run)
             found.run_chunks.update(chunks)
-        return [buffer]
+        return [view]
 
     return WriteRequest(
         archive,
@@ -264,6 +290,16 @@ def _run_request(
         offset=start,
         checksum=False,
     )
+
+
+def _aligned_like(offset: int, nbytes: int) -> memoryview:
+    """A new buffer of ``nbytes`` whose address has ``offset``'s remainder modulo the
+    alignment, so that a large one can be written ``O_DIRECT`` at ``offset``."""
+    if nbytes < DIRECT_FROM:
+        return memoryview(bytearray(nbytes))
+    spare = np.empty(nbytes + DIRECT_ALIGN, np.uint8)
+    shift = (offset - spare.ctypes.data) % DIRECT_ALIGN
+    return spare[shift : shift + nbytes].data
 
 
 def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:

@@ -8,7 +8,7 @@ Example::
     >>> with contextlib.redirect_stderr(sys.stdout):  # `ckptstore ls ./ckpt -o durabilty=fsync`
     ...     main(["ls", "./ckpt", "-o", "durabilty=fsync"])
     ckptstore: error: storage option for ./ckpt (path type 'local'): -o durabilty='fsync' refused
-    (local path type takes only 'durability', ...); did you mean -o durability=...?
+    (local path type takes only 'durability' and 'direct_io', ...); did you mean -o durability=...?
     1
 """
 

@@ -4,10 +4,12 @@ Every member's length is known up front (zarr documents, npy headers, array byte
 the offset of every local header, every member's data and the central directory is
 computed first; the bytes can then be written in parallel, at those offsets, in any
 order. Members whose data is large are aligned (the local header's extra field is
-padded, as Android's ``zipalign`` does), ZIP64 records are used where a size, an offset
-or the member count needs them. The result is an ordinary ZIP: Python's ``zipfile``
-(and so ``numpy.load``, zarr's ``ZipStore`` and fsspec's ``zip::`` URLs) reads it and
-verifies each member's CRC-32.
+padded, as Android's ``zipalign`` does): at a multiple of :data:`ALIGN`, or at the
+remainder modulo :data:`ALIGN` the caller asks for (its array's address, so that the
+data can be written ``O_DIRECT`` from the array's own memory). ZIP64 records are used
+where a size, an offset or the member count needs them. The result is an ordinary ZIP:
+Python's ``zipfile`` (and so ``numpy.load``, zarr's ``ZipStore`` and fsspec's ``zip::``
+URLs) reads it and verifies each member's CRC-32.
 
 CRC-32 (zlib's polynomial) comes from ISA-L when ``isal`` is installed (several GiB/s),
 else from zlib; :func:`crc32_combine` joins the CRCs of pieces checksummed in parallel.
@@ -31,7 +33,7 @@ Example::
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import NamedTuple
@@ -55,7 +57,8 @@ __all__ = [
 ]
 
 ALIGN = 4096
-"""Data of members of at least ``ALIGN_FROM`` bytes starts at a multiple of this."""
+"""Data of members of at least ``ALIGN_FROM`` bytes starts at a multiple of this (plus
+the member's residue, when :meth:`ZipLayout.place` is given one)."""
 ALIGN_FROM = 64 << 10
 _U32 = 0xFFFFFFFF
 _U16 = 0xFFFF
@@ -197,10 +200,18 @@ class ZipLayout:
         return self.data_offsets[index] + self.sizes[index]
 
     @classmethod
-    def place(cls, names: Sequence[str], lengths: Sequence[int]) -> ZipLayout:
+    def place(
+        cls,
+        names: Sequence[str],
+        lengths: Sequence[int],
+        residues: Mapping[int, int] | None = None,
+    ) -> ZipLayout:
         """Place members named ``names`` of ``lengths`` bytes, in this order: offsets by
         cumulative sums (numpy), a scalar step only at each member large enough to be
+        aligned. ``residues`` maps a member's index to the remainder modulo
+        :data:`ALIGN` its data should start at (default 0), for members that are
         aligned."""
+        residues = residues or {}
         count = len(names)
         encoded = tuple([name.encode() for name in names])
         sizes = np.fromiter(lengths, dtype=np.int64, count=count)
@@ -220,7 +231,8 @@ class ZipLayout:
             if index == count:
                 break
             base = offset + int(headers[index])
-            padding = (-(base + 4)) % ALIGN + 4  # a padding field is at least 4 bytes
+            # a padding field is at least 4 bytes
+            padding = (residues.get(index, 0) - (base + 4)) % ALIGN + 4
             header_offsets[index], paddings[index] = offset, padding
             offset = base + padding + int(sizes[index])
             first = index + 1
@@ -251,7 +263,9 @@ class ZipLayout:
         """The local header (with its extra fields) of member ``index``."""
         return _local_header(self.members[index], crc)
 
-    def local_header_into(self, buffer: bytearray, at: int, index: int, crc: int = 0) -> int:
+    def local_header_into(
+        self, buffer: bytearray | memoryview, at: int, index: int, crc: int = 0
+    ) -> int:
         """Write member ``index``'s local header into ``buffer`` at ``at`` with the CRC-32
         ``crc`` (or a zero to set later with :meth:`patch_crc`); returns where the header
         ends."""
@@ -270,7 +284,7 @@ class ZipLayout:
         return end
 
     @staticmethod
-    def patch_crc(buffer: bytearray, header_at: int, crc: int) -> None:
+    def patch_crc(buffer: bytearray | memoryview, header_at: int, crc: int) -> None:
         """Set the CRC-32 of the local header written at ``header_at``."""
         _CRC.pack_into(buffer, header_at + 14, crc)
 

@@ -13,6 +13,7 @@ from ckpt_helpers import files_under
 from ckptstore import CorruptCheckpointError, LocalPath, StorageError
 from ckptstore.builtin._local_path import DURABILITY_MODES, _write_vectored
 from ckptstore.errors import ObjectNotFoundError
+from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
 from ckptstore.plugin._registry import Registry
 
 
@@ -130,6 +131,56 @@ def test_durability_from_the_environment_and_validation(
         LocalPath(str(tmp_path), durability="sometimes")
     with pytest.raises(TypeError, match="only 'durability'"):
         LocalPath(str(tmp_path), key="secret")
+
+
+def _opened_direct(fd: int) -> bool:
+    with open(f"/proc/self/fdinfo/{fd}") as info:
+        flags = next(line for line in info if line.startswith("flags:")).split()[1]
+    return bool(int(flags, 8) & os.O_DIRECT)
+
+
+def test_large_arrays_are_written_o_direct_and_read_back(tmp_path: Path) -> None:
+    """With fsync durability, the aligned interior of a large array goes through a
+    descriptor opened O_DIRECT; the header before it and its unaligned end through the
+    page cache; the file holds exactly the bytes written."""
+    storage = LocalPath(str(tmp_path))
+    assert storage.direct_io
+    array = np.random.default_rng(5).integers(0, 255, 3 * DIRECT_FROM + 123, dtype=np.uint8)
+    header = b"h" * 100
+    at = DIRECT_ALIGN + memory_residue(array) - len(header)  # the array's data: congruent
+    size = at + len(header) + array.nbytes
+    with storage.open_positional("f", size) as writer:
+        writer.write_at(0, [b"\0" * at])
+        writer.write_at(at, [header, array])
+        assert _opened_direct(writer._direct)  # type: ignore[attr-defined]
+        assert not writer._refused  # type: ignore[attr-defined]
+    assert (tmp_path / "f").read_bytes() == b"\0" * at + header + array.tobytes()
+
+
+def test_a_refused_direct_write_falls_back_to_the_page_cache(tmp_path: Path) -> None:
+    """The kernel refuses (EINVAL) an O_DIRECT write from misaligned memory: that write
+    and every later one of the file go through the page cache, and no byte is lost."""
+    storage = LocalPath(str(tmp_path))
+    backing = np.arange(4 * DIRECT_FROM, dtype=np.uint8)
+    misaligned = backing[(1 - memory_residue(backing)) % DIRECT_ALIGN :][: 2 * DIRECT_FROM]
+    with storage.open_positional("f", misaligned.nbytes + DIRECT_ALIGN) as writer:
+        writer._write_direct(memoryview(misaligned), 0)  # type: ignore[attr-defined]
+        assert writer._refused  # type: ignore[attr-defined]
+        writer.write_at(misaligned.nbytes, [b"t" * DIRECT_ALIGN])
+    assert (tmp_path / "f").read_bytes() == misaligned.tobytes() + b"t" * DIRECT_ALIGN
+
+
+def test_direct_io_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not LocalPath(str(tmp_path), direct_io=False).direct_io
+    assert not LocalPath(str(tmp_path), durability="none").direct_io  # scratch space
+    with pytest.raises(ValueError, match="direct_io must be true or false"):
+        LocalPath(str(tmp_path), direct_io="yes")  # type: ignore[arg-type]
+    monkeypatch.setenv("CKPTSTORE_DIRECT_IO", "off")
+    assert not LocalPath(str(tmp_path)).direct_io
+    assert LocalPath(str(tmp_path), direct_io=True).direct_io
+    writer = LocalPath(str(tmp_path)).open_positional("g", DIRECT_FROM)
+    assert writer._direct == -1  # type: ignore[attr-defined]  # no O_DIRECT descriptor
+    writer.abort()
 
 
 def test_roots_from_urls_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

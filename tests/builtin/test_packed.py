@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ckptstore import CorruptCheckpointError, LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
@@ -81,6 +83,47 @@ def test_plain_zarr_and_numpy_read_every_blob(tmp_path: Path, db_type: str) -> N
     back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
     for name, value in values.items():
         assert back[name].dtype == value.dtype
+        np.testing.assert_array_equal(back[name], value)
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
+    tmp_path: Path, db_type: str
+) -> None:
+    """A blob of 1 MiB or more starts at its array's address modulo 4 KiB (so its
+    pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py); the
+    archive stays a plain ZIP and every blob loads back, large runs of small members
+    (packed into a buffer at their offset's remainder) included."""
+    rng = np.random.default_rng(3)
+    values = {
+        "big": rng.normal(size=(700, 300)),  # 1.6 MiB: one piece, from its memory
+        "bigger": rng.normal(size=(3, 1000, 1000)).astype(np.float32),  # 3 pieces of 4 MiB
+        "fortran": np.asfortranarray(rng.normal(size=(400, 400))),  # copied pieces
+        **{f"small/{i}": rng.normal(size=(2000,)) for i in range(80)},  # runs of 1 MiB
+    }
+    storage = LocalPath(str(tmp_path))
+    assert storage.direct_io
+    io = ParallelIO(IOSettings(chunk_bytes=4 << 20, concurrency=3))
+    save(storage, values, FORMATS[db_type](), io)
+    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    with zipfile.ZipFile(archive) as opened:
+        assert opened.testzip() is None
+        raw = archive.read_bytes()
+        for name in ("big", "bigger"):
+            chunk = "c" + ".0" * values[name].ndim
+            member = f"{name}/{chunk}" if db_type == "zarr" else f"{name}.npy"
+            at = opened.getinfo(member).header_offset  # the local header's lengths:
+            data_at = at + 30 + int.from_bytes(raw[at + 26 : at + 28], "little")
+            data_at += int.from_bytes(raw[at + 28 : at + 30], "little")
+            if db_type == "npz":  # the array's bytes follow the npy header (version 1)
+                start = opened.read(member)[:10]
+                data_at += 10 + int.from_bytes(start[8:10], "little")
+            assert data_at % 4096 == memory_residue(values[name])
+    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    manifest = protocol.open_node(storage, NODE, 1)
+    back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
         np.testing.assert_array_equal(back[name], value)
 
 

@@ -41,7 +41,7 @@ def test_a_misspelt_storage_option_is_named_with_the_closest_accepted_one(
 def test_an_unknown_storage_option_lists_the_accepted_ones(cli: Cli, run_url: str) -> None:
     line = one_line_error(cli("verify", run_url, "-o", "region=eu").err)
     assert "-o region='eu'" in line
-    assert "accepts: durability" in line
+    assert "accepts: direct_io, durability" in line
 
 
 def test_a_bad_storage_option_value_is_named(cli: Cli, run_url: str) -> None:

@@ -15,8 +15,10 @@ import pytest
 from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout, crc32_combine, crc32_of
 
 
-def build(contents: dict[str, bytes]) -> tuple[ZipLayout, bytes]:
-    layout = ZipLayout.place(list(contents), [len(data) for data in contents.values()])
+def build(
+    contents: dict[str, bytes], residues: dict[int, int] | None = None
+) -> tuple[ZipLayout, bytes]:
+    layout = ZipLayout.place(list(contents), [len(data) for data in contents.values()], residues)
     out = bytearray(layout.total_size)
     crcs = []
     for index, (member, data) in enumerate(zip(layout.members, contents.values(), strict=True)):
@@ -49,6 +51,19 @@ def test_zipfile_reads_and_verifies_every_member() -> None:
             assert opened.read(name) == data
     assert layout.members[1].data_offset % ALIGN == 0  # large members are aligned
     assert layout.members[0].padding == 0  # small ones are packed tight
+
+
+@pytest.mark.parametrize("residue", [0, 16, 4095])
+def test_large_members_start_at_the_residue_asked_for(residue: int) -> None:
+    """The residue of an array's address (for O_DIRECT writes from its memory): only
+    large members follow it, and the archive stays an ordinary ZIP."""
+    contents = {"a": b"x" * 7, "b": os.urandom(ALIGN_FROM), "c": os.urandom(ALIGN_FROM + 5)}
+    layout, archive = build(contents, {1: residue, 2: (residue + 1) % ALIGN})
+    assert layout.members[1].data_offset % ALIGN == residue
+    assert layout.members[2].data_offset % ALIGN == (residue + 1) % ALIGN
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert opened.testzip() is None
+        assert [opened.read(name) for name in contents] == list(contents.values())
 
 
 def test_a_wrong_crc_is_caught_by_zipfile() -> None:

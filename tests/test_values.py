@@ -185,6 +185,11 @@ LAYOUTS: dict[str, Callable[[], Array]] = {
     "large, many chunks": lambda: sample("<f4", (97, 131)),
     "matrix subclass": lambda: _matrix(sample("<f8", (40, 30))),
     "strided, many chunks": lambda: sample(">i4", (120, 90))[::3, 1::2],
+    # 1 MiB or more: written from their own memory (O_DIRECT on local disk), also for
+    # dtypes without a buffer format
+    "large M8": lambda: sample("<M8[ns]", (140_000,)),
+    "large bf16": lambda: sample(ml_dtypes.bfloat16, (3, 200_000)),
+    "large big-endian": lambda: sample(">f8", (400, 350)),
 }
 """Layouts: 0-d, empty, non-contiguous, Fortran-order and views."""
 

@@ -52,11 +52,12 @@ DirectSegment = tuple[int, list[memoryview], bool]
 def memory_residue(data: Buffer) -> int:
     """The address of ``data``'s first byte modulo :data:`DIRECT_ALIGN` (any object
     exposing a contiguous buffer)."""
+    if isinstance(data, np.ndarray):  # any dtype, even one without a buffer format
+        return int(data.ctypes.data % DIRECT_ALIGN)
     view = byte_view(data)
     if view.nbytes == 0:
         return 0
-    address = np.frombuffer(view, dtype=np.uint8).ctypes.data
-    return int(address % DIRECT_ALIGN)
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data % DIRECT_ALIGN)
 
 
 def plan_direct(

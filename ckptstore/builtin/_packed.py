@@ -128,14 +128,15 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
         for _, prefix, _, array in members
     ]
     piece_bytes = db.io.settings.chunk_bytes
-    layout = ZipLayout.place(
-        [member.name for member in members], sizes, _residues(members, piece_bytes)
-    )
+    pieced = _in_pieces(members, sizes, piece_bytes)
+    layout = ZipLayout.place([member.name for member in members], sizes, _residues(members, pieced))
     found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])
     big: list[int] = []
     with db.storage.open_positional(db.key(archive), layout.total_size) as target:
-        requests = _requests(layout, members, sizes, piece_bytes, found, target, archive, big)
+        requests = _requests(
+            layout, members, sizes, pieced, piece_bytes, found, target, archive, big
+        )
         db.write(requests)
         for index in big:  # headers of members written in pieces: their CRC-32 is known now
             member = members[index]
@@ -164,24 +165,29 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
-def _in_pieces(member: Member, piece_bytes: int) -> bool:
-    """Whether ``member``'s data is written from the array's own memory, in pieces of
+def _in_pieces(members: Sequence[Member], sizes: Sequence[int], piece_bytes: int) -> set[int]:
+    """The members whose data is written from the array's own memory, in pieces of
     about ``piece_bytes`` (more than that, or large enough to go ``O_DIRECT``), rather
     than copied into a run's buffer."""
-    return member.data_size > piece_bytes or member.data_size >= DIRECT_FROM
+    smallest = min(piece_bytes + 1, DIRECT_FROM)
+    return {
+        index
+        for index, (size, member) in enumerate(zip(sizes, members, strict=True))
+        if size >= smallest and member.array is not None and size - len(member.prefix) >= smallest
+    }
 
 
-def _residues(members: Sequence[Member], piece_bytes: int) -> dict[int, int]:
+def _residues(members: Sequence[Member], pieced: set[int]) -> dict[int, int]:
     """Where each contiguous member written in pieces should start, modulo the
     alignment: its array's address (minus its prefix), so that the pieces can go
     ``O_DIRECT`` from the array's memory (:mod:`ckptstore.io._direct`)."""
-    return {
-        index: (memory_residue(member.array) - len(member.prefix)) % DIRECT_ALIGN
-        for index, member in enumerate(members)
-        if member.array is not None
-        and _in_pieces(member, piece_bytes)
-        and member.array.flags.c_contiguous
-    }
+    residues = {}
+    for index in pieced:
+        member = members[index]
+        if member.array is not None and member.array.flags.c_contiguous:
+            residue = memory_residue(member.array) - len(member.prefix)
+            residues[index] = residue % DIRECT_ALIGN
+    return residues
 
 
 def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
@@ -195,6 +201,7 @@ def _requests(
     layout: ZipLayout,
     members: Sequence[Member],
     sizes: Sequence[int],
+    pieced: set[int],
     piece_bytes: int,
     found: _Ranges,
     target: PositionalWriter,
@@ -205,7 +212,7 @@ def _requests(
     run_bytes = 0
     for index, size in enumerate(sizes):
         member = members[index]
-        if _in_pieces(member, piece_bytes):
+        if index in pieced:
             if run:  # a run is a contiguous range of the archive: it ends here
                 yield _run_request(layout, members, run, found, target, archive)
                 run, run_bytes = [], 0

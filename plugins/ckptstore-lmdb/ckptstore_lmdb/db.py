@@ -8,10 +8,12 @@ into chunks of about ``IOSettings.chunk_bytes``.
 
 After the write transaction, the file's B-tree is walked (:mod:`ckptstore_lmdb.pages`)
 to find the byte range of every value; the manifest records each chunk as that range
-with its CRC-32C, and every other byte of the file (pages, keys, headers) as checksummed
-gap records. So loads read only the requested blobs' bytes, straight into place and
-verified, ``ckptstore verify`` checks every byte of the file, and ``ckptstore cp``
-copies a checkpoint to any storage, where it stays readable.
+with its CRC-32C, and the whole file as format ranges of up to 16 MiB with a CRC-32C each
+(coverage records: every byte, pages, keys and headers included, is checked by
+``verify``; manifests written before recorded the bytes between values as one gap
+record each, and still load and verify). So loads read only the requested blobs'
+bytes, straight into place and verified, ``ckptstore verify`` checks every byte of the
+file, and ``ckptstore cp`` copies a checkpoint to any storage, where it stays readable.
 
 Writing needs a local directory (``needs_rename``): LMDB memory-maps its file.
 
@@ -59,6 +61,9 @@ BATCH_BYTES = 256 << 20
 BATCH_VALUES = 50_000
 """A write transaction is committed after this many bytes or values, so that LMDB's
 list of dirty pages never overflows, whatever the checkpoint's size."""
+COVER_BYTES = 16 << 20
+"""The file's format records (the checksums ``verify`` checks every byte against) each
+cover at most this many bytes."""
 _COPY_BELOW = 16 << 10
 """Values smaller than this are copied to ``bytes`` once, for the CRC and for LMDB."""
 _SEPARATOR = b"\x00"
@@ -123,7 +128,9 @@ class LmdbDB(DBType):
         with open(path, "rb") as file, _mapped(file.fileno()) as view:
             try:
                 spans = value_spans(view)
-                gaps = _gap_records(view, [(span.offset, span.size) for span in spans.values()])
+                covered = _coverage_records(
+                    view, [(span.offset, span.size) for span in spans.values()]
+                )
             except LmdbFormatError as error:
                 raise CorruptCheckpointError(
                     f"the LMDB file just written cannot be walked: {error}",
@@ -131,7 +138,7 @@ class LmdbDB(DBType):
                     file=db.key(DATA_FILE),
                 ) from None
         records = _blob_records(db, blobs, values, crcs, spans)
-        return WrittenDB(records, tuple(gaps))
+        return WrittenDB(records, tuple(covered))
 
 
 _ERRNOS = (
@@ -270,18 +277,22 @@ def _blob_records(
     }
 
 
-def _gap_records(view: memoryview, ranges: list[tuple[int, int]]) -> list[ChunkRecord]:
-    """Checksummed records of every byte of the file outside ``ranges``."""
-    gaps: list[ChunkRecord] = []
+def _coverage_records(view: memoryview, ranges: list[tuple[int, int]]) -> list[ChunkRecord]:
+    """Checksummed format records tiling the whole file, of up to :data:`COVER_BYTES`
+    each, once the values' ``ranges`` are known to lie apart inside it."""
     position = 0
-    for offset, size in [*sorted(ranges), (view.nbytes, 0)]:
+    for offset, size in sorted(ranges):
         if offset < position:
             raise LmdbFormatError(f"two values overlap at offset {offset}")
-        if offset > position:
-            crc = crc32c_of([view[position:offset]])
-            gaps.append(ChunkRecord(DATA_FILE, position, offset - position, offset - position, crc))
         position = offset + size
-    return gaps
+    if position > view.nbytes:
+        raise LmdbFormatError(f"a value ends at offset {position}, past the end of the file")
+    records = []
+    for start in range(0, view.nbytes, COVER_BYTES):
+        size = min(COVER_BYTES, view.nbytes - start)
+        crc = crc32c_of([view[start : start + size]])
+        records.append(ChunkRecord(DATA_FILE, start, size, size, crc))
+    return records
 
 
 @contextlib.contextmanager

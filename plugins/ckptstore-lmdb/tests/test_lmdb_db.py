@@ -3,6 +3,7 @@ every byte checksummed, registration through the entry point."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -63,18 +64,25 @@ def test_the_checkpoint_is_a_plain_lmdb_database(checkpoints: Checkpoints, tmp_p
     assert sorted(os.listdir(tmp_path / "trainer_0.1")) == ["ckptstore.manifest.json", DATA_FILE]
 
 
-def test_every_byte_of_the_file_is_covered_once(checkpoints: Checkpoints, tmp_path: Path) -> None:
+def test_every_byte_of_the_file_is_covered(
+    checkpoints: Checkpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The format records tile the file (so verify checks every byte); the values'
+    ranges lie apart inside it."""
+    monkeypatch.setattr("ckptstore_lmdb.db.COVER_BYTES", 8192)  # several records
     checkpoints.save({f"b{i}": np.full(i * 37, i, "<i2") for i in range(60)})
     manifest = checkpoints.manifest()
-    ranges = sorted(
-        [(c.offset, c.stored) for r in manifest.blobs.values() for c in r.chunks]
-        + [(f.offset, f.stored) for f in manifest.files]
-    )
+    size = (tmp_path / "trainer_0.1" / DATA_FILE).stat().st_size
     position = 0
-    for offset, size in ranges:
-        assert offset == position
-        position += size
-    assert position == (tmp_path / "trainer_0.1" / DATA_FILE).stat().st_size
+    for record in sorted(manifest.files, key=lambda record: record.offset):
+        assert record.offset == position
+        position += record.stored
+    assert position == size
+    assert len(manifest.files) == -(-size // 8192)
+    values = sorted((c.offset, c.stored) for r in manifest.blobs.values() for c in r.chunks)
+    for (offset, length), (following, _) in itertools.pairwise(values):
+        assert offset + length <= following
+    assert values[-1][0] + values[-1][1] <= size
 
 
 def test_long_names_use_a_digest_key(checkpoints: Checkpoints, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 import zarr
 from ckpt_helpers import CountingLocalPath, flip_byte
 
-from ckptstore import CorruptCheckpointError, LocalPath
+from ckptstore import CorruptCheckpointError, LocalPath, get_registry
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
@@ -308,29 +308,32 @@ def with_gap_records(manifest: NodeManifest, archive: Path) -> NodeManifest:
     return replace(manifest, files=tuple(gaps))
 
 
-@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+@pytest.mark.parametrize("db_type", ["zarr", "npz", "lmdb"])
 def test_manifests_with_gap_records_still_load_verify_and_copy(
     tmp_path: Path, db_type: str
 ) -> None:
+    """Also lmdb's: its format records, now 16 MiB ranges tiling the file, were one gap
+    record per stretch between values."""
+    db = get_registry().db_type(db_type)
     storage = LocalPath(str(tmp_path / "src"))
     values = {**{f"w{i}": np.full(100, i) for i in range(20)}, "big": np.arange(40_000.0)}
-    save(storage, values, FORMATS[db_type](), ParallelIO(SMALL_PIECES))
-    archive = tmp_path / "src" / "trainer_0.1" / ARCHIVES[db_type]
+    save(storage, values, db, ParallelIO(SMALL_PIECES))
+    archive = tmp_path / "src" / "trainer_0.1" / {**ARCHIVES, "lmdb": "data.mdb"}[db_type]
     manifest = protocol.open_node(storage, NODE, 1)
     old = with_gap_records(manifest, archive)
     assert len(old.files) > 20 > len(manifest.files)  # a gap before each small blob
     assert old.stored_bytes == manifest.stored_bytes == archive.stat().st_size
     republish(storage, old)
     assert protocol.open_node(storage, NODE, 1) == old
-    loaded = protocol.read_blobs(storage, old, None, FORMATS[db_type](), ParallelIO())
+    loaded = protocol.read_blobs(storage, old, None, db, ParallelIO())
     assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
-    assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
+    assert protocol.verify_node(storage, NODE, 1, db, ParallelIO()) == []
     location = CheckpointLocation.open(str(tmp_path / "src"), db_type)
     dest = LocalPath(str(tmp_path / "dest"))
     copy_node(source=location, dest=dest, node=NODE, epoch=1)
     assert (tmp_path / "dest" / "trainer_0.1" / archive.name).read_bytes() == archive.read_bytes()
     flip_byte(archive, old.files[3].offset + 1)  # a header byte between two blobs
-    (problem,) = protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO())
+    (problem,) = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
     assert problem.blob is None
     assert str(problem.file).endswith(archive.name)
 

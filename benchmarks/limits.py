@@ -4,8 +4,9 @@
   (``fsync`` of every file written): 1, 2 and 4 threads ``os.pwrite``-ing 8 or 64 MiB
   blocks into one preallocated file, through the page cache and ``O_DIRECT`` (from
   page-aligned memory, straight to the device), and 2 or 4 files written in parallel
-  (one thread each). Reading: the best of 1, 2 and 4 threads ``os.preadv``-ing 8 or 64 MiB blocks
-  into one preallocated buffer, after dropping the page cache (when allowed: root).
+  (one thread each). Reading: the best of 1, 2 and 4 threads ``os.preadv``-ing 8 or 64
+  MiB blocks into one preallocated buffer, after dropping the page cache (when allowed:
+  root).
 * **memory**: ``np.copyto`` of the bytes into preallocated (already faulted-in)
   buffers, with 1 and 2 threads: no tool can save to or load from ``/dev/shm`` faster
   than memory can copy.
@@ -97,19 +98,20 @@ def write_one_file(
     aligned = len(source) // PAGE * PAGE if direct else 0
     try:
         os.posix_fallocate(fd, 0, len(source))
-        with ThreadPoolExecutor(threads) as pool:
-            futures = []
-            if aligned:
-                direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-                futures += [
-                    pool.submit(_pwrite_all, direct_fd, source[:aligned], share)
-                    for share in _ranges(aligned, threads, block)
+        direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT) if aligned else fd
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                futures = [
+                    pool.submit(_pwrite_all, direct_fd, source, share)
+                    for share in _ranges(aligned or len(source), threads, block)
                 ]
-            if aligned < len(source):
-                futures.append(pool.submit(_pwrite_all, fd, source, [(aligned, len(source))]))
-            for future in futures:
-                future.result()
-            if aligned:
+                if aligned and aligned < len(source):  # the last partial block
+                    tail = [(aligned, len(source) - aligned)]
+                    futures.append(pool.submit(_pwrite_all, fd, source, tail))
+                for future in futures:
+                    future.result()
+        finally:
+            if direct_fd != fd:
                 os.close(direct_fd)
         os.fsync(fd)
     finally:

@@ -62,7 +62,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.io._checksum import COPY_BELOW, crc32c_of
 from ckptstore.io._checksum import crc32c_buffer as _crc32c
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
+from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, aligned_buffer, memory_residue
 from ckptstore.io._engine import WriteRequest
 from ckptstore.io._zip import ZipLayout, crc32_combine, crc32_of
 from ckptstore.io._zip import crc32_buffer as _crc32
@@ -128,7 +128,7 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
         for _, prefix, _, array in members
     ]
     piece_bytes = db.io.settings.chunk_bytes
-    pieced = _in_pieces(members, sizes, piece_bytes)
+    pieced = _written_in_pieces(members, sizes, piece_bytes)
     layout = ZipLayout.place([member.name for member in members], sizes, _residues(members, pieced))
     found = _Ranges(archive, len(members))
     db.storage.prepare_keys([db.key(archive)])
@@ -165,7 +165,9 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
-def _in_pieces(members: Sequence[Member], sizes: Sequence[int], piece_bytes: int) -> set[int]:
+def _written_in_pieces(
+    members: Sequence[Member], sizes: Sequence[int], piece_bytes: int
+) -> set[int]:
     """The members whose data is written from the array's own memory, in pieces of
     about ``piece_bytes`` (more than that, or large enough to go ``O_DIRECT``), rather
     than copied into a run's buffer."""
@@ -260,7 +262,7 @@ def _run_request(
     nbytes = layout.end(indexes[-1]) - start
 
     def produce() -> list[Buffer]:
-        view = _aligned_like(start, nbytes)
+        view = aligned_buffer(start, nbytes)
         data_offsets, header_offsets = layout.data_offsets, layout.header_offsets
         chunks: list[tuple[str, tuple[ChunkRecord]]] = []
         crcs = found.member_crcs  # one slot per member: set without a lock
@@ -297,16 +299,6 @@ def _run_request(
         offset=start,
         checksum=False,
     )
-
-
-def _aligned_like(offset: int, nbytes: int) -> memoryview:
-    """A new buffer of ``nbytes`` whose address has ``offset``'s remainder modulo the
-    alignment, so that a large one can be written ``O_DIRECT`` at ``offset``."""
-    if nbytes < DIRECT_FROM:
-        return memoryview(bytearray(nbytes))
-    spare = np.empty(nbytes + DIRECT_ALIGN, np.uint8)
-    shift = (offset - spare.ctypes.data) % DIRECT_ALIGN
-    return spare[shift : shift + nbytes].data
 
 
 def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:

@@ -35,7 +35,14 @@ import numpy as np
 
 from ckptstore._types import Buffer, byte_view
 
-__all__ = ["DIRECT_ALIGN", "DIRECT_FROM", "DirectSegment", "memory_residue", "plan_direct"]
+__all__ = [
+    "DIRECT_ALIGN",
+    "DIRECT_FROM",
+    "DirectSegment",
+    "aligned_buffer",
+    "memory_residue",
+    "plan_direct",
+]
 
 DIRECT_ALIGN = 4096
 """Alignment of memory, file offset and length for ``O_DIRECT`` (a page: a multiple of
@@ -60,6 +67,17 @@ def memory_residue(data: Buffer) -> int:
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data % DIRECT_ALIGN)
 
 
+def aligned_buffer(offset: int, nbytes: int) -> memoryview:
+    """A new writable buffer of ``nbytes`` whose address has ``offset``'s remainder
+    modulo :data:`DIRECT_ALIGN`, so that it can be written ``O_DIRECT`` at ``offset``
+    (a plain ``bytearray`` below :data:`DIRECT_FROM`, where nothing goes direct)."""
+    if nbytes < DIRECT_FROM:
+        return memoryview(bytearray(nbytes))
+    spare = np.empty(nbytes + DIRECT_ALIGN, np.uint8)
+    shift = (offset - spare.ctypes.data) % DIRECT_ALIGN
+    return spare[shift : shift + nbytes].data
+
+
 def plan_direct(
     offset: int, views: Sequence[memoryview], *, direct_from: int = DIRECT_FROM
 ) -> list[DirectSegment]:
@@ -75,7 +93,7 @@ def plan_direct(
         size = view.nbytes
         if size >= direct_from:
             head = -position % DIRECT_ALIGN
-            body = (size - head) // DIRECT_ALIGN * DIRECT_ALIGN
+            body = max(0, size - head) // DIRECT_ALIGN * DIRECT_ALIGN
             if body and (memory_residue(view) + head) % DIRECT_ALIGN == 0:
                 if head:
                     pending.append(view[:head])

@@ -7,7 +7,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptstore.io._direct import DIRECT_ALIGN, memory_residue, plan_direct
+from ckptstore.io._direct import (
+    DIRECT_ALIGN,
+    DIRECT_FROM,
+    aligned_buffer,
+    memory_residue,
+    plan_direct,
+)
 
 BACKING = np.arange(64 * DIRECT_ALIGN, dtype=np.uint64).view(np.uint8)
 
@@ -68,3 +74,18 @@ def test_small_buffers_are_never_direct() -> None:
     data = BACKING[: 2 * DIRECT_ALIGN]
     plan = plan_direct(memory_residue(data), [memoryview(data)], direct_from=4 * DIRECT_ALIGN)
     assert [direct for _, _, direct in plan] == [False]
+
+
+def test_a_view_shorter_than_its_head_is_never_direct() -> None:
+    """Found by the property above: one byte at offset 16 must not become a direct
+    segment of negative length."""
+    view = memoryview(BACKING[:1])
+    assert plan_direct(16, [view], direct_from=1) == [(16, [view], False)]
+
+
+@given(offset=st.integers(0, 1 << 40))
+def test_aligned_buffers_take_the_remainder_of_their_offset(offset: int) -> None:
+    buffer = aligned_buffer(offset, DIRECT_FROM)
+    assert buffer.nbytes == DIRECT_FROM
+    assert not buffer.readonly
+    assert memory_residue(buffer) == offset % DIRECT_ALIGN

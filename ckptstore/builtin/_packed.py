@@ -175,7 +175,7 @@ def _written_in_pieces(
     return {
         index
         for index, (size, member) in enumerate(zip(sizes, members, strict=True))
-        if size >= smallest and member.array is not None and size - len(member.prefix) >= smallest
+        if member.array is not None and size - len(member.prefix) >= smallest
     }
 
 

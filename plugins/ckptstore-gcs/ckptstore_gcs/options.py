@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gcsfs.core import GCSFileSystem
-
 from ckptstore.object_store import ObjectStoreOptions
 
 __all__ = ["GCSOptions"]
@@ -119,6 +117,10 @@ class GCSOptions(ObjectStoreOptions):
     def open_filesystem(self, url: str) -> tuple[Any, str]:
         """gcsfs's plain filesystem: its default "extended" one asks a gRPC API for each
         bucket's layout first (emulators lack it), and nothing here needs it."""
+        # imported here: gcsfs takes 0.2-0.3 s to import, which every process that
+        # builds ckptstore's plugin registry paid when it was imported with the module
+        from gcsfs.core import GCSFileSystem
+
         root = url.split("://", 1)[1] if "://" in url else url
         return GCSFileSystem(**self.gcsfs_kwargs()), root.strip("/")
 

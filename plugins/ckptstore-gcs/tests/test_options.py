@@ -4,6 +4,8 @@ defaults) and that credentials never show in ``repr`` or messages."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 from ckptstore_gcs import GCSOptions, GCSPath
@@ -59,3 +61,19 @@ def test_path_repr_and_pickle() -> None:
         "run",
         "http://127.0.0.1:9",
     )
+
+
+def test_registering_the_plugin_does_not_import_gcsfs() -> None:
+    """gcsfs takes 0.2-0.3 s to import: a process that builds ckptstore's plugin
+    registry (every CLI command, every first save) pays it only when it opens a gs://
+    path."""
+    probe = (
+        "import sys, ckptstore; "
+        "assert ckptstore.get_registry().path_type_for('gs://bucket/run').name == 'gcs'; "
+        "print('gcsfs' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+    GCSPath("gs://bucket/run", endpoint_url="http://127.0.0.1:1", token="anon")
+    assert "gcsfs" in sys.modules  # opened when a path is made

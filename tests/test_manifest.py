@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
 from ckptstore.errors import UnsupportedBlobError
 from ckptstore.records._documents import encode_document
-from ckptstore.records._limits import Limits, set_limits
+from ckptstore.records._limits import Limits, current_limits, set_limits
 from ckptstore.records._manifest import MANIFEST_KIND, safe_dtype
 
 
@@ -192,3 +196,76 @@ def replace_created(data: bytes) -> bytes:
         original.files,
         created="2026-01-02T00:00:00+00:00",
     ).encode()
+
+
+_ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 1 << 62),
+    st.floats(allow_nan=False),
+    st.text(max_size=4),
+)
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> dict[str, object]:
+    """Blob records as a manifest might hold them: mostly of the plain form (dtype,
+    shape and one chunk, often a consistent one), with any field possibly wrong."""
+    dtype = draw(st.sampled_from(["<f4", "|u1", "<i8", "|b1", "<U4", "|O", "<V8", "x", "<f16"]))
+    shape = draw(st.lists(st.integers(0, 9), max_size=draw(st.sampled_from([1, 1, 4]))))
+    itemsize = {"<f4": 4, "|u1": 1, "<i8": 8, "|b1": 1, "<U4": 16}.get(dtype, 8)
+    nbytes = math.prod(shape) * itemsize
+    size = draw(st.sampled_from([nbytes, nbytes, nbytes + 1, max(0, nbytes - 1), 1 << 50]))
+    stored = draw(st.sampled_from([size, size + 8, max(0, size - 1)]))
+    chunk: object = ["blobs.npz", draw(st.integers(0, 9)), stored, size, draw(st.integers(0, 9))]
+    chunks: object = [chunk]
+    fields = {"dtype": dtype, "shape": shape, "chunks": chunks}
+    broken = draw(st.booleans())  # half the records keep the plain form's types
+    keys = ["dtype", "shape", "chunks", "chunk0", "shape0"]
+    for key in draw(st.sets(st.sampled_from(keys), min_size=1)) if broken else ():
+        if key == "chunk0":
+            fields["chunks"] = [draw(st.one_of(_ANY, st.lists(_ANY, max_size=6)))]
+        elif key == "shape0" and shape:
+            fields["shape"] = [draw(_ANY), *shape[1:]]
+        else:
+            fields[key] = draw(st.one_of(_ANY, st.lists(_ANY, max_size=3)))
+    extra = draw(st.sampled_from([{}, {}, {"codec": "raw"}, {"layout": {}}, {"shape2": 1}]))
+    if draw(st.booleans()):
+        chunks_list = fields["chunks"]
+        if isinstance(chunks_list, list):
+            fields["chunks"] = chunks_list * 2
+    return {**fields, **extra}
+
+
+def _outcome(name: str, raw: object) -> tuple[object, ...]:
+    try:
+        return ("record", BlobRecord.decode(name, raw))
+    except Exception as error:  # the same error, whichever path raised it
+        return ("error", type(error), str(error))
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_records())
+def test_the_fast_path_for_plain_records_decodes_as_the_full_checks_do(
+    raw: dict[str, object],
+) -> None:
+    """Plain records (dtype, shape, one raw chunk) skip the general checks' generality,
+    never their outcome: every record decodes to the same record, or is refused with
+    the same error, with the fast path and without it."""
+    tight = Limits(max_ndim=1, max_chunks=1, max_blob_bytes=16)
+    for limits in (None, tight):
+        set_limits(limits)
+        try:
+            fast = _outcome("w", raw)
+            with mock.patch.object(BlobRecord, "_decode_plain", classmethod(lambda *a: None)):
+                full = _outcome("w", raw)
+        finally:
+            set_limits(None)
+        assert fast == full
+
+
+def test_plain_records_take_the_fast_path() -> None:
+    raw = {"dtype": "<f4", "shape": [2, 3], "chunks": [["blobs.npz", 0, 24, 24, 7]]}
+    record = BlobRecord._decode_plain("w", raw, current_limits())
+    assert record == BlobRecord("w", "<f4", (2, 3), (ChunkRecord("blobs.npz", 0, 24, 24, 7),))
+    assert BlobRecord._decode_plain("w", {**raw, "shape": [2, 4]}, current_limits()) is None

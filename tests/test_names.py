@@ -259,11 +259,19 @@ def test_a_name_checked_from_a_manifest_is_still_held_to_the_limit_when_new() ->
 
 def test_remembering_valid_names_gives_the_garbage_collector_nothing_to_walk() -> None:
     """Filling a workspace with 5,000 new names leaves no object for the cyclic
-    collector (a tracked object per name set off full collections over the whole heap)."""
-    names = [f"gc_probe/{i}" for i in range(5000)]
-    gc.collect()
-    before = len(gc.get_objects())
-    for name in names:
-        assert validate_blob_name(name, new=False) == name
-    assert len(gc.get_objects()) - before < 50
-    assert all(validate_blob_name(name) == name for name in names)
+    collector (a tracked object per name set off full collections over the whole heap).
+
+    The count is of every tracked object in the process, and other threads (the event
+    loop of a Dask cluster another test left running for the session) make some too: of
+    three rounds of fresh names the quietest counts, and one tracked object per name
+    would add 5,000 to every round."""
+    added = []
+    for round_ in range(3):
+        names = [f"gc_probe/{round_}/{i}" for i in range(5000)]
+        gc.collect()
+        before = len(gc.get_objects())
+        for name in names:
+            assert validate_blob_name(name, new=False) == name
+        added.append(len(gc.get_objects()) - before)
+        assert all(validate_blob_name(name) == name for name in names)
+    assert min(added) < 50, added

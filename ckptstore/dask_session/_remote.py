@@ -16,7 +16,7 @@ Example::
     >>> from distributed import Client, LocalCluster
     >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
     >>> client = Client(cluster)
-    >>> address, = client.scheduler_info()["workers"]
+    >>> address, = client.nthreads()
     >>> _ = client.register_plugin(WorkspaceStore(), name="session-1")
     >>> calls = [NodeCall.of(Task(lambda ws: ws.update(w=41), name="init", node="trainer_0")),
     ...          NodeCall.of(Task(lambda ws: int(ws["w"]) + 1, name="step", node="trainer_0"))]
@@ -72,7 +72,7 @@ class WorkspaceStore(WorkerPlugin):
         >>> from distributed import Client, LocalCluster
         >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
         >>> client = Client(cluster)
-        >>> address, = client.scheduler_info()["workers"]
+        >>> address, = client.nthreads()
         >>> _ = client.register_plugin(WorkspaceStore(), name="session-1")
         >>> def on_the_worker():
         ...     store = get_worker().plugins["session-1"]

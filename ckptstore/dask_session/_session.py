@@ -187,7 +187,17 @@ class DaskSession(Session):
             )
 
     def _live_workers(self) -> dict[str, str]:
-        info = self.client.scheduler_info(n_workers=-1)
+        """The workers the scheduler knows now, by address: asked of the scheduler, not
+        read from ``client.scheduler_info()``, whose cache the client's periodic refresh
+        (totals only, no workers) can overwrite between that method's fetch and its
+        return: a cluster of live workers then looked empty (seen in a test run)."""
+        scheduler = self.client.scheduler
+        if scheduler is None:
+            raise JobConfigurationError(
+                "the Dask client is not connected to a scheduler: create it with the "
+                "scheduler's address (or a cluster) before the DaskSession"
+            )
+        info = self.client.sync(scheduler.identity, n_workers=-1)  # type: ignore[no-untyped-call]
         return {address: str(worker["name"]) for address, worker in info["workers"].items()}
 
     def _place(self, node: str) -> str:

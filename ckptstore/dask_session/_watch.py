@@ -11,7 +11,7 @@ Example::
     >>> from distributed import Client, LocalCluster
     >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
     >>> client = Client(cluster)
-    >>> address, = client.scheduler_info()["workers"]
+    >>> address, = client.nthreads()
     >>> future = client.submit(sum, [1, 2], workers=[address], pure=False)
     >>> await_nodes(client, {"trainer_0": future}, {"trainer_0": address}, 0.5)
     {'trainer_0': 3}

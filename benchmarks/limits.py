@@ -84,20 +84,31 @@ def _ranges(nbytes: int, parts: int, block: int) -> list[list[tuple[int, int]]]:
     return result
 
 
-def _pwrite_all(fd: int, source: memoryview, pieces: list[tuple[int, int]]) -> None:
+def _pwrite_all(
+    fd: int, source: memoryview, pieces: list[tuple[int, int]], checksum: bool = False
+) -> None:
     for offset, length in pieces:
         view = source[offset : offset + length]
+        if checksum:  # what a save recording both checksums computes before writing
+            crc32c_of([view])
+            crc32(view)
         while view:
             written = os.pwrite(fd, view, offset)
             view, offset = view[written:], offset + written
 
 
 def write_one_file(
-    path: Path, source: memoryview, threads: int, block: int, direct: bool = False
+    path: Path,
+    source: memoryview,
+    threads: int,
+    block: int,
+    direct: bool = False,
+    checksum: bool = False,
 ) -> float:
     """``threads`` threads pwrite their share into one preallocated file, then fsync.
     ``direct``: the whole 4 KiB blocks go ``O_DIRECT`` (``source`` must then be page
-    aligned), a last partial block through the page cache."""
+    aligned), a last partial block through the page cache. ``checksum``: each block's
+    CRC-32C and CRC-32 are computed before it is written."""
     started = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     aligned = len(source) // PAGE * PAGE if direct else 0
@@ -107,7 +118,7 @@ def write_one_file(
         try:
             with ThreadPoolExecutor(threads) as pool:
                 futures = [
-                    pool.submit(_pwrite_all, direct_fd, source, share)
+                    pool.submit(_pwrite_all, direct_fd, source, share, checksum)
                     for share in _ranges(aligned or len(source), threads, block)
                 ]
                 if aligned and aligned < len(source):  # the last partial block
@@ -127,33 +138,6 @@ def write_one_file(
 CHECKSUMMED = (
     "one file, 4 threads, 16 MiB CRC-32C + CRC-32 + pwrite (a checksummed ZIP; not a limit)"
 )
-
-
-def write_checksummed(path: Path, source: memoryview) -> float:
-    """:func:`write_one_file` with 4 threads and 16 MiB blocks, each block checksummed
-    twice (CRC-32C and CRC-32) before it is written: the work of a save that records
-    both, whatever else it does."""
-    started = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-
-    def write(pieces: list[tuple[int, int]]) -> None:
-        for offset, length in pieces:
-            block = source[offset : offset + length]
-            crc32c_of([block])
-            crc32(block)
-            _pwrite_all(fd, source, [(offset, length)])
-
-    try:
-        os.posix_fallocate(fd, 0, len(source))
-        with ThreadPoolExecutor(4) as pool:
-            for future in [
-                pool.submit(write, share) for share in _ranges(len(source), 4, 16 * MiB)
-            ]:
-                future.result()
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return time.perf_counter() - started
 
 
 def page_aligned(source: np.ndarray) -> np.ndarray:
@@ -236,7 +220,7 @@ def disk_trials(
     location: Path, nbytes: int, repeat: int = 1
 ) -> tuple[list[Trial], list[Trial], list[Trial]]:
     """Every raw writer and reader at ``location``, each the best of ``repeat`` runs, and
-    the checksummed writer (:func:`write_checksummed`, never a limit)."""
+    the checksummed writer (:data:`CHECKSUMMED`, never a limit)."""
     source = source_bytes(nbytes).data
     aligned_source = page_aligned(np.frombuffer(source, dtype=np.uint8)).data
     writes: dict[str, float] = {}
@@ -275,7 +259,7 @@ def disk_trials(
                 seconds = run()
                 writes[method] = min(writes.get(method, seconds), seconds)
                 _clear(work)
-            seconds = write_checksummed(work / "raw.bin", source)
+            seconds = write_one_file(work / "raw.bin", source, 4, 16 * MiB, checksum=True)
             floors[CHECKSUMMED] = min(floors.get(CHECKSUMMED, seconds), seconds)
             _clear(work)
         write_one_file(work / "raw.bin", source, 4, 64 * MiB)

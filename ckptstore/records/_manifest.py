@@ -201,15 +201,9 @@ class BlobRecord:
             return None
         if len(chunks) != 1 or len(shape) > limits.max_ndim:  # limits are >= 1
             return None
-        if len(shape) == 1:  # vectors: most small blobs (biases, norms, scalars' kin)
-            count = shape[0]
-            if type(count) is not int or count < 0:
-                return None
-        elif all(type(d) is int and d >= 0 for d in shape):
-            count = math.prod(shape)
-        else:
+        if not all(type(d) is int and d >= 0 for d in shape):
             return None
-        nbytes = count * dtype_itemsize(name, dtype)
+        nbytes = math.prod(shape) * dtype_itemsize(name, dtype)
         if nbytes > limits.max_blob_bytes:
             return None
         chunk = ChunkRecord.decode(chunks[0])

@@ -21,9 +21,7 @@ import json
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ckptstore.object_store import (
     Body,
@@ -37,7 +35,9 @@ from ckptstore.object_store import (
 )
 from ckptstore_gcs.composite import GCSCompositeUpload
 from ckptstore_gcs.errors import GCSErrorRules, HttpStatusError
-from ckptstore_gcs.payload import as_payload
+
+if TYPE_CHECKING:  # aiohttp is imported when a session opens (0.2 s: not at registration)
+    import aiohttp
 
 __all__ = ["GCSClient"]
 
@@ -70,6 +70,8 @@ class GCSClient(ObjectStoreClient):
     async def _http(self) -> aiohttp.ClientSession:
         """This client's session, opened on first use (and again after :meth:`close`)."""
         if self._session is None or self._session.closed:
+            import aiohttp
+
             self._session = aiohttp.ClientSession(**self.fs.session_kwargs)
         return self._session
 
@@ -102,6 +104,10 @@ class GCSClient(ObjectStoreClient):
         json_body: Any = None,
     ) -> T:
         """One request (not retried); ``read`` consumes a successful response."""
+        import aiohttp
+
+        from ckptstore_gcs.payload import as_payload
+
         session = await self._http()
         async with session.request(
             method,

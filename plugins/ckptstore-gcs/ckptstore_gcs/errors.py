@@ -13,19 +13,24 @@ Example::
 from __future__ import annotations
 
 import asyncio
-
-import aiohttp
+import functools
 
 from ckptstore.object_store import ErrorRules, Failure
 
 __all__ = ["RETRYABLE_STATUSES", "GCSErrorRules", "HttpStatusError"]
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
+
+
+@functools.cache
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions of a request that got no answer and may be retried. aiohttp is
+    imported on the first failure (the client imports it when it opens a session), not
+    with the plugin: it takes about 0.2 s to import, and every process that builds
+    ckptstore's plugin registry imports this module, whether it uses GCS or not."""
+    import aiohttp
+
+    return (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 class HttpStatusError(Exception):
@@ -61,4 +66,4 @@ class GCSErrorRules(ErrorRules):
     def classify(self, error: BaseException) -> Failure:
         if isinstance(error, HttpStatusError):
             return Failure(error.status in RETRYABLE_STATUSES, error.status, summary=str(error))
-        return Failure(isinstance(error, _TRANSIENT_ERRORS))
+        return Failure(isinstance(error, _transient_errors()))

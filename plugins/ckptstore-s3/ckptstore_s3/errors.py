@@ -17,10 +17,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
-
-import aiohttp
-import botocore.exceptions
 
 from ckptstore.object_store import ErrorRules, Failure
 
@@ -54,15 +52,27 @@ _THROTTLING_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
 )
 _MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "404", "NoSuchUpload"})
-_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    botocore.exceptions.HTTPClientError,  # connection closed, read timeouts
-    botocore.exceptions.ConnectionError,  # could not connect, connect timeouts
-    botocore.exceptions.ResponseStreamingError,
-    botocore.exceptions.IncompleteReadError,
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
+
+
+@functools.cache
+def _client_errors() -> tuple[type[BaseException], tuple[type[BaseException], ...]]:
+    """botocore's ``ClientError`` (an answer from S3) and the exceptions of a request
+    that got no answer and may be retried. Imported on the first failure, not with the
+    plugin: aiohttp takes about 0.2 s to import, and every process that builds
+    ckptstore's plugin registry imports this module, whether it uses S3 or not."""
+    import aiohttp
+    import botocore.exceptions
+
+    transient = (
+        botocore.exceptions.HTTPClientError,  # connection closed, read timeouts
+        botocore.exceptions.ConnectionError,  # could not connect, connect timeouts
+        botocore.exceptions.ResponseStreamingError,
+        botocore.exceptions.IncompleteReadError,
+        aiohttp.ClientError,
+        asyncio.TimeoutError,
+        ConnectionError,
+    )
+    return botocore.exceptions.ClientError, transient
 
 
 class S3ErrorRules(ErrorRules):
@@ -85,8 +95,9 @@ class S3ErrorRules(ErrorRules):
     missing_object_code = "NoSuchKey"
 
     def classify(self, error: BaseException) -> Failure:
-        if isinstance(error, botocore.exceptions.ClientError):
-            response: dict[str, Any] = error.response or {}
+        answered, transient = _client_errors()
+        if isinstance(error, answered):
+            response: dict[str, Any] = getattr(error, "response", None) or {}
             code = str(response.get("Error", {}).get("Code") or "") or None
             raw_status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             status = int(raw_status) if raw_status is not None else None
@@ -94,7 +105,7 @@ class S3ErrorRules(ErrorRules):
                 status is not None and (status >= 500 or status == 429)
             )
             return Failure(retryable, status, code, _summary(response, status, code))
-        return Failure(isinstance(error, _TRANSIENT_ERRORS))
+        return Failure(isinstance(error, transient))
 
     def is_missing(self, failure: Failure) -> bool:
         return failure.status == 404 and failure.code in _MISSING_OBJECT_CODES

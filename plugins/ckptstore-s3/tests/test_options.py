@@ -4,6 +4,8 @@ defaults) and that credentials never show in ``repr``."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 from ckptstore_s3 import S3Options, S3Path
@@ -88,3 +90,17 @@ def test_path_repr_and_pickle_keep_options_but_show_no_secret() -> None:
 def test_a_url_must_name_a_bucket() -> None:
     with pytest.raises(ValueError, match="names a bucket"):
         S3Path("s3://", endpoint_url="http://127.0.0.1:9")
+
+
+def test_registering_the_plugin_imports_no_http_client() -> None:
+    """aiohttp and botocore take 0.2-0.3 s to import: a process that builds ckptstore's
+    plugin registry (every CLI command, every first save) pays it only when it opens an
+    s3:// path (s3fs brings them) or judges a failed request."""
+    probe = (
+        "import sys, ckptstore, ckptstore_s3.plugin; "
+        "assert ckptstore.get_registry().path_type_for('s3://bucket/run').name == 's3'; "
+        "print(sorted({'aiohttp', 'botocore', 's3fs'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

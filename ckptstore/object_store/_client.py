@@ -32,10 +32,7 @@ import concurrent.futures
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
-
-import fsspec
-import fsspec.asyn
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.object_store._body import Body
@@ -48,6 +45,9 @@ from ckptstore.object_store._multipart import MultipartUpload
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._ranged import Read, fill_targets, range_header, read_at_most
 from ckptstore.object_store._retry import call_with_retries
+
+if TYPE_CHECKING:  # annotations only: fsspec is imported by the filesystem a client is made for
+    import fsspec
 
 __all__ = ["ObjectInfo", "ObjectStoreClient"]
 
@@ -101,7 +101,9 @@ class ObjectStoreClient(ABC):
 
     def run(self, factory: Callable[[], Awaitable[T]]) -> T:
         """Run ``factory()`` on the event loop and wait for its result."""
-        result: T = fsspec.asyn.sync(self.loop, factory)
+        from fsspec.asyn import sync
+
+        result: T = sync(self.loop, factory)
         return result
 
     def submit(self, factory: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:

@@ -33,13 +33,14 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Self
-
-import fsspec
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from ckptstore._environment import int_variable
 from ckptstore.object_store._masking import mask
 from ckptstore.object_store._retry import RetryPolicy
+
+if TYPE_CHECKING:  # imported by the plugin's open_filesystem (not at registration)
+    import fsspec
 
 __all__ = ["ObjectStoreOptions"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +122,27 @@ def test_local_disk_through_fsspec_refuses_links_out_of_the_root(tmp_path: Path)
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     storage.write_bytes("real/doc", b"x")
     assert storage.read_bytes("real/doc") == b"x"
+
+
+def test_a_local_disk_run_imports_no_fsspec_or_http_client(tmp_path: Path) -> None:
+    """fsspec (0.08 s) and the object stores' HTTP clients (0.2-0.3 s each) are imported
+    when a URL needs them: a process saving and loading on local disk, with every
+    installed plugin registered, never pays for them."""
+    probe = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from ckptstore import CheckpointManager, LocalSession, get_registry\n"
+        "assert get_registry().path_type_for('s3://b/p') is not None\n"
+        "session = LocalSession()\n"
+        "session.workspace('trainer_0')['w'] = np.ones(3)\n"
+        f"manager = CheckpointManager({str(tmp_path / 'ckpt')!r}, 'trainer_0')\n"
+        "session.run(manager.init(['trainer_0']))\n"
+        "session.run(manager.save(1))\n"
+        "session.run(manager.load(1))\n"
+        "heavy = {'fsspec', 'aiohttp', 'botocore', 's3fs', 'gcsfs'}\n"
+        "print(sorted(heavy & {name.split('.')[0] for name in sys.modules}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert (tmp_path / "ckpt").is_dir()

@@ -31,8 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from ckptstore.object_store import ObjectStoreOptions
 from ckptstore_s3.redaction import protect
 
@@ -168,8 +166,10 @@ class S3Options(ObjectStoreOptions):
 
     def open_filesystem(self, url: str) -> tuple[Any, str]:
         """An s3fs filesystem (credentials masked in botocore's logs from now on)."""
+        from fsspec.core import url_to_fs  # imported here: s3fs comes with the filesystem
+
         protect(self.secrets())
-        fs, root = fsspec.core.url_to_fs(url, **self.s3fs_kwargs())
+        fs, root = url_to_fs(url, **self.s3fs_kwargs())
         return fs, str(root)
 
     def s3fs_kwargs(self) -> dict[str, Any]:

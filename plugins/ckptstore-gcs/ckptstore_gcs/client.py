@@ -17,8 +17,10 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -72,7 +74,11 @@ class GCSClient(ObjectStoreClient):
         if self._session is None or self._session.closed:
             import aiohttp
 
-            self._session = aiohttp.ClientSession(**self.fs.session_kwargs)
+            session = self._session = aiohttp.ClientSession(**self.fs.session_kwargs)
+            # closed when the client is collected or the interpreter exits, whichever
+            # comes first: a script that never calls close() ends without aiohttp's
+            # "Unclosed client session" warning
+            weakref.finalize(self, _close_session, self.loop, session)
         return self._session
 
     def _params(self, given: dict[str, str]) -> dict[str, str]:
@@ -277,6 +283,25 @@ class GCSClient(ObjectStoreClient):
         session, self._session = self._session, None
         if session is not None and not session.closed:
             self.run(session.close)
+
+
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def _close_session(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+    """Close ``session`` on its event loop (the filesystem's I/O thread), waiting at most
+    a second; from that loop's own thread, schedule the close instead of waiting on it."""
+    if session.closed or loop.is_closed() or not loop.is_running():
+        return
+    with contextlib.suppress(RuntimeError):  # no loop running in this thread
+        if asyncio.get_running_loop() is loop:
+            task = loop.create_task(session.close())
+            _CLOSING.add(task)  # held until done: the loop keeps only a weak reference
+            task.add_done_callback(_CLOSING.discard)
+            return
+    future = asyncio.run_coroutine_threadsafe(session.close(), loop)
+    with contextlib.suppress(Exception):  # the loop is stopping: nothing left to release
+        future.result(timeout=1)
 
 
 async def _whole_body(response: aiohttp.ClientResponse) -> bytes:

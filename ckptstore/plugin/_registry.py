@@ -248,8 +248,7 @@ class Registry:
         hint = INSTALL_HINTS.get(("path type", protocol))
         if fallback is not None and hint is None and _fsspec_knows(protocol):
             return fallback
-        installed = (p or "local paths" for p in self.protocols)
-        raise UnknownPluginError("path type", protocol, installed, hint)
+        raise UnknownPluginError("path type", protocol, map(_served, self.protocols), hint)
 
     def open_path(self, url: str, path_type: str | None = None, **options: object) -> PathType:
         """A path type instance rooted at ``url``; ``options`` go to its constructor."""
@@ -302,6 +301,13 @@ class Registry:
                 )
             )
         return sorted(infos, key=lambda info: (info.distribution is not None, info.name))
+
+
+def _served(protocol: str) -> str:
+    """How an error names the URLs served for a registered ``protocol``."""
+    if protocol == WILDCARD:
+        return "other URLs fsspec knows (memory://, ftp://...)"
+    return f"{protocol}://" if protocol else "local paths"
 
 
 def _fsspec_knows(protocol: str) -> bool:

@@ -139,7 +139,10 @@ def test_unknown_names_list_what_is_installed_and_which_package_provides_them(
     message = str(info.value)
     assert "unknown path type 's3'" in message
     assert "`pip install ./plugins/ckptstore-s3`" in message
-    assert "installed: *, file, local, local paths." in message
+    assert (
+        "installed: file://, local paths, local://, other URLs fsspec knows (memory://, "
+        "ftp://...)." in message
+    )
     assert isinstance(info.value, KeyError)
     with pytest.raises(UnknownPluginError, match=r"pip install \./plugins/ckptstore-gcs"):
         registry.path_type_for("gs://bucket/run")

@@ -3,6 +3,7 @@ and upload weaknesses."""
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -579,18 +580,22 @@ def test_a_handler_whose_report_fails_does_not_stop_the_job(tmp_path: Path) -> N
 
 
 def test_a_job_without_a_handler_resumes_from_storage_instead_of_starting_over(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     job, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
     commit = tmp_path / "_ckptstore" / "epoch-2" / "trainer_0.commit.json"
     before = commit.read_bytes()
-    again, _ = build_counter_job(nodes=("trainer_0",), epochs=2)
+    again, _ = build_counter_job(nodes=("trainer_0",), epochs=3)
     runner = JobRunner(again, MultiNodeCheckpointManager(str(tmp_path), "npz"))
-    runner.train(LocalSession())  # storage is the truth: it resumes after epoch 2
-    assert 0 not in runner.committed_epochs  # it did not start from scratch
-    assert 2 not in runner.committed_epochs
+    with caplog.at_level(logging.INFO, logger="ckptstore"):
+        runner.train(LocalSession())  # storage is the truth: it resumes after epoch 2
+    assert runner.committed_epochs == [3]  # it did not start from scratch
     assert commit.read_bytes() == before  # nothing was overwritten
+    # without a catalog, resuming from the commit records is the normal path: said
+    # (at INFO, as every resume is), not warned about (no catalog can be behind)
+    assert "Resuming from epoch 2" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_overwrite_true_starts_over_on_purpose(tmp_path: Path) -> None:

@@ -290,12 +290,13 @@ class JobRunner:
                 log.warning("Could not check the commit records under storage: %s", error)
                 newest = None  # unreadable storage: the saves will say so
             if newest is not None and (resume is None or newest > resume):
-                log.warning(
-                    "The catalog is behind storage: epoch %d is committed on every node "
-                    "under %s; resuming from it",
-                    newest,
-                    storage.display_url,
-                )
+                if handler is not None:  # without one, the commit records are the record
+                    log.warning(
+                        "The catalog is behind storage: epoch %d is committed on every "
+                        "node under %s; resuming from it",
+                        newest,
+                        storage.display_url,
+                    )
                 resume = newest
         if resume is None and not self.overwrite:
             _refuse_to_start_over(storage, self._listing(manager).newest_complete(nodes))

@@ -71,6 +71,16 @@ def test_the_example_implements_every_hook() -> None:
         assert hasattr(module, hook.__name__), f"the example lacks {hook.__name__}"
 
 
+def test_the_cheap_import_example_is_a_passing_test() -> None:
+    block = GUIDE.split("from ckptstore.testing import imported_modules", 1)[1]
+    source = "from ckptstore.testing import imported_modules" + block.split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(source, "docs/plugins.md", "exec"), namespace)
+    test = namespace["test_registering_the_plugin_imports_no_http_client"]
+    assert callable(test)
+    test()
+
+
 def counter_job() -> Job:
     with Job() as job, Node("trainer_0"):
         with job.init_group:

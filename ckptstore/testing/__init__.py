@@ -40,6 +40,7 @@ from ckptstore.testing.fixtures import (
     s3_storage_options,
     s3_url,
 )
+from ckptstore.testing.imports import imported_modules
 from ckptstore.testing.in_process import InProcessMoto, in_process_moto
 from ckptstore.testing.proxy import FaultProxy, RecordedRequest
 from ckptstore.testing.servers import GcsEmulator, MotoServer, ServerProcess, free_port, wait_for
@@ -56,6 +57,7 @@ __all__ = [
     "gcs_server",
     "gcs_storage_options",
     "gcs_url",
+    "imported_modules",
     "in_process_moto",
     "s3_faults",
     "s3_mock_aws",

@@ -4,11 +4,12 @@ defaults) and that credentials never show in ``repr`` or messages."""
 from __future__ import annotations
 
 import pickle
-import subprocess
 import sys
 
 import pytest
 from ckptstore_gcs import GCSOptions, GCSPath
+
+from ckptstore.testing import imported_modules
 
 SERVICE_ACCOUNT = {
     "type": "service_account",
@@ -68,12 +69,9 @@ def test_registering_the_plugin_imports_neither_gcsfs_nor_aiohttp() -> None:
     ckptstore's plugin registry (every CLI command, every first save) pays it only when
     it opens a gs:// path."""
     probe = (
-        "import sys, ckptstore, ckptstore_gcs.plugin; "
-        "assert ckptstore.get_registry().path_type_for('gs://bucket/run').name == 'gcs'; "
-        "print(sorted({'aiohttp', 'gcsfs'} & set(sys.modules)))"
+        "import ckptstore, ckptstore_gcs.plugin\n"
+        "assert ckptstore.get_registry().path_type_for('gs://bucket/run').name == 'gcs'\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert imported_modules(probe, ["aiohttp", "gcsfs"]) == []
     GCSPath("gs://bucket/run", endpoint_url="http://127.0.0.1:1", token="anon")
     assert "gcsfs" in sys.modules  # opened when a path is made

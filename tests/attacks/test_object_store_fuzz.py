@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,22 +35,21 @@ from ckptstore.testing.proxy import FaultProxy
 from tests.attacks.forge import Forge
 from tests.attacks.test_attacks import db_type
 from tests.attacks.test_fuzz import (
+    CAMPAIGN_MARKS,
     EPOCH,
     MEMORY_BOUND,
     PROFILE,
+    PROFILE_NAME,
     Values,
     assert_loaded_matches,
     forge_drawn,
 )
 from tests.attacks.test_object_store_attacks import assert_under_prefix, copy_down, put_back
 
-OBJECT_PROFILE = (
-    settings(PROFILE, max_examples=3)
-    if os.environ.get("CKPTSTORE_FUZZ_PROFILE", "ci") == "ci"
-    else PROFILE
-)
+OBJECT_PROFILE = settings(PROFILE, max_examples=3) if PROFILE_NAME == "ci" else PROFILE
 """Three examples per format in CI (each is several requests to the server); the long
 campaign as on local disk."""
+pytestmark = CAMPAIGN_MARKS
 
 
 @dataclass(frozen=True)

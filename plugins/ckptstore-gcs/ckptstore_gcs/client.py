@@ -68,6 +68,9 @@ class GCSClient(ObjectStoreClient):
     head_action = "stat"
     get_action = "download"
     _session: aiohttp.ClientSession | None = None
+    _closes_at_exit: (
+        weakref.finalize[[asyncio.AbstractEventLoop, aiohttp.ClientSession], GCSClient] | None
+    ) = None
 
     async def _http(self) -> aiohttp.ClientSession:
         """This client's session, opened on first use (and again after :meth:`close`)."""
@@ -78,7 +81,7 @@ class GCSClient(ObjectStoreClient):
             # closed when the client is collected or the interpreter exits, whichever
             # comes first: a script that never calls close() ends without aiohttp's
             # "Unclosed client session" warning
-            weakref.finalize(self, _close_session, self.loop, session)
+            self._closes_at_exit = weakref.finalize(self, _close_session, self.loop, session)
         return self._session
 
     def _params(self, given: dict[str, str]) -> dict[str, str]:
@@ -281,6 +284,9 @@ class GCSClient(ObjectStoreClient):
 
     def close(self) -> None:
         session, self._session = self._session, None
+        if self._closes_at_exit is not None:  # closed here: the finalizer lets it go
+            self._closes_at_exit.detach()
+            self._closes_at_exit = None
         if session is not None and not session.closed:
             self.run(session.close)
 

@@ -70,7 +70,7 @@ class FsspecPath(PathType):
             filesystem, root = url_to_fs(url, **storage_options)
         self.fs = filesystem
         self.root = (root or "").rstrip("/")
-        self._on_local_disk = _on_local_disk(filesystem)
+        self._checks_links = _on_local_disk(filesystem)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.display_url!r})"
@@ -78,7 +78,7 @@ class FsspecPath(PathType):
     def _path(self, key: str) -> str:
         key = validate_key(key)
         path = f"{self.root}/{key}" if self.root else key
-        if self._on_local_disk:
+        if self._checks_links:  # fsspec's local filesystem follows symbolic links
             self._refuse_links(path, key)
         return path
 

@@ -50,6 +50,8 @@ Spec = dict[str, Any]
 _SAFE = "_-.~:+@=,"
 _INDEX = re.compile(r"#(-?[0-9]{1,40})")
 _MAX_DEPTH = 200
+_MAX_DTYPE_TEXT = 64
+"""A leaf's recorded dtype is a short name (``"<f4"``, ``"bfloat16"``); longer is forged."""
 # dtypes numpy stores natively; others (ml_dtypes' bfloat16, float8...) are stored as
 # unsigned integers of the same width and re-viewed on load
 _VIEW_AS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
@@ -144,6 +146,23 @@ def _numpy_dtype(name: str) -> np.dtype[Any]:
         dtype: np.dtype[Any] = np.dtype(found)
         return dtype
     return np.dtype(name)
+
+
+def _leaf_dtype(text: str) -> np.dtype[Any] | None:
+    """The dtype a spec records for a leaf, or None unless it is plain data: the spec is
+    untrusted, so it never makes an object, void or structured view of stored bytes
+    (ml_dtypes' floats, named from a fixed list, are numpy "V" kinds too)."""
+    if len(text) > _MAX_DTYPE_TEXT:
+        return None
+    try:
+        dtype = _numpy_dtype(text)
+    except TypeError:
+        return None
+    if text in _ML_DTYPES:
+        return dtype
+    if dtype.hasobject or dtype.kind == "V" or dtype.subdtype is not None:
+        return None
+    return dtype
 
 
 def flatten(
@@ -276,12 +295,13 @@ def _leaf(
         return adapter.from_numpy(array, dtype)
     # without its adapter (e.g. a torch checkpoint read without torch), a leaf is
     # returned as the numpy array of its true dtype when numpy (or ml_dtypes) has it
-    try:
-        true = _numpy_dtype(dtype)
-    except TypeError:
-        raise bad(f"leaf {name!r} has an unknown dtype {dtype[:40]!r}") from None
+    true = _leaf_dtype(dtype)
+    if true is None:
+        raise bad(f"leaf {name!r} has an unknown dtype {dtype[:40]!r}")
     if true != array.dtype:
-        if true.itemsize != array.dtype.itemsize or array.dtype.kind != "u":
-            raise bad(f"leaf {name!r} is stored as {array.dtype}, not as {dtype}")
+        # the one reinterpretation flatten records: ml_dtypes floats stored as uints
+        reinterpretable = dtype in _ML_DTYPES and array.dtype.kind == "u"
+        if not reinterpretable or true.itemsize != array.dtype.itemsize:
+            raise bad(f"leaf {name!r} is stored as {array.dtype}, not as {dtype[:40]}")
         array = array.view(true)
     return array[()] if node.get("s") else array

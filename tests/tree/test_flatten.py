@@ -120,11 +120,15 @@ def test_what_would_need_pickle_is_refused(bad: dict[object, object]) -> None:
         },
         {"format": "ckptstore.tree", "version": 1, "root": {"t": "array", "b": "gone", "d": "<f4"}},
         {"format": "ckptstore.tree", "version": 1, "root": {"t": "array", "b": "x", "d": "<f8"}},
+        *(  # forged dtypes over stored bytes: never objects, void, structs or a reinterpretation
+            {"format": "ckptstore.tree", "version": 1, "root": {"t": "array", "b": "u", "d": d}}
+            for d in ("O", "|V8", "<M8[s]", "<f8", "(2,)<u4", "<u4,<u4", "f" * 100, "what")
+        ),
     ],
 )
 def test_a_malformed_spec_is_corrupt_not_a_crash(spec: dict[str, object]) -> None:
     with pytest.raises(CorruptCheckpointError, match="tree spec"):
-        unflatten(spec, {"x": np.zeros(2, dtype=np.float32)})
+        unflatten(spec, {"x": np.zeros(2, dtype=np.float32), "u": np.zeros(2, dtype=np.uint64)})
 
 
 def test_a_deeply_nested_spec_is_refused() -> None:

@@ -171,6 +171,31 @@ def test_a_second_commit_of_one_node_and_epoch_is_refused(tmp_path: Path) -> Non
     assert (tmp_path / node_commit_key(1, NODE)).read_bytes() == record
 
 
+class RacedZarr(ZarrDB):
+    """A zarr DB type whose write lets another writer save and commit the same node and
+    epoch first: two jobs past the save's check at once (no lease between them)."""
+
+    def __init__(self, storage: PathType) -> None:
+        super().__init__()
+        self.storage = storage
+
+    def write(self, db: DBLocation, values: Mapping[str, np.ndarray]) -> WrittenDB:
+        save(self.storage, 1, {"w": np.full(2, 7.0)})  # the other writer wins the race
+        return super().write(db, values)
+
+
+def test_a_writer_racing_another_never_replaces_what_the_other_committed(
+    tmp_path: Path,
+) -> None:
+    """The last look before the rename: a save that passed its check, then found the epoch
+    committed by a racing writer, stops before its data replaces the committed data."""
+    storage = LocalPath(str(tmp_path))
+    with pytest.raises(AlreadyCommittedError):
+        save(storage, 1, {"w": np.ones(2)}, RacedZarr(storage))
+    assert load_w(storage).tolist() == [7.0, 7.0]  # the committed epoch loads whole
+    assert storage.staging_keys("trainer_0.1") == []  # the loser left nothing behind
+
+
 def test_control_documents_are_created_atomically_without_temporaries(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)

@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
@@ -265,7 +266,12 @@ def write_node(
         manifests.append(NodeManifest(node, epoch, db_type.name, written.blobs, written.files))
         return manifests[0].encode()
 
-    manifest_bytes = publish_node(storage, get_ckpt_filename(node, epoch), fill)
+    manifest_bytes = publish_node(
+        storage,
+        get_ckpt_filename(node, epoch),
+        fill,
+        partial(_refuse_committed, storage, epoch, node),
+    )
     return NodeCommit(
         node=node,
         epoch=epoch,
@@ -278,9 +284,21 @@ def write_node(
     )
 
 
-def publish_node(storage: PathType, db_key: str, fill: Callable[[str], bytes]) -> bytes:
+def publish_node(
+    storage: PathType,
+    db_key: str,
+    fill: Callable[[str], bytes],
+    before_replacing: Callable[[], None] = lambda: None,
+) -> bytes:
     """Steps 1-4 around ``fill(root)``, which writes a node checkpoint's data under the
-    key prefix ``root`` and returns its manifest's bytes. Returns those bytes."""
+    key prefix ``root`` and returns its manifest's bytes. Returns those bytes.
+
+    Where the data is written under a staging name, ``before_replacing()`` runs right
+    before it is renamed over ``db_key`` and may raise to stop it (``_refuse_committed``:
+    a writer racing another one on the same node and epoch does not replace data the
+    other committed meanwhile). A store without rename writes in place from the start:
+    there, the save's check before the write is the last look (docs/design.md,
+    "Limits")."""
     if storage.supports_rename:
         for leftover in storage.staging_keys(db_key):
             storage.delete_tree(leftover)
@@ -293,6 +311,7 @@ def publish_node(storage: PathType, db_key: str, fill: Callable[[str], bytes]) -
         storage.write_bytes(manifest_key(root), manifest_bytes)
         storage.sync()
         if storage.supports_rename:
+            before_replacing()
             storage.replace_tree(root, db_key)
     except BaseException:
         if storage.supports_rename:
@@ -320,6 +339,15 @@ def _unpublish_in_place(storage: PathType, db_key: str) -> None:
     stale = {chunk.key for record in old.blobs.values() for chunk in record.chunks}
     stale.update(chunk.key for chunk in old.files)
     storage.delete(f"{db_key}/{relative}" for relative in sorted(stale))
+
+
+def _refuse_committed(storage: PathType, epoch: int, node: str) -> None:
+    """Raise :class:`~ckptstore.errors.AlreadyCommittedError` if ``node``'s ``epoch`` is
+    committed: the last look before a save's data is renamed into place (a local file
+    read). The save's own check (:func:`check_not_committed`) ran when it started;
+    another writer of the same node and epoch may have committed since."""
+    if committed_nodes(storage, epoch, [node]):
+        raise AlreadyCommittedError(storage.display_url, epoch, [node])
 
 
 def check_not_committed(

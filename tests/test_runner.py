@@ -4,6 +4,7 @@ and upload weaknesses."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -596,6 +597,59 @@ def test_a_job_without_a_handler_resumes_from_storage_instead_of_starting_over(
     # (at INFO, as every resume is), not warned about (no catalog can be behind)
     assert "Resuming from epoch 2" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+class LosingHandler:
+    """A user's duck-typed handler that never heard about ``lost``'s commit (a crash
+    between the commit and its update): its ``last_epoch`` lags behind storage."""
+
+    def __init__(self, lost: int) -> None:
+        self.lost = lost
+        self.writes: list[int] = []
+
+    def set_params(
+        self,
+        db_prefix: str,
+        db_type: str,
+        node_names: Sequence[str],
+        path_prefix: str | None = None,
+        path_type: str | None = None,
+    ) -> None:
+        pass
+
+    def last_epoch(self, user_epoch: int | None = None) -> int | None:
+        known = [epoch for epoch in self.writes if epoch != self.lost]
+        return user_epoch if user_epoch is not None else max(known, default=None)
+
+    def write(self, epoch: int) -> None:
+        self.writes.append(epoch)
+
+    def cp_accessible(self, epoch: int | None = None) -> bool:
+        return True
+
+
+def test_a_handler_behind_storage_resumes_from_the_newest_committed_epoch_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A third-party handler that lost the last commit never makes a rerun save that
+    epoch again: the runner catches up with the commit records, and says so."""
+    handler = LosingHandler(lost=3)
+    job, _ = build_counter_job(epochs=3)
+    first = JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz", handler))
+    assert first.train(LocalSession()) == 3
+    assert handler.last_epoch() == 2  # the handler is one epoch behind storage
+    commit = tmp_path / "_ckptstore" / "epoch-3" / f"{NODE}.commit.json"
+    before = commit.read_bytes()
+    longer, _ = build_counter_job(epochs=5)
+    rerun = JobRunner(longer, MultiNodeCheckpointManager(str(tmp_path), "npz", handler))
+    session = LocalSession()
+    with caplog.at_level(logging.WARNING, logger="ckptstore"):
+        assert rerun.train(session) == 5
+    assert "The catalog is behind storage: epoch 3 is committed on every node" in caplog.text
+    assert rerun.committed_epochs == [4, 5]  # resumed after epoch 3, not after 2
+    assert handler.writes == [0, 1, 2, 3, 4, 5]  # epoch 3 was never saved again
+    assert commit.read_bytes() == before
+    assert session.workspace(NODE)[f"{NODE}/step"].item() == 5
 
 
 def test_overwrite_true_starts_over_on_purpose(tmp_path: Path) -> None:

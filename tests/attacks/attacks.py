@@ -180,19 +180,24 @@ def commit_of_other_epoch(forge: Forge, outside: Path) -> None:
     forge.write_commit_bytes(older.commit_path.read_bytes())
 
 
-def _replace_chunk(forge: Forge, data: bytes, *, declared: int | None = None) -> None:
-    """Replace a compressed chunk with ``data``, CRCs recomputed; with ``declared``, the
-    manifest also says the chunk decodes to that many bytes (shape to match)."""
+def replace_chunk(forge: Forge, data: bytes, *, declared: int | None = None) -> None:
+    """Replace the first chunk of the node's largest blob (a file of its own) with
+    ``data``, whole: its stored size and CRC-32C say so (a stored size left as it was
+    would cut the frame short, and a cut frame fails to decode whatever the bound).
+    With ``declared``, the manifest also says the chunk decodes to that many bytes
+    (shape to match); without, it still says the chunk's original 256 bytes."""
     name, _ = forge.blob()
     forge.data_file(name).write_bytes(data)
-    forge.resign_chunks(name)
+    body = forge.manifest()
+    chunk = body["blobs"][name]["chunks"][0]
+    assert chunk[1] == 0  # the chunk is its own file
+    chunk[2] = len(data)
     if declared is not None:
-        body = forge.manifest()
-        chunk = body["blobs"][name]["chunks"][0]
         chunk[3] = declared
         body["blobs"][name]["shape"] = [declared // 4]
         body["blobs"][name]["layout"]["chunk_shape"] = [declared // 4]
-        forge.write_manifest(body)
+    forge.write_manifest(body)
+    forge.resign_chunks(name)
 
 
 def _zstd_frame_declaring(nbytes: int) -> bytes:
@@ -205,20 +210,11 @@ def _zstd_frame_declaring(nbytes: int) -> bytes:
     return bytes(frame)
 
 
-def zstd_bomb(forge: Forge, outside: Path) -> None:
-    # 64 MiB of zeros in ~2 KB, where the manifest says the chunk holds 256 bytes
-    _replace_chunk(forge, numcodecs.Zstd(level=19).encode(np.zeros(64 << 20, np.uint8)))
-
-
 def zstd_bomb_declared(forge: Forge, outside: Path) -> None:
-    # 32 KB -> 1 GiB: the manifest agrees with the frame's header
+    # 4 KB -> 1 GiB, the manifest agreeing with the frame's header: more than
+    # Limits.max_compression_ratio (2^17) allows, refused when the manifest is decoded
     frame = _zstd_frame_declaring(1 << 30)
-    _replace_chunk(forge, frame + bytes(32 * 1024 - len(frame)), declared=1 << 30)
-
-
-def blosc_bomb(forge: Forge, outside: Path) -> None:
-    codec = numcodecs.Blosc(cname="zstd", clevel=9, shuffle=numcodecs.Blosc.SHUFFLE)
-    _replace_chunk(forge, codec.encode(np.zeros(64 << 20, np.uint8)))
+    replace_chunk(forge, frame + bytes(4096 - len(frame)), declared=1 << 30)
 
 
 ATTACKS: dict[str, Spec] = {
@@ -246,7 +242,5 @@ ATTACKS: dict[str, Spec] = {
     "float_fields_commit": Spec(float_fields_commit, in_manifest=True),
     "traversal_node_name": Spec(traversal_node_name, in_manifest=True),
     "commit_of_other_epoch": Spec(commit_of_other_epoch, in_manifest=True),
-    "zstd_bomb": Spec(zstd_bomb, ("zarr-zstd",)),
     "zstd_bomb_declared": Spec(zstd_bomb_declared, ("zarr-zstd",), in_manifest=True),
-    "blosc_bomb": Spec(blosc_bomb, ("zarr-blosc",)),
 }

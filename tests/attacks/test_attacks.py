@@ -3,17 +3,26 @@ operator or a job takes: ``MultiNodeCheckpointManager.load`` raises
 CorruptCheckpointError naming the epoch (never a CRC value) within a bounded amount of
 memory, a ``JobRunner`` resume falls back to the newest intact epoch, ``ckptstore
 verify/inspect/convert/cp`` exit with the documented code and one line, and nothing
-outside the prefix is opened, read or written (inotify sees every access)."""
+outside the prefix is opened, read or written (inotify sees every access).
+
+The compression bombs (tests/attacks/bombs.py) expand to gigabytes: their tests run under
+an address-space guard, and a load must refuse one by its bound, in the memory its stored
+frame takes, never by running out of memory."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import struct
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numcodecs
+import numpy as np
 import pytest
 
 from ckptstore.builtin._zarr_db import ZarrDB
@@ -26,13 +35,23 @@ from ckptstore.execution._session import LocalSession
 from ckptstore.plugin._db_type import DBType
 from ckptstore.testing.conformance.jobs import NODES, counting_job
 from tests.attacks.attacks import ATTACKS, Spec
+from tests.attacks.bombs import (
+    BLOSC_BOMB_BYTES,
+    BOMBS,
+    address_space_guard,
+    blosc_zeros_frame,
+    zstd_zeros_frame,
+)
 from tests.attacks.forge import EPOCH, Forge, OutsideWatch
 
 MEMORY_BOUND = 128 << 20  # peak Python/numpy allocations while loading a forgery
+BOMB_OVERHEAD = 1 << 20
+"""What loading a bomb may allocate beyond its chunk (stored frame and declared size)."""
 
+ALL_ATTACKS = {**ATTACKS, **BOMBS}
 CASES = [
     pytest.param((name, fmt), id=f"{name}-{fmt}")
-    for name, spec in ATTACKS.items()
+    for name, spec in ALL_ATTACKS.items()
     for fmt in spec.formats
 ]
 
@@ -43,8 +62,19 @@ def db_type(fmt: str) -> DBType | str:
     return fmt
 
 
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from or while handling, is a
+    MemoryError (a bomb decoded beyond its bound, stopped by the guard)."""
+    while error is not None:
+        if isinstance(error, MemoryError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 @dataclass
 class Forged:
+    name: str
     run: Path
     outside: Path
     spec: Spec
@@ -53,7 +83,7 @@ class Forged:
     watch: OutsideWatch
     before: dict[str, tuple[bytes, int]]
 
-    def manager(self, **options: object) -> MultiNodeCheckpointManager:
+    def manager(self, **options: Any) -> MultiNodeCheckpointManager:
         return MultiNodeCheckpointManager(str(self.run), db_type(self.fmt), **options)
 
     def assert_outside_untouched(self) -> None:
@@ -70,7 +100,7 @@ class Forged:
 @pytest.fixture(params=CASES)
 def forged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Forged]:
     name, fmt = request.param
-    spec = ATTACKS[name]
+    spec = ALL_ATTACKS[name]
     run, outside = tmp_path / "run", tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_bytes(os.urandom(4096))
@@ -85,7 +115,8 @@ def forged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Forged]:
         if path.is_file()
     }
     watch = OutsideWatch(outside)
-    yield Forged(run, outside, spec, fmt, crcs, watch, before)
+    with address_space_guard() if name in BOMBS else contextlib.nullcontext():
+        yield Forged(name, run, outside, spec, fmt, crcs, watch, before)
     watch.close()
 
 
@@ -110,6 +141,10 @@ def test_load_raises_a_typed_error_in_bounded_memory(forged: Forged) -> None:
         assert str(crc) not in message
         assert f"{crc:08x}" not in message.lower()
     assert peak < MEMORY_BOUND
+    if forged.name in BOMBS:  # refused before decoding: it never expanded
+        assert not out_of_memory(error), "the bomb was decoded beyond the chunk's bound"
+        _, _, stored, declared, _ = Forge(forged.run).blob()[1]["chunks"][0]
+        assert peak < stored + declared + BOMB_OVERHEAD
     forged.assert_outside_untouched()
 
 
@@ -127,6 +162,7 @@ def test_resume_falls_back_to_the_newest_intact_epoch(
         if runner.restore_failures:  # the load of epoch 2 failed: the runner fell back
             assert [failure.epoch for failure in runner.restore_failures] == [EPOCH]
             assert isinstance(runner.restore_failures[0].error, CorruptCheckpointError)
+            assert not out_of_memory(runner.restore_failures[0].error)
             assert f"Epoch {EPOCH} cannot be restored" in caplog.text
         else:  # its commit record is unreadable: the catalog skipped it, loudly
             assert f"skipping epoch {EPOCH}" in caplog.text.lower()
@@ -183,3 +219,16 @@ def test_an_explicitly_requested_forged_epoch_raises(tmp_path: Path) -> None:
     runner = JobRunner(counting_job(epochs=EPOCH), manager, resume_from_epoch=EPOCH)
     with pytest.raises(CorruptCheckpointError, match=f"epoch {EPOCH}"):
         runner.train(LocalSession())
+
+
+def test_a_zstd_bomb_frame_is_a_valid_frame() -> None:
+    """The zstd bomb is a frame that decodes (to zeros): nothing but the bound stops it."""
+    decoded = numcodecs.Zstd().decode(zstd_zeros_frame(1 << 20))
+    assert np.array_equal(np.frombuffer(decoded, np.uint8), np.zeros(1 << 20, np.uint8))
+
+
+def test_a_blosc_bomb_frame_is_whole() -> None:
+    """The blosc bomb's header declares its 2 GiB and every byte of the frame stored."""
+    frame = blosc_zeros_frame()
+    nbytes, _, cbytes = struct.unpack_from("<III", frame, 4)  # and the block size
+    assert (nbytes, cbytes) == (BLOSC_BOMB_BYTES, len(frame))

@@ -21,11 +21,14 @@ from ckpt_helpers import (
     fail_epochs,
     fail_first,
     failing_local_path,
+    files_under,
     register_storage,
 )
 
 from ckptstore import (
+    AlreadyCommittedError,
     CheckpointManager,
+    CheckpointNotFoundError,
     CopyUpload,
     JobConfigurationError,
     JobRunner,
@@ -49,6 +52,7 @@ from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol
 
 NODE = "trainer_0"
+NODES = ["trainer_0", "trainer_1"]
 GATE = threading.Event()
 """Closed: every data write of the ``gated_local`` path type waits until it opens."""
 
@@ -199,6 +203,77 @@ def test_a_multi_node_epoch_is_committed_only_when_every_node_wrote(
     for index, node in enumerate(nodes):
         blobs = stored(manager.location.storage, node, 4)
         assert np.array_equal(blobs[f"{node}/w"], np.full(10, float(index)))
+
+
+def two_nodes(root: str, session: LocalSession, **options: Any) -> MultiNodeCheckpointManager:
+    for index, node in enumerate(NODES):
+        session.workspace(node)[f"{node}/w"] = np.full(10, float(index))
+    manager = MultiNodeCheckpointManager(root, "zarr", "json", **options)
+    manager.set_params(NODES)
+    session.run(manager.init(NODES))
+    return manager
+
+
+def file_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its content."""
+    return {name: (root / name).read_bytes() for name in files_under(root)}
+
+
+@pytest.mark.parametrize("nodes", ["one node", "two nodes"])
+def test_an_async_save_of_a_committed_epoch_is_refused_before_anything_is_written(
+    tmp_path: Path, nodes: str
+) -> None:
+    """Write-once holds for async saves too: refused at ``save_async`` (the check runs
+    before the snapshot), and the committed epoch stays byte for byte."""
+    session = LocalSession()
+    build = single_node if nodes == "one node" else two_nodes
+    manager = build(str(tmp_path), session)
+    manager.save_async(1, session).wait(timeout=60)
+    before = file_bytes(tmp_path)
+    saved = {
+        node: {name: value.copy() for name, value in session.workspace(node).items()}
+        for node in manager.node_names()
+    }
+    for node in manager.node_names():
+        for value in session.workspace(node).values():
+            value += 100.0  # training went on: a re-save would store other values
+    with pytest.raises(AlreadyCommittedError, match=r"overwrite=True") as info:
+        manager.save_async(1, session)
+    assert info.value.epoch == 1
+    assert manager.saves_in_flight() == []  # nothing was queued
+    manager.wait_for_saves(timeout=60)  # and nothing failed in the background
+    assert file_bytes(tmp_path) == before
+    storage = manager.location.storage
+    assert protocol.committed_nodes(storage, 1) == set(manager.node_names())
+    session.run(manager.load(1))
+    for node, blobs in saved.items():
+        for name, value in blobs.items():
+            loaded = session.workspace(node)[name]
+            assert loaded.tobytes() == value.tobytes(), (node, name)
+
+
+def test_an_async_multi_node_save_with_one_failing_node_names_it_and_commits_nothing(
+    tmp_path: Path, registry: Registry
+) -> None:
+    """Every node must write before the background commit: one node's failed write
+    fails the future, naming that node, and the previous epoch stays the newest."""
+    register_storage(registry, failing_local_path(lambda key: "trainer_1.2" in key))
+    session = LocalSession()
+    manager = two_nodes(str(tmp_path), session, path_type="failing_local")
+    manager.save_async(1, session).wait(timeout=60)
+    future = manager.save_async(2, session)
+    with pytest.raises(SaveFailedError) as info:
+        future.result(timeout=60)
+    assert info.value.epoch == 2
+    assert info.value.failed_nodes == ("trainer_1",)
+    assert "Connection reset" in info.value.node_errors["trainer_1"]
+    assert repr(future) == "SaveFuture(epoch=2, failed)"
+    storage = manager.location.storage
+    assert protocol.committed_nodes(storage, 2) == set()  # not even trainer_0, which wrote
+    assert protocol.committed_nodes(storage, 1) == set(NODES)
+    assert manager.get_resume_from_epoch_id() == 1
+    with pytest.raises(CheckpointNotFoundError):
+        session.run(manager.load(2))
 
 
 # -- JobRunner(async_save=True) ------------------------------------------------------------
@@ -427,7 +502,9 @@ def test_the_background_write_runs_below_the_training_threads_priority(
     session = LocalSession()
     manager = single_node(str(tmp_path), session, path_type="nice_recording_local")
     training = thread_nice()
-    options = {} if background_nice == BACKGROUND_NICE else {"background_nice": background_nice}
+    options: dict[str, Any] = (
+        {} if background_nice == BACKGROUND_NICE else {"background_nice": background_nice}
+    )
     manager.save_async(1, session, **options).result(timeout=60)
     assert NICE_SEEN, "the save wrote nothing through the path type"
     assert set(NICE_SEEN) == {min(MAX_NICE, training + background_nice)}

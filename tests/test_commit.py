@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._layout import commit_record_key, manifest_key, node_commit_key
+from ckptstore.records._limits import Limits, set_limits
 
 NODE = "trainer_0"
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)
@@ -194,6 +196,26 @@ def test_a_writer_racing_another_never_replaces_what_the_other_committed(
         save(storage, 1, {"w": np.ones(2)}, RacedZarr(storage))
     assert load_w(storage).tolist() == [7.0, 7.0]  # the committed epoch loads whole
     assert storage.staging_keys("trainer_0.1") == []  # the loser left nothing behind
+
+
+@pytest.mark.parametrize("limit", ["max_document_bytes", "max_blobs"])
+def test_a_save_its_own_loads_would_refuse_is_not_written(tmp_path: Path, limit: str) -> None:
+    """A manifest beyond the limits loads enforce would read back as corrupt (and a
+    resume would fall back past it): the save refuses it, naming the limit, and leaves
+    the epoch uncommitted and nothing behind."""
+    storage = LocalPath(str(tmp_path))
+    values = {f"b{i}": np.ones(2) for i in range(20)}
+    try:
+        set_limits(replace(Limits(), **{limit: 10 if limit == "max_blobs" else 1000}))
+        with pytest.raises(JobConfigurationError, match=f"CKPTSTORE_LIMIT_{limit.upper()}"):
+            save(storage, 1, values)
+    finally:
+        set_limits(None)
+    assert protocol.committed_nodes(storage, 1) == set()
+    assert storage.staging_keys("trainer_0.1") == []
+    assert not (tmp_path / "trainer_0.1").exists()
+    save(storage, 1, values)  # under the default limits, the same save goes through
+    assert protocol.committed_nodes(storage, 1) == {NODE}
 
 
 def test_control_documents_are_created_atomically_without_temporaries(tmp_path: Path) -> None:

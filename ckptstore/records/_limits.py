@@ -6,7 +6,9 @@ a million levels deep. Every such number is checked against these limits (and ag
 the real size of the stored files) before it is used; anything beyond them is a
 :class:`~ckptstore.errors.CorruptCheckpointError`.
 
-The defaults are far above what ckptstore writes. Raise them with :func:`set_limits`
+The defaults are far above what ckptstore writes but for one: a manifest of more than
+64 MiB (a node of about 600,000 small blobs), which a save refuses to write rather than
+write a checkpoint its loads would refuse. Raise them with :func:`set_limits`
 or the ``CKPTSTORE_LIMIT_<FIELD>`` environment variables (read when the first document
 is checked).
 

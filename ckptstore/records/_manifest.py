@@ -26,7 +26,12 @@ from types import MappingProxyType
 import numpy as np
 
 from ckptstore._types import JSONObject
-from ckptstore.errors import CkptStoreError, CorruptCheckpointError, MissingDependencyError
+from ckptstore.errors import (
+    CkptStoreError,
+    CorruptCheckpointError,
+    JobConfigurationError,
+    MissingDependencyError,
+)
 from ckptstore.io._gc import paused_gc
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
@@ -244,6 +249,27 @@ class NodeManifest:
         return _covered_bytes([*(c for r in self.blobs.values() for c in r.chunks), *self.files])
 
     def encode(self) -> bytes:
+        """The manifest's bytes, refused with :class:`JobConfigurationError` if readers
+        under the current :class:`~ckptstore.records._limits.Limits` would refuse them
+        (as corrupt): a save never writes a checkpoint that its own loads cannot read."""
+        data = self._encode()
+        limits = current_limits()
+        for count, most, what, field_name in (
+            (len(data), limits.max_document_bytes, "bytes", "max_document_bytes"),
+            (len(self.blobs), limits.max_blobs, "blobs", "max_blobs"),
+            (len(self.files), limits.max_chunks, "format ranges", "max_chunks"),
+        ):
+            if count > most:
+                raise JobConfigurationError(
+                    f"the manifest of node {self.node!r}, epoch {self.epoch} would hold {count} "
+                    f"{what}, more than the {most} that loads accept (Limits.{field_name}), "
+                    "so it was not written. Raise the limit wherever this checkpoint is saved "
+                    f"and loaded (CKPTSTORE_LIMIT_{field_name.upper()}, or "
+                    "ckptstore.records.set_limits), or spread the blobs over more nodes"
+                )
+        return data
+
+    def _encode(self) -> bytes:
         return encode_document(
             MANIFEST_KIND,
             {

@@ -4,7 +4,6 @@ and upload weaknesses."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -607,14 +606,7 @@ class LosingHandler:
         self.lost = lost
         self.writes: list[int] = []
 
-    def set_params(
-        self,
-        db_prefix: str,
-        db_type: str,
-        node_names: Sequence[str],
-        path_prefix: str | None = None,
-        path_type: str | None = None,
-    ) -> None:
+    def set_params(self, *args: object, **kwargs: object) -> None:
         pass
 
     def last_epoch(self, user_epoch: int | None = None) -> int | None:

@@ -76,7 +76,8 @@ def crc32c_of(parts: Iterable[Buffer], value: int = 0) -> int:
         if view.nbytes < COPY_BELOW:
             value = google_crc32c.extend(value, view.tobytes())
         elif _NATIVE is not None:
-            value = _NATIVE(value, ctypes.addressof(_shared_bytes(view)), view.nbytes)
+            shared = _shared_bytes(view)  # held through the call: the buffer stays exported
+            value = _NATIVE(value, ctypes.addressof(shared), view.nbytes)
         else:
             value = google_crc32c.extend(value, _shared_bytes(view))
     return int(value)

@@ -576,6 +576,36 @@ def test_a_handler_whose_report_fails_does_not_stop_the_job(tmp_path: Path) -> N
     assert handler.written() == [0, 1, 2]
 
 
+class FlakyCatalogHandler(RecordingHandler):
+    """A catalog whose write of ``flaky`` times out once (a busy database, a slow disk)."""
+
+    name = "flaky_catalog"
+
+    def __init__(self, flaky: int) -> None:
+        super().__init__()
+        self.flaky = flaky
+
+    def write(self, epoch: int) -> None:
+        super().write(epoch)
+        if epoch == self.flaky and self.written().count(epoch) == 1:
+            raise TimeoutError("the catalog database is busy")
+
+
+def test_a_catalog_write_that_fails_once_is_retried_alone_after_the_commit(
+    tmp_path: Path,
+) -> None:
+    """The epoch is committed before the catalog is written: a retry writes the catalog
+    entry again, and never saves the committed epoch again (which write-once refuses)."""
+    job, _ = build_counter_job(epochs=2)
+    handler = FlakyCatalogHandler(flaky=1)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler=handler)
+    runner = JobRunner(job, manager, save_retries=2, retry_backoff=0)
+    assert runner.train(LocalSession()) == 2
+    assert runner.committed_epochs == [0, 1, 2]
+    assert runner.save_failures == []
+    assert handler.written() == [0, 1, 1, 2]  # epoch 1's entry written a second time
+
+
 # -- never start over committed epochs by accident ---------------------------------------
 
 

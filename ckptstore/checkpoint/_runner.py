@@ -430,10 +430,13 @@ class JobRunner:
         if self.async_save:
             return self._start_async_save(manager, epoch, session)
         attempts = 1 + self.save_retries
+        committed = False  # once it is, a retry retries only the catalog write
         for attempt in range(1, attempts + 1):
             try:
-                _require_accessible(manager, epoch)
-                self._run_save(session, manager, epoch)
+                if not committed:
+                    _require_accessible(manager, epoch)
+                    self._run_save(session, manager, epoch)
+                    committed = True
                 manager.write_checkpoint_metadata(epoch)
                 break
             except AlreadyCommittedError:
@@ -442,7 +445,8 @@ class JobRunner:
                 if is_permanent(error):
                     raise
                 log.warning(
-                    "Unable to write checkpoint for epoch %d (attempt %d of %d): %s",
+                    "Unable to write %s for epoch %d (attempt %d of %d): %s",
+                    "the catalog entry" if committed else "checkpoint",
                     epoch,
                     attempt,
                     attempts,

@@ -239,11 +239,17 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None
             for name, output in outputs.items()
             if name.endswith("/weights")
         }
+        accuracy = progress.accuracy_now()  # the model trained, saved or not
     finally:
         registry.unregister(progress)
+    failed = [failure.epoch for failure in runner.save_failures]
     print(
-        f"done: trained to epoch {last}, accuracy {progress.accuracy:.2%}. Run again to see it "
-        "resume; --epochs N to train further, --fresh to start over.",
+        f"done: trained to epoch {last}, accuracy {accuracy:.2%}. "
+        + (
+            f"The checkpoints of epoch(s) {failed} failed (see above)."
+            if failed
+            else "Run again to see it resume; --epochs N to train further, --fresh to start over."
+        ),
         file=out,
     )
-    return DemoResult(resume, last, progress.accuracy, weights)
+    return DemoResult(resume, last, accuracy, weights)

@@ -142,6 +142,22 @@ def test_a_demo_that_cannot_save_exits_1(cli: Cli) -> None:
     assert "FAILED" not in result.out
 
 
+def test_a_demo_whose_later_saves_fail_exits_1_and_says_so(cli: Cli, small_disk: Path) -> None:
+    """The 2 MiB disk holds the first checkpoint only: the later saves fail (counted, not
+    fatal: training goes on), and the demo still exits 1, naming the newest checkpoint
+    it kept; its last line reports the model's accuracy and the failed epochs."""
+    result = cli("demo", "--dir", str(small_disk / "ckpt"), "--epochs", "2")
+    assert result.code == EXIT_ERROR
+    error = one_line_error(result.err)
+    assert "trained to epoch 2 but the newest checkpoint" in error
+    assert "is epoch 0: saving failed" in error
+    assert "checkpoint FAILED" in result.out
+    done = [line for line in result.out.splitlines() if line.startswith("done: ")]
+    assert done == [done[0]]
+    assert "accuracy 0.00%" not in done[0]
+    assert "The checkpoints of epoch(s) [1, 2] failed" in done[0]
+
+
 def test_a_demo_on_a_read_only_filesystem_exits_1_with_one_line(cli: Cli, small_disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     result = cli("demo", "--dir", str(small_disk / "ckpt"), "--epochs", "2")

@@ -56,6 +56,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 @common.guarded
 def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
+    if not common.location_exists(storage):
+        return common.nothing_at(storage, args)
     reports = []
     for catalog in _catalogs(storage, args):
         catalog.set_params(storage.display_url, "", [], storage=storage)

@@ -70,7 +70,9 @@ __all__ = [
     "committed",
     "format_bytes",
     "guarded",
+    "location_exists",
     "no_committed_epoch",
+    "nothing_at",
     "open_storage",
     "print_json",
 ]
@@ -149,6 +151,27 @@ def epochs_progress(
     nodes = [node for epoch in epochs for node in require_commit(storage, epoch).nodes.values()]
     total = sum(node.stored_bytes for node in nodes) if unit == "bytes" else len(nodes)
     return ProgressBar(total, label, unit=unit, enabled=args.progress)
+
+
+def location_exists(storage: PathType) -> bool:
+    """Whether anything is at ``storage``'s root: the directory, on this machine's disk;
+    at least one object under the prefix, for object stores (they have no directories)."""
+    directory = storage.local_directory()
+    if directory is not None:
+        return os.path.isdir(directory)
+    return bool(storage.list_keys(""))
+
+
+def nothing_at(storage: PathType, args: argparse.Namespace) -> int:
+    """Say that nothing is at ``storage``'s URL (a mistyped root, not an empty one); the
+    exit code for it."""
+    return fail(
+        f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
+        "(and -o options such as the endpoint)",
+        EXIT_NOT_FOUND,
+        json_mode=bool(getattr(args, "json", False)),
+        kind="NotFound",
+    )
 
 
 def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:

@@ -44,6 +44,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 @common.guarded
 def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
+    if not common.location_exists(storage):
+        return common.nothing_at(storage, args)
     policy = KeepLast(args.keep_last, every=args.keep_every)
     plan = plan_retention(storage, policy, nodes=args.node)
     if not args.dry_run:

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.cli import _common as common
-from ckptstore.cli._output import fail
-from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._inventory import scan
 
 
@@ -36,14 +32,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
     runs = scan(storage)
-    if not runs and not location_exists(storage):
-        return fail(
-            f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
-            "(and -o options such as the endpoint)",
-            common.EXIT_NOT_FOUND,
-            json_mode=args.json,
-            kind="NotFound",
-        )
+    if not runs and not common.location_exists(storage):
+        return common.nothing_at(storage, args)
     if args.json:
         common.print_json({"url": storage.display_url, "runs": [run.to_json() for run in runs]})
         return common.EXIT_OK
@@ -66,11 +56,3 @@ def run(args: argparse.Namespace) -> int:
                         f"{node.db_type or '-':<6} {common.format_bytes(node.stored_bytes):>10}"
                     )
     return common.EXIT_OK
-
-
-def location_exists(storage: PathType) -> bool:
-    """Whether anything is at ``storage``'s root: the directory, for local disk; at
-    least one object under the prefix, for object stores (they have no directories)."""
-    if isinstance(storage, LocalPath):
-        return os.path.isdir(storage.root)
-    return bool(storage.list_keys(""))

@@ -85,12 +85,34 @@ def test_mistyped_commands_and_options_get_a_suggestion(
     assert "usage: ckptstore" in result.err
 
 
-def test_a_missing_local_path_exits_4(cli: Cli, tmp_path: Path) -> None:
-    result = cli("ls", str(tmp_path / "nowhere"))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["gc", "--keep-last", "2"],
+        ["catalog", "rebuild"],
+        ["catalog", "rebuild", "--kind", "sqlite"],
+    ],
+    ids=["ls", "gc", "catalog-rebuild", "catalog-rebuild-sqlite"],
+)
+def test_a_missing_local_path_exits_4_and_creates_nothing(
+    cli: Cli, tmp_path: Path, argv: list[str]
+) -> None:
+    """A mistyped root is an error, not an empty checkpoint: gc and a catalog rebuild
+    do not report success there (nor create the directory, a sqlite catalog in it)."""
+    nowhere = tmp_path / "nowhere"
+    result = cli(*_with_url(argv, str(nowhere)))
     assert result.code == EXIT_NOT_FOUND
     assert "nothing at" in one_line_error(result.err)
     assert "no such directory" in result.err
     assert result.out == ""
+    assert not nowhere.exists()
+
+
+def _with_url(argv: list[str], url: str) -> list[str]:
+    """``argv`` with ``url`` after the command's name (``catalog rebuild`` has two)."""
+    words = 2 if argv[0] == "catalog" else 1
+    return [*argv[:words], url, *argv[words:]]
 
 
 def test_json_errors_are_json_on_stdout_and_text_on_stderr(cli: Cli, tmp_path: Path) -> None:

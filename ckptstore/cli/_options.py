@@ -95,8 +95,13 @@ def open_with_options(
             if key not in accepted
             for close in difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
         ]
+        named = [  # options the error names whose name is not what is wrong
+            key for key in options if key in str(error) and (key in accepted or not accepted)
+        ]
         if guesses:
             fix = f"did you mean {', '.join(guesses)}?"
+        elif named:  # the name is accepted, its value is not
+            fix = f"correct the value of {flag} {named[0]}=..."
         elif accepted:
             fix = f"options {factory.name!r} accepts: {', '.join(accepted)}"
         else:

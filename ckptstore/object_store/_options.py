@@ -85,6 +85,11 @@ class ObjectStoreOptions(ABC):
     passthrough: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        endpoint = self.endpoint_url
+        if endpoint is not None and (not isinstance(endpoint, str) or "://" not in endpoint):
+            raise ValueError(  # a CLI value such as -o endpoint_url=5 parses as a number
+                f"endpoint_url must be a URL with its scheme (http://host:port), not {endpoint!r}"
+            )
         if self.buffer_bytes < self.part_size:
             raise ValueError(
                 f"buffer_bytes ({self.buffer_bytes}) must hold at least one part "

@@ -27,6 +27,21 @@ def one_line_error(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/run"])
+@pytest.mark.parametrize("value", ["5", "localhost:9000"])
+def test_an_endpoint_that_is_not_a_url_is_named_before_any_request(
+    cli: Cli, url: str, value: str
+) -> None:
+    """``-o endpoint_url=5`` parses as a number and ``localhost:9000`` lacks its scheme:
+    refused when the storage is opened, naming the option, not after retries against a
+    host that cannot exist."""
+    result = cli("ls", url, "-o", f"endpoint_url={value}")
+    assert result.code == EXIT_ERROR
+    line = one_line_error(result.err)
+    assert "endpoint_url must be a URL with its scheme" in line
+    assert "correct the value of -o endpoint_url=..." in line
+
+
 def test_a_misspelt_storage_option_is_named_with_the_closest_accepted_one(
     cli: Cli, run_url: str
 ) -> None:

@@ -79,7 +79,8 @@ class GCSOptions(ObjectStoreOptions):
         values: dict[str, Any] = dict(given)
         if not values.get("endpoint_url"):
             values["endpoint_url"] = emulator or DEFAULT_ENDPOINT
-        values["endpoint_url"] = str(values["endpoint_url"]).rstrip("/")
+        if isinstance(values["endpoint_url"], str):  # else refused, named, by the base class
+            values["endpoint_url"] = values["endpoint_url"].rstrip("/")
         if not values.get("project"):
             values["project"] = env.get("GOOGLE_CLOUD_PROJECT") or env.get("GCLOUD_PROJECT")
         if values.get("token") is None and values["endpoint_url"] != DEFAULT_ENDPOINT:

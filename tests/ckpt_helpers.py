@@ -30,7 +30,7 @@ from ckptstore import (
 from ckptstore._types import Buffer
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._local_path import LocalPath
-from ckptstore.errors import StorageError
+from ckptstore.errors import storage_error
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
@@ -339,10 +339,13 @@ def build_counter_job(
 # -- storages that fail --------------------------------------------------------------------
 
 
-def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
+def failing_local_path(
+    should_fail: Callable[[str], bool], code: int = errno.ECONNRESET
+) -> type[LocalPath]:
     """A local path type (registered name ``failing_local``) whose writes of keys for
-        which ``should_fail(key)`` is true fail like a transient hiccup (a connection reset:
-    retried, then counted; a full disk is not retried at once, see test_disk_full.py)."""
+    which ``should_fail(key)`` is true fail with errno ``code``: by default like a
+    transient hiccup (a connection reset: retried, then counted; a full disk is not
+    retried at once, see test_disk_full.py)."""
 
     class FailingLocalPath(LocalPath):
         name = "failing_local"
@@ -350,8 +353,8 @@ def failing_local_path(should_fail: Callable[[str], bool]) -> type[LocalPath]:
 
         def _check(self, key: str) -> None:
             if should_fail(key):
-                cause = OSError(errno.ECONNRESET, "Connection reset (simulated)")
-                raise StorageError(self.display_url, key, "write", cause)
+                cause = OSError(code, f"{os.strerror(code)} (simulated)")
+                raise storage_error(self.display_url, key, "write", cause)
 
         def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
             self._check(key)

@@ -5,6 +5,7 @@ S3 and with a two-tier upload."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -37,6 +38,7 @@ from ckptstore import (
     Node,
     SaveFailedError,
     SaveFuture,
+    StorageNotWritableError,
     Task,
     TooManySaveFailuresError,
     Workspace,
@@ -274,6 +276,29 @@ def test_an_async_multi_node_save_with_one_failing_node_names_it_and_commits_not
     assert manager.get_resume_from_epoch_id() == 1
     with pytest.raises(CheckpointNotFoundError):
         session.run(manager.load(2))
+
+
+def test_a_permanent_error_in_a_background_write_is_never_retried(
+    tmp_path: Path, registry: Registry
+) -> None:
+    """A background save's retries are for hiccups: a read-only disk fails the future at
+    once, typed, after one attempt, however many retries were asked for."""
+    manifests: list[str] = []
+
+    def read_only_manifests(key: str) -> bool:
+        if key.endswith("ckptstore.manifest.json"):
+            manifests.append(key)
+            return True
+        return False
+
+    register_storage(registry, failing_local_path(read_only_manifests, errno.EROFS))
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session, path_type="failing_local")
+    future = manager.save_async(1, session, retries=3, backoff=0)
+    with pytest.raises(StorageNotWritableError, match="Read-only file system"):
+        future.result(timeout=60)
+    assert len(manifests) == 1  # one attempt: not retried
+    assert protocol.committed_nodes(manager.location.storage, 1) == set()
 
 
 # -- JobRunner(async_save=True) ------------------------------------------------------------

@@ -132,34 +132,28 @@ def _numpy_leaf(value: object) -> tuple[np.ndarray[Any, Any], str] | None:
     return value, dtype.str
 
 
-def _numpy_dtype(name: str) -> np.dtype[Any]:
-    if name in _ML_DTYPES:
+def _leaf_dtype(text: str) -> np.dtype[Any] | None:
+    """The dtype a spec records for a leaf (an ml_dtypes name, or a numpy dtype string),
+    or None unless it is plain data: the spec is untrusted, so it never makes an object,
+    void or structured view of stored bytes."""
+    if text in _ML_DTYPES:  # numpy "V" kinds too, but named from a fixed list
         try:
             module = importlib.import_module("ml_dtypes")
         except ImportError:
             raise UnsupportedBlobError(
-                name, "reading it needs ml_dtypes: `pip install ml_dtypes`"
+                text, "reading it needs ml_dtypes: `pip install ml_dtypes`"
             ) from None
-        found = getattr(module, name, None)
+        found = getattr(module, text, None)
         if found is None:
-            raise UnsupportedBlobError(name, "reading it needs a newer ml_dtypes")
-        dtype: np.dtype[Any] = np.dtype(found)
-        return dtype
-    return np.dtype(name)
-
-
-def _leaf_dtype(text: str) -> np.dtype[Any] | None:
-    """The dtype a spec records for a leaf, or None unless it is plain data: the spec is
-    untrusted, so it never makes an object, void or structured view of stored bytes
-    (ml_dtypes' floats, named from a fixed list, are numpy "V" kinds too)."""
+            raise UnsupportedBlobError(text, "reading it needs a newer ml_dtypes")
+        ml_dtype: np.dtype[Any] = np.dtype(found)
+        return ml_dtype
     if len(text) > _MAX_DTYPE_TEXT:
         return None
     try:
-        dtype = _numpy_dtype(text)
+        dtype: np.dtype[Any] = np.dtype(text)
     except TypeError:
         return None
-    if text in _ML_DTYPES:
-        return dtype
     if dtype.hasobject or dtype.kind == "V" or dtype.subdtype is not None:
         return None
     return dtype

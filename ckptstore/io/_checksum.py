@@ -75,11 +75,12 @@ def crc32c_of(parts: Iterable[Buffer], value: int = 0) -> int:
         view = byte_view(part)
         if view.nbytes < COPY_BELOW:
             value = google_crc32c.extend(value, view.tobytes())
-        elif _NATIVE is not None:
-            shared = _shared_bytes(view)  # held through the call: the buffer stays exported
+            continue
+        shared = _shared_bytes(view)  # held through the call: the buffer stays exported
+        if _NATIVE is not None:
             value = _NATIVE(value, ctypes.addressof(shared), view.nbytes)
         else:
-            value = google_crc32c.extend(value, _shared_bytes(view))
+            value = google_crc32c.extend(value, shared)
     return int(value)
 
 

@@ -12,10 +12,11 @@
   than memory can copy.
 
 The raw writers are also run on ``/dev/shm`` and reported, so the cost of tmpfs itself
-(page allocation) is visible next to the copy. One more writer, never a limit, shows
+(page allocation) is visible next to the copy. Two more writers, never a limit, show
 the floor of a checksummed ZIP: 4 threads each computing CRC-32C (what ckptstore's
 manifest records) and CRC-32 (what the ZIP format requires) of a 16 MiB block, then
-writing it.
+writing it into one file; and 3 threads doing the same into 3 files (ckptstore shares
+a node's large blobs among up to four archives).
 
     python -m benchmarks.limits            # 1 GiB, disk and /dev/shm
     python -m benchmarks.limits --smoke    # 64 MiB, seconds (CI)
@@ -138,6 +139,10 @@ def write_one_file(
 CHECKSUMMED = (
     "one file, 4 threads, 16 MiB CRC-32C + CRC-32 + pwrite (a checksummed ZIP; not a limit)"
 )
+CHECKSUMMED_FILES = (
+    "3 files in parallel, 16 MiB CRC-32C + CRC-32 + pwrite (checksummed ZIPs, as ckptstore "
+    "shares 1 GiB of large blobs; not a limit)"
+)
 
 
 def page_aligned(source: np.ndarray) -> np.ndarray:
@@ -149,8 +154,11 @@ def page_aligned(source: np.ndarray) -> np.ndarray:
     return aligned
 
 
-def write_many_files(directory: Path, source: memoryview, files: int, block: int) -> float:
-    """``files`` files, one thread each, written in parallel; every file fsync'd."""
+def write_many_files(
+    directory: Path, source: memoryview, files: int, block: int, checksum: bool = False
+) -> float:
+    """``files`` files, one thread each, written in parallel; every file fsync'd.
+    ``checksum``: as :func:`write_one_file`."""
 
     def write(index: int, pieces: list[tuple[int, int]]) -> None:
         fd = os.open(directory / f"part-{index}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -160,6 +168,9 @@ def write_many_files(directory: Path, source: memoryview, files: int, block: int
             for offset, length in pieces:
                 view = source[offset : offset + length]
                 position = offset - base
+                if checksum:
+                    crc32c_of([view])
+                    crc32(view)
                 while view:
                     written = os.pwrite(fd, view, position)
                     view, position = view[written:], position + written
@@ -261,6 +272,9 @@ def disk_trials(
                 _clear(work)
             seconds = write_one_file(work / "raw.bin", source, 4, 16 * MiB, checksum=True)
             floors[CHECKSUMMED] = min(floors.get(CHECKSUMMED, seconds), seconds)
+            _clear(work)
+            seconds = write_many_files(work, source, 3, 16 * MiB, checksum=True)
+            floors[CHECKSUMMED_FILES] = min(floors.get(CHECKSUMMED_FILES, seconds), seconds)
             _clear(work)
         write_one_file(work / "raw.bin", source, 4, 64 * MiB)
         target = np.ones(nbytes, dtype=np.uint8)  # faulted in: the reader's buffer is ready

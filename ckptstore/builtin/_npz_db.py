@@ -27,10 +27,12 @@ import numpy as np
 from ckptstore._types import Array
 from ckptstore.builtin._packed import (
     Member,
+    archive_name,
+    archive_shares,
     check_ranges,
     manifest_ranges,
     read_archive,
-    write_archive,
+    write_archives,
 )
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._db_type import (
@@ -67,15 +69,22 @@ class NpzDB(DBType):
 
     def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         headers: dict[tuple[str, type, tuple[int, ...]], bytes] = {}
-        members = []
+        members: dict[str, Member] = {}
         for name, array in blobs.items():
             # blobs of one dtype and shape share a header (numpy's writer is slow)
             kind = (array.dtype.str, array.dtype.type, array.shape)
             header = headers.get(kind)
             if header is None:
                 header = headers[kind] = _npy_header(array)
-            members.append(Member(f"{name}.npy", header, name, array))
-        written = write_archive(db, ARCHIVE, members)
+            members[name] = Member(f"{name}.npy", header, name, array)
+        shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+        written = write_archives(
+            db,
+            [
+                (archive_name(ARCHIVE, number), [members[name] for name in share])
+                for number, share in enumerate(shares)
+            ],
+        )
         records = {
             name: written.blobs.get(name)
             or BlobRecord(name, encode_dtype(name, array.dtype), array.shape, ())

@@ -1,5 +1,6 @@
-"""One ZIP archive per node checkpoint, written in parallel at precomputed offsets: the
-writer shared by the ``zarr`` and ``npz`` formats.
+"""One ZIP archive per node checkpoint (or a few, for hundreds of MiB: see
+:func:`archive_shares`), written in parallel at precomputed offsets: the writer shared
+by the ``zarr`` and ``npz`` formats.
 
 The archive's layout (:class:`~ckptstore.io._zip.ZipLayout`) is fixed before any byte
 is written, so its pieces go to storage in parallel through the I/O engine:
@@ -50,8 +51,11 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -71,13 +75,102 @@ from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.records._dtypes import encode_dtype
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
-__all__ = ["Member", "check_ranges", "manifest_ranges", "read_archive", "write_archive"]
+__all__ = [
+    "Member",
+    "archive_name",
+    "archive_shares",
+    "check_ranges",
+    "is_archive",
+    "manifest_ranges",
+    "read_archive",
+    "write_archive",
+    "write_archives",
+]
 
 GROUP_BYTES = 1 << 20
 """A run of small members is cut into pieces of about this many bytes (each copied
 into one buffer and written with one call)..."""
 GROUP_MEMBERS = 512
 """...or this many members, whichever comes first."""
+
+
+ARCHIVE_BYTES = 256 << 20
+"""A node checkpoint's large blobs (``DIRECT_FROM`` and up) are shared among one archive
+per this many bytes of them..."""
+MAX_ARCHIVES = 4
+"""...and at most this many archives. tmpfs lets one writer at a time into a file (it
+holds the file's lock through each write): two files written in parallel take half the
+time one does, which a save of hundreds of MiB to ``/dev/shm`` gains; disks and object
+stores are indifferent. Small blobs all go into the first archive."""
+
+
+def archive_shares(sizes: Mapping[str, int]) -> list[list[str]]:
+    """Which blobs (given their sizes in bytes, in order) go into which archive: the
+    first takes every small blob, then each large blob, largest first, goes to the
+    archive holding the fewest bytes. Each share keeps the blobs' order.
+
+    Example::
+
+        >>> archive_shares({"a": 10, "b": 20})
+        [['a', 'b']]
+        >>> big = ARCHIVE_BYTES
+        >>> archive_shares({"tiny": 4, "w1": big, "w2": big, "w3": big // 2})
+        [['tiny', 'w2'], ['w1', 'w3']]
+    """
+    large = sorted(
+        ((nbytes, name) for name, nbytes in sizes.items() if nbytes >= DIRECT_FROM),
+        key=lambda pair: -pair[0],
+    )
+    count = min(MAX_ARCHIVES, sum(nbytes for nbytes, _ in large) // ARCHIVE_BYTES)
+    if count <= 1:
+        return [list(sizes)]
+    loads = [0] * count
+    loads[0] = sum(nbytes for nbytes in sizes.values() if nbytes < DIRECT_FROM)
+    where: dict[str, int] = {}
+    for nbytes, name in large:
+        number = loads.index(min(loads))
+        where[name] = number
+        loads[number] += nbytes
+    shares: list[list[str]] = [[] for _ in range(count)]
+    for name in sizes:
+        shares[where.get(name, 0)].append(name)
+    return [share for share in shares if share]
+
+
+def archive_name(first: str, number: int) -> str:
+    """The name of archive ``number`` of a node checkpoint whose first archive is
+    ``first``: ``blobs.zarr.zip``, ``blobs.1.zarr.zip``, ``blobs.2.zarr.zip``...
+
+    Example::
+
+        >>> archive_name("blobs.npz", 0), archive_name("blobs.npz", 2)
+        ('blobs.npz', 'blobs.2.npz')
+    """
+    if number == 0:
+        return first
+    stem, _, suffix = first.partition(".")
+    return f"{stem}.{number}.{suffix}"
+
+
+def is_archive(first: str, key: str) -> bool:
+    """Whether ``key`` is one of the names :func:`archive_name` gives (any number: a
+    checkpoint written with a higher :data:`MAX_ARCHIVES` reads alike).
+
+    Example::
+
+        >>> is_archive("blobs.npz", "blobs.3.npz"), is_archive("blobs.npz", "blobs.03.npz")
+        (True, False)
+    """
+    if key == first:
+        return True
+    stem, _, suffix = first.partition(".")
+    number = key.removeprefix(f"{stem}.").removesuffix(f".{suffix}")
+    return (
+        number.isascii()
+        and number.isdigit()
+        and number[0] != "0"
+        and key == archive_name(first, int(number))
+    )
 
 
 class Member(NamedTuple):
@@ -123,25 +216,97 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
     records (data ranges) and the format records (ranges tiling the archive but for
     large members' data), all checksummed."""
-    sizes = [
-        len(prefix) if array is None else len(prefix) + array.nbytes
-        for _, prefix, _, array in members
-    ]
+    return write_archives(db, [(archive, members)])
+
+
+def write_archives(db: DBLocation, archives: Sequence[tuple[str, Sequence[Member]]]) -> WrittenDB:
+    """Write each ``(archive, members)`` as a stored ZIP under ``db``, all at once: their
+    pieces go to the engine interleaved, the archive with the fewest bytes sent so far
+    first, so that parallel writers fill every file together (on tmpfs one file takes
+    one writer at a time). Returns the records of every archive, as
+    :func:`write_archive` does."""
     piece_bytes = db.io.settings.chunk_bytes
-    pieced = _written_in_pieces(members, sizes, piece_bytes)
-    layout = ZipLayout.place([member.name for member in members], sizes, _residues(members, pieced))
-    found = _Ranges(archive, len(members))
-    db.storage.prepare_keys([db.key(archive)])
-    big: list[int] = []
-    with db.storage.open_positional(db.key(archive), layout.total_size) as target:
-        requests = _requests(
-            layout, members, sizes, pieced, piece_bytes, found, target, archive, big
+    plans = [_Plan.make(archive, members, piece_bytes) for archive, members in archives]
+    db.storage.prepare_keys([db.key(plan.archive) for plan in plans])
+    with ExitStack() as stack:
+        targets = [
+            stack.enter_context(db.storage.open_positional(db.key(p.archive), p.layout.total_size))
+            for p in plans
+        ]
+        pairs = list(zip(plans, targets, strict=True))
+        db.write(_interleaved([plan.requests(target) for plan, target in pairs]))
+        for plan, target in pairs:
+            plan.finish(target)
+    blobs: dict[str, BlobRecord] = {}
+    files: list[ChunkRecord] = []
+    for plan in plans:
+        written = plan.records()
+        blobs.update(written.blobs)
+        files.extend(written.files)
+    return WrittenDB(blobs, tuple(files))
+
+
+def _interleaved(streams: Sequence[Iterator[WriteRequest]]) -> Iterator[WriteRequest]:
+    """The requests of every stream, the stream with the fewest bytes yielded so far
+    first (one stream: as it comes)."""
+    if len(streams) == 1:
+        yield from streams[0]
+        return
+    queue = [(0, number) for number in range(len(streams))]
+    while queue:
+        sent, number = heapq.heappop(queue)
+        request = next(streams[number], None)
+        if request is not None:
+            yield request
+            heapq.heappush(queue, (sent + request.nbytes, number))
+
+
+@dataclass
+class _Plan:
+    """One archive of :func:`write_archives`: its layout, and what its writes found."""
+
+    archive: str
+    members: Sequence[Member]
+    sizes: list[int]
+    pieced: set[int]
+    piece_bytes: int
+    layout: ZipLayout
+    found: _Ranges
+    big: list[int] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, archive: str, members: Sequence[Member], piece_bytes: int) -> _Plan:
+        sizes = [
+            len(prefix) if array is None else len(prefix) + array.nbytes
+            for _, prefix, _, array in members
+        ]
+        pieced = _written_in_pieces(members, sizes, piece_bytes)
+        names = [member.name for member in members]
+        layout = ZipLayout.place(names, sizes, _residues(members, pieced))
+        found = _Ranges(archive, len(members))
+        return cls(archive, members, sizes, pieced, piece_bytes, layout, found)
+
+    def requests(self, target: PositionalWriter) -> Iterator[WriteRequest]:
+        return _requests(
+            self.layout,
+            self.members,
+            self.sizes,
+            self.pieced,
+            self.piece_bytes,
+            self.found,
+            target,
+            self.archive,
+            self.big,
         )
-        db.write(requests)
-        for index in big:  # headers of members written in pieces: their CRC-32 is known now
-            member = members[index]
+
+    def finish(self, target: PositionalWriter) -> None:
+        """The headers of members written in pieces (their CRC-32 is known once every
+        piece is written), then the central directory."""
+        layout, found = self.layout, self.found
+        for index in self.big:
+            member = self.members[index]
             crc = crc32_of([member.prefix])
-            for number in range(len(_pieces(member, piece_bytes))):
+            for number in range(len(_pieces(member, self.piece_bytes))):
                 piece_crc, length = found.piece_crc[(index, number)]
                 crc = crc32_combine(crc, piece_crc, length)
             head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
@@ -151,18 +316,20 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
         tail = memoryview(layout.central_directory(found.member_crcs))
         target.write_at(layout.directory_offset, [tail])
         found.file(layout.directory_offset, [tail])
-    blobs = {}
-    in_runs = found.run_chunks
-    for member in members:
-        blob, array = member.blob, member.array
-        if blob is None or array is None:
-            continue
-        chunks: tuple[ChunkRecord, ...] | None = in_runs.get(blob)
-        if chunks is None:  # written in pieces (or empty)
-            pieces = found.blob_chunks.get(blob, {})
-            chunks = tuple(pieces[n] for n in sorted(pieces))
-        blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
-    return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
+
+    def records(self) -> WrittenDB:
+        found = self.found
+        blobs = {}
+        for member in self.members:
+            blob, array = member.blob, member.array
+            if blob is None or array is None:
+                continue
+            chunks: tuple[ChunkRecord, ...] | None = found.run_chunks.get(blob)
+            if chunks is None:  # written in pieces (or empty)
+                pieces = found.blob_chunks.get(blob, {})
+                chunks = tuple(pieces[n] for n in sorted(pieces))
+            blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
+        return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 
 def _written_in_pieces(
@@ -354,41 +521,46 @@ def _piece_requests(
 # -- reading: the manifest's ranges are untrusted ------------------------------------------
 
 
+_Span = tuple[int, int, str | None]
+"""A recorded range: offset, length, and its blob (``None``: a format range)."""
+
+
 def check_ranges(
     db: DBLocation,
     archive: str,
     ranges: Iterable[tuple[str | None, ChunkRecord]],
 ) -> None:
-    """Refuse recorded ranges (``(blob or None, record)``) of ``archive`` that end past
-    the file or overlap each other, before anything is allocated or read: a manifest is
-    data from storage, and a forged one must not make a load read the wrong bytes or
-    allocate at will (one size request for the archive). Blob ranges must not overlap
-    each other, nor format ranges (``None``) each other; a format range covering a run
-    of small blobs overlaps their ranges by design. Raises
-    :class:`CorruptCheckpointError` naming the blob and the file. Ranges of other files
-    (one file per chunk, compressed zarr) are checked by their reads."""
-    blob_spans: list[tuple[int, int, str | None]] = []
-    file_spans: list[tuple[int, int, str | None]] = []
+    """Refuse recorded ranges (``(blob or None, record)``) of the archives of a node
+    checkpoint (``archive`` and the others :func:`archive_name` numbers) that end past
+    their file or overlap each other, before anything is allocated or read: a manifest
+    is data from storage, and a forged one must not make a load read the wrong bytes or
+    allocate at will (one size request per archive). Blob ranges must not overlap each
+    other, nor format ranges (``None``) each other; a format range covering a run of
+    small blobs overlaps their ranges by design. Raises :class:`CorruptCheckpointError`
+    naming the blob and the file. Ranges of other files (one file per chunk, compressed
+    zarr) are checked by their reads."""
+    spans: dict[str, tuple[list[_Span], list[_Span]]] = {}
     for blob, record in ranges:
-        if record.key == archive:
-            (file_spans if blob is None else blob_spans).append(
-                (record.offset, record.stored, blob)
-            )
-    if not blob_spans and not file_spans:
-        return
-    url, file = db.storage.display_url, db.key(archive)
-    try:
-        size = db.storage.size(file)
-    except ObjectNotFoundError:
-        first = blob_spans[0][2] if blob_spans else None
-        raise CorruptCheckpointError(
-            "the file is missing", url=url, file=file, blob=first
-        ) from None
-    for spans in (blob_spans, file_spans):
-        _check_spans(spans, size, url, file)
+        key = record.key
+        if key == archive or is_archive(archive, key):
+            blob_spans, file_spans = spans.setdefault(key, ([], []))
+            span = (record.offset, record.stored, blob)
+            (file_spans if blob is None else blob_spans).append(span)
+    url = db.storage.display_url
+    for key, (blob_spans, file_spans) in sorted(spans.items()):
+        file = db.key(key)
+        try:
+            size = db.storage.size(file)
+        except ObjectNotFoundError:
+            first = blob_spans[0][2] if blob_spans else None
+            raise CorruptCheckpointError(
+                "the file is missing", url=url, file=file, blob=first
+            ) from None
+        _check_spans(blob_spans, size, url, file)
+        _check_spans(file_spans, size, url, file)
 
 
-def _check_spans(spans: list[tuple[int, int, str | None]], size: int, url: str, file: str) -> None:
+def _check_spans(spans: list[_Span], size: int, url: str, file: str) -> None:
     """Raise unless ``spans`` (offset, length, blob) lie inside ``size`` bytes without
     overlapping each other."""
     if not spans:

@@ -3,10 +3,12 @@ per blob, readable by plain zarr-python, xarray or tensorstore without ckptstore
 
 Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: the zarr
 hierarchy inside a stored ZIP, the layout zarr's own ``ZipStore`` and fsspec's
-``zip::`` URLs read. Each array is a single chunk (chunk shape = array shape: no edge
-padding), written by the shared parallel archive writer
-(:mod:`ckptstore.builtin._packed`) in pieces at precomputed offsets; the manifest
-records those pieces' byte ranges and CRC-32Cs, so loads stay parallel and partial.
+``zip::`` URLs read (from 512 MiB of large blobs, up to four such files, each a group
+holding its share of the arrays: see :func:`~ckptstore.builtin._packed.archive_shares`).
+Each array is a single chunk (chunk shape = array shape: no edge padding), written by
+the shared parallel archive writer (:mod:`ckptstore.builtin._packed`) in pieces at
+precomputed offsets; the manifest records those pieces' byte ranges and CRC-32Cs, so
+loads stay parallel and partial.
 
 With ``compression="zstd"`` or ``"blosc"``, chunks are compressed one by one (sizes
 unknown in advance), so that layout is a zarr directory store: one file per chunk and
@@ -44,10 +46,12 @@ import numpy as np
 from ckptstore._types import Array, Buffer
 from ckptstore.builtin._packed import (
     Member,
+    archive_name,
+    archive_shares,
     check_ranges,
     manifest_ranges,
     read_archive,
-    write_archive,
+    write_archives,
 )
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
@@ -191,11 +195,32 @@ class ZarrDB(DBType):
     def _write_archive(
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
-        """The hierarchy in one stored ZIP; one chunk per array (its shape recorded in
-        the blob's layout only when it differs from the array's: empty arrays)."""
+        """The hierarchy in stored ZIPs (one, or a few for hundreds of MiB: see
+        :func:`~ckptstore.builtin._packed.archive_shares`), each a zarr group holding
+        its share of the arrays; one chunk per array (its shape recorded in the blob's
+        layout only when it differs from the array's: empty arrays)."""
+        shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+        empty: dict[str, BlobRecord] = {}
+        archives = [
+            (archive_name(ARCHIVE, number), self._members(share, blobs, empty))
+            for number, share in enumerate(shares)
+        ]
+        written = write_archives(db, archives)
+        found = written.blobs
+        records = {name: found.get(name) or empty[name] for name in blobs}
+        return WrittenDB(records, written.files)
+
+    def _members(
+        self,
+        names: Sequence[str],
+        blobs: Mapping[str, np.ndarray[Any, Any]],
+        empty: dict[str, BlobRecord],
+    ) -> list[Member]:
+        """One archive's members: the group documents its arrays need, and each array's
+        document and chunk (the records of arrays with no chunk go into ``empty``)."""
         group = _group_document()
         groups = {METADATA: group}
-        for name in blobs:
+        for name in names:
             if "/" in name:
                 parts = name.split("/")
                 for depth in range(1, len(parts)):
@@ -204,8 +229,8 @@ class ZarrDB(DBType):
         # thousands of blobs share a few dtypes and shapes: their documents are made once
         documents: dict[tuple[str, type, tuple[int, ...]], tuple[bytes, tuple[int, ...]]] = {}
         chunk_keys = {0: "c", 1: "c.0"}
-        empty: dict[str, BlobRecord] = {}
-        for name, array in blobs.items():
+        for name in names:
+            array = blobs[name]
             dtype, shape = array.dtype, array.shape
             kind = (dtype.str, dtype.type, shape)
             known = documents.get(kind)
@@ -226,10 +251,7 @@ class ZarrDB(DBType):
                     (),
                     layout={"chunk_shape": list(chunk_shape)},
                 )
-        written = write_archive(db, ARCHIVE, members)
-        found = written.blobs
-        records = {name: found.get(name) or empty[name] for name in blobs}
-        return WrittenDB(records, written.files)
+        return members
 
     def _write_directory(
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]

@@ -17,6 +17,7 @@ import zarr
 from ckpt_helpers import CountingLocalPath, flip_byte
 
 from ckptstore import CorruptCheckpointError, LocalPath, get_registry
+from ckptstore.builtin import _packed
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
@@ -54,11 +55,21 @@ def mixed_blobs() -> dict[str, np.ndarray]:
 
 
 def plain_read(directory: Path, db_type: str) -> dict[str, np.ndarray]:
-    """Every blob, read the way docs/reading-without-ckptstore.md shows."""
+    """Every blob of every archive, read the way docs/reading-without-ckptstore.md shows
+    (a blob is in exactly one archive)."""
+    arrays: dict[str, np.ndarray] = {}
+    for archive in sorted(directory.glob("blobs*")):
+        for name, value in _plain_read_archive(archive, db_type).items():
+            assert name not in arrays, f"{name} is in two archives"
+            arrays[name] = value
+    return arrays
+
+
+def _plain_read_archive(archive: Path, db_type: str) -> dict[str, np.ndarray]:
     if db_type == "npz":
-        with np.load(directory / "blobs.npz", allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    store = zarr.storage.ZipStore(directory / "blobs.zarr.zip", mode="r")
+        with np.load(archive, allow_pickle=False) as opened:
+            return {name: opened[name] for name in opened.files}
+    store = zarr.storage.ZipStore(archive, mode="r")
     group = zarr.open_group(store, mode="r")
     arrays = {}
     for path, array in group.arrays():
@@ -381,3 +392,144 @@ def test_forged_format_ranges_are_refused_by_verify(
     (problem,) = db.verify(location, forged_manifest)
     assert re.search("past the end|overlaps", str(problem))
     assert problem.blob == ("w1" if forgery == "blobs_overlapping" else None)
+
+
+# -- a node checkpoint shared among a few archives --------------------------------------
+
+
+def shared_blobs() -> dict[str, np.ndarray]:
+    """Three blobs of 1 MiB and more, 4.2 MiB in all (with archives of 1 MiB each: four
+    archives, the small blobs in the first and each large one alone in another), small
+    ones, an empty one."""
+    rng = np.random.default_rng(21)
+    return {
+        "small/a": np.arange(7, dtype=np.int32),
+        "layer/w1": rng.normal(size=(400, 400)),  # 1.2 MiB
+        "layer/w2": rng.normal(size=(700, 700)).astype(np.float32),  # 1.9 MiB
+        "w3": np.asfortranarray(rng.normal(size=(380, 380))),  # 1.1 MiB, copied pieces
+        "scalar": np.array(3.5),
+        "empty": np.zeros((0, 4), dtype=np.uint8),
+    }
+
+
+@pytest.fixture
+def one_mib_archives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Archives of 1 MiB of large blobs each (256 MiB by default)."""
+    monkeypatch.setattr(_packed, "ARCHIVE_BYTES", 1 << 20)
+
+
+def test_shares_keep_small_blobs_first_and_balance_the_large_ones() -> None:
+    big = _packed.ARCHIVE_BYTES
+    sizes = {"s1": 10, "a": 3 * big, "s2": 20, "b": big, "c": big, "d": 2 * big}
+    shares = _packed.archive_shares(sizes)
+    assert len(shares) == _packed.MAX_ARCHIVES == 4  # 7 archives' worth: at most 4
+    assert sorted(name for share in shares for name in share) == sorted(sizes)
+    assert shares[0][:2] == ["s1", "s2"]  # every small blob in the first, in order
+    loads = [sum(sizes[name] for name in share) for share in shares]
+    assert max(loads) <= 3 * big + 30  # the largest blob alone sets the largest share
+    assert _packed.archive_shares({"w": 2 * big - 1, "s": 5}) == [["w", "s"]]  # < 2: one
+    assert _packed.archive_shares({}) == [[]]
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("blobs.zarr.zip", True),
+        ("blobs.1.zarr.zip", True),
+        ("blobs.12.zarr.zip", True),  # written with a higher MAX_ARCHIVES: read alike
+        ("blobs.01.zarr.zip", False),
+        ("blobs.0.zarr.zip", False),
+        ("blobs.-1.zarr.zip", False),
+        ("blobs.\u0663.zarr.zip", False),  # a non-ASCII digit
+        ("blobs..zarr.zip", False),
+        ("blobs.1.npz", False),
+        ("x/blobs.1.zarr.zip", False),
+        ("c.0", False),
+    ],
+)
+def test_only_the_archives_own_names_count_as_archives(key: str, expected: bool) -> None:
+    assert _packed.is_archive("blobs.zarr.zip", key) is expected
+
+
+@pytest.mark.usefixtures("one_mib_archives")
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_large_blobs_are_shared_among_archives_each_readable_alone(
+    tmp_path: Path, db_type: str
+) -> None:
+    values = shared_blobs()
+    storage = CountingLocalPath(str(tmp_path))
+    io = ParallelIO(IOSettings(chunk_bytes=512 << 10, concurrency=3))
+    save(storage, values, FORMATS[db_type](), io)
+    directory = tmp_path / "trainer_0.1"
+    first = ARCHIVES[db_type]
+    archives = [_packed.archive_name(first, number) for number in range(4)]
+    assert sorted(path.name for path in directory.iterdir()) == sorted(
+        [*archives, "ckptstore.manifest.json"]
+    )
+    manifest = protocol.open_node(storage, NODE, 1)
+    holders = {name: {c.key for c in record.chunks} for name, record in manifest.blobs.items()}
+    assert holders["small/a"] == holders["scalar"] == {first}  # small blobs: the first
+    large = ("layer/w1", "layer/w2", "w3")
+    assert sorted(next(iter(holders[name])) for name in large) == sorted(archives[1:])
+    assert {record.key for record in manifest.files} == set(archives)  # each one tiled
+    assert manifest.stored_bytes == sum((directory / name).stat().st_size for name in archives)
+    for name in archives:
+        with zipfile.ZipFile(directory / name) as opened:
+            assert opened.testzip() is None  # every member's CRC-32
+    loaded = plain_read(directory, db_type)
+    assert sorted(loaded) == sorted(values)
+    back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        np.testing.assert_array_equal(back[name], value)
+    storage.chunk_reads.clear()
+    protocol.read_blobs(storage, manifest, ["layer/w2"], FORMATS[db_type](), ParallelIO())
+    (holder,) = holders["layer/w2"]
+    assert storage.chunk_reads == {f"trainer_0.1/{holder}": values["layer/w2"].nbytes}
+    assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
+
+
+@pytest.mark.usefixtures("one_mib_archives")
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+@pytest.mark.parametrize("damage", ["flipped", "missing", "forged_past_the_end"])
+def test_damage_to_any_archive_is_found_and_named(
+    tmp_path: Path, db_type: str, damage: str
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    db = FORMATS[db_type]()
+    save(storage, shared_blobs(), db, ParallelIO())
+    manifest = protocol.open_node(storage, NODE, 1)
+    last = _packed.archive_name(ARCHIVES[db_type], 3)
+    (name,) = [n for n, r in manifest.blobs.items() if r.chunks and r.chunks[0].key == last]
+    record = manifest.blobs[name]
+    path = tmp_path / "trainer_0.1" / last
+    records = list(manifest.blobs.values())
+    if damage == "flipped":
+        flip_byte(path, record.chunks[0].offset + 100)
+    elif damage == "missing":
+        path.unlink()
+    else:
+        size = path.stat().st_size
+        chunk = replace(record.chunks[0], offset=size - 10)
+        records = [r if r.name != name else replace(r, chunks=(chunk,)) for r in records]
+    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    with pytest.raises(CorruptCheckpointError) as caught:
+        db.read(location, records)
+    assert caught.value.blob == name
+    assert caught.value.file == f"trainer_0.1/{last}"
+    if damage != "forged_past_the_end":
+        problems = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
+        assert problems
+        assert {problem.file for problem in problems} == {f"trainer_0.1/{last}"}
+
+
+@pytest.mark.usefixtures("one_mib_archives")
+def test_a_checkpoint_of_several_archives_copies_whole(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path / "src"))
+    save(storage, shared_blobs(), ZarrDB(), ParallelIO())
+    location = CheckpointLocation.open(str(tmp_path / "src"), "zarr")
+    copy_node(source=location, dest=LocalPath(str(tmp_path / "dest")), node=NODE, epoch=1)
+    for number in range(4):
+        name = _packed.archive_name("blobs.zarr.zip", number)
+        source = (tmp_path / "src" / "trainer_0.1" / name).read_bytes()
+        assert (tmp_path / "dest" / "trainer_0.1" / name).read_bytes() == source

@@ -42,10 +42,17 @@ def remount(mount: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(mount)], check=True)
 
 
-def counting_job(epochs: int, in_epoch: list[object] | None = None) -> Job:
+def counting_job(
+    epochs: int, in_epoch: list[object] | None = None, initialized: list[int] | None = None
+) -> Job:
     """A node counting epochs in blob ``n``; callables in ``in_epoch`` run once each, in
-    epochs 1, 2... before that epoch's save."""
+    epochs 1, 2... before that epoch's save; the init group appends to ``initialized``."""
     pending = in_epoch or []
+    inits = [] if initialized is None else initialized
+
+    def init(ws: object) -> None:
+        inits.append(1)
+        ws.update(n=np.zeros(1))  # type: ignore[attr-defined]
 
     def step(ws: object) -> None:
         if pending:
@@ -56,15 +63,18 @@ def counting_job(epochs: int, in_epoch: list[object] | None = None) -> Job:
 
     with Job() as job, Node(NODE):
         with job.init_group:
-            Task(lambda ws: ws.update(n=np.zeros(1)))
+            Task(init)
         Task(step)
         epoch_limiter(job, epochs)
     return job
 
 
 def test_a_read_only_filesystem_stops_train_before_anything_runs(small_disk: Path) -> None:
+    """Before the init group too (it may load a dataset for minutes): ``train`` checks
+    that the storage is writable first."""
     epochs_run: list[int] = []
-    job = counting_job(3, [lambda: epochs_run.append(1)])
+    initialized: list[int] = []
+    job = counting_job(3, [lambda: epochs_run.append(1)], initialized)
     remount(small_disk, "ro")
     runner = JobRunner(job, MultiNodeCheckpointManager(str(small_disk), "zarr"))
     with pytest.raises(StorageNotWritableError) as info:
@@ -73,6 +83,7 @@ def test_a_read_only_filesystem_stops_train_before_anything_runs(small_disk: Pat
     assert "EROFS" in str(info.value)
     assert "remount it read-write" in str(info.value)
     assert isinstance(info.value, PermissionError)
+    assert initialized == []
     assert epochs_run == []
     assert runner.save_failures == []
 

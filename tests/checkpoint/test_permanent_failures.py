@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from ckpt_helpers import register_storage
+from ckpt_helpers import fail_epochs, failing_local_path, register_storage
 
 from ckptstore import (
     Job,
@@ -22,16 +22,19 @@ from ckptstore import (
     StorageNotWritableError,
     Task,
     epoch_limiter,
+    get_registry,
     protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import (
     InvalidNameError,
     RequestError,
+    SaveFailedError,
     StorageError,
     is_disk_full,
     is_permanent,
 )
+from ckptstore.io import ParallelIO
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
@@ -184,6 +187,40 @@ def test_the_filesystems_own_name_limit_is_permanent_too(small_disk: Path) -> No
     assert info.value.errno == errno.ENAMETOOLONG
     assert "shorten the node and blob names" in str(info.value)
     assert is_permanent(info.value)
+
+
+def test_an_io_error_is_typed_retried_counted_and_the_job_goes_on(
+    tmp_path: Path, registry: Registry
+) -> None:
+    """EIO may be a passing fault of the device: a save meeting it is retried, then counted
+    as failed (never committed) with the device named as the cause; the next save and the
+    last committed epoch are untouched. (Simulated: no device here fails on demand.)"""
+    attempts: list[str] = []
+    epoch_1 = fail_epochs(1)
+
+    def fails(key: str) -> bool:
+        if epoch_1(key) and key.endswith("ckptstore.manifest.json"):
+            attempts.append(key)
+        return epoch_1(key)
+
+    register_storage(registry, failing_local_path(fails, errno.EIO))
+    job = counting_job(2)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", path_type="failing_local")
+    runner = JobRunner(job, manager, save_retries=2, retry_backoff=0)
+    assert runner.train(LocalSession()) == 2
+    assert len(attempts) == 3  # 1 + 2 retries
+    (failure,) = runner.save_failures
+    assert failure.epoch == 1
+    assert isinstance(failure.error, SaveFailedError)
+    message = failure.error.node_errors[NODE]
+    assert "Input/output error" in message
+    assert "check the disk (dmesg, SMART)" in message  # StorageIOError's fix
+    assert runner.committed_epochs == [0, 2]
+    storage = LocalPath(str(tmp_path))
+    assert protocol.read_commit(storage, 1) is None
+    manifest = protocol.open_node(storage, NODE, 2)
+    npz = get_registry().db_type("npz")
+    assert protocol.read_blobs(storage, manifest, ["n"], npz, ParallelIO())["n"] == 2
 
 
 @pytest.mark.parametrize(

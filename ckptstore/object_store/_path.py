@@ -92,6 +92,12 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
     client: ClientT
 
     def __init__(self, url: str, **storage_options: object) -> None:
+        if url.startswith(("/", "./", "../", "~", "file:")):  # a path type forced on it
+            raise ValueError(
+                f"{url!r} is a local path, not an object store URL: the {self.name!r} path "
+                f"type takes {self.protocols[0]}://BUCKET/prefix URLs (drop the path type "
+                "to write to local disk)"
+            )
         self._raw_options = dict(storage_options)
         self.options = self.options_type.resolve(storage_options)
         filesystem, root = self.options.open_filesystem(url)

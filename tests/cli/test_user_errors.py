@@ -42,6 +42,19 @@ def test_an_endpoint_that_is_not_a_url_is_named_before_any_request(
     assert "correct the value of -o endpoint_url=..." in line
 
 
+@pytest.mark.parametrize("path_type", ["s3", "gcs"])
+def test_a_local_path_forced_onto_an_object_store_is_refused_at_once(
+    cli: Cli, tmp_path: Path, path_type: str
+) -> None:
+    """``--path-type gcs /tmp/run`` names the mistake instead of retrying requests to a
+    bucket called ``tmp`` (it took about 10 s to fail)."""
+    result = cli("ls", str(tmp_path), "--path-type", path_type)
+    assert result.code == EXIT_ERROR
+    line = one_line_error(result.err)
+    assert "is a local path, not an object store URL" in line
+    assert "drop the path type" in line
+
+
 def test_a_misspelt_storage_option_is_named_with_the_closest_accepted_one(
     cli: Cli, run_url: str
 ) -> None:

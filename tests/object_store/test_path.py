@@ -119,6 +119,18 @@ def test_repr_pickling_closing_and_urls_without_a_bucket(memory: MemoryFilesyste
         MemoryStorePath("mem://", store=memory.name)
 
 
+@pytest.mark.parametrize("url", ["/tmp/ckpt", "./ckpt", "../ckpt", "~/ckpt", "file:///tmp/x"])
+def test_a_local_path_is_refused_at_once_not_sent_to_a_bucket(
+    memory: MemoryFilesystem, url: str
+) -> None:
+    """A local path given an object store's path type (``--path-type s3 /tmp/x``) would
+    otherwise name a bucket ``tmp`` and retry requests to it for seconds."""
+    with pytest.raises(ValueError, match="is a local path") as caught:
+        MemoryStorePath(url, store=memory.name)
+    assert "mem://BUCKET/prefix" in str(caught.value)
+    assert memory.kinds() == []  # no request was made
+
+
 # -- control documents are bounded before they are read ------------------------------------
 
 

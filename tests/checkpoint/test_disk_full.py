@@ -2,9 +2,9 @@
 
 Each test leaves room on the mount for exactly the files written before one step (the
 data, the manifest, the commit record, the catalog: sizes measured by a first save of
-the same job) and checks that the save fails with :class:`StorageFullError` naming
-ENOSPC and the file, that nothing temporary is left behind, that the last committed
-epoch still loads and that the next run resumes from it.
+the same job), or for half the data, and checks that the save fails with
+:class:`StorageFullError` naming ENOSPC and the file, that nothing temporary is left
+behind, that the last committed epoch still loads and that the next run resumes from it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ckptstore.builtin._local_path import LocalPath
 
 NODE = "trainer_0"
 BLOB_BYTES = 100_000  # random uint8: no format compresses it, so every epoch is one size
-STEPS = ("manifest", "commit", "catalog")
+STEPS = ("data", "manifest", "commit", "catalog")
 
 
 def pages(size: int) -> int:
@@ -94,8 +94,14 @@ def room_before(step: str, db_type: str, catalog: str, dry_root: Path) -> int:
         for key, size in files(dry_root).items()
         if key.startswith((f"{NODE}.1/", "_ckptstore/"))
     }
-    order = ("data", *STEPS)
-    before = order[: order.index(step)]
+    if step == "data":  # room for half the node's data: the disk fills in its middle
+        data = [
+            size
+            for key, size in written.items()
+            if key.startswith(f"{NODE}.1/") and step_of(key) == "data"
+        ]
+        return sum(pages(size) for size in data) // 2 * 4096
+    before = STEPS[: STEPS.index(step)]
     epoch_1 = {
         key: size
         for key, size in written.items()
@@ -160,7 +166,7 @@ def test_a_full_disk_at_each_step_fails_typed_leaves_nothing_and_resumes(
     assert leftovers == set()
     # the exact directory: epoch 1's node data stays only once it was complete (it is
     # invisible without a commit record and replaced by the next save of epoch 1)
-    node_dirs = {"trainer_0.0"} if step == "manifest" else {"trainer_0.0", "trainer_0.1"}
+    node_dirs = {"trainer_0.0"} if step in ("data", "manifest") else {"trainer_0.0", "trainer_0.1"}
     assert set(os.listdir(root)) == {"_ckptstore", *node_dirs}
     records = {f"_ckptstore/epoch-0/{NODE}.commit.json"}
     if step == "catalog":  # committed; only its catalog entry was lost

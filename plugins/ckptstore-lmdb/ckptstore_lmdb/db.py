@@ -159,10 +159,23 @@ def _os_error(error: lmdb.Error, path: str) -> OSError:
     text = str(error)
     for code in _ERRNOS:
         if os.strerror(code) in text:
+            if code == errno.EIO and _full(path):
+                # LMDB reports a write cut short (a disk filling up) as EIO
+                code = errno.ENOSPC
             return OSError(code, os.strerror(code), path)
     if isinstance(error, lmdb.DiskError):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
     return OSError(errno.EIO, f"{type(error).__name__}: {text}", path)
+
+
+def _full(path: str) -> bool:
+    """Whether the file system holding ``path`` has less than a 64 KiB left for this
+    user (what a short write on a full disk leaves)."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < 64 << 10
 
 
 def local_directory(db: DBLocation) -> str:

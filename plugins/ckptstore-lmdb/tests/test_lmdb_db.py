@@ -193,3 +193,19 @@ def test_many_small_values_are_read_together_and_checked_one_by_one(tmp_path: Pa
     with pytest.raises(CorruptCheckpointError) as caught:
         protocol.read_blobs(storage, manifest, None, LmdbDB(), ParallelIO())
     assert (caught.value.blob, caught.value.chunk) == ("w157", 0)
+
+
+def test_an_io_error_stays_one_unless_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB reports a write cut short as EIO: on a full disk that is ENOSPC (a full disk
+    is not a failing device; tests/checkpoint/test_disk_full.py fills a real one)."""
+    import errno
+
+    from ckptstore_lmdb import db as lmdb_db
+
+    error = lmdb.Error(f"{tmp_path}: {os.strerror(errno.EIO)}")
+    assert lmdb_db._os_error(error, str(tmp_path)).errno == errno.EIO
+    full = os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255))
+    monkeypatch.setattr(lmdb_db.os, "statvfs", lambda path: full)
+    assert lmdb_db._os_error(error, str(tmp_path)).errno == errno.ENOSPC

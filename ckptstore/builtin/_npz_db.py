@@ -27,12 +27,10 @@ import numpy as np
 from ckptstore._types import Array
 from ckptstore.builtin._packed import (
     Member,
-    archive_name,
-    archive_shares,
     check_ranges,
     manifest_ranges,
     read_archive,
-    write_archives,
+    write_shared,
 )
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._db_type import (
@@ -77,14 +75,7 @@ class NpzDB(DBType):
             if header is None:
                 header = headers[kind] = _npy_header(array)
             members[name] = Member(f"{name}.npy", header, name, array)
-        shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
-        written = write_archives(
-            db,
-            [
-                (archive_name(ARCHIVE, number), [members[name] for name in share])
-                for number, share in enumerate(shares)
-            ],
-        )
+        written = write_shared(db, ARCHIVE, blobs, lambda share: [members[n] for n in share])
         records = {
             name: written.blobs.get(name)
             or BlobRecord(name, encode_dtype(name, array.dtype), array.shape, ())

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -85,6 +85,7 @@ __all__ = [
     "read_archive",
     "write_archive",
     "write_archives",
+    "write_shared",
 ]
 
 GROUP_BYTES = 1 << 20
@@ -217,6 +218,20 @@ def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> Wr
     records (data ranges) and the format records (ranges tiling the archive but for
     large members' data), all checksummed."""
     return write_archives(db, [(archive, members)])
+
+
+def write_shared(
+    db: DBLocation,
+    first: str,
+    blobs: Mapping[str, np.ndarray[Any, Any]],
+    members_of: Callable[[Sequence[str]], Sequence[Member]],
+) -> WrittenDB:
+    """Write ``blobs`` as the archive ``first``, or as a few (:func:`archive_shares`,
+    named by :func:`archive_name`), each holding the members ``members_of`` gives for
+    its share of the blobs' names."""
+    shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+    archives = [(archive_name(first, n), members_of(share)) for n, share in enumerate(shares)]
+    return write_archives(db, archives)
 
 
 def write_archives(db: DBLocation, archives: Sequence[tuple[str, Sequence[Member]]]) -> WrittenDB:

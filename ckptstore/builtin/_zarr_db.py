@@ -46,12 +46,10 @@ import numpy as np
 from ckptstore._types import Array, Buffer
 from ckptstore.builtin._packed import (
     Member,
-    archive_name,
-    archive_shares,
     check_ranges,
     manifest_ranges,
     read_archive,
-    write_archives,
+    write_shared,
 )
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
@@ -199,13 +197,8 @@ class ZarrDB(DBType):
         :func:`~ckptstore.builtin._packed.archive_shares`), each a zarr group holding
         its share of the arrays; one chunk per array (its shape recorded in the blob's
         layout only when it differs from the array's: empty arrays)."""
-        shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
         empty: dict[str, BlobRecord] = {}
-        archives = [
-            (archive_name(ARCHIVE, number), self._members(share, blobs, empty))
-            for number, share in enumerate(shares)
-        ]
-        written = write_archives(db, archives)
+        written = write_shared(db, ARCHIVE, blobs, lambda share: self._members(share, blobs, empty))
         found = written.blobs
         records = {name: found.get(name) or empty[name] for name in blobs}
         return WrittenDB(records, written.files)

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -425,7 +425,6 @@ def test_ctrl_c_waits_for_the_save_in_flight_and_says_so(
             gate.set()  # epoch 0's save may finish
         if epochs[0] == 2:
             gate.clear()  # ...but epoch 1's is held mid-write when Ctrl-C comes
-            threading.Timer(0.05, gate.set).start()
             raise KeyboardInterrupt
 
     with Node(NODE):
@@ -433,8 +432,13 @@ def test_ctrl_c_waits_for_the_save_in_flight_and_says_so(
     manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json", path_type="gated_local")
     runner = JobRunner(job, manager, async_save=True)
     gate.set()
-    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
-        runner.train(LocalSession())
+    opener = _OnLog("waiting for the background save", gate.set)  # once it says it waits
+    logging.getLogger("ckptstore").addHandler(opener)
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+            runner.train(LocalSession())
+    finally:
+        logging.getLogger("ckptstore").removeHandler(opener)
     assert "waiting for the background save of epoch(s) [1]" in caplog.text
     assert "The background save of epoch(s) [1] finished" in caplog.text
     assert runner.committed_epochs == [0, 1]
@@ -466,16 +470,24 @@ def test_async_saves_with_the_two_tier_copy_upload(tmp_path: Path, s3_url: str) 
     assert np.array_equal(blobs[f"{NODE}/w"], np.full(64, 3.0))
 
 
-class _InterruptWhenWaiting(logging.Handler):
-    """Presses Ctrl-C again (a real SIGINT) once the runner says it waits."""
+class _OnLog(logging.Handler):
+    """Notes (``seen``) and acts on (``action``) each record containing ``text``."""
+
+    def __init__(self, text: str, action: Callable[[], object] = lambda: None) -> None:
+        super().__init__()
+        self.text, self.action, self.seen = text, action, False
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "waiting for the background save" in record.getMessage():
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        if self.text in record.getMessage():
+            self.seen = True
+            self.action()
 
 
 def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
-    tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    gate: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job, _ = build_counter_job(epochs=10)
 
@@ -486,13 +498,25 @@ def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
         Task(interrupt, group=job.epoch_group)
     manager = MultiNodeCheckpointManager(str(tmp_path), "npz", "json", path_type="gated_local")
     runner = JobRunner(job, manager, async_save=True)
-    presser = _InterruptWhenWaiting()
-    logging.getLogger("ckptstore").addHandler(presser)
+    waiting = _OnLog("waiting for the background save")
+    real_exception = SaveFuture.exception
+
+    def pressed_again(future: SaveFuture, timeout: float | None = None) -> Any:
+        """Ctrl-C again (a real SIGINT to this process) as the runner, having said it
+        waits, starts waiting for the save: delivered before ``os.kill`` returns, raised
+        at the wait's next bytecode."""
+        if waiting.seen and not future.done():
+            waiting.seen = False
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_exception(future, timeout)
+
+    monkeypatch.setattr(SaveFuture, "exception", pressed_again)
+    logging.getLogger("ckptstore").addHandler(waiting)
     try:
         with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
             runner.train(LocalSession())  # epoch 0's save is held at the gate
     finally:
-        logging.getLogger("ckptstore").removeHandler(presser)
+        logging.getLogger("ckptstore").removeHandler(waiting)
     assert "Abandoned the background save of epoch(s) [0]" in caplog.text
     assert runner.committed_epochs == []
     assert protocol.committed_nodes(manager.location.storage, 0) == set()

@@ -121,8 +121,13 @@ def test_a_new_save_waits_for_the_one_in_flight(tmp_path: Path, gate: threading.
     manager = single_node(str(tmp_path), session, path_type="gated_local")
     first = manager.save_async(1, session)
     assert manager.saves_in_flight() == [first]
-    opener = threading.Timer(0.05, gate.set)  # opens while the second save is blocked
-    opener.start()
+    waited = first._future.exception
+
+    def open_then_wait(timeout: float | None = None) -> BaseException | None:
+        gate.set()  # the second save is waiting for the first: let the first finish
+        return waited(timeout)
+
+    first._future.exception = open_then_wait  # type: ignore[method-assign]
     second = manager.save_async(2, session)  # back-pressure: returns after `first` ended
     assert first.done()
     manager.wait_for_saves(timeout=60)

@@ -169,8 +169,8 @@ def _os_error(error: lmdb.Error, path: str) -> OSError:
 
 
 def _full(path: str) -> bool:
-    """Whether the file system holding ``path`` has less than a 64 KiB left for this
-    user (what a short write on a full disk leaves)."""
+    """Whether the file system holding ``path`` has less than 64 KiB left for this user
+    (what a short write on a full disk leaves)."""
     try:
         stats = os.statvfs(path)
     except OSError:

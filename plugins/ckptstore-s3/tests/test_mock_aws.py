@@ -127,3 +127,32 @@ def test_the_documented_example_passes_as_users_run_it(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_a_job_under_plain_mock_aws_stops_at_once_unretried(
+    async_save: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retrying cannot make mock_aws answer aiobotocore: the job stops at its first
+    request with the typed error, however many retries were asked for."""
+    from ckpt_helpers import build_counter_job
+    from ckptstore_s3 import client
+
+    refused: list[str] = []
+
+    class CountedError(InProcessMockError):
+        def __init__(self, request: str) -> None:
+            refused.append(request)
+            super().__init__(request)
+
+    monkeypatch.setattr(client, "InProcessMockError", CountedError)
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="bucket")
+        job, _ = build_counter_job(epochs=3)
+        manager = MultiNodeCheckpointManager("s3://bucket/job", "npz")
+        runner = JobRunner(job, manager, save_retries=3, async_save=async_save)
+        with pytest.raises(InProcessMockError):
+            runner.train(LocalSession())
+    assert len(refused) == 1, refused  # one request: neither the client nor the runner retried
+    assert runner.save_failures == []  # not counted as a failed save: raised at once
+    assert runner.committed_epochs == []

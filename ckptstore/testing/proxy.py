@@ -87,10 +87,17 @@ _S3_LIST_PARAMS = frozenset(
         "version-id-marker",
     }
 )
+_GCS_REASONS = {  # the first error's reason, as GCS's JSON API gives it
+    401: "required",
+    403: "forbidden",
+    404: "notFound",
+    429: "rateLimitExceeded",
+}
 _GCS_LISTING = re.compile(r"^(/storage/v1)?/b/[^/]+/o/?$")
 _GCS_UPLOAD = re.compile(r"^/upload/storage/v1/b/([^/]+)/o/?$")
 _S3_CODES = {
     400: "BadRequest",
+    401: "Unauthorized",
     403: "AccessDenied",
     404: "NoSuchKey",
     429: "TooManyRequests",
@@ -422,14 +429,20 @@ class FaultProxy(Service):
                 "error": {
                     "code": status,
                     "message": "injected by ckptstore's fault proxy",
-                    "errors": [{"reason": "backendError", "message": "injected fault"}],
+                    "errors": [
+                        {
+                            "reason": _GCS_REASONS.get(status, "backendError"),
+                            "message": "injected fault",
+                        }
+                    ],
                 }
             }
             return json.dumps(document).encode(), "application/json"
-        code = _S3_CODES.get(status, "InternalError")
+        code = _S3_CODES.get(status, "InternalError" if status >= 500 else "BadRequest")
+        slow_down = "Please reduce your request rate " if status in (429, 503) else ""
         xml = (
             '<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Error><Code>{code}</Code><Message>Please reduce your request rate "
+            f"<Error><Code>{code}</Code><Message>{slow_down}"
             "(injected by ckptstore's fault proxy).</Message>"
             "<RequestId>ckptstore-fault-proxy</RequestId></Error>"
         )

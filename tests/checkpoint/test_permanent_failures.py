@@ -36,6 +36,7 @@ from ckptstore.errors import (
 )
 from ckptstore.io import ParallelIO
 from ckptstore.plugin._registry import Registry
+from ckptstore.testing import FaultProxy
 
 NODE = "trainer_0"
 
@@ -240,6 +241,48 @@ def test_an_io_error_is_typed_retried_counted_and_the_job_goes_on(
 def test_errors_are_classified_by_errno(error: OSError, permanent: bool, full: bool) -> None:
     assert is_permanent(error) is permanent
     assert is_disk_full(error) is full
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_s3_refusing_writes_stops_train_at_once(
+    s3_url: str, s3_faults: FaultProxy, status: int
+) -> None:
+    refused_writes_stop_train(s3_url, s3_faults, status)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gcs_refusing_writes_stops_train_at_once(
+    gcs_url: str, gcs_faults: FaultProxy, status: int
+) -> None:
+    refused_writes_stop_train(gcs_url, gcs_faults, status)
+
+
+def refused_writes_stop_train(url: str, faults: FaultProxy, status: int) -> None:
+    """A real server behind a proxy that starts answering every write with 401 or 403
+    after epoch 0: the job stops at the next save, typed, after one attempt at the data
+    (neither the client nor the runner retries; the clean-up that follows is refused
+    too), and epoch 0 stays committed."""
+
+    def refuse_writes() -> None:
+        faults.clear()
+        faults.fail_next(10_000, status=status, methods=["PUT", "POST", "DELETE"])
+
+    job = counting_job(4, [refuse_writes])
+    manager = MultiNodeCheckpointManager(url, "npz", "json")
+    runner = JobRunner(job, manager, save_retries=3, retry_backoff=0)
+    with pytest.raises(StorageError) as info:
+        runner.train(LocalSession())
+    assert is_permanent(info.value)
+    assert f"HTTP {status}" in str(info.value)
+    refused = [f"{r.path}?{r.query}" for r in faults.requests if r.outcome == "failed"]
+    data = [target for target in refused if "trainer_0.1/blobs.npz" in target]
+    assert len(data) == 1, refused  # the data write, refused once: not retried
+    assert runner.save_failures == []  # raised at once: not counted
+    assert runner.committed_epochs == [0]
+    faults.clear_faults()
+    storage = manager.location.storage
+    assert protocol.read_commit(storage, 1) is None
+    assert protocol.open_node(storage, NODE, 0).blobs
 
 
 def test_an_object_store_access_denied_is_permanent_a_503_is_not() -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -507,12 +505,13 @@ def test_a_second_ctrl_c_abandons_the_save_in_flight_which_never_commits(
     real_exception = SaveFuture.exception
 
     def pressed_again(future: SaveFuture, timeout: float | None = None) -> Any:
-        """Ctrl-C again (a real SIGINT to this process) as the runner, having said it
-        waits, starts waiting for the save: delivered before ``os.kill`` returns, raised
-        at the wait's next bytecode."""
+        """Ctrl-C again as the runner, having said it waits, starts waiting for the
+        save: the KeyboardInterrupt Python raises there. (A real SIGINT from
+        ``os.kill`` did not always wake the wait in a full run: the signal may be
+        taken by another thread while the main one sleeps in a lock.)"""
         if waiting.seen and not future.done():
             waiting.seen = False
-            os.kill(os.getpid(), signal.SIGINT)
+            raise KeyboardInterrupt
         return real_exception(future, timeout)
 
     monkeypatch.setattr(SaveFuture, "exception", pressed_again)

@@ -1,6 +1,8 @@
 """Errors that retrying cannot fix stop the job at once, typed, with the fix in the
 message: a read-only filesystem (a real tmpfs remounted ``ro``), a name the
-filesystem refuses; transient ones are retried and then counted (test_runner.py)."""
+filesystem refuses, an object store refusing writes (401/403 from a real server behind
+the fault proxy); transient ones (an I/O error here; test_runner.py) are retried and
+then counted."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class NpzDB(DBType):
 
     def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
-        return read_archive(db, ARCHIVE, records)
+        return read_archive(db, records)
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
         try:

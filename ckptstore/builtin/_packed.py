@@ -40,12 +40,12 @@ Example::
     >>> from ckptstore.io import ParallelIO
     >>> from ckptstore.plugin import DBLocation
     >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())
-    >>> written = write_archive(db, "blobs.zip", [Member("w.bin", b"", "w", np.arange(4.0))])
+    >>> written = write_archives(db, [("blobs.zip", [Member("w.bin", b"", "w", np.arange(4.0))])])
     >>> [(chunk.key, chunk.size) for chunk in written.blobs["w"].chunks]  # w's byte range
     [('blobs.zip', 32)]
     >>> zipfile.ZipFile("packed/trainer_0.1/blobs.zip").namelist()  # a plain ZIP archive
     ['w.bin']
-    >>> read_archive(db, "blobs.zip", [written.blobs["w"]])["w"]
+    >>> read_archive(db, [written.blobs["w"]])["w"]
     array([0., 1., 2., 3.])
 """
 
@@ -55,7 +55,7 @@ import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -83,7 +83,6 @@ __all__ = [
     "is_archive",
     "manifest_ranges",
     "read_archive",
-    "write_archive",
     "write_archives",
     "write_shared",
 ]
@@ -213,13 +212,6 @@ class _Ranges:
                 self.files.append(record)
 
 
-def write_archive(db: DBLocation, archive: str, members: Sequence[Member]) -> WrittenDB:
-    """Write ``members`` as the stored ZIP ``archive`` under ``db``; return the blob
-    records (data ranges) and the format records (ranges tiling the archive but for
-    large members' data), all checksummed."""
-    return write_archives(db, [(archive, members)])
-
-
 def write_shared(
     db: DBLocation,
     first: str,
@@ -238,10 +230,11 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Sequence[Member
     """Write each ``(archive, members)`` as a stored ZIP under ``db``, all at once: their
     pieces go to the engine interleaved, the archive with the fewest bytes sent so far
     first, so that parallel writers fill every file together (on tmpfs one file takes
-    one writer at a time). Returns the records of every archive, as
-    :func:`write_archive` does."""
+    one writer at a time). Returns every blob's records (its data ranges) and the
+    format records (ranges tiling each archive but for large members' data), all
+    checksummed."""
     piece_bytes = db.io.settings.chunk_bytes
-    plans = [_Plan.make(archive, members, piece_bytes) for archive, members in archives]
+    plans = [_ArchivePlan.make(archive, members, piece_bytes) for archive, members in archives]
     db.storage.prepare_keys([db.key(plan.archive) for plan in plans])
     with ExitStack() as stack:
         targets = [
@@ -277,7 +270,7 @@ def _interleaved(streams: Sequence[Iterator[WriteRequest]]) -> Iterator[WriteReq
 
 
 @dataclass
-class _Plan:
+class _ArchivePlan:
     """One archive of :func:`write_archives`: its layout, and what its writes found."""
 
     archive: str
@@ -287,10 +280,9 @@ class _Plan:
     piece_bytes: int
     layout: ZipLayout
     found: _Ranges
-    big: list[int] = field(default_factory=list)
 
     @classmethod
-    def make(cls, archive: str, members: Sequence[Member], piece_bytes: int) -> _Plan:
+    def make(cls, archive: str, members: Sequence[Member], piece_bytes: int) -> _ArchivePlan:
         sizes = [
             len(prefix) if array is None else len(prefix) + array.nbytes
             for _, prefix, _, array in members
@@ -302,23 +294,34 @@ class _Plan:
         return cls(archive, members, sizes, pieced, piece_bytes, layout, found)
 
     def requests(self, target: PositionalWriter) -> Iterator[WriteRequest]:
-        return _requests(
-            self.layout,
-            self.members,
-            self.sizes,
-            self.pieced,
-            self.piece_bytes,
-            self.found,
-            target,
-            self.archive,
-            self.big,
-        )
+        """The archive's writes, in archive order: a run of small members is one request
+        (cut at ``GROUP_BYTES`` or ``GROUP_MEMBERS``, and before each member written in
+        pieces), a member written in pieces one request per piece."""
+        layout, members, found, archive = self.layout, self.members, self.found, self.archive
+        run: list[int] = []
+        run_bytes = 0
+        for index, size in enumerate(self.sizes):
+            if index in self.pieced:
+                if run:  # a run is a contiguous range of the archive: it ends here
+                    yield _run_request(layout, members, run, found, target, archive)
+                    run, run_bytes = [], 0
+                yield from _piece_requests(
+                    layout, index, members[index], self.piece_bytes, found, target, archive
+                )
+                continue
+            run.append(index)
+            run_bytes += size
+            if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
+                yield _run_request(layout, members, run, found, target, archive)
+                run, run_bytes = [], 0
+        if run:
+            yield _run_request(layout, members, run, found, target, archive)
 
     def finish(self, target: PositionalWriter) -> None:
         """The headers of members written in pieces (their CRC-32 is known once every
         piece is written), then the central directory."""
         layout, found = self.layout, self.found
-        for index in self.big:
+        for index in sorted(self.pieced):  # members written in pieces, in archive order
             member = self.members[index]
             crc = crc32_of([member.prefix])
             for number in range(len(_pieces(member, self.piece_bytes))):
@@ -379,37 +382,6 @@ def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
     assert array is not None
     shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
     return list(array_chunks(array.shape, array.dtype.itemsize, shape))
-
-
-def _requests(
-    layout: ZipLayout,
-    members: Sequence[Member],
-    sizes: Sequence[int],
-    pieced: set[int],
-    piece_bytes: int,
-    found: _Ranges,
-    target: PositionalWriter,
-    archive: str,
-    big: list[int],
-) -> Iterator[WriteRequest]:
-    run: list[int] = []
-    run_bytes = 0
-    for index, size in enumerate(sizes):
-        member = members[index]
-        if index in pieced:
-            if run:  # a run is a contiguous range of the archive: it ends here
-                yield _run_request(layout, members, run, found, target, archive)
-                run, run_bytes = [], 0
-            big.append(index)
-            yield from _piece_requests(layout, index, member, piece_bytes, found, target, archive)
-            continue
-        run.append(index)
-        run_bytes += size
-        if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
-            yield _run_request(layout, members, run, found, target, archive)
-            run, run_bytes = [], 0
-    if run:
-        yield _run_request(layout, members, run, found, target, archive)
 
 
 def _data(member: Member) -> memoryview:
@@ -542,11 +514,11 @@ _Span = tuple[int, int, str | None]
 
 def check_ranges(
     db: DBLocation,
-    archive: str,
+    first: str,
     ranges: Iterable[tuple[str | None, ChunkRecord]],
 ) -> None:
     """Refuse recorded ranges (``(blob or None, record)``) of the archives of a node
-    checkpoint (``archive`` and the others :func:`archive_name` numbers) that end past
+    checkpoint (``first`` and the others :func:`archive_name` numbers) that end past
     their file or overlap each other, before anything is allocated or read: a manifest
     is data from storage, and a forged one must not make a load read the wrong bytes or
     allocate at will (one size request per archive). Blob ranges must not overlap each
@@ -557,7 +529,7 @@ def check_ranges(
     spans: dict[str, tuple[list[_Span], list[_Span]]] = {}
     for blob, record in ranges:
         key = record.key
-        if key == archive or is_archive(archive, key):
+        if is_archive(first, key):
             blob_spans, file_spans = spans.setdefault(key, ([], []))
             span = (record.offset, record.stored, blob)
             (file_spans if blob is None else blob_spans).append(span)
@@ -567,9 +539,9 @@ def check_ranges(
         try:
             size = db.storage.size(file)
         except ObjectNotFoundError:
-            first = blob_spans[0][2] if blob_spans else None
+            named = blob_spans[0][2] if blob_spans else None
             raise CorruptCheckpointError(
-                "the file is missing", url=url, file=file, blob=first
+                "the file is missing", url=url, file=file, blob=named
             ) from None
         _check_spans(blob_spans, size, url, file)
         _check_spans(file_spans, size, url, file)
@@ -621,10 +593,9 @@ def manifest_ranges(manifest: NodeManifest) -> Iterator[tuple[str | None, ChunkR
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_archive(
-    db: DBLocation, archive: str, records: Sequence[BlobRecord]
-) -> dict[str, np.ndarray[Any, Any]]:
-    """Read raw blobs from ``archive`` (after :func:`check_ranges`): each range lands in
+def read_archive(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, np.ndarray[Any, Any]]:
+    """Read raw blobs from the archives their chunk records name (after
+    :func:`check_ranges`): each range lands in
     place in a new array; runs of neighbouring small ranges are read with one ranged
     read each (thousands of small blobs cost tens of requests, not thousands) and
     checked range by range (:func:`~ckptstore.plugin.read_raw_blobs`)."""

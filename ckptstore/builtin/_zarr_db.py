@@ -383,7 +383,7 @@ class ZarrDB(DBType):
     def read(self, db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
         raw = [record for record in records if record.codec == "raw"]
-        arrays = read_archive(db, ARCHIVE, raw)
+        arrays = read_archive(db, raw)
         compressed = [record for record in records if record.codec != "raw"]
         if compressed:
             arrays.update(_read_compressed(db, compressed))

@@ -28,7 +28,7 @@ from benchmarks.limits import is_memory
 from benchmarks.measure import measure, run
 from benchmarks.peers import remove, tools
 from benchmarks.report import RESULTS, publish
-from benchmarks.system import DiskUsage, disk_usage, drop_caches
+from benchmarks.system import DiskUsage, disk_usage, drop_caches, memory_kept
 from benchmarks.workload import BLOB_COUNTS, MiB, make_workload, nbytes
 
 OURS = "ckptstore zarr"
@@ -169,40 +169,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="100 blobs and a tiny GPT-2")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/")
     args = parser.parse_args(argv)
-    names = args.tools or list(tools())
-    if args.smoke:
-        args.workloads, args.repeat = list(SMOKE_WORKLOADS), 1
-        names = [name for name in names if name in SMOKE_TOOLS]
-    Path(args.disk).mkdir(parents=True, exist_ok=True)
-    locations = {"disk": Path(args.disk), "memory": Path(args.shm)}
-    cold = drop_caches()
-    report = [
-        f"Median of {args.repeat}; disk loads {'cold' if cold else 'warm'}; "
-        f"`python -m benchmarks.blob_count{' --smoke' if args.smoke else ''}`."
-    ]
-    target_rows: list[str] = []
-    for label, location in locations.items():
-        for workload in args.workloads:
-            results = run_workload(location, workload, names, args.repeat, not args.smoke)
-            blobs = make_workload(workload)
+    with memory_kept(not args.smoke) as memory:
+        names = args.tools or list(tools())
+        if args.smoke:
+            args.workloads, args.repeat = list(SMOKE_WORKLOADS), 1
+            names = [name for name in names if name in SMOKE_TOOLS]
+        Path(args.disk).mkdir(parents=True, exist_ok=True)
+        locations = {"disk": Path(args.disk), "memory": Path(args.shm)}
+        cold = drop_caches()
+        report = [
+            f"Median of {args.repeat}; disk loads {'cold' if cold else 'warm'}; "
+            f"`python -m benchmarks.blob_count{' --smoke' if args.smoke else ''}`. {memory}".rstrip()
+        ]
+        target_rows: list[str] = []
+        for label, location in locations.items():
+            for workload in args.workloads:
+                results = run_workload(location, workload, names, args.repeat, not args.smoke)
+                blobs = make_workload(workload)
+                report += [
+                    "",
+                    f"**{workload} ({len(blobs)} blobs, {nbytes(blobs) / MiB:.1f} MiB), "
+                    f"{label} ({location})**",
+                    "",
+                    table(results),
+                ]
+                if workload == TARGET_WORKLOAD:
+                    target_rows += [
+                        row.replace("| ", f"| {label} | ", 1) for row in targets(results)
+                    ]
+        if target_rows:
             report += [
                 "",
-                f"**{workload} ({len(blobs)} blobs, {nbytes(blobs) / MiB:.1f} MiB), "
-                f"{label} ({location})**",
-                "",
-                table(results),
+                "| location | format | target (10,000 x 4 KiB) | met | measured |",
+                "|---|---|---|---|---|",
+                *target_rows,
             ]
-            if workload == TARGET_WORKLOAD:
-                target_rows += [row.replace("| ", f"| {label} | ", 1) for row in targets(results)]
-    if target_rows:
-        report += [
-            "",
-            "| location | format | target (10,000 x 4 KiB) | met | measured |",
-            "|---|---|---|---|---|",
-            *target_rows,
-        ]
-    publish("\n".join(report), "blob_count", "blob-count", smoke=args.smoke, docs=args.docs)
-    return 0
+        publish("\n".join(report), "blob_count", "blob-count", smoke=args.smoke, docs=args.docs)
+        return 0
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
-from benchmarks.system import drop_caches, syncfs
+from benchmarks.system import drop_caches, memory_kept, syncfs
 from ckptstore.io import crc32c_of
 
 MiB = 1 << 20
@@ -396,26 +396,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="64 MiB, one run")
     parser.add_argument("--docs", action="store_true", help="write the table into docs/")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.mib, args.repeat = 64, 1
-    Path(args.disk).mkdir(parents=True, exist_ok=True)
-    nbytes = args.mib * MiB
-    limits = [
-        location_limit(Path(args.disk), nbytes, args.repeat),
-        location_limit(Path(args.shm), nbytes, args.repeat),
-    ]
-    text = "\n".join(
-        [
-            f"{args.mib} MiB per trial, best of {args.repeat}; "
-            f"`python -m benchmarks.limits{' --smoke' if args.smoke else ''}`.",
-            "",
-            table(limits),
+    with memory_kept(not args.smoke) as memory:
+        if args.smoke:
+            args.mib, args.repeat = 64, 1
+        Path(args.disk).mkdir(parents=True, exist_ok=True)
+        nbytes = args.mib * MiB
+        limits = [
+            location_limit(Path(args.disk), nbytes, args.repeat),
+            location_limit(Path(args.shm), nbytes, args.repeat),
         ]
-    )
-    print(text)
-    if args.docs and not args.smoke:
-        update_docs_section(BENCHMARKS_PAGE, "limits", text)
-    return 0
+        text = "\n".join(
+            [
+                f"{args.mib} MiB per trial, best of {args.repeat}; "
+                f"`python -m benchmarks.limits{' --smoke' if args.smoke else ''}`. {memory}".rstrip(),
+                "",
+                table(limits),
+            ]
+        )
+        print(text)
+        if args.docs and not args.smoke:
+            update_docs_section(BENCHMARKS_PAGE, "limits", text)
+        return 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import measure, run
 from benchmarks.peers import remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
-from benchmarks.system import disk_usage, drop_caches
+from benchmarks.system import disk_usage, drop_caches, memory_kept
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
 
 GiB = 1 << 30
@@ -275,74 +275,77 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep", action="store_true", help="only sweep ckptstore's concurrency and chunk size"
     )
     args = parser.parse_args(argv)
-    if args.sweep:
+    with memory_kept(not args.smoke) as memory:
+        if args.sweep:
+            Path(args.disk).mkdir(parents=True, exist_ok=True)
+            cold = drop_caches()
+            text = "\n".join(
+                [
+                    f"Workload `{args.workload}`, ckptstore zarr, one run per cell.",
+                    "",
+                    f"**disk ({args.disk})**",
+                    "",
+                    sweep(Path(args.disk), args.workload, cold),
+                    "",
+                    f"**memory ({args.shm})**",
+                    "",
+                    sweep(Path(args.shm), args.workload, False),
+                ]
+            )
+            print(text)
+            if args.docs:
+                update_docs_section(BENCHMARKS_PAGE, "local-sweep", text)
+            return 0
+
+        names = args.tools or list(tools())
+        if args.smoke:
+            args.workload, args.repeat = "tiny", 1
+            names = [n for n in names if n in (OURS, "ckptstore npz", "np.savez")]
+        size = nbytes(make_workload(args.workload))
         Path(args.disk).mkdir(parents=True, exist_ok=True)
         cold = drop_caches()
-        text = "\n".join(
-            [
-                f"Workload `{args.workload}`, ckptstore zarr, one run per cell.",
-                "",
-                f"**disk ({args.disk})**",
-                "",
-                sweep(Path(args.disk), args.workload, cold),
-                "",
-                f"**memory ({args.shm})**",
-                "",
-                sweep(Path(args.shm), args.workload, False),
-            ]
-        )
+        results = {
+            f"disk ({args.disk})": run_location(
+                Path(args.disk), args.workload, names, args.repeat, cold, True, not args.smoke
+            ),
+            f"memory ({args.shm})": run_location(
+                Path(args.shm), args.workload, names, args.repeat, False, False, not args.smoke
+            ),
+        }
+        partial = partial_reads(Path(args.shm), args.workload, not args.smoke)
+        report = [
+            f"Workload `{args.workload}`: {size / GiB:.2f} GiB in {len(make_workload(args.workload))} blobs; "
+            f"median of {args.repeat}; restores from disk {'cold (page cache dropped)' if cold else 'warm'}. "
+            f"{memory}".rstrip()
+        ]
+        for location, rows in results.items():
+            report += ["", f"**{location}**", "", table(rows, size)]
+            checks = targets(rows, size, partial, location.startswith("memory"))
+            if checks:
+                report += ["", "| target | met | measured |", "|---|---|---|"]
+                report += [
+                    f"| {label} | {'yes' if ok else 'NO'} | {value} |"
+                    for label, ok, value in checks
+                ]
+        text = "\n".join(report)
         print(text)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"local-{args.workload}.md").write_text(text + "\n")
+        (RESULTS / f"local-{args.workload}.json").write_text(
+            json.dumps(
+                {loc: {n: r.__dict__ for n, r in rows.items()} for loc, rows in results.items()},
+                indent=1,
+            )
+        )
         if args.docs:
-            update_docs_section(BENCHMARKS_PAGE, "local-sweep", text)
+            image = f"benchmarks-local-{args.workload}.png"
+            plot(results, size, DOCS / image)
+            update_docs_section(
+                BENCHMARKS_PAGE,
+                f"local-{args.workload}",
+                text + f"\n\n![{args.workload}]({image})",
+            )
         return 0
-
-    names = args.tools or list(tools())
-    if args.smoke:
-        args.workload, args.repeat = "tiny", 1
-        names = [n for n in names if n in (OURS, "ckptstore npz", "np.savez")]
-    size = nbytes(make_workload(args.workload))
-    Path(args.disk).mkdir(parents=True, exist_ok=True)
-    cold = drop_caches()
-    results = {
-        f"disk ({args.disk})": run_location(
-            Path(args.disk), args.workload, names, args.repeat, cold, True, not args.smoke
-        ),
-        f"memory ({args.shm})": run_location(
-            Path(args.shm), args.workload, names, args.repeat, False, False, not args.smoke
-        ),
-    }
-    partial = partial_reads(Path(args.shm), args.workload, not args.smoke)
-    report = [
-        f"Workload `{args.workload}`: {size / GiB:.2f} GiB in {len(make_workload(args.workload))} blobs; "
-        f"median of {args.repeat}; restores from disk {'cold (page cache dropped)' if cold else 'warm'}."
-    ]
-    for location, rows in results.items():
-        report += ["", f"**{location}**", "", table(rows, size)]
-        checks = targets(rows, size, partial, location.startswith("memory"))
-        if checks:
-            report += ["", "| target | met | measured |", "|---|---|---|"]
-            report += [
-                f"| {label} | {'yes' if ok else 'NO'} | {value} |" for label, ok, value in checks
-            ]
-    text = "\n".join(report)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"local-{args.workload}.md").write_text(text + "\n")
-    (RESULTS / f"local-{args.workload}.json").write_text(
-        json.dumps(
-            {loc: {n: r.__dict__ for n, r in rows.items()} for loc, rows in results.items()},
-            indent=1,
-        )
-    )
-    if args.docs:
-        image = f"benchmarks-local-{args.workload}.png"
-        plot(results, size, DOCS / image)
-        update_docs_section(
-            BENCHMARKS_PAGE,
-            f"local-{args.workload}",
-            text + f"\n\n![{args.workload}]({image})",
-        )
-    return 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from typing import Any
 
 from benchmarks.peers import installed, remove
 from benchmarks.report import RESULTS, publish
+from benchmarks.system import memory_kept
 from benchmarks.training_rows import (
     COMPUTE_THREADS,
     NODE,
@@ -275,62 +276,68 @@ def main(argv: list[str] | None = None) -> int:
         "13 defines the loop; a fixed compute compares runs whose saves differ in speed)",
     )
     args = parser.parse_args(argv)
-    if args.compute_threads:
-        os.environ[COMPUTE_THREADS] = str(args.compute_threads)
-    if args.smoke:
-        args.mib, args.epochs = [16], 3
-    directory = Path(args.disk)
-    directory.mkdir(parents=True, exist_ok=True)
-    options = " --smoke" if args.smoke else ""
-    if not args.smoke and args.mib != [512, 1024]:
-        options += " --mib " + " ".join(str(mib) for mib in args.mib)
-    if args.repeat > 1:
-        options += f" --repeat {args.repeat}"
-    threads = "every core"
-    if args.compute_threads:
-        options += f" --compute-threads {args.compute_threads}"
-        threads = f"{args.compute_threads} BLAS thread{'s' if args.compute_threads > 1 else ''}"
-    if args.compute_seconds:
-        options += f" --compute-seconds {args.compute_seconds:g}"
-    report = [
-        f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
-        f"zarr with its default settings; compute on {threads}; "
-        f"{len(os.sched_getaffinity(0))} CPUs, load average "
-        f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
-    ]
-    for mib in args.mib:
-        calibration = calibrate(mib, directory, not args.smoke, args.compute_seconds)
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in ROWS}
-        results: dict[str, Any] = {}
-        for round_ in range(1, args.repeat + 1):
-            for label, row in ROWS.items():
-                missing = available(label)
-                if missing:
-                    results[label] = missing
-                    continue
-                run = run_loop(
-                    row, mib, args.epochs, calibration.iterations, directory, fresh=not args.smoke
-                )
-                runs[label].append(run)
-                print(
-                    f"  {mib} MiB {label} (run {round_}): loop {run['total']:.1f} s, "
-                    f"blocked {[round(value, 3) for value in run['blocked']]}",
-                    flush=True,
-                )
-        for label, done in runs.items():
-            if done:
-                results[label] = combine(done)
-        results = {label: results[label] for label in ROWS}
-        report += ["", section(mib, args.epochs, calibration, results, args.repeat)]
-    name, marker = "training_loop", "training-loop"
-    if args.compute_threads:
-        name += f"_{args.compute_threads}thread"
-        marker += f"-{args.compute_threads}thread"
-    if args.compute_seconds:
-        name += "_fixed"
-        marker += "-fixed-compute"
-    publish("\n".join(report), name, marker, smoke=args.smoke, docs=args.docs)
-    return 0
+    with memory_kept(not args.smoke) as memory:
+        if args.compute_threads:
+            os.environ[COMPUTE_THREADS] = str(args.compute_threads)
+        if args.smoke:
+            args.mib, args.epochs = [16], 3
+        directory = Path(args.disk)
+        directory.mkdir(parents=True, exist_ok=True)
+        options = " --smoke" if args.smoke else ""
+        if not args.smoke and args.mib != [512, 1024]:
+            options += " --mib " + " ".join(str(mib) for mib in args.mib)
+        if args.repeat > 1:
+            options += f" --repeat {args.repeat}"
+        threads = "every core"
+        if args.compute_threads:
+            options += f" --compute-threads {args.compute_threads}"
+            threads = f"{args.compute_threads} BLAS thread{'s' if args.compute_threads > 1 else ''}"
+        if args.compute_seconds:
+            options += f" --compute-seconds {args.compute_seconds:g}"
+        report = [
+            f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
+            f"zarr with its default settings; compute on {threads}; "
+            f"{len(os.sched_getaffinity(0))} CPUs, load average "
+            f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine). {memory}".rstrip()
+        ]
+        for mib in args.mib:
+            calibration = calibrate(mib, directory, not args.smoke, args.compute_seconds)
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label in ROWS}
+            results: dict[str, Any] = {}
+            for round_ in range(1, args.repeat + 1):
+                for label, row in ROWS.items():
+                    missing = available(label)
+                    if missing:
+                        results[label] = missing
+                        continue
+                    run = run_loop(
+                        row,
+                        mib,
+                        args.epochs,
+                        calibration.iterations,
+                        directory,
+                        fresh=not args.smoke,
+                    )
+                    runs[label].append(run)
+                    print(
+                        f"  {mib} MiB {label} (run {round_}): loop {run['total']:.1f} s, "
+                        f"blocked {[round(value, 3) for value in run['blocked']]}",
+                        flush=True,
+                    )
+            for label, done in runs.items():
+                if done:
+                    results[label] = combine(done)
+            results = {label: results[label] for label in ROWS}
+            report += ["", section(mib, args.epochs, calibration, results, args.repeat)]
+        name, marker = "training_loop", "training-loop"
+        if args.compute_threads:
+            name += f"_{args.compute_threads}thread"
+            marker += f"-{args.compute_threads}thread"
+        if args.compute_seconds:
+            name += "_fixed"
+            marker += "-fixed-compute"
+        publish("\n".join(report), name, marker, smoke=args.smoke, docs=args.docs)
+        return 0
 
 
 if __name__ == "__main__":

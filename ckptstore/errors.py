@@ -599,6 +599,7 @@ class StorageNotWritableError(StorageError, PermissionError):
 
 _NOT_WRITABLE = frozenset({_errno.EACCES, _errno.EPERM, _errno.EROFS, _errno.ENAMETOOLONG})
 _FULL = frozenset({_errno.ENOSPC, _errno.EDQUOT})
+CREDENTIAL_STATUSES = frozenset({401, 403})  # an object store's "access denied": never retried
 
 
 def storage_error(url: str, key: str | None, action: str, cause: BaseException) -> StorageError:
@@ -635,7 +636,7 @@ def is_permanent(error: BaseException) -> bool:
         return True
     # an object store's "access denied" (HTTP 401/403), as is or wrapped in StorageError
     cause = error.__cause__ if isinstance(error, StorageError) else error
-    if isinstance(cause, RequestError) and cause.status in (401, 403):
+    if isinstance(cause, RequestError) and cause.status in CREDENTIAL_STATUSES:
         return True
     return isinstance(error, OSError) and error.errno in _NOT_WRITABLE
 

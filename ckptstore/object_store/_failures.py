@@ -28,10 +28,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ckptstore.errors import MissingObjectError, RangeNotSatisfiableError, RequestError
+from ckptstore.errors import (
+    CREDENTIAL_STATUSES,
+    MissingObjectError,
+    RangeNotSatisfiableError,
+    RequestError,
+)
 from ckptstore.object_store._masking import mask
 
 __all__ = [
@@ -44,7 +49,6 @@ __all__ = [
 ]
 
 THROTTLING_STATUSES = frozenset({429, 503})
-CREDENTIAL_STATUSES = frozenset({401, 403})
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,23 @@ class ErrorRules(ABC):
     def classify(self, error: BaseException) -> Failure:
         """What ``error`` (raised by one attempt) means."""
 
+    def judge(self, error: BaseException) -> Failure:
+        """:meth:`classify`, except that an answer about credentials (HTTP 401/403) is
+        never retried, whatever code a store sends with it (the retry loop's question).
+
+        Example::
+
+            >>> class Lenient(ErrorRules):
+            ...     def classify(self, error):
+            ...         return Failure(True, status=403, code="SlowDown")
+            >>> Lenient().judge(RuntimeError()).retryable
+            False
+        """
+        failure = self.classify(error)
+        if failure.retryable and failure.status in CREDENTIAL_STATUSES:
+            return replace(failure, retryable=False)
+        return failure
+
     def is_missing(self, failure: Failure) -> bool:
         """Whether the failure says the object does not exist (HTTP 404 by default)."""
         return failure.status == 404
@@ -128,7 +149,7 @@ def request_error(
 ) -> RequestError:
     """The error to raise for ``error``, the last failure of ``describe`` (``"PUT
     s3://b/k"``) after ``attempts`` attempts over ``elapsed`` seconds."""
-    failure = rules.classify(error)
+    failure = rules.judge(error)
     summary = failure.summary or describe_exception(error)
     message = mask(
         f"{describe} failed: {summary}; {_hint(rules, failure, endpoint, attempts, elapsed)}",

@@ -98,7 +98,7 @@ async def call_with_retries(
             # document): no retry, no request error
             raise
         except Exception as error:
-            if rules.classify(error).retryable and attempt < policy.attempts:
+            if rules.judge(error).retryable and attempt < policy.attempts:
                 if on_retry is not None:
                     on_retry(attempt, error)
                 await asyncio.sleep(policy.backoff(attempt))

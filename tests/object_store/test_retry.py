@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from object_store_fakes import FakeHttpError, FakeRules
 
-from ckptstore.object_store._failures import RequestError
+from ckptstore.object_store._failures import Failure, RequestError
 from ckptstore.object_store._retry import RetryPolicy, call_with_retries
 
 QUICK = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
@@ -55,6 +55,27 @@ def test_a_permanent_failure_is_not_retried() -> None:
         run(operation)
     assert operation.calls == 1
     assert (caught.value.status, caught.value.attempts, caught.value.retryable) == (403, 1, False)
+
+
+class EverythingRetryable(FakeRules):
+    """A backend's rules that would retry any answer, 401 and 403 included."""
+
+    def classify(self, error: BaseException) -> Failure:
+        failure = super().classify(error)
+        return Failure(True, failure.status, failure.code, failure.summary)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_an_answer_about_credentials_is_final_whatever_a_backend_says(status: int) -> None:
+    operation = Flaky(FakeHttpError(status), FakeHttpError(status))
+    with pytest.raises(RequestError, match="refused the credentials") as caught:
+        asyncio.run(
+            call_with_retries(
+                operation, QUICK, EverythingRetryable(), describe="PUT mem://b/k", endpoint="memory"
+            )
+        )
+    assert operation.calls == 1
+    assert (caught.value.status, caught.value.retryable) == (status, False)
 
 
 def test_the_last_failure_is_raised_when_the_attempts_run_out() -> None:

@@ -101,9 +101,8 @@ class S3ErrorRules(ErrorRules):
             code = str(response.get("Error", {}).get("Code") or "") or None
             raw_status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             status = int(raw_status) if raw_status is not None else None
-            retryable = status not in (401, 403) and (  # an answer about credentials is
-                (code in RETRYABLE_CODES)  # final, whatever code a store puts in it
-                or (status is not None and (status >= 500 or status == 429))
+            retryable = (code in RETRYABLE_CODES) or (
+                status is not None and (status >= 500 or status == 429)
             )
             return Failure(retryable, status, code, _summary(response, status, code))
         return Failure(isinstance(error, transient))

@@ -31,5 +31,5 @@ def client_error(status: int, code: str) -> botocore.exceptions.ClientError:
     ],
 )
 def test_only_transient_answers_are_retried(status: int, code: str, retryable: bool) -> None:
-    failure = S3ErrorRules().classify(client_error(status, code))
+    failure = S3ErrorRules().judge(client_error(status, code))
     assert (failure.retryable, failure.status, failure.code) == (retryable, status, code)

@@ -7,7 +7,7 @@ appear only in type annotations).
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.io._budget import MemoryBudget
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import crc32c_buffer, crc32c_of
 from ckptstore.io._chunking import (
     ArrayChunk,
     array_bytes,
@@ -36,6 +36,7 @@ __all__ = [
     "array_chunks",
     "byte_view",
     "chunk_data",
+    "crc32c_buffer",
     "crc32c_of",
     "grid_chunk_shape",
     "lower_thread_priority",

@@ -32,8 +32,7 @@ import math
 import mmap
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 import numpy as np
@@ -45,6 +44,7 @@ from ckptstore.io import (
     array_chunks,
     byte_view,
     chunk_data,
+    crc32c_buffer,
     crc32c_of,
     grid_chunk_shape,
 )
@@ -84,13 +84,13 @@ def lmdb_key(blob: str, chunk: int, max_key_size: int = 511) -> bytes:
     return name + _SEPARATOR + chunk.to_bytes(4, "big")
 
 
-@dataclass(frozen=True)
-class _Value:
+class _Value(NamedTuple):  # one per small blob: a tuple is the cheapest record
     key: bytes
     blob: str
     number: int
     chunk: ArrayChunk
     chunk_shape: tuple[int, ...]
+    whole: bool = False  # the value is the whole array (one chunk)
 
 
 class LmdbDB(DBType):
@@ -200,7 +200,7 @@ def _plan(blobs: Mapping[str, np.ndarray[Any, Any]], target: int) -> Iterator[_V
         shape = array.shape
         if shape and 0 < nbytes <= target:  # one chunk, the whole array (most blobs)
             whole = ArrayChunk((0,) * len(shape), 0, nbytes, nbytes)
-            yield _Value(lmdb_key(name, 0), name, 0, whole, shape)
+            yield _Value(lmdb_key(name, 0), name, 0, whole, shape, True)
             continue
         itemsize = array.dtype.itemsize
         chunk_shape = grid_chunk_shape(array.shape, itemsize, target)
@@ -231,12 +231,17 @@ def _store(
         for batch in _batches(values, batch_bytes):
             with env.begin(write=True) as txn:
                 for value in batch:
-                    data = chunk_data(blobs[value.blob], value.chunk, value.chunk_shape)
-                    if data.nbytes < _COPY_BELOW:  # one copy serves the CRC and LMDB
-                        small = data.tobytes()
-                        crcs[value.key] = crc32c_of([small])
+                    array = blobs[value.blob]
+                    if value.chunk.nbytes < _COPY_BELOW:  # one copy: the CRC's and LMDB's
+                        small = (
+                            array.tobytes()
+                            if value.whole
+                            else chunk_data(array, value.chunk, value.chunk_shape).tobytes()
+                        )
+                        crcs[value.key] = crc32c_buffer(small)
                         txn.put(value.key, small, append=True)
                         continue
+                    data = chunk_data(array, value.chunk, value.chunk_shape)
                     crcs[value.key] = crc32c_of([data])
                     txn.put(value.key, byte_view(data), append=True)
         if fsync:
@@ -273,7 +278,9 @@ def _blob_records(
             file=db.key(DATA_FILE),
         )
     chunks: dict[str, list[ChunkRecord]] = {name: [] for name in blobs}
-    for value in sorted(values, key=lambda value: (value.blob, value.number)):
+    # ``values`` are in key order, and a blob's keys share a prefix and end with the
+    # chunk number big-endian: each blob's chunks come in number order
+    for value in values:
         span = spans[value.key]
         if span.size != value.chunk.nbytes:
             raise CorruptCheckpointError(

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             cold = drop_caches()
             text = "\n".join(
                 [
-                    f"Workload `{args.workload}`, ckptstore zarr, one run per cell.",
+                    f"Workload `{args.workload}`, ckptstore zarr, one run per cell. {memory}".rstrip(),
                     "",
                     f"**disk ({args.disk})**",
                     "",

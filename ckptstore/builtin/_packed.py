@@ -8,7 +8,7 @@ is written, so its pieces go to storage in parallel through the I/O engine:
 * runs of small members (documents, npy headers, small blobs) are one piece each:
   the worker checksums every member, builds its local header and writes headers and
   data of the whole run with one ``pwritev``;
-* a member of at least 1 MiB (``DIRECT_FROM``) or larger than ``chunk_bytes`` is
+* a member of at least 4 MiB (``PIECED_FROM``) or larger than ``chunk_bytes`` is
   written from its array's memory, cut into pieces of about ``chunk_bytes`` (each a
   contiguous range of the array's C-order bytes, so no copy for C-contiguous arrays),
   in parallel; its local header goes last, once the CRC-32s of its pieces are
@@ -87,11 +87,18 @@ __all__ = [
     "write_shared",
 ]
 
-GROUP_BYTES = 1 << 20
+GROUP_BYTES = 8 << 20
 """A run of small members is cut into pieces of about this many bytes (each copied
 into one buffer and written with one call)..."""
 GROUP_MEMBERS = 512
 """...or this many members, whichever comes first."""
+PIECED_FROM = 4 << 20
+"""Members with at least this many bytes of data (or more than ``chunk_bytes``) are
+written from their array's memory, in pieces; smaller ones are copied into a run with
+their neighbours. Blobs of about 1 MiB thus reach a disk as a few writes of several
+MiB (``O_DIRECT``, for a run's buffer of 1 MiB or more) instead of three calls each
+(unaligned head, direct body, unaligned tail): 200 blobs of 1 MiB saved 10% faster to
+ext4 this way."""
 
 
 ARCHIVE_BYTES = 256 << 20
@@ -354,9 +361,9 @@ def _written_in_pieces(
     members: Sequence[Member], sizes: Sequence[int], piece_bytes: int
 ) -> set[int]:
     """The members whose data is written from the array's own memory, in pieces of
-    about ``piece_bytes`` (more than that, or large enough to go ``O_DIRECT``), rather
+    about ``piece_bytes`` (more than that, or :data:`PIECED_FROM` bytes and up), rather
     than copied into a run's buffer."""
-    smallest = min(piece_bytes + 1, DIRECT_FROM)
+    smallest = min(piece_bytes + 1, PIECED_FROM)
     return {
         index
         for index, (size, member) in enumerate(zip(sizes, members, strict=True))

@@ -101,16 +101,17 @@ def test_plain_zarr_and_numpy_read_every_blob(tmp_path: Path, db_type: str) -> N
 def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     tmp_path: Path, db_type: str
 ) -> None:
-    """A blob of 1 MiB or more starts at its array's address modulo 4 KiB (so its
-    pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py); the
-    archive stays a plain ZIP and every blob loads back, large runs of small members
+    """A blob of 4 MiB or more (``PIECED_FROM``) starts at its array's address modulo 4
+    KiB (so its pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py);
+    the archive stays a plain ZIP and every blob loads back, large runs of smaller members
     (packed into a buffer at their offset's remainder) included."""
     rng = np.random.default_rng(3)
     values = {
-        "big": rng.normal(size=(700, 300)),  # 1.6 MiB: one piece, from its memory
+        "big": rng.normal(size=(700, 750)),  # 4.0 MiB: two pieces, from its memory
         "bigger": rng.normal(size=(3, 1000, 1000)).astype(np.float32),  # 3 pieces of 4 MiB
-        "fortran": np.asfortranarray(rng.normal(size=(400, 400))),  # copied pieces
-        **{f"small/{i}": rng.normal(size=(2000,)) for i in range(80)},  # runs of 1 MiB
+        "fortran": np.asfortranarray(rng.normal(size=(1000, 600))),  # copied pieces
+        "mid": rng.normal(size=(700, 300)),  # 1.6 MiB: copied into a run
+        **{f"small/{i}": rng.normal(size=(2000,)) for i in range(80)},  # a run of 1.3 MiB
     }
     storage = LocalPath(str(tmp_path))
     assert storage.direct_io

@@ -302,12 +302,15 @@ class _ArchivePlan:
 
     def requests(self, target: PositionalWriter) -> Iterator[WriteRequest]:
         """The archive's writes, in archive order: a run of small members is one request
-        (cut at ``GROUP_BYTES`` or ``GROUP_MEMBERS``, and before each member written in
-        pieces), a member written in pieces one request per piece."""
+        (of up to ``GROUP_BYTES`` and at most ``chunk_bytes``, so that a run's buffer is
+        never larger than the chunks the memory budget is sized for, unless it is one
+        member; of up to ``GROUP_MEMBERS``; cut before each member written in pieces), a
+        member written in pieces one request per piece."""
         layout, members, found, archive = self.layout, self.members, self.found, self.archive
+        most = min(GROUP_BYTES, self.piece_bytes)
         run: list[int] = []
         run_bytes = 0
-        for index, size in enumerate(self.sizes):
+        for index in range(len(members)):
             if index in self.pieced:
                 if run:  # a run is a contiguous range of the archive: it ends here
                     yield _run_request(layout, members, run, found, target, archive)
@@ -316,11 +319,12 @@ class _ArchivePlan:
                     layout, index, members[index], self.piece_bytes, found, target, archive
                 )
                 continue
-            run.append(index)
-            run_bytes += size
-            if run_bytes >= GROUP_BYTES or len(run) >= GROUP_MEMBERS:
+            span = layout.end(index) - layout.header_offsets[index]  # header and data
+            if run and (run_bytes + span > most or len(run) >= GROUP_MEMBERS):
                 yield _run_request(layout, members, run, found, target, archive)
                 run, run_bytes = [], 0
+            run.append(index)
+            run_bytes += span
         if run:
             yield _run_request(layout, members, run, found, target, archive)
 

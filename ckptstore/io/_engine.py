@@ -252,6 +252,8 @@ class ParallelIO:
 
             small: list[RequestT] = []
             small_cost = small_bytes = 0
+            # a batch holds its requests' memory at once: never more than the budget
+            most_cost = min(self.BATCH_BYTES, settings.memory_budget)
             for position, request in enumerate(requests):
                 positions[id(request)] = position
                 if not batch or request.nbytes > self.SMALL_REQUEST:
@@ -259,8 +261,14 @@ class ParallelIO:
                         small = []
                         break
                     continue
+                request_cost = cost(request)
+                if small and small_cost + request_cost > most_cost:
+                    if not submit(small, small_cost):
+                        small = []
+                        break
+                    small, small_cost, small_bytes = [], 0, 0
                 small.append(request)
-                small_cost += cost(request)
+                small_cost += request_cost
                 small_bytes += request.nbytes
                 if len(small) >= self.BATCH_ITEMS or small_bytes >= self.BATCH_BYTES:
                     if not submit(small, small_cost):

@@ -166,6 +166,21 @@ def test_ten_thousand_blobs_make_a_few_files_with_no_wasted_space(
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_runs_of_small_members_stay_within_the_memory_budget(tmp_path: Path, db_type: str) -> None:
+    """Runs are cut at ``chunk_bytes`` when it is under ``GROUP_BYTES``: with a budget of
+    one 256 KiB chunk, 4 MB of 20 KB blobs never hold more than the budget in flight."""
+    blobs = {f"b{i}": np.full(2500, i, dtype=np.float64) for i in range(200)}
+    settings = IOSettings(chunk_bytes=256 << 10, concurrency=2, memory_budget=256 << 10)
+    io = ParallelIO(settings)
+    storage = LocalPath(str(tmp_path))
+    save(storage, blobs, FORMATS[db_type](), io)
+    assert 0 < io.peak_in_flight <= settings.memory_budget
+    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    for name, value in blobs.items():
+        np.testing.assert_array_equal(loaded[name], value)
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
 def test_a_partial_load_reads_only_that_blobs_range(tmp_path: Path, db_type: str) -> None:
     storage = CountingLocalPath(str(tmp_path))
     values = {"a": np.zeros(100_000), "b": np.arange(1000, dtype=np.int32), "c": np.ones(50_000)}

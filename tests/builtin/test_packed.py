@@ -167,8 +167,9 @@ def test_ten_thousand_blobs_make_a_few_files_with_no_wasted_space(
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
 def test_runs_of_small_members_stay_within_the_memory_budget(tmp_path: Path, db_type: str) -> None:
-    """Runs are cut at ``chunk_bytes`` when it is under ``GROUP_BYTES``: with a budget of
-    one 256 KiB chunk, 4 MB of 20 KB blobs never hold more than the budget in flight."""
+    """Runs are cut at ``chunk_bytes`` when it is under ``GROUP_BYTES``, and the engine's
+    batches of small requests at the budget: with a budget of one 256 KiB chunk, 4 MB of
+    20 KB blobs never hold more than the budget in flight."""
     blobs = {f"b{i}": np.full(2500, i, dtype=np.float64) for i in range(200)}
     settings = IOSettings(chunk_bytes=256 << 10, concurrency=2, memory_budget=256 << 10)
     io = ParallelIO(settings)

@@ -262,7 +262,11 @@ class ParallelIO:
                         break
                     continue
                 request_cost = cost(request)
-                if small and small_cost + request_cost > most_cost:
+                if small and (
+                    len(small) >= self.BATCH_ITEMS
+                    or small_bytes + request.nbytes > self.BATCH_BYTES
+                    or small_cost + request_cost > most_cost
+                ):
                     if not submit(small, small_cost):
                         small = []
                         break
@@ -270,11 +274,6 @@ class ParallelIO:
                 small.append(request)
                 small_cost += request_cost
                 small_bytes += request.nbytes
-                if len(small) >= self.BATCH_ITEMS or small_bytes >= self.BATCH_BYTES:
-                    if not submit(small, small_cost):
-                        small = []
-                        break
-                    small, small_cost, small_bytes = [], 0, 0
             if small:
                 submit(small, small_cost)
         self.peak_in_flight = budget.peak

@@ -90,7 +90,6 @@ class _Value(NamedTuple):  # one per small blob: a tuple is the cheapest record
     number: int
     chunk: ArrayChunk
     chunk_shape: tuple[int, ...]
-    whole: bool = False  # the value is the whole array (one chunk)
 
 
 class LmdbDB(DBType):
@@ -200,7 +199,7 @@ def _plan(blobs: Mapping[str, np.ndarray[Any, Any]], target: int) -> Iterator[_V
         shape = array.shape
         if shape and 0 < nbytes <= target:  # one chunk, the whole array (most blobs)
             whole = ArrayChunk((0,) * len(shape), 0, nbytes, nbytes)
-            yield _Value(lmdb_key(name, 0), name, 0, whole, shape, True)
+            yield _Value(lmdb_key(name, 0), name, 0, whole, shape)
             continue
         itemsize = array.dtype.itemsize
         chunk_shape = grid_chunk_shape(array.shape, itemsize, target)
@@ -234,8 +233,8 @@ def _store(
                     array = blobs[value.blob]
                     if value.chunk.nbytes < _COPY_BELOW:  # one copy: the CRC's and LMDB's
                         small = (
-                            array.tobytes()
-                            if value.whole
+                            array.tobytes()  # the value is the whole array
+                            if value.chunk.nbytes == array.nbytes
                             else chunk_data(array, value.chunk, value.chunk_shape).tobytes()
                         )
                         crcs[value.key] = crc32c_buffer(small)

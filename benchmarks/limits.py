@@ -13,10 +13,10 @@
 
 The raw writers are also run on ``/dev/shm`` and reported, so the cost of tmpfs itself
 (page allocation) is visible next to the copy. Two more writers, never a limit, show
-the floor of a checksummed ZIP: 4 threads each computing CRC-32C (what ckptstore's
-manifest records) and CRC-32 (what the ZIP format requires) of a 16 MiB block, then
-writing it into one file; and 3 threads doing the same into 3 files (ckptstore shares
-a node's large blobs among up to four archives).
+the floor of a checksummed ZIP: 4 threads each computing the CRC-32 of a 16 MiB block
+(what the ZIP format requires, and ckptstore's manifest records), then writing it into
+one file; and 3 threads doing the same into 3 files (ckptstore shares a node's large
+blobs among up to four archives).
 
     python -m benchmarks.limits            # 1 GiB, disk and /dev/shm
     python -m benchmarks.limits --smoke    # 64 MiB, seconds (CI)
@@ -36,11 +36,10 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from isal.isal_zlib import crc32
 
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.system import drop_caches, memory_kept, syncfs
-from ckptstore.io import crc32c_of
+from ckptstore.io import crc32_of
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -90,9 +89,8 @@ def _pwrite_all(
 ) -> None:
     for offset, length in pieces:
         view = source[offset : offset + length]
-        if checksum:  # what a save recording both checksums computes before writing
-            crc32c_of([view])
-            crc32(view)
+        if checksum:  # what a save computes before writing
+            crc32_of((view,))
         while view:
             written = os.pwrite(fd, view, offset)
             view, offset = view[written:], offset + written
@@ -109,7 +107,7 @@ def write_one_file(
     """``threads`` threads pwrite their share into one preallocated file, then fsync.
     ``direct``: the whole 4 KiB blocks go ``O_DIRECT`` (``source`` must then be page
     aligned), a last partial block through the page cache. ``checksum``: each block's
-    CRC-32C and CRC-32 are computed before it is written."""
+    CRC-32 is computed before it is written."""
     started = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     aligned = len(source) // PAGE * PAGE if direct else 0
@@ -136,11 +134,9 @@ def write_one_file(
     return time.perf_counter() - started
 
 
-CHECKSUMMED = (
-    "one file, 4 threads, 16 MiB CRC-32C + CRC-32 + pwrite (a checksummed ZIP; not a limit)"
-)
+CHECKSUMMED = "one file, 4 threads, 16 MiB CRC-32 + pwrite (a checksummed ZIP; not a limit)"
 CHECKSUMMED_FILES = (
-    "3 files in parallel, 16 MiB CRC-32C + CRC-32 + pwrite (checksummed ZIPs, as ckptstore "
+    "3 files in parallel, 16 MiB CRC-32 + pwrite (checksummed ZIPs, as ckptstore "
     "shares 1 GiB of large blobs; not a limit)"
 )
 
@@ -169,8 +165,7 @@ def write_many_files(
                 view = source[offset : offset + length]
                 position = offset - base
                 if checksum:
-                    crc32c_of([view])
-                    crc32(view)
+                    crc32_of((view,))
                 while view:
                     written = os.pwrite(fd, view, position)
                     view, position = view[written:], position + written

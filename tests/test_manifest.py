@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
-from ckptstore.errors import UnsupportedBlobError
+from ckptstore.errors import JobConfigurationError, UnsupportedBlobError
 from ckptstore.records._documents import encode_document
 from ckptstore.records._limits import Limits, current_limits, set_limits
 from ckptstore.records._manifest import MANIFEST_KIND, safe_dtype
@@ -53,7 +54,7 @@ def body() -> dict[str, Any]:
         "node": original.node,
         "epoch": original.epoch,
         "db_type": original.db_type,
-        "checksum": "crc32c",
+        "checksum": "crc32",
         "created": original.created,
         "blobs": {name: record.encode() for name, record in original.blobs.items()},
         "files": [chunk.encode() for chunk in original.files],
@@ -146,6 +147,8 @@ MALFORMED: dict[str, Callable[[dict[str, Any]], None]] = {
     "missing dtype": lambda d: d["blobs"]["step"].pop("dtype"),
     "missing files": lambda d: d.pop("files"),
     "blobs not a mapping": lambda d: d.update(blobs=[1, 2]),
+    "unknown checksum": lambda d: d.update(checksum="sha1"),
+    "checksum not a name": lambda d: d.update(checksum=["crc32"]),
 }
 
 
@@ -156,9 +159,36 @@ def test_malformed_manifests_are_refused(case: str) -> None:
     assert info.value.file == "trainer_0.5/ckptstore.manifest.json"
 
 
+def test_new_manifests_record_crc32_and_earlier_ones_read_as_crc32c() -> None:
+    """A save records CRC-32 (one pass serves the manifest and the ZIP format); manifests
+    written before said ``"crc32c"`` (the oldest said nothing): each chunk decodes with
+    its manifest's algorithm, so loads and ``verify`` check it with the right one."""
+    assert b'"checksum":"crc32"' in manifest().encode()
+    assert {c.algorithm for r in decode(manifest().encode()).blobs.values() for c in r.chunks} == {
+        "crc32"
+    }
+    for change in (lambda d: d.update(checksum="crc32c"), lambda d: d.pop("checksum")):
+        earlier = decode(edit(change))
+        chunks = [c for r in earlier.blobs.values() for c in r.chunks] + list(earlier.files)
+        assert {chunk.algorithm for chunk in chunks} == {"crc32c"}
+        assert b'"checksum":"crc32c"' in earlier.encode()  # re-encoded (a copy): unchanged
+
+
+def test_a_manifest_mixing_checksum_algorithms_is_never_written() -> None:
+    original = manifest()
+    step = BlobRecord("step", "<i8", (), (ChunkRecord("blobs.npz", 100, 8, 8, 33, "crc32c"),))
+    mixed = NodeManifest("trainer_0", 5, "zarr", {**original.blobs, "step": step})
+    with pytest.raises(JobConfigurationError, match=r"\['crc32', 'crc32c'\]"):
+        mixed.encode()
+    unknown = replace(step, chunks=(replace(step.chunks[0], algorithm="sha1"),))
+    alone = NodeManifest("trainer_0", 5, "npz", {"step": unknown})
+    with pytest.raises(JobConfigurationError, match=r"\['sha1'\]"):
+        alone.encode()
+
+
 def test_a_damaged_manifest_is_refused_before_it_is_parsed() -> None:
     data = bytearray(manifest().encode())
-    data[30] ^= 0x04
+    data[data.index(b'"zarr"') + 1] ^= 0x04  # still valid JSON: "varr"
     with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
         decode(bytes(data))
 
@@ -266,6 +296,8 @@ def test_the_fast_path_for_plain_records_decodes_as_the_full_checks_do(
 
 def test_plain_records_take_the_fast_path() -> None:
     raw = {"dtype": "<f4", "shape": [2, 3], "chunks": [["blobs.npz", 0, 24, 24, 7]]}
-    record = BlobRecord._decode_plain("w", raw, current_limits())
+    record = BlobRecord._decode_plain("w", raw, current_limits(), "crc32")
     assert record == BlobRecord("w", "<f4", (2, 3), (ChunkRecord("blobs.npz", 0, 24, 24, 7),))
-    assert BlobRecord._decode_plain("w", {**raw, "shape": [2, 4]}, current_limits()) is None
+    assert (
+        BlobRecord._decode_plain("w", {**raw, "shape": [2, 4]}, current_limits(), "crc32") is None
+    )

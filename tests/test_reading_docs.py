@@ -90,6 +90,26 @@ def test_s3_steps_read_the_newest_committed_epoch(s3_url: str, weights: np.ndarr
     np.testing.assert_array_equal(namespace["total"], weights * 2)
 
 
+def test_the_integrity_check_finds_a_flipped_byte_and_nothing_else(tmp_path: Path) -> None:
+    """The guide's check, with ``zlib.crc32`` alone, passes an intact node checkpoint
+    and names the range of a byte flipped anywhere in it."""
+    write_checkpoints(str(tmp_path), WEIGHTS)
+    namespace: dict[str, Any] = {}
+    for code in blocks("Local disk"):
+        exec(code.replace('"/data/ckpt"', repr(str(tmp_path))), namespace)
+    (code,) = blocks("Checking integrity yourself")
+    exec(code, namespace)
+    assert namespace["damaged"] == []
+    archive = tmp_path / "trainer_0.2" / "blobs.zarr.zip"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 1
+    archive.write_bytes(bytes(data))
+    damaged = namespace["damaged_ranges"](str(tmp_path / "trainer_0.2"))
+    assert damaged
+    assert all(name == "blobs.zarr.zip" for name, _, _ in damaged)
+    assert all(offset <= len(data) // 2 < offset + stored for _, offset, stored in damaged)
+
+
 @pytest.mark.parametrize("section", ["Local disk", "S3"])
 def test_the_guide_names_the_locations_the_tests_replace(section: str) -> None:
     text = "".join(blocks(section))

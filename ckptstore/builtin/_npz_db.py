@@ -3,7 +3,7 @@
 ``<node>.<epoch>/blobs.npz`` opens with plain ``np.load`` (``allow_pickle=False``).
 It is written by the parallel archive writer shared with ``zarr``
 (:mod:`ckptstore.builtin._packed`): members' bytes go straight from the arrays to
-their precomputed offsets, in parallel; every data piece's CRC-32C and every byte of
+their precomputed offsets, in parallel; every data piece's CRC-32 and every byte of
 zip and npy headers between them is recorded, so a flipped byte anywhere in the
 archive is detected. Loads read only the requested members' ranges, in parallel,
 straight into place.

@@ -22,13 +22,16 @@ Local disk writes every piece in place (``pwritev``) and fsyncs the file once; o
 stores upload the archive as one multipart upload with parallel parts. Nothing is
 padded but the alignment of large members' data.
 
-The manifest records every blob's byte range(s) with a CRC-32C each (what a load
+The manifest records every blob's byte range(s) with a CRC-32 each (what a load
 checks, reading only its blobs' ranges), and the rest of the archive as format ranges
 ("files" records) that tile it: one per run of small members (written as one buffer:
-one CRC-32C over all of it, blobs included), the header of each large member, and the
+one CRC-32 over all of it, blobs included), the header of each large member, and the
 central directory. Every byte is thus under a format range or a large member's piece,
-so any flipped byte is found by ``verify``. Manifests written before recorded the bytes
-between blobs one gap range each instead; they read and verify alike.
+so any flipped byte is found by ``verify``. The ZIP format wants a CRC-32 per member
+too: each is joined from the CRC-32s already taken (``crc32_combine``), so every byte
+is checksummed once. Manifests written before recorded CRC-32Cs (a second pass over
+the data), and the bytes between blobs as one gap range each; they read and verify
+alike.
 Before reading, :func:`check_ranges` refuses recorded ranges that leave the file or
 overlap each other (blob ranges among themselves, format ranges among themselves: the
 manifest is untrusted input).
@@ -59,17 +62,15 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from google_crc32c import extend as _extend
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.io._checksum import COPY_BELOW, crc32c_of
-from ckptstore.io._checksum import crc32c_buffer as _crc32c
+from ckptstore.io._checksum import crc32_buffer as _crc32
+from ckptstore.io._checksum import crc32_combine, crc32_of
 from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, aligned_buffer, memory_residue
 from ckptstore.io._engine import WriteRequest
-from ckptstore.io._zip import ZipLayout, crc32_combine, crc32_of
-from ckptstore.io._zip import crc32_buffer as _crc32
+from ckptstore.io._zip import ZipLayout
 from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
 from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.records._dtypes import encode_dtype
@@ -206,15 +207,19 @@ class _Ranges:
         self.member_crcs: list[int] = [0] * members
         self.piece_crc: dict[tuple[int, int], tuple[int, int]] = {}  # (member, n) -> crc, len
 
-    def chunk(self, blob: str, number: int, offset: int, data: memoryview) -> None:
-        record = ChunkRecord(self.archive, offset, data.nbytes, data.nbytes, crc32c_of([data]))
+    def piece(self, blob: str, index: int, number: int, offset: int, data: memoryview) -> None:
+        """Piece ``number`` of member ``index`` (blob ``blob``), at ``offset``: its CRC-32
+        serves the manifest and, joined with its neighbours', the ZIP."""
+        crc = crc32_of((data,))
+        record = ChunkRecord(self.archive, offset, data.nbytes, data.nbytes, crc)
         with self.lock:
             self.blob_chunks.setdefault(blob, {})[number] = record
+            self.piece_crc[(index, number)] = (crc, data.nbytes)
 
     def file(self, offset: int, parts: Sequence[memoryview]) -> None:
         size = sum(part.nbytes for part in parts)
         if size:
-            record = ChunkRecord(self.archive, offset, size, size, crc32c_of(parts))
+            record = ChunkRecord(self.archive, offset, size, size, crc32_of(parts))
             with self.lock:
                 self.files.append(record)
 
@@ -417,10 +422,11 @@ def _run_request(
     archive: str,
 ) -> WriteRequest:
     """A run of small members, copied into one buffer (headers, documents and data in
-    archive order) and written with one call: per member a CRC-32 for the ZIP, per blob
-    a CRC-32C for the manifest (blob ranges hold only the blob's bytes, so a partial
-    load reads only those), and one CRC-32C of the whole buffer (the run's format
-    record, which covers its headers and documents)."""
+    archive order) and written with one call. Each blob's bytes are checksummed once
+    (CRC-32: the blob's range in the manifest, so that a partial load reads only
+    those); the member's CRC-32 for the ZIP (document or npy header, then the blob) and
+    the CRC-32 of the whole buffer (the run's format record, which covers its headers
+    and documents) are joined from that and the small parts around it."""
     indexes = list(run)
     start = layout.header_offsets[indexes[0]]
     nbytes = layout.end(indexes[-1]) - start
@@ -431,23 +437,30 @@ def _run_request(
         chunks: list[tuple[str, tuple[ChunkRecord]]] = []
         crcs = found.member_crcs  # one slot per member: set without a lock
         header_into = layout.local_header_into
+        run_crc = 0
         for index in indexes:
             member = members[index]
             prefix = member.prefix
             first = data_offsets[index] - start
             data_at = first + len(prefix)
             view[first:data_at] = prefix
+            crc = _crc32(prefix)
             array = member.array
             end = data_at
             if array is not None and array.nbytes:
                 end += array.nbytes
                 view[data_at:end] = _data(member)
-            crc = crcs[index] = _crc32(view[first:end])
-            header_into(view, header_offsets[index] - start, index, crc)
-            if end > data_at and member.blob is not None:
-                chunk = _record(archive, start + data_at, view[data_at:end])
-                chunks.append((member.blob, (chunk,)))
-        run = ChunkRecord(archive, start, nbytes, nbytes, _crc32c(view))
+                data_crc = _crc32(view[data_at:end])
+                crc = crc32_combine(crc, data_crc, end - data_at)
+                if member.blob is not None:
+                    at = start + data_at
+                    chunk = ChunkRecord(archive, at, end - data_at, end - data_at, data_crc)
+                    chunks.append((member.blob, (chunk,)))
+            crcs[index] = crc
+            header = header_offsets[index] - start
+            header_into(view, header, index, crc)
+            run_crc = crc32_combine(_crc32(view[header:first], run_crc), crc, end - first)
+        run = ChunkRecord(archive, start, nbytes, nbytes, run_crc)
         with found.lock:
             found.files.append(run)
             found.run_chunks.update(chunks)
@@ -463,15 +476,6 @@ def _run_request(
         offset=start,
         checksum=False,
     )
-
-
-def _record(archive: str, offset: int, data: memoryview) -> ChunkRecord:
-    """``data`` (a slice of a run's buffer) at ``offset``: small, so copied to ``bytes``
-    for google-crc32c (cheaper than a view for a few KiB)."""
-    nbytes = data.nbytes
-    if nbytes < COPY_BELOW:
-        return ChunkRecord(archive, offset, nbytes, nbytes, _extend(0, data.tobytes()))
-    return ChunkRecord(archive, offset, nbytes, nbytes, _crc32c(data))
 
 
 def _contiguous(member: Member) -> bool:
@@ -497,9 +501,7 @@ def _piece_requests(
 
         def produce(chunk: ArrayChunk = chunk, number: int = number) -> list[Buffer]:
             data = byte_view(chunk_data(array, chunk, chunk_shape))
-            found.chunk(blob, number, base + chunk.start, data)
-            with found.lock:
-                found.piece_crc[(index, number)] = (crc32_of([data]), data.nbytes)
+            found.piece(blob, index, number, base + chunk.start, data)
             return [data]
 
         yield WriteRequest(

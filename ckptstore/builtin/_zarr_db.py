@@ -7,7 +7,7 @@ hierarchy inside a stored ZIP, the layout zarr's own ``ZipStore`` and fsspec's
 holding its share of the arrays: see :func:`~ckptstore.builtin._packed.archive_shares`).
 Each array is a single chunk (chunk shape = array shape: no edge padding), written by
 the shared parallel archive writer (:mod:`ckptstore.builtin._packed`) in pieces at
-precomputed offsets; the manifest records those pieces' byte ranges and CRC-32Cs, so
+precomputed offsets; the manifest records those pieces' byte ranges and CRC-32s, so
 loads stay parallel and partial.
 
 With ``compression="zstd"`` or ``"blosc"``, chunks are compressed one by one (sizes
@@ -272,9 +272,7 @@ class ZarrDB(DBType):
             for chunk in plan.chunks:
                 key = f"{plan.name}/{_chunk_key(chunk.index)}"
                 result = results[key]
-                chunk_records.append(
-                    ChunkRecord(key, 0, result.nbytes, chunk.nbytes, result.crc32c)
-                )
+                chunk_records.append(ChunkRecord(key, 0, result.nbytes, chunk.nbytes, result.crc))
             records[plan.name] = BlobRecord(
                 plan.name,
                 encode_dtype(plan.name, plan.array.dtype),
@@ -284,7 +282,7 @@ class ZarrDB(DBType):
                 layout={"chunk_shape": list(plan.chunk_shape)},
             )
         files = tuple(
-            ChunkRecord(key, 0, results[key].nbytes, results[key].nbytes, results[key].crc32c)
+            ChunkRecord(key, 0, results[key].nbytes, results[key].nbytes, results[key].crc)
             for key in documents
         )
         return WrittenDB(records, files)
@@ -390,7 +388,7 @@ class ZarrDB(DBType):
         return {record.name: arrays[record.name] for record in records}
 
     def verify(self, db: DBLocation, manifest: NodeManifest) -> list[CorruptCheckpointError]:
-        """The archive's ranges against its real size, CRC-32Cs, and each compressed
+        """The archive's ranges against its real size, checksums, and each compressed
         chunk's header: the size it declares must fit the blob (a chunk that would expand
         beyond it is reported, not decoded)."""
         try:
@@ -441,7 +439,8 @@ def _read_compressed(
                     chunk.offset,
                     partial(_scratch, chunk.stored),
                     chunk.stored,
-                    crc32c=chunk.crc32c,
+                    crc=chunk.crc,
+                    algorithm=chunk.algorithm,
                     holds=chunk.stored + bound,
                     finish=_decoder(
                         record.codec, codec, bound, dest[position : position + chunk.size]

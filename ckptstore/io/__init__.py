@@ -1,5 +1,6 @@
 """The chunked, parallel I/O engine every DB type writes and reads through: a bounded
-thread pool, a bytes-in-flight memory budget, chunking of arrays, CRC-32C checksums.
+thread pool, a bytes-in-flight memory budget, chunking of arrays, checksums (CRC-32 for
+chunks; CRC-32C for documents and for the chunks of manifests written before).
 
 The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors` (path types
 appear only in type annotations).
@@ -7,7 +8,14 @@ appear only in type annotations).
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.io._budget import MemoryBudget
-from ckptstore.io._checksum import crc32c_buffer, crc32c_of
+from ckptstore.io._checksum import (
+    CHECKSUM_ALGORITHM,
+    checksum_of,
+    crc32_buffer,
+    crc32_of,
+    crc32c_buffer,
+    crc32c_of,
+)
 from ckptstore.io._chunking import (
     ArrayChunk,
     array_bytes,
@@ -22,6 +30,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.io._staging import StagingPool, StagingSlot
 
 __all__ = [
+    "CHECKSUM_ALGORITHM",
     "ArrayChunk",
     "Buffer",
     "IOSettings",
@@ -35,7 +44,10 @@ __all__ = [
     "array_bytes",
     "array_chunks",
     "byte_view",
+    "checksum_of",
     "chunk_data",
+    "crc32_buffer",
+    "crc32_of",
     "crc32c_buffer",
     "crc32c_of",
     "grid_chunk_shape",

@@ -2,7 +2,7 @@
 
 Requests are submitted lazily from an iterable, so a save of any size holds at most
 ``concurrency * 2`` requests and ``memory_budget`` bytes of copies at once. Each write
-returns the CRC-32C of what was stored; each read is verified against the CRC-32C the
+returns the CRC-32 of what was stored; each read is verified against the checksum the
 manifest recorded and reported, on mismatch, with the blob, the chunk and the file.
 
 Example (``storage`` is any path type, here a local directory)::
@@ -14,7 +14,7 @@ Example (``storage`` is any path type, here a local directory)::
     >>> results = io.write(storage, [WriteRequest("w/c.0", [data], data.nbytes)])
     >>> out = bytearray(4)
     >>> io.read(storage, [ReadRequest("w/c.0", 0, [memoryview(out)], results[0].nbytes,
-    ...                               crc32c=results[0].crc32c)])
+    ...                               crc=results[0].crc)])
     >>> bytes(out)
     b'\\x00\\x01\\x02\\x03'
 """
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of, crc32_of
 from ckptstore.io._settings import IOSettings
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ class WriteRequest:
     ``holds`` is how many bytes such a producer allocates.
 
     With ``target``, the parts are written at ``offset`` of that file instead (one
-    piece of a file written in parallel); ``checksum=False`` skips the CRC-32C (the
-    producer computed the checksums it needs itself; the result's ``crc32c`` is 0).
+    piece of a file written in parallel); ``checksum=False`` skips the CRC-32 (the
+    producer computed the checksums it needs itself; the result's ``crc`` is 0).
     """
 
     key: str
@@ -70,17 +70,19 @@ class WriteRequest:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one write stored: its key, its length and the CRC-32C of its bytes."""
+    """What one write stored: its key, its length and the CRC-32 of its bytes (the
+    algorithm of a :class:`~ckptstore.records.ChunkRecord`'s default)."""
 
     key: str
     nbytes: int
-    crc32c: int
+    crc: int
 
 
 @dataclass
 class ReadRequest:
     """Read ``nbytes`` at ``offset`` of ``key`` into ``targets`` (views whose lengths add
-    up to ``nbytes``) and check them against ``crc32c`` (``None``: no check).
+    up to ``nbytes``) and check them against ``crc``, a checksum by ``algorithm`` (see
+    :func:`~ckptstore.io.checksum_of`; ``crc=None``: no check).
 
     ``targets`` may be a callable that allocates scratch buffers in the worker (``holds``
     bytes); ``finish`` then runs on the verified buffers, for instance to decompress.
@@ -90,12 +92,13 @@ class ReadRequest:
     offset: int
     targets: Sequence[memoryview] | Callable[[], Sequence[memoryview]]
     nbytes: int
-    crc32c: int | None = None
+    crc: int | None = None
     holds: int = 0
     finish: Callable[[Sequence[memoryview]], None] | None = None
     blob: str | None = None
     chunk: int | None = None
     file: str | None = field(default=None)
+    algorithm: str = CHECKSUM_ALGORITHM
 
 
 RequestT = TypeVar("RequestT", WriteRequest, ReadRequest)
@@ -143,7 +146,7 @@ class ParallelIO:
         def perform(request: WriteRequest) -> WriteResult:
             parts = request.parts() if callable(request.parts) else request.parts
             views = [byte_view(part) for part in parts]
-            crc = crc32c_of(views) if request.checksum else 0
+            crc = crc32_of(views) if request.checksum else 0
             if request.target is not None:
                 request.target.write_at(request.offset, views)
             else:
@@ -163,7 +166,7 @@ class ParallelIO:
         verify: bool | None = None,
         on_error: Callable[[ReadRequest, Exception], None] | None = None,
     ) -> None:
-        """Perform every read, checking CRC-32Cs unless ``verify`` (default: the
+        """Perform every read, checking checksums unless ``verify`` (default: the
         settings') is off. With ``on_error``, a failed request is handed to it and the
         others go on; without, the first failure stops the operation and is raised."""
         copies = storage.copies_on_read
@@ -177,12 +180,13 @@ class ParallelIO:
             try:
                 targets = request.targets() if callable(request.targets) else request.targets
                 storage.read_into(key, request.offset, targets)
-                if check and request.crc32c is not None:
-                    actual = crc32c_of(targets)
-                    if actual != request.crc32c:
+                if check and request.crc is not None:
+                    actual = checksum_of(request.algorithm)(targets)
+                    if actual != request.crc:
                         raise CorruptCheckpointError(
-                            f"the CRC-32C of the {request.nbytes} bytes at offset "
-                            f"{request.offset} differs from the one recorded in the manifest",
+                            f"the checksum ({request.algorithm}) of the {request.nbytes} "
+                            f"bytes at offset {request.offset} differs from the one recorded "
+                            "in the manifest",
                             url=storage.display_url,
                             file=request.file or key,
                             blob=request.blob,

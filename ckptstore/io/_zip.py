@@ -11,14 +11,13 @@ where a size, an offset or the member count needs them. The result is an ordinar
 Python's ``zipfile`` (and so ``numpy.load``, zarr's ``ZipStore`` and fsspec's ``zip::``
 URLs) reads it and verifies each member's CRC-32.
 
-CRC-32 (zlib's polynomial) comes from ISA-L (several GiB/s); :func:`crc32_combine`
-joins the CRCs of pieces checksummed in parallel (ISA-L's too: about 1 µs each, where
-the pure-Python combine it replaced took 0.3 ms, 0.1 s of a 1 GiB save's critical
-path).
+The caller supplies each member's CRC-32 (:mod:`ckptstore.io._checksum`: from ISA-L,
+and joined from the CRC-32s of pieces checksummed in parallel with ``crc32_combine``).
 
 Example::
 
     >>> import io, zipfile
+    >>> from ckptstore.io._checksum import crc32_of
     >>> bodies = [b"hello", b"world!"]
     >>> layout = ZipLayout.place(["a.txt", "b.txt"], [5, 6])
     >>> archive = bytearray(layout.total_size)
@@ -42,20 +41,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-# ISA-L's CRC-32 is ~5x faster than zlib's (same polynomial, same values), and its
-# crc32_combine is C (the one in Python's zlib module is not exposed)
-from isal.isal_zlib import crc32 as _crc32
-from isal.isal_zlib import crc32_combine as _crc32_combine
-
-from ckptstore._types import Buffer, byte_view
-
 __all__ = [
     "ALIGN",
     "ALIGN_FROM",
     "ZipLayout",
-    "crc32_buffer",
-    "crc32_combine",
-    "crc32_of",
 ]
 
 ALIGN = 4096
@@ -87,25 +76,6 @@ _CENTRAL_DTYPE = np.dtype(
 LOCAL_HEADER_SIZE = _LOCAL.size
 CENTRAL_HEADER_SIZE = _CENTRAL.size
 END_SIZE = _END.size
-
-
-crc32_buffer = _crc32
-"""CRC-32 of one contiguous byte buffer (``crc32_buffer(view, previous=0)``)."""
-
-
-def crc32_of(parts: Sequence[Buffer], value: int = 0) -> int:
-    """CRC-32 (the ZIP/zlib polynomial) of the concatenation of ``parts``."""
-    for part in parts:
-        value = _crc32(byte_view(part), value)
-    return value & _U32
-
-
-def crc32_combine(crc_a: int, crc_b: int, length_b: int) -> int:
-    """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
-    ``crc32_combine``)."""
-    if length_b == 0:  # ISA-L's would return crc_a ^ crc_b
-        return crc_a
-    return _crc32_combine(crc_a, crc_b, length_b) & _U32
 
 
 # -- the layout ---------------------------------------------------------------------------

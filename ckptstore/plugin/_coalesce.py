@@ -4,19 +4,19 @@ Thousands of small blobs packed in one file (a ZIP archive, an LMDB data file) w
 cost one ranged read, one engine hand-off and one worker wake-up each. Here ranges of
 one file that lie close together are read with one request: the bytes between them
 (headers, documents) land in a scratch buffer, and every range is checked against its
-own CRC-32C, so a damaged blob is still named. Overlapping ranges are never coalesced
+own checksum, so a damaged blob is still named. Overlapping ranges are never coalesced
 (each is read on its own and fails its checksum if the manifest lied).
 
 Example::
 
     >>> from ckptstore import LocalPath
-    >>> from ckptstore.io import ParallelIO, crc32c_of
+    >>> from ckptstore.io import ParallelIO, crc32_of
     >>> from ckptstore.plugin import DBLocation
     >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())
     >>> _ = db.storage.write_bytes("trainer_0.1/data.bin", b"head" + b"abcd" + b"gap!" + b"wxyz")
     >>> first, second = bytearray(4), bytearray(4)
-    >>> spans = [Span("data.bin", 4, memoryview(first), crc32c_of([b"abcd"]), "a", 0),
-    ...          Span("data.bin", 12, memoryview(second), crc32c_of([b"wxyz"]), "b", 0)]
+    >>> spans = [Span("data.bin", 4, memoryview(first), crc32_of([b"abcd"]), "a", 0),
+    ...          Span("data.bin", 12, memoryview(second), crc32_of([b"wxyz"]), "b", 0)]
     >>> requests = list(coalesced_reads(db, spans))
     >>> len(requests)  # neighbours: one request, the gap read into scratch
     1
@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io._checksum import crc32c_buffer
+from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of
 from ckptstore.io._engine import ReadRequest
 
 if TYPE_CHECKING:
@@ -51,15 +51,16 @@ MAX_TARGETS = 500
 
 
 class Span(NamedTuple):
-    """``target.nbytes`` bytes at ``offset`` of ``key``, checked by ``crc32c``: chunk
-    ``chunk`` of blob ``blob``."""
+    """``target.nbytes`` bytes at ``offset`` of ``key``, checked by ``crc`` (computed by
+    ``algorithm``): chunk ``chunk`` of blob ``blob``."""
 
     key: str
     offset: int
     target: memoryview
-    crc32c: int
+    crc: int
     blob: str
     chunk: int
+    algorithm: str = CHECKSUM_ALGORITHM
 
 
 def _place(span: Span) -> tuple[str, int]:
@@ -87,9 +88,10 @@ def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadReque
                 span.offset,
                 [span.target],
                 size,
-                crc32c=span.crc32c,
+                crc=span.crc,
                 blob=span.blob,
                 chunk=span.chunk,
+                algorithm=span.algorithm,
             )
             continue
         group.append(span)
@@ -106,9 +108,10 @@ def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:
             span.offset,
             [span.target],
             span.target.nbytes,
-            crc32c=span.crc32c,
+            crc=span.crc,
             blob=span.blob,
             chunk=span.chunk,
+            algorithm=span.algorithm,
         )
     key = group[0].key
     start = group[0].offset
@@ -133,9 +136,10 @@ def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:
         if not check:
             return
         for span in group:
-            if crc32c_buffer(span.target) != span.crc32c:
+            if checksum_of(span.algorithm)((span.target,)) != span.crc:
                 raise CorruptCheckpointError(
-                    f"the CRC-32C of {span.target.nbytes} bytes at offset {span.offset} "
+                    f"the checksum ({span.algorithm}) of {span.target.nbytes} bytes at offset "
+                    f"{span.offset} "
                     "differs from the one the manifest recorded",
                     url=db.storage.display_url,
                     file=db.key(key),

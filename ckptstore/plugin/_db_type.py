@@ -1,10 +1,11 @@
 """The DB-type contract: how one node's blobs are laid out under its checkpoint key.
 
 A DB type writes blobs through the I/O engine and returns what it stored (one
-:class:`~ckptstore.records._manifest.BlobRecord` per blob plus the format's own files, each with
-CRC-32Cs). The commit protocol (:mod:`ckptstore.protocol._commit`) does the rest: staging,
-manifest, durability, commit record. Formats whose chunks are raw byte ranges of the
-blobs (``codec="raw"``) get reading and verification for free.
+:class:`~ckptstore.records._manifest.BlobRecord` per blob plus the format's own files, each
+with a checksum: the CRC-32 the engine returns for each write). The commit protocol
+(:mod:`ckptstore.protocol._commit`) does the rest: staging, manifest, durability, commit
+record. Formats whose chunks are raw byte ranges of the blobs (``codec="raw"``) get
+reading and verification for free.
 
 Example::
 
@@ -18,7 +19,7 @@ Example::
     ...         for name, array in blobs.items():
     ...             data = array_bytes(array)
     ...             result, = db.write([WriteRequest(f"{name}.bin", [data], data.nbytes)])
-    ...             chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc32c)
+    ...             chunk = ChunkRecord(f"{name}.bin", 0, data.nbytes, data.nbytes, result.crc)
     ...             dtype = encode_dtype(name, array.dtype)
     ...             records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
     ...         return WrittenDB(records)
@@ -60,7 +61,7 @@ class DBLocation:
         >>> db = DBLocation(LocalPath("ckpt"), "trainer_0.1", ParallelIO())
         >>> view = memoryview(b"data")
         >>> db.write([WriteRequest("w/c.0", [view], view.nbytes)])  # stored at <root>/w/c.0
-        [WriteResult(key='w/c.0', nbytes=4, crc32c=...)]
+        [WriteResult(key='w/c.0', nbytes=4, crc=...)]
         >>> db.storage.read_bytes(db.key("w/c.0"))
         b'data'
     """
@@ -146,7 +147,7 @@ class DBType(ABC):
 def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
     """Read raw-codec blobs: each chunk lands directly in its place in a new array;
     unpadded chunks lying close together in one file are read with one request each
-    run (:mod:`ckptstore.plugin._coalesce`), each still checked against its CRC-32C."""
+    run (:mod:`ckptstore.plugin._coalesce`), each still checked against its checksum."""
     verify = db.io.settings.verify
     arrays: dict[str, Array] = {}
     buffers: list[memoryview] = []
@@ -167,7 +168,9 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
             chunks = record.chunks
             if len(chunks) == 1 and chunks[0].stored == chunks[0].size == dest.nbytes:
                 chunk = chunks[0]  # the common case of small blobs, without slicing
-                spans.append(Span(chunk.key, chunk.offset, dest, chunk.crc32c, record.name, 0))
+                spans.append(
+                    Span(chunk.key, chunk.offset, dest, chunk.crc, record.name, 0, chunk.algorithm)
+                )
                 continue
             position = 0
             for number, chunk in enumerate(chunks):
@@ -176,7 +179,15 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
                 padding = chunk.stored - chunk.size
                 if not padding:
                     spans.append(
-                        Span(chunk.key, chunk.offset, target, chunk.crc32c, record.name, number)
+                        Span(
+                            chunk.key,
+                            chunk.offset,
+                            target,
+                            chunk.crc,
+                            record.name,
+                            number,
+                            chunk.algorithm,
+                        )
                     )
                 elif verify:
                     yield ReadRequest(
@@ -184,10 +195,11 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
                         chunk.offset,
                         _with_scratch(target, padding),
                         chunk.stored,
-                        crc32c=chunk.crc32c,
+                        crc=chunk.crc,
                         holds=padding,
                         blob=record.name,
                         chunk=number,
+                        algorithm=chunk.algorithm,
                     )
                 else:
                     yield ReadRequest(
@@ -195,7 +207,7 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
                         chunk.offset,
                         [target],
                         chunk.size,
-                        crc32c=None,
+                        crc=None,
                         blob=record.name,
                         chunk=number,
                     )
@@ -219,7 +231,7 @@ def verify_records(
     check_chunk: Callable[[BlobRecord, ChunkRecord, memoryview], None] | None = None,
 ) -> list[CorruptCheckpointError]:
     """Re-read every chunk and format file recorded in ``manifest`` and check its
-    CRC-32C; report each damaged, missing or short piece instead of stopping at the first.
+    checksum; report each damaged, missing or short piece instead of stopping at the first.
     ``check_chunk`` (a format's own check of a chunk's bytes, such as a compressed
     chunk's declared size) runs on every chunk whose CRC matched; raising reports it."""
     problems: list[CorruptCheckpointError] = []
@@ -271,8 +283,9 @@ def _verify_request(chunk: ChunkRecord, blob: str | None, number: int | None) ->
         chunk.offset,
         lambda: [memoryview(bytearray(chunk.stored))],
         chunk.stored,
-        crc32c=chunk.crc32c,
+        crc=chunk.crc,
         holds=chunk.stored,
         blob=blob,
         chunk=number,
+        algorithm=chunk.algorithm,
     )

@@ -10,7 +10,7 @@ Example::
     >>> from ckptstore import LocalPath
     >>> storage = LocalPath("bounds")
     >>> storage.write_parts("trainer_0.3/blobs.bin", [b"hello"])
-    >>> forged = ChunkRecord("blobs.bin", offset=0, stored=1 << 40, size=1 << 40, crc32c=0)
+    >>> forged = ChunkRecord("blobs.bin", offset=0, stored=1 << 40, size=1 << 40, crc=0)
     >>> check_pieces_fit(storage, "trainer_0.3", [forged])  # refused before allocating 1 TiB
     Traceback (most recent call last):
     ckptstore.errors.CorruptCheckpointError: ...the file holds 5...

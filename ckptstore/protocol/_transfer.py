@@ -1,7 +1,7 @@
 """Copying committed node checkpoints from one checkpoint root to another (for example
 from fast local disk to an object store), through the same commit protocol.
 
-Every byte read from the source is checked against its CRC-32C before it is written,
+Every byte read from the source is checked against its checksum before it is written,
 and the copy is read back and verified before it is published. The manifest is copied
 byte for byte, so the destination's commit record carries the same manifest CRC-32C.
 
@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.execution._workspace import Workspace
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import checksum_of
 from ckptstore.io._engine import ReadRequest
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
@@ -113,7 +113,7 @@ def _pieces_by_file(manifest: NodeManifest) -> dict[str, list[ChunkRecord]]:
 
 def _outermost(records: list[ChunkRecord]) -> list[ChunkRecord]:
     """``records`` by offset, without those inside another one (the blobs of a packed
-    archive's run lie inside the run's format range, whose CRC-32C covers them)."""
+    archive's run lie inside the run's format range, whose checksum covers them)."""
     records.sort(key=lambda chunk: (chunk.offset, -chunk.stored))
     kept: list[ChunkRecord] = []
     reached = 0
@@ -139,10 +139,11 @@ def _copy_request(chunk: ChunkRecord, target: DBLocation) -> ReadRequest:
         0,
         lambda: [memoryview(bytearray(chunk.stored))],
         chunk.stored,
-        crc32c=chunk.crc32c,
+        crc=chunk.crc,
         holds=chunk.stored,
         finish=write,
         chunk=None,
+        algorithm=chunk.algorithm,
     )
 
 
@@ -154,9 +155,10 @@ def _stream_file(
     with target.open_write(key) as out:
         span = src.io.settings.chunk_bytes
         for data, chunk in zip(_read_pieces(src, key, records, span), records, strict=True):
-            if crc32c_of([data]) != chunk.crc32c:
+            if checksum_of(chunk.algorithm)((data,)) != chunk.crc:
                 raise CorruptCheckpointError(
-                    f"the CRC-32C of the {chunk.stored} bytes at offset {chunk.offset} "
+                    f"the checksum ({chunk.algorithm}) of the {chunk.stored} bytes at offset "
+                    f"{chunk.offset} "
                     "differs from the one recorded in the manifest",
                     url=src.storage.display_url,
                     file=src.key(key),

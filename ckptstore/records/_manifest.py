@@ -1,4 +1,5 @@
-"""A node checkpoint's manifest: what was stored where, and the CRC-32C of every piece.
+"""A node checkpoint's manifest: what was stored where, and the checksum of every piece
+(CRC-32; CRC-32C in manifests written before: the manifest's ``"checksum"`` says which).
 
 The manifest is written after a node's data and read before any of it, so loads know
 every blob's dtype and shape without trusting the data files, partial loads read only
@@ -32,6 +33,7 @@ from ckptstore.errors import (
     JobConfigurationError,
     MissingDependencyError,
 )
+from ckptstore.io._checksum import CHECKSUM_ALGORITHM, CHECKSUM_ALGORITHMS
 from ckptstore.io._gc import paused_gc
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
@@ -55,21 +57,25 @@ def safe_dtype(text: str, blob: str) -> np.dtype[np.generic]:
 @dataclass(frozen=True)
 class ChunkRecord:
     """One stored piece: ``stored`` bytes at ``offset`` of object ``key`` (relative to the
-    node checkpoint), checked by ``crc32c``, supplying ``size`` bytes of its blob (less
-    than ``stored`` for a padded edge chunk; the decoded length for compressed chunks).
+    node checkpoint), checked by ``crc`` (a checksum computed by ``algorithm``: see
+    :func:`ckptstore.io.checksum_of`), supplying ``size`` bytes of its blob (less than
+    ``stored`` for a padded edge chunk; the decoded length for compressed chunks).
+
+    Every chunk of a manifest has one algorithm, the manifest's ``"checksum"``.
     """
 
     key: str
     offset: int
     stored: int
     size: int
-    crc32c: int
+    crc: int
+    algorithm: str = CHECKSUM_ALGORITHM
 
     def encode(self) -> list[str | int]:
-        return [self.key, self.offset, self.stored, self.size, self.crc32c]
+        return [self.key, self.offset, self.stored, self.size, self.crc]
 
     @classmethod
-    def decode(cls, raw: object) -> ChunkRecord:
+    def decode(cls, raw: object, algorithm: str = CHECKSUM_ALGORITHM) -> ChunkRecord:
         if not isinstance(raw, list) or len(raw) != 5:
             raise ValueError("a chunk record is a list of 5 fields")
         key, offset, stored, size, crc = raw
@@ -86,15 +92,15 @@ class ChunkRecord:
             and crc <= most
             and offset + stored <= most
         ):
-            return cls(_validated_key(key), offset, stored, size, crc)
+            return cls(_validated_key(key), offset, stored, size, crc, algorithm)
         for value in (offset, stored, size, crc):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
                 raise ValueError(f"chunk field {value!r} is not an integer in [0, {most}]")
         if crc >= 1 << 32:
-            raise ValueError("a chunk's CRC-32C field is out of range")
+            raise ValueError("a chunk's checksum field is out of range")
         if offset + stored > most:
             raise ValueError(f"a chunk ends beyond {most} bytes")
-        return cls(_validated_key(key), offset, stored, size, crc)
+        return cls(_validated_key(key), offset, stored, size, crc, algorithm)
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ class BlobRecord:
         encoded: JSONObject = {
             "dtype": self.dtype,
             "shape": list(self.shape),
-            "chunks": [[c.key, c.offset, c.stored, c.size, c.crc32c] for c in self.chunks],
+            "chunks": [[c.key, c.offset, c.stored, c.size, c.crc] for c in self.chunks],
         }
         if self.codec != "raw":
             encoded["codec"] = self.codec
@@ -140,13 +146,14 @@ class BlobRecord:
         return encoded
 
     @classmethod
-    def decode(cls, name: str, raw: object) -> BlobRecord:
+    def decode(cls, name: str, raw: object, algorithm: str = CHECKSUM_ALGORITHM) -> BlobRecord:
+        """The record ``raw`` holds, its chunks checked by ``algorithm`` (the manifest's)."""
         validate_blob_name(name, new=False)
         limits = current_limits()
         if not isinstance(raw, dict):
             raise ValueError("a blob record is not a JSON object")
         if len(raw) == 3:  # the common record: dtype, shape and one raw chunk
-            fast = cls._decode_plain(name, raw, limits)
+            fast = cls._decode_plain(name, raw, limits, algorithm)
             if fast is not None:
                 return fast
         chunks, layout = raw["chunks"], raw.get("layout", {})
@@ -172,7 +179,7 @@ class BlobRecord:
             name=name,
             dtype=dtype,
             shape=tuple(shape),
-            chunks=tuple([ChunkRecord.decode(chunk) for chunk in chunks]),
+            chunks=tuple([ChunkRecord.decode(chunk, algorithm) for chunk in chunks]),
             codec=str(raw.get("codec", "raw")),
             layout=dict(layout),
         )
@@ -196,7 +203,9 @@ class BlobRecord:
         return record
 
     @classmethod
-    def _decode_plain(cls, name: str, raw: dict[str, object], limits: Limits) -> BlobRecord | None:
+    def _decode_plain(
+        cls, name: str, raw: dict[str, object], limits: Limits, algorithm: str
+    ) -> BlobRecord | None:
         """A record of exactly ``dtype``, ``shape`` and one raw chunk holding the blob's
         bytes, decoded with the checks of :meth:`decode` spelled out for that case
         (thousands of small blobs per manifest: half the time); None for any other
@@ -211,7 +220,7 @@ class BlobRecord:
         nbytes = math.prod(shape) * dtype_itemsize(name, dtype)
         if nbytes > limits.max_blob_bytes:
             return None
-        chunk = ChunkRecord.decode(chunks[0])
+        chunk = ChunkRecord.decode(chunks[0], algorithm)
         if chunk.size != nbytes or chunk.stored < chunk.size:
             return None
         return cls(name, dtype, tuple(shape), (chunk,))
@@ -269,6 +278,21 @@ class NodeManifest:
                 )
         return data
 
+    @property
+    def checksum(self) -> str:
+        """The algorithm of every chunk's checksum, one of :data:`CHECKSUM_ALGORITHMS`;
+        a :class:`JobConfigurationError` (a DB type's mistake) for chunks of several, or
+        of one that loads could not check."""
+        algorithms = {c.algorithm for r in self.blobs.values() for c in r.chunks}
+        algorithms.update(c.algorithm for c in self.files)
+        if len(algorithms) > 1 or not algorithms <= set(CHECKSUM_ALGORITHMS):
+            raise JobConfigurationError(
+                f"the chunks of node {self.node!r} are checked by {sorted(algorithms)}: a "
+                f"manifest records one algorithm of {list(CHECKSUM_ALGORITHMS)} (make every "
+                "ChunkRecord's algorithm that one), so nothing was written"
+            )
+        return algorithms.pop() if algorithms else CHECKSUM_ALGORITHM
+
     def _encode(self) -> bytes:
         return encode_document(
             MANIFEST_KIND,
@@ -276,7 +300,7 @@ class NodeManifest:
                 "node": self.node,
                 "epoch": self.epoch,
                 "db_type": self.db_type,
-                "checksum": "crc32c",
+                "checksum": self.checksum,
                 "created": self.created,
                 "blobs": {name: record.encode() for name, record in self.blobs.items()},
                 "files": [chunk.encode() for chunk in self.files],
@@ -318,14 +342,21 @@ class NodeManifest:
                 raise ValueError(f"more than the limit of {limits.max_blobs} blobs")
             if len(files) > limits.max_chunks:
                 raise ValueError(f"more than the limit of {limits.max_chunks} files")
+            # manifests before CRC-32 recorded CRC-32C (and said so, or nothing at all)
+            algorithm = document.get("checksum", "crc32c")
+            if algorithm not in CHECKSUM_ALGORITHMS:
+                raise ValueError(
+                    f"checksum {algorithm!r} is none of {list(CHECKSUM_ALGORITHMS)} (written "
+                    "by a newer ckptstore? upgrade it to read this checkpoint)"
+                )
             return cls(
                 node=validate_node_name(str(document["node"])),
                 epoch=epoch,
                 db_type=str(document["db_type"]),
                 blobs=MappingProxyType(
-                    {name: BlobRecord.decode(name, raw) for name, raw in blobs.items()}
+                    {name: BlobRecord.decode(name, raw, algorithm) for name, raw in blobs.items()}
                 ),
-                files=tuple(ChunkRecord.decode(chunk) for chunk in files),
+                files=tuple(ChunkRecord.decode(chunk, algorithm) for chunk in files),
                 created=str(document["created"]),
             )
         except MissingDependencyError:

@@ -182,7 +182,7 @@ def commit_of_other_epoch(forge: Forge, outside: Path) -> None:
 
 def replace_chunk(forge: Forge, data: bytes, *, declared: int | None = None) -> None:
     """Replace the first chunk of the node's largest blob (a file of its own) with
-    ``data``, whole: its stored size and CRC-32C say so (a stored size left as it was
+    ``data``, whole: its stored size and checksum say so (a stored size left as it was
     would cut the frame short, and a cut frame fails to decode whatever the bound).
     With ``declared``, the manifest also says the chunk decodes to that many bytes
     (shape to match); without, it still says the chunk's original 256 bytes."""

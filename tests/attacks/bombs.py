@@ -3,7 +3,7 @@ keeps a load which decodes one anyway from exhausting the machine. Used by
 ``test_attacks.py``.
 
 Each bomb is a whole compressed frame of zeros stored as the first chunk of a blob, its
-manifest record (stored size, CRC-32C) rewritten to match, while the manifest still says
+manifest record (stored size, checksum) rewritten to match, while the manifest still says
 the chunk decodes to its 256 bytes: only the bound on decompression (the chunk's declared
 size, checked before decoding) stands between the frame and gigabytes of memory."""
 

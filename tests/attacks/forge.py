@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import checksum_of, crc32c_of
 from ckptstore.records._layout import manifest_key, node_commit_key
 from ckptstore.records._names import get_ckpt_filename
 
@@ -73,7 +73,7 @@ class Forge:
         return self.db / self.blob(name)[1]["chunks"][0][0]
 
     def recorded_crcs(self) -> set[int]:
-        """Every CRC-32C recorded for this node (none may appear in an error)."""
+        """Every checksum recorded for this node (none may appear in an error)."""
         manifest = self.manifest()
         crcs = {chunk[4] for record in manifest["blobs"].values() for chunk in record["chunks"]}
         crcs |= {chunk[4] for chunk in manifest["files"]}
@@ -81,13 +81,18 @@ class Forge:
         return crcs
 
     def resign_chunks(self, name: str) -> None:
-        """Recompute the CRC-32C of every chunk of blob ``name`` from the stored bytes
+        """Recompute the checksum of every chunk of blob ``name`` from the stored bytes
         (after forging them), so checksums match the forgery."""
         body = self.manifest()
         for chunk in body["blobs"][name]["chunks"]:
             data = (self.db / chunk[0]).read_bytes()[chunk[1] : chunk[1] + chunk[2]]
-            chunk[4] = crc32c_of([data])
+            chunk[4] = chunk_checksum(body, data)
         self.write_manifest(body)
+
+
+def chunk_checksum(manifest: dict[str, Any], data: bytes) -> int:
+    """The checksum of ``data`` by the algorithm ``manifest`` (a manifest's JSON) names."""
+    return checksum_of(manifest.get("checksum", "crc32c"))([data])
 
 
 # -- a watch on the outside of the prefix ------------------------------------------------

@@ -33,10 +33,9 @@ from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import CkptStoreError
 from ckptstore.execution._session import LocalSession
-from ckptstore.io._checksum import crc32c_of
 from ckptstore.testing.conformance.jobs import NODES, counting_job
 from tests.attacks.attacks import ALL_FORMATS
-from tests.attacks.forge import Forge, OutsideWatch, canonical, signed
+from tests.attacks.forge import Forge, OutsideWatch, canonical, chunk_checksum, signed
 from tests.attacks.test_attacks import db_type
 
 Values = dict[str, dict[str, np.ndarray[Any, Any]]]
@@ -220,7 +219,7 @@ def _mutate_bytes(path: Path, mutation: tuple[str, Any], outside: Path) -> None:
 
 def _resign(run: Path, relative: str) -> None:
     """Make every checksum agree with the forged file ``relative`` (as an attacker who
-    can write CRC-32Cs would): chunk CRCs in the manifest, the manifest's CRC in the
+    can write checksums would): chunk CRCs in the manifest, the manifest's CRC in the
     commit record, and the documents' own CRCs."""
     forge = Forge(run, NODES[0], EPOCH)
     path = run / relative
@@ -232,7 +231,7 @@ def _resign(run: Path, relative: str) -> None:
             for chunk in record["chunks"]:
                 if forge.db / chunk[0] == path:
                     data = path.read_bytes()[chunk[1] : chunk[1] + chunk[2]]
-                    chunk[4] = crc32c_of([data])
+                    chunk[4] = chunk_checksum(manifest, data)
         forge.write_manifest(manifest)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError):
         pass  # a forged manifest: it was re-signed when it was written
@@ -248,7 +247,7 @@ def forge_drawn(
 ) -> bool:
     """Draw a file of ``run`` and a mutation of it (structural for JSON documents, else
     bytes; ``links``: a byte mutation may replace the file by a link to ``outside``),
-    apply it, and maybe re-sign every checksum as an attacker who can write CRC-32Cs
+    apply it, and maybe re-sign every checksum as an attacker who can write checksums
     would. Returns whether the checksums were re-signed."""
     target = data.draw(st.sampled_from(targets), label="file")
     path = run / target

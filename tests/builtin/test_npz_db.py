@@ -23,7 +23,7 @@ from ckptstore import (
     NpzDB,
     protocol,
 )
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._registry import Registry
@@ -187,7 +187,7 @@ def forge(tmp_path: Path, storage: LocalPath, dtype: str) -> bytes:
     archive = tmp_path / "trainer_0.1" / "blobs.npz"
     np.savez(archive, w=np.array([Bomb()], dtype=object))
     head = archive.read_bytes()[:8]
-    chunk = ChunkRecord("blobs.npz", 0, 8, 8, crc32c_of([head]))
+    chunk = ChunkRecord("blobs.npz", 0, 8, 8, crc32_of([head]))
     data = NodeManifest(NODE, 1, "npz", {"w": BlobRecord("w", dtype, (1,), (chunk,))}).encode()
     storage.write_bytes("trainer_0.1/ckptstore.manifest.json", data)
     commit = protocol.NodeCommit(NODE, 1, "npz", crc32c_of([data]), 8, len(data), 1)

@@ -27,7 +27,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.protocol import CheckpointLocation, copy_node
 from ckptstore.protocol import _commit as protocol
-from ckptstore.records._manifest import ChunkRecord, NodeManifest
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
 NODE = "trainer_0"
 ARCHIVES = {"zarr": "blobs.zarr.zip", "npz": "blobs.npz"}
@@ -311,17 +311,21 @@ def republish(storage: LocalPath, manifest: NodeManifest) -> None:
 
 
 def with_gap_records(manifest: NodeManifest, archive: Path) -> NodeManifest:
-    """``manifest`` as ckptstore wrote it before format ranges covered runs: each run's
-    range split into the gaps between the blobs inside it, one checksummed record each."""
+    """``manifest`` as ckptstore wrote it before format ranges covered runs and before
+    CRC-32: each run's range split into the gaps between the blobs inside it, one record
+    each, and every record checked by CRC-32C."""
     data = archive.read_bytes()
     blobs = sorted(
         (c.offset, c.offset + c.stored) for r in manifest.blobs.values() for c in r.chunks
     )
 
     def piece(start: int, stop: int) -> ChunkRecord:
-        return ChunkRecord(
-            archive.name, start, stop - start, stop - start, crc32c_of([data[start:stop]])
-        )
+        crc = crc32c_of([data[start:stop]])
+        return ChunkRecord(archive.name, start, stop - start, stop - start, crc, "crc32c")
+
+    def earlier(record: BlobRecord) -> BlobRecord:
+        chunks = [piece(c.offset, c.offset + c.stored) for c in record.chunks]
+        return replace(record, chunks=tuple(chunks))
 
     gaps = []
     for record in manifest.files:
@@ -333,15 +337,16 @@ def with_gap_records(manifest: NodeManifest, archive: Path) -> NodeManifest:
                 position = stop
         if position < end:
             gaps.append(piece(position, end))
-    return replace(manifest, files=tuple(gaps))
+    blob_records = {name: earlier(record) for name, record in manifest.blobs.items()}
+    return replace(manifest, blobs=blob_records, files=tuple(gaps))
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz", "lmdb"])
-def test_manifests_with_gap_records_still_load_verify_and_copy(
+def test_manifests_of_earlier_versions_still_load_verify_and_copy(
     tmp_path: Path, db_type: str
 ) -> None:
-    """Also lmdb's: its format records, now 16 MiB ranges tiling the file, were one gap
-    record per stretch between values."""
+    """Gap records and CRC-32C. Also lmdb's: its format records, now 16 MiB ranges
+    tiling the file, were one gap record per stretch between values."""
     db = get_registry().db_type(db_type)
     storage = LocalPath(str(tmp_path / "src"))
     values = {**{f"w{i}": np.full(100, i) for i in range(20)}, "big": np.arange(40_000.0)}
@@ -352,6 +357,7 @@ def test_manifests_with_gap_records_still_load_verify_and_copy(
     assert len(old.files) > 20 > len(manifest.files)  # a gap before each small blob
     assert old.stored_bytes == manifest.stored_bytes == archive.stat().st_size
     republish(storage, old)
+    assert b'"checksum":"crc32c"' in (archive.parent / "ckptstore.manifest.json").read_bytes()
     assert protocol.open_node(storage, NODE, 1) == old
     loaded = protocol.read_blobs(storage, old, None, db, ParallelIO())
     assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
@@ -360,10 +366,16 @@ def test_manifests_with_gap_records_still_load_verify_and_copy(
     dest = LocalPath(str(tmp_path / "dest"))
     copy_node(source=location, dest=dest, node=NODE, epoch=1)
     assert (tmp_path / "dest" / "trainer_0.1" / archive.name).read_bytes() == archive.read_bytes()
+    copied = protocol.read_blobs(dest, old, None, db, ParallelIO())
+    assert all(copied[name].tolist() == value.tolist() for name, value in values.items())
     flip_byte(archive, old.files[3].offset + 1)  # a header byte between two blobs
     (problem,) = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
     assert problem.blob is None
     assert str(problem.file).endswith(archive.name)
+    flip_byte(archive, old.blobs["w7"].chunks[0].offset + 5)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        protocol.read_blobs(storage, old, ["w7"], db, ParallelIO())
+    assert caught.value.blob == "w7"
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])

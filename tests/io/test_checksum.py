@@ -1,20 +1,38 @@
-"""CRC-32C over buffers of every kind and size gives the standard checksum."""
+"""CRC-32 and CRC-32C over buffers of every kind and size give the standard checksums,
+without holding the GIL over large buffers."""
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pytest
 
-from ckptstore.io._checksum import COPY_BELOW, crc32c_of, releases_the_gil
+from ckptstore._types import Buffer
+from ckptstore.io._checksum import (
+    CHECKSUM_ALGORITHM,
+    CHECKSUM_ALGORITHMS,
+    COPY_BELOW,
+    checksum_of,
+    crc32_combine,
+    crc32_of,
+    crc32c_of,
+    releases_the_gil,
+)
 
 CHECK_VALUE = 0xE3069283
 """CRC-32C of b"123456789" (the standard check value)."""
+CRC32_CHECK_VALUE = 0xCBF43926
+"""CRC-32 of b"123456789"."""
 
 
-def test_the_standard_check_value() -> None:
+def test_the_standard_check_values() -> None:
+    assert crc32_of([b"1234", memoryview(b"56789")]) == CRC32_CHECK_VALUE
+    assert crc32_of([bytearray(b"123"), np.frombuffer(b"456789", np.uint8)]) == CRC32_CHECK_VALUE
+    assert crc32_of([]) == 0
     assert crc32c_of([b"123456789"]) == CHECK_VALUE
     assert crc32c_of([b"1234", memoryview(b"56789")]) == CHECK_VALUE
     assert crc32c_of([bytearray(b"123"), np.frombuffer(b"456789", np.uint8)]) == CHECK_VALUE
@@ -34,14 +52,30 @@ def test_large_parts_match_bytes_and_any_split(readonly: bool) -> None:
     assert crc32c_of([data[:-1]]) != whole
 
 
-def test_large_parts_are_checksummed_without_the_gil() -> None:
+def test_chunks_are_checked_by_crc32_and_both_algorithms_can_be_named() -> None:
+    data = np.random.default_rng(8).integers(0, 256, 3 * COPY_BELOW, dtype=np.uint8)
+    assert CHECKSUM_ALGORITHM == "crc32"
+    assert set(CHECKSUM_ALGORITHMS) == {"crc32", "crc32c"}
+    assert checksum_of("crc32")([data]) == zlib.crc32(data.tobytes()) == crc32_of([data])
+    assert checksum_of("crc32c")([data]) == crc32c_of([data.tobytes()])
+    head, tail = data[:1000], data[1000:]
+    assert crc32_combine(crc32_of([head]), crc32_of([tail]), tail.nbytes) == crc32_of([data])
+    assert crc32_combine(crc32_of([head]), 0, 0) == crc32_of([head])
+    with pytest.raises(KeyError):
+        checksum_of("sha1")
+
+
+@pytest.mark.parametrize("checksum", [crc32c_of, crc32_of], ids=["crc32c", "crc32"])
+def test_large_parts_are_checksummed_without_the_gil(
+    checksum: Callable[[Iterable[Buffer]], int],
+) -> None:
     """A background save's checksums must not stop the training thread: while this thread
     checksums 128 MiB (several ms), another keeps taking steps of Python. Holding the
     GIL, the other thread would stand still for the whole checksum: its longest pause
     would be as long as the call (median of ten calls, against scheduling noise)."""
     assert releases_the_gil()  # google-crc32c's C function is found on this platform
     data = np.ones(128 << 20, dtype=np.uint8)
-    expected = crc32c_of([data.tobytes()])
+    expected = checksum([data.tobytes()])
     call = [-1]  # the call in progress, -1 between calls
     pauses = [0.0] * 10  # the other thread's longest pause during each call
     stop = threading.Event()
@@ -61,7 +95,7 @@ def test_large_parts_are_checksummed_without_the_gil() -> None:
         for number in range(10):
             started = time.perf_counter()
             call[0] = number
-            assert crc32c_of([data]) == expected
+            assert checksum([data]) == expected
             call[0] = -1
             durations.append(time.perf_counter() - started)
     finally:

@@ -13,7 +13,7 @@ from ckpt_helpers import memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
 from ckptstore._types import Buffer, byte_view
-from ckptstore.io._checksum import crc32c_of
+from ckptstore.io._checksum import crc32_of
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
 from ckptstore.io._settings import IOSettings
 
@@ -79,7 +79,7 @@ def test_writes_return_results_in_request_order_with_crcs() -> None:
         for i, result in enumerate(results):
             data = storage.read_bytes(f"p/k{i}")
             assert data == payload(i, sizes[i]).tobytes()
-            assert result.crc32c == crc32c_of([data])
+            assert result.crc == crc32_of([data])
 
 
 def test_many_small_requests_are_batched_and_keep_their_order() -> None:
@@ -131,7 +131,7 @@ def test_bytes_in_flight_never_exceed_the_budget(direction: str) -> None:
             storage.set_gate(allowed)
             targets = [bytearray(LARGE) for _ in data]
             requests = [
-                ReadRequest(f"k{i}", 0, [memoryview(t)], LARGE, crc32c=crc32c_of([d]))
+                ReadRequest(f"k{i}", 0, [memoryview(t)], LARGE, crc=crc32_of([d]))
                 for i, (t, d) in enumerate(zip(targets, data, strict=True))
             ]
             engine.read(storage, requests)
@@ -182,7 +182,7 @@ def test_the_first_error_stops_the_operation_and_names_the_blob() -> None:
 def _reads(data: list[bytes], crcs: list[int]) -> tuple[list[bytearray], list[ReadRequest]]:
     targets = [bytearray(len(d)) for d in data]
     requests = [
-        ReadRequest(f"k{i}", 0, [memoryview(t)], len(t), crc32c=crc, blob=f"b{i}", chunk=i)
+        ReadRequest(f"k{i}", 0, [memoryview(t)], len(t), crc=crc, blob=f"b{i}", chunk=i)
         for i, (t, crc) in enumerate(zip(targets, crcs, strict=True))
     ]
     return targets, requests
@@ -199,7 +199,7 @@ def stored(url: str, count: int) -> tuple[FsspecPath, list[bytes]]:
 def test_reads_are_verified_and_a_mismatch_names_blob_chunk_and_file() -> None:
     with memory_root() as url:
         storage, data = stored(url, 4)
-        crcs = [crc32c_of([d]) for d in data]
+        crcs = [crc32_of([d]) for d in data]
         crcs[2] ^= 1
         _, requests = _reads(data, crcs)
         with pytest.raises(CorruptCheckpointError) as info:
@@ -226,7 +226,7 @@ def test_verification_can_be_turned_off() -> None:
 def test_on_error_collects_every_failure_and_the_rest_complete() -> None:
     with memory_root() as url:
         storage, data = stored(url, 6)
-        crcs = [crc32c_of([d]) for d in data]
+        crcs = [crc32_of([d]) for d in data]
         crcs[1] ^= 1
         crcs[4] ^= 1
         targets, requests = _reads(data, crcs)
@@ -264,7 +264,7 @@ def test_reads_may_allocate_in_the_worker_and_finish_there() -> None:
             2,
             lambda: [memoryview(bytearray(5)), memoryview(bytearray(4))],
             9,
-            crc32c=crc32c_of([data[1][2:11]]),
+            crc=crc32_of([data[1][2:11]]),
             holds=9,
             finish=lambda buffers: finished.append(b"".join(bytes(b) for b in buffers)),
         )

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout, crc32_combine, crc32_of
+from ckptstore.io._checksum import crc32_combine, crc32_of
+from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout
 
 
 def build(

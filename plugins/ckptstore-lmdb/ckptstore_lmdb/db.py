@@ -8,7 +8,7 @@ into chunks of about ``IOSettings.chunk_bytes``.
 
 After the write transaction, the file's B-tree is walked (:mod:`ckptstore_lmdb.pages`)
 to find the byte range of every value; the manifest records each chunk as that range
-with its CRC-32C, and the whole file as format ranges of up to 16 MiB with a CRC-32C each
+with its CRC-32, and the whole file as format ranges of up to 16 MiB with a CRC-32 each
 (coverage records: every byte, pages, keys and headers included, is checked by
 ``verify``; manifests written before recorded the bytes between values as one gap
 record each, and still load and verify). So loads read only the requested blobs'
@@ -44,8 +44,8 @@ from ckptstore.io import (
     array_chunks,
     byte_view,
     chunk_data,
-    crc32c_buffer,
-    crc32c_of,
+    crc32_buffer,
+    crc32_of,
     grid_chunk_shape,
 )
 from ckptstore.plugin import DBLocation, DBType, WrittenDB
@@ -217,7 +217,7 @@ def _store(
 ) -> dict[bytes, int]:
     """Write every value in key order, in transactions of at most ``batch_bytes`` (LMDB
     holds a transaction's pages in memory until it commits); returns each value's
-    CRC-32C."""
+    CRC-32."""
     page = mmap.PAGESIZE
     pages = sum(math.ceil((value.chunk.nbytes + 64) / page) + 1 for value in values)
     map_size = ((pages + 1024) * page + (1 << 20) - 1) >> 20 << 20
@@ -237,11 +237,11 @@ def _store(
                             if value.chunk.nbytes == array.nbytes
                             else chunk_data(array, value.chunk, value.chunk_shape).tobytes()
                         )
-                        crcs[value.key] = crc32c_buffer(small)
+                        crcs[value.key] = crc32_buffer(small)
                         txn.put(value.key, small, append=True)
                         continue
                     data = chunk_data(array, value.chunk, value.chunk_shape)
-                    crcs[value.key] = crc32c_of([data])
+                    crcs[value.key] = crc32_of((data,))
                     txn.put(value.key, byte_view(data), append=True)
         if fsync:
             env.sync(True)
@@ -309,7 +309,7 @@ def _coverage_records(view: memoryview, ranges: list[tuple[int, int]]) -> list[C
     records = []
     for start in range(0, view.nbytes, COVER_BYTES):
         size = min(COVER_BYTES, view.nbytes - start)
-        crc = crc32c_of([view[start : start + size]])
+        crc = crc32_of((view[start : start + size],))
         records.append(ChunkRecord(DATA_FILE, start, size, size, crc))
     return records
 

@@ -3,7 +3,7 @@
 LMDB stores each value as one contiguous byte range of ``data.mdb``: inside a leaf
 page (small values) or after the header of a run of overflow pages (large ones). The
 walk follows the newest meta page to the main database's root and down every branch,
-so the format can record each chunk as a byte range with a CRC-32C and read it back
+so the format can record each chunk as a byte range with a checksum and read it back
 with a plain ranged read, on any storage. It reads LMDB's stable 0.9 file format
 (``mdb_version`` 1); anything else is refused, never guessed at.
 

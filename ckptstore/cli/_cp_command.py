@@ -16,7 +16,7 @@ def register(commands: Any) -> None:
         run,
         summary="copy committed epochs to another root (any storage to any other), verified",
         description="Copy committed epochs from SRC to DST through the commit protocol: "
-        "nodes are copied in parallel, every byte is checked against its CRC-32C, the "
+        "nodes are copied in parallel, every byte is checked against its checksum, the "
         "copy is verified, and the epoch is committed at DST last. Nodes already at DST "
         "with the same manifest are skipped, so an interrupted copy resumes.",
         urls=(("src", "source checkpoint root"), ("dst", "destination checkpoint root")),

@@ -1,4 +1,4 @@
-"""``ckptstore verify URL [--epoch N]``: check every stored byte against its CRC-32C."""
+"""``ckptstore verify URL [--epoch N]``: check every stored byte against its checksum."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def register(commands: Any) -> None:
         run,
         summary="check every byte of committed checkpoints against their checksums",
         description="Re-read committed checkpoints and check every chunk and format file "
-        "against the CRC-32C recorded when it was written. Exits 3 naming each broken "
+        "against the checksum recorded when it was written (CRC-32; CRC-32C in epochs "
+        "written before). Exits 3 naming each broken "
         "blob, 4 if the epoch is not committed.",
         arguments=_arguments,
     )

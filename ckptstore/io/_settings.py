@@ -21,7 +21,7 @@ class IOSettings:
     * ``concurrency``: chunks read or written at the same time.
     * ``memory_budget``: most bytes held in flight at once (copies, downloads,
       compression buffers) above the live state, whatever the checkpoint's size.
-    * ``verify``: check every chunk's CRC-32C on load.
+    * ``verify``: check every chunk's checksum (CRC-32) on load.
 
     Each path type brings defaults measured for it (local disk, object store); a
     manager's ``io=`` or the ``CKPTSTORE_IO_*`` environment variables override them.

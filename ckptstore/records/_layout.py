@@ -4,7 +4,7 @@
 
     <root>/<node>.<epoch>/                 one node's checkpoint (a DB, in its format)
     <root>/<node>.<epoch>/ckptstore.manifest.json
-                                           blobs, shapes, dtypes, a CRC-32C per chunk;
+                                           blobs, shapes, dtypes, a CRC-32 per chunk;
                                            written after the data
     <root>/_ckptstore/epoch-<N>/<node>.commit.json
                                            one node's commit record for epoch N: its

@@ -166,7 +166,7 @@ def verify_epochs(
     *,
     on_checked: Callable[[NodeCheck], None] | None = None,
 ) -> list[NodeCheck]:
-    """Re-read every byte of every node checkpoint of ``epochs`` and check its CRC-32C;
+    """Re-read every byte of every node checkpoint of ``epochs`` and check its checksum;
     one :class:`NodeCheck` per node, problems listed rather than raised."""
     engine = ParallelIO(storage.default_io.with_environment())
     checks = []

@@ -2,7 +2,7 @@
 format. Used by ``ckptstore cp`` and ``ckptstore convert``.
 
 Both go through the commit protocol: at the destination the epoch's nodes are retracted,
-written (copies are verified against every CRC-32C on the way), then committed.
+written (copies are verified against every checksum on the way), then committed.
 
 Example::
 

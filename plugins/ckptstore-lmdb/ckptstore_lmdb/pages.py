@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ckptstore.errors import CkptStoreError
 from ckptstore.io import Buffer, byte_view
@@ -50,6 +50,11 @@ _META_PSIZE = _META + 24  # mm_dbs[FREE_DBI].md_pad holds the page size
 _META_MAIN_ROOT = _META + 24 + 48 + 40  # mm_dbs[MAIN_DBI].md_root
 _META_TXNID = _META + 24 + 96 + 8
 
+# a node's header (MDB_node): data size (low, high 16 bits), flags, key size; a branch
+# node's first three fields are its child's page number instead
+_NODE = struct.Struct("=HHHH")
+_PAGE_NUMBER = struct.Struct("=Q")  # where a large value's overflow pages start
+
 
 class LmdbFormatError(CkptStoreError, ValueError):
     """The bytes are not an LMDB file this walk understands (see the message).
@@ -62,9 +67,9 @@ class LmdbFormatError(CkptStoreError, ValueError):
     """
 
 
-@dataclass(frozen=True)
-class ValueSpan:
-    """One value: ``size`` bytes at ``offset`` of the file.
+class ValueSpan(NamedTuple):
+    """One value: ``size`` bytes at ``offset`` of the file (a tuple: one is made per value,
+    thousands per file, and ``(offset, size)`` pairs sort by offset as they are).
 
     Example::
 
@@ -135,23 +140,40 @@ def _walk_page(
     pointers = struct.unpack_from(f"={count}H", view, base + PAGE_HEADER)
     if flags & P_BRANCH:
         for pointer in pointers:
-            low, high, extra, _ = struct.unpack_from("=HHHH", view, base + pointer)
+            low, high, extra, _ = _NODE.unpack_from(view, base + pointer)
             pending.append(low | high << 16 | extra << 32)
     elif flags & P_LEAF and not flags & P_LEAF2:
-        for pointer in pointers:
-            low, high, node_flags, key_size = struct.unpack_from("=HHHH", view, base + pointer)
-            key_start = base + pointer + NODE_HEADER
-            if node_flags & (F_SUBDATA | F_DUPDATA):
-                raise LmdbFormatError("named or duplicate-key databases are not supported")
-            offset = key_start + key_size
-            if node_flags & F_BIGDATA:
-                offset = _unpack("=Q", view, offset) * psize + PAGE_HEADER
-            size = low | high << 16
-            if offset + size > view.nbytes:
-                raise LmdbFormatError(f"a value on page {page} runs past the end of the file")
-            spans[bytes(view[key_start : key_start + key_size])] = ValueSpan(offset, size)
+        _walk_leaf(view, page, base, pointers, psize, spans)
     else:
         raise LmdbFormatError(f"page {page} is neither a branch nor a leaf (flags {flags:#x})")
+
+
+def _walk_leaf(
+    view: memoryview,
+    page: int,
+    base: int,
+    pointers: tuple[int, ...],
+    psize: int,
+    spans: dict[bytes, ValueSpan],
+) -> None:
+    """Add the value of every node of leaf page ``page`` (at offset ``base``) to
+    ``spans``: the loop runs once per value of the file, so it holds its lookups in
+    locals (precompiled structs, the file's size)."""
+    unpack_node = _NODE.unpack_from
+    unpack_page_number = _PAGE_NUMBER.unpack_from
+    end = view.nbytes
+    for pointer in pointers:
+        low, high, node_flags, key_size = unpack_node(view, base + pointer)
+        key_start = base + pointer + NODE_HEADER
+        if node_flags & (F_SUBDATA | F_DUPDATA):
+            raise LmdbFormatError("named or duplicate-key databases are not supported")
+        offset = key_start + key_size
+        if node_flags & F_BIGDATA:
+            offset = unpack_page_number(view, offset)[0] * psize + PAGE_HEADER
+        size = low | high << 16
+        if offset + size > end:
+            raise LmdbFormatError(f"a value on page {page} runs past the end of the file")
+        spans[bytes(view[key_start : key_start + key_size])] = ValueSpan(offset, size)
 
 
 def _unpack(fmt: str, view: memoryview, offset: int) -> int:

@@ -209,3 +209,41 @@ def test_an_io_error_stays_one_unless_the_disk_is_full(
     full = os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255))
     monkeypatch.setattr(lmdb_db.os, "statvfs", lambda path: full)
     assert lmdb_db._os_error(error, str(tmp_path)).errno == errno.ENOSPC
+
+
+def _drop_one(spans: dict[bytes, Any]) -> None:
+    spans.popitem()
+
+
+def _rename_one(spans: dict[bytes, Any]) -> None:
+    spans[b"x"] = spans.pop(lmdb_key("b", 0))
+
+
+def _shrink_one(spans: dict[bytes, Any]) -> None:
+    spans[lmdb_key("b", 0)] = spans[lmdb_key("b", 0)]._replace(size=1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_drop_one, "holds 2 values, 3 were written"),
+        (_rename_one, "holds no value b'b"),
+        (_shrink_one, "holds 1 bytes, 24 were written"),
+    ],
+)
+def test_a_file_unlike_what_was_written_is_refused(
+    checkpoints: Checkpoints, monkeypatch: pytest.MonkeyPatch, damage: Any, message: str
+) -> None:
+    """The values the walk finds must be those written, each of the size written."""
+    from ckptstore_lmdb import db as lmdb_db
+
+    walk = lmdb_db.value_spans
+
+    def damaged(view: memoryview) -> Any:
+        spans = walk(view)
+        damage(spans)
+        return spans
+
+    monkeypatch.setattr(lmdb_db, "value_spans", damaged)
+    with pytest.raises(CorruptCheckpointError, match=message):
+        checkpoints.save({name: np.zeros(3) for name in ("a", "b", "c")})

@@ -97,6 +97,76 @@ def memory_kept(enabled: bool = True) -> Iterator[str]:
         PAGE_REPORTING_ORDER.write_text(before)
 
 
+BLKIO = Path("/sys/fs/cgroup/blkio")
+"""cgroup v1's block I/O controller, whose throttle slows one group's reads and writes."""
+BLOCK_DEVICES = Path("/sys/dev/block")
+
+
+def block_device(directory: Path) -> str:
+    """``MAJOR:MINOR`` of the whole disk holding ``directory`` (a throttle takes disks, not
+    partitions); ValueError if no block device holds it (tmpfs, for one)."""
+    device = os.stat(directory).st_dev
+    entry = BLOCK_DEVICES / f"{os.major(device)}:{os.minor(device)}"
+    if not entry.exists():
+        raise ValueError(f"{directory} is on no block device: a disk limit needs a disk")
+    if (entry / "partition").exists():
+        entry = entry.resolve().parent
+    return (entry / "dev").read_text().strip()
+
+
+def _blkio_group() -> Path:
+    """The blkio cgroup this process is in now."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, group = line.split(":", 2)
+        if "blkio" in controllers.split(","):
+            return BLKIO / group.lstrip("/")
+    raise RuntimeError("this process is in no blkio cgroup")
+
+
+@contextmanager
+def disk_limited(directory: Path, mib_per_s: int | None) -> Iterator[str]:
+    """Slow the disk holding ``directory`` to ``mib_per_s`` MiB/s of reads and of writes
+    for this process and every process it starts, for the body; yields a sentence for
+    the report (empty, and nothing touched, when ``mib_per_s`` is None).
+
+    This machine's virtual disk writes 2-4 GiB/s, faster than most disks a training job
+    checkpoints to: a network volume in a cloud writes a few hundred MiB/s (AWS gp3's
+    baseline is 125 MiB/s). The process moves into a new blkio cgroup (cgroup v1, as
+    root) whose throttle limits the I/O it submits: ``O_DIRECT`` writes, and the
+    write-back an fsync starts. Write-back the kernel's flusher starts on its own, later,
+    is not limited, which favours a tool that leaves data unsynced, never ckptstore.
+    The process moves back and the group is removed afterwards, also on failure.
+    """
+    if mib_per_s is None:
+        yield ""
+        return
+    if mib_per_s <= 0:
+        raise ValueError(f"a disk limit must be positive, got {mib_per_s} MiB/s")
+    device = block_device(directory)
+    if not (BLKIO / "blkio.throttle.write_bps_device").exists():
+        raise RuntimeError(
+            f"no cgroup v1 blkio throttle at {BLKIO}: a disk limit needs one (and root)"
+        )
+    home = _blkio_group()
+    group = BLKIO / f"ckptstore-bench-{os.getpid()}"
+    group.mkdir()
+    try:
+        limit = f"{device} {mib_per_s << 20}"
+        (group / "blkio.throttle.write_bps_device").write_text(limit)
+        (group / "blkio.throttle.read_bps_device").write_text(limit)
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            yield (
+                f"The disk ({device}) limited to {mib_per_s} MiB/s of reads and of writes "
+                "for the run, as a network volume in a cloud (a blkio cgroup throttle; "
+                'docs/benchmarks.md, "Training loop with async saves").'
+            )
+        finally:
+            (home / "cgroup.procs").write_text(str(os.getpid()))
+    finally:
+        group.rmdir()
+
+
 @dataclass(frozen=True)
 class DiskUsage:
     """What a checkpoint occupies: files, bytes in them, bytes the file system allocated."""

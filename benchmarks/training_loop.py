@@ -27,6 +27,7 @@ all saves and epochs, the median loop time, the highest peak.
     python -m benchmarks.training_loop --mib 512 --repeat 3
     python -m benchmarks.training_loop --mib 512 --compute-threads 1   # a core left free
     python -m benchmarks.training_loop --mib 512 --compute-seconds 3.3  # fixed compute
+    python -m benchmarks.training_loop --mib 512 --disk-mibps 250  # a cloud volume's speed
     python -m benchmarks.training_loop --smoke   # 16 MiB, 3 epochs, in one process (CI)
     python -m benchmarks.training_loop --docs    # also write docs/benchmarks.md's section
 """
@@ -47,7 +48,7 @@ from typing import Any
 
 from benchmarks.peers import installed, remove
 from benchmarks.report import RESULTS, publish
-from benchmarks.system import memory_kept
+from benchmarks.system import disk_limited, memory_kept
 from benchmarks.training_rows import (
     COMPUTE_THREADS,
     NODE,
@@ -275,14 +276,23 @@ def main(argv: list[str] | None = None) -> int:
         help="compute per epoch in seconds (default: 1.5x the synchronous save, as issue "
         "13 defines the loop; a fixed compute compares runs whose saves differ in speed)",
     )
+    parser.add_argument(
+        "--disk-mibps",
+        type=int,
+        help="limit the disk to this many MiB/s of reads and of writes for the run, as a "
+        "network volume in a cloud (root, cgroup v1 blkio; default: the disk's own speed)",
+    )
     args = parser.parse_args(argv)
-    with memory_kept(not args.smoke) as memory:
+    directory = Path(args.disk)
+    directory.mkdir(parents=True, exist_ok=True)
+    with (
+        memory_kept(not args.smoke) as memory,
+        disk_limited(directory, args.disk_mibps) as disk,
+    ):
         if args.compute_threads:
             os.environ[COMPUTE_THREADS] = str(args.compute_threads)
         if args.smoke:
             args.mib, args.epochs = [16], 3
-        directory = Path(args.disk)
-        directory.mkdir(parents=True, exist_ok=True)
         options = " --smoke" if args.smoke else ""
         if not args.smoke and args.mib != [512, 1024]:
             options += " --mib " + " ".join(str(mib) for mib in args.mib)
@@ -294,12 +304,15 @@ def main(argv: list[str] | None = None) -> int:
             threads = f"{args.compute_threads} BLAS thread{'s' if args.compute_threads > 1 else ''}"
         if args.compute_seconds:
             options += f" --compute-seconds {args.compute_seconds:g}"
-        report = [
+        if args.disk_mibps:
+            options += f" --disk-mibps {args.disk_mibps}"
+        setting = (
             f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
             f"zarr with its default settings; compute on {threads}; "
             f"{len(os.sched_getaffinity(0))} CPUs, load average "
-            f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine). {memory}".rstrip()
-        ]
+            f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
+        )
+        report = [" ".join(part for part in (setting, memory, disk) if part)]
         for mib in args.mib:
             calibration = calibrate(mib, directory, not args.smoke, args.compute_seconds)
             runs: dict[str, list[dict[str, Any]]] = {label: [] for label in ROWS}
@@ -336,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.compute_seconds:
             name += "_fixed"
             marker += "-fixed-compute"
+        if args.disk_mibps:
+            name += f"_disk{args.disk_mibps}"
+            marker += f"-disk-{args.disk_mibps}mibps"
         publish("\n".join(report), name, marker, smoke=args.smoke, docs=args.docs)
         return 0
 

@@ -1,7 +1,11 @@
-"""The benchmarks' machine settings: free page reporting is off only for the run."""
+"""The benchmarks' machine settings: free page reporting is off, and a disk limit on, only
+for the run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +55,77 @@ def test_a_setting_that_cannot_be_changed_is_reported(monkeypatch: pytest.Monkey
     monkeypatch.setattr(system, "PAGE_REPORTING_ORDER", Path("/proc/self/stat"))
     with system.memory_kept() as note:
         assert "could not stop it" in note
+
+
+def _blkio_group_of(pid: int | str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, group = line.split(":", 2)
+        if "blkio" in controllers.split(","):
+            return group
+    raise AssertionError(f"process {pid} is in no blkio cgroup")
+
+
+needs_blkio = pytest.mark.skipif(
+    os.geteuid() != 0 or not (system.BLKIO / "blkio.throttle.write_bps_device").exists(),
+    reason="a disk limit needs root and cgroup v1's blkio throttle",
+)
+
+
+@needs_blkio
+def test_a_disk_limit_holds_for_the_run_and_its_children_then_is_lifted(tmp_path: Path) -> None:
+    home = _blkio_group_of("self")
+    device = system.block_device(tmp_path)
+    with system.disk_limited(tmp_path, 4096) as note:
+        group = _blkio_group_of("self")
+        assert group != home
+        limits = system.BLKIO / group.lstrip("/")
+        for kind in ("write", "read"):
+            written = (limits / f"blkio.throttle.{kind}_bps_device").read_text().split()
+            assert written == [device, str(4096 << 20)]
+        child = subprocess.run(
+            [sys.executable, "-c", "print(open('/proc/self/cgroup').read())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert f"blkio:{group}\n" in child.stdout
+        assert "limited to 4096 MiB/s" in note
+    assert _blkio_group_of("self") == home
+    assert not limits.exists()
+
+
+@needs_blkio
+def test_a_disk_limit_is_lifted_when_the_run_fails(tmp_path: Path) -> None:
+    home = _blkio_group_of("self")
+    groups: list[Path] = []
+
+    def trial() -> None:
+        groups.append(system.BLKIO / _blkio_group_of("self").lstrip("/"))
+        raise RuntimeError("a trial failed")
+
+    with pytest.raises(RuntimeError, match="a trial failed"), system.disk_limited(tmp_path, 4096):
+        trial()
+    limits = groups[0]
+    assert limits != system.BLKIO / home.lstrip("/")
+    assert _blkio_group_of("self") == home
+    assert not limits.exists()
+
+
+def test_no_disk_limit_touches_nothing(tmp_path: Path) -> None:
+    home = _blkio_group_of("self")
+    with system.disk_limited(tmp_path, None) as note:
+        assert _blkio_group_of("self") == home
+    assert note == ""
+
+
+def test_a_disk_limit_needs_a_disk() -> None:
+    with (
+        pytest.raises(ValueError, match="on no block device"),
+        system.disk_limited(Path("/dev/shm"), 250),
+    ):
+        raise AssertionError("the body ran")
+
+
+def test_a_disk_limit_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="must be positive"), system.disk_limited(tmp_path, 0):
+        raise AssertionError("the body ran")

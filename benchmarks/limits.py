@@ -209,7 +209,7 @@ def read_one_file(path: Path, target: memoryview, threads: int, block: int) -> f
         os.close(fd)
 
 
-def _clear(directory: Path) -> None:
+def clear_trial(directory: Path) -> None:
     """Delete a trial's files, and have the file system commit the deletion (and trim
     the freed blocks on disks mounted with ``discard``) before the next trial's clock."""
     for path in directory.iterdir():
@@ -264,13 +264,13 @@ def disk_trials(
             for method, run in runs:
                 seconds = run()
                 writes[method] = min(writes.get(method, seconds), seconds)
-                _clear(work)
+                clear_trial(work)
             seconds = write_one_file(work / "raw.bin", source, 4, 16 * MiB, checksum=True)
             floors[CHECKSUMMED] = min(floors.get(CHECKSUMMED, seconds), seconds)
-            _clear(work)
+            clear_trial(work)
             seconds = write_many_files(work, source, 3, 16 * MiB, checksum=True)
             floors[CHECKSUMMED_FILES] = min(floors.get(CHECKSUMMED_FILES, seconds), seconds)
-            _clear(work)
+            clear_trial(work)
         write_one_file(work / "raw.bin", source, 4, 64 * MiB)
         target = np.ones(nbytes, dtype=np.uint8)  # faulted in: the reader's buffer is ready
         cold = "" if is_memory(location) else "cold " if drop_caches() else "warm "
@@ -287,7 +287,7 @@ def disk_trials(
         if not np.array_equal(target[:4096], np.asarray(source[:4096])):
             raise RuntimeError("the raw file did not read back as written")
     finally:
-        _clear(work)
+        clear_trial(work)
         work.rmdir()
     return (
         [Trial(m, nbytes, s) for m, s in writes.items()],

@@ -24,16 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.limits import clear_trial, page_aligned, source_bytes, write_one_file
+from benchmarks.limits import (
+    clear_trial,
+    one_file_method,
+    page_aligned,
+    source_bytes,
+    write_one_file,
+)
 from benchmarks.peers import ckptstore_save, remove
 from benchmarks.report import RESULTS, publish
 from benchmarks.system import memory_kept, syncfs
 from benchmarks.workload import MiB, make_workload, nbytes
 
-METHODS = {
-    f"one file, {threads} thread{'s' * (threads > 1)}, 64 MiB pwrite O_DIRECT": threads
-    for threads in (1, 2)
-}
+METHODS = {one_file_method(threads, 64 * MiB, direct=True): threads for threads in (1, 2)}
 OURS = "ckptstore zarr save"
 TARGET = 0.85
 

@@ -222,6 +222,12 @@ def source_bytes(nbytes: int) -> np.ndarray:
     return np.frombuffer(np.random.default_rng(0).bytes(nbytes), dtype=np.uint8)
 
 
+def one_file_method(threads: int, block: int, direct: bool = False) -> str:
+    """The name of :func:`write_one_file`'s method with these settings, as tables show it."""
+    name = f"one file, {threads} thread{'s' * (threads > 1)}, {block // MiB} MiB pwrite"
+    return name + " O_DIRECT" if direct else name
+
+
 def disk_trials(
     location: Path, nbytes: int, repeat: int = 1
 ) -> tuple[list[Trial], list[Trial], list[Trial]]:
@@ -237,15 +243,14 @@ def disk_trials(
         for block in BLOCKS:
             runs.append(
                 (
-                    f"one file, {threads} thread{'s' * (threads > 1)}, {block // MiB} MiB pwrite",
+                    one_file_method(threads, block),
                     partial(write_one_file, work / "raw.bin", source, threads, block),
                 )
             )
             if not is_memory(location):
                 runs.append(
                     (
-                        f"one file, {threads} thread{'s' * (threads > 1)}, {block // MiB} MiB "
-                        "pwrite O_DIRECT",
+                        one_file_method(threads, block, direct=True),
                         partial(
                             write_one_file, work / "raw.bin", aligned_source, threads, block, True
                         ),

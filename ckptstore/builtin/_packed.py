@@ -20,7 +20,8 @@ is written, so its pieces go to storage in parallel through the I/O engine:
 
 Local disk writes every piece in place (``pwritev``) and fsyncs the file once; object
 stores upload the archive as one multipart upload with parallel parts. Nothing is
-padded but the alignment of large members' data.
+padded but the alignment of large members' data. Members are stored as they are, but
+for documents the format deflates (:func:`document_member`: zarr's ``zarr.json``).
 
 The manifest records every blob's byte range(s) with a CRC-32 each (what a load
 checks, reading only its blobs' ranges), and the rest of the archive as format ranges
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -77,10 +79,12 @@ from ckptstore.records._dtypes import encode_dtype
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
 __all__ = [
+    "Inflated",
     "Member",
     "archive_name",
     "archive_shares",
     "check_ranges",
+    "document_member",
     "is_archive",
     "manifest_ranges",
     "read_archive",
@@ -181,18 +185,54 @@ def is_archive(first: str, key: str) -> bool:
     )
 
 
+class Inflated(NamedTuple):
+    """What a deflated document inflates to: its size and CRC-32 (the ZIP records both)."""
+
+    size: int
+    crc: int
+
+
 class Member(NamedTuple):
     """One archive member: ``prefix`` (a document, an npy header) followed by the bytes of
-    ``array`` (the blob ``blob``), if any."""
+    ``array`` (the blob ``blob``), if any. A document without an array may be stored
+    deflated (:func:`document_member`): ``prefix`` then holds the deflated bytes and
+    ``inflated`` what they inflate to."""
 
     name: str
     prefix: bytes
     blob: str | None = None
     array: np.ndarray[Any, Any] | None = None
+    inflated: Inflated | None = None
 
     @property
     def data_size(self) -> int:
         return 0 if self.array is None else int(self.array.nbytes)
+
+
+DEFLATE_LEVEL = 6
+"""zlib's level for documents: zarr's 300-byte ``zarr.json`` deflates to 172 bytes at 6
+(175 at 1, 172 at 9); a document is deflated once per distinct content."""
+
+
+def document_member(name: str, document: bytes) -> Member:
+    """The member ``name`` holding ``document``, deflated (ZIP method 8) when that makes
+    it smaller. Every reader of ZIPs inflates such members (``zipfile``, so zarr's
+    ``ZipStore`` and fsspec's ``zip::``), and ckptstore never reads them: a load takes
+    dtypes and shapes from the manifest. A zarr checkpoint of 10,000 blobs of 4 KiB
+    holds 10,000 documents: deflated, they take 1.28 MB less (allocated bytes 1.12x
+    the data's instead of 1.15x).
+
+    Example::
+
+        >>> member = document_member("a/zarr.json", b'{"zarr_format":3}' * 4)
+        >>> len(member.prefix), member.inflated.size
+        (22, 68)
+    """
+    compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    deflated = compressor.compress(document) + compressor.flush()
+    if len(deflated) >= len(document):
+        return Member(name, document)
+    return Member(name, deflated, inflated=Inflated(len(document), crc32_of([document])))
 
 
 class _Ranges:
@@ -239,7 +279,7 @@ def write_shared(
 
 
 def write_archives(db: DBLocation, archives: Sequence[tuple[str, Sequence[Member]]]) -> WrittenDB:
-    """Write each ``(archive, members)`` as a stored ZIP under ``db``, all at once: their
+    """Write each ``(archive, members)`` as a ZIP under ``db``, all at once: their
     pieces go to the engine interleaved, the archive with the fewest bytes sent so far
     first, so that parallel writers fill every file together (on tmpfs one file takes
     one writer at a time). Returns every blob's records (its data ranges) and the
@@ -296,11 +336,17 @@ class _ArchivePlan:
     def make(cls, archive: str, members: Sequence[Member], piece_bytes: int) -> _ArchivePlan:
         sizes = [
             len(prefix) if array is None else len(prefix) + array.nbytes
-            for _, prefix, _, array in members
+            for _, prefix, _, array, _ in members
         ]
         pieced = _written_in_pieces(members, sizes, piece_bytes)
         names = [member.name for member in members]
-        layout = ZipLayout.place(names, sizes, _residues(members, pieced))
+        deflated = {}
+        for index, member in enumerate(members):
+            if member.inflated is not None:
+                if member.array is not None:
+                    raise ValueError(f"member {member.name!r}: only a document is deflated")
+                deflated[index] = member.inflated.size
+        layout = ZipLayout.place(names, sizes, _residues(members, pieced), deflated)
         found = _Ranges(archive, len(members))
         return cls(archive, members, pieced, piece_bytes, layout, found)
 
@@ -456,9 +502,11 @@ def _run_request(
                     at = start + data_at
                     chunk = ChunkRecord(archive, at, end - data_at, end - data_at, data_crc)
                     chunks.append((member.blob, (chunk,)))
-            crcs[index] = crc
+            inflated = member.inflated  # the ZIP wants the CRC-32 of the inflated bytes
+            zip_crc = crc if inflated is None else inflated.crc
+            crcs[index] = zip_crc
             header = header_offsets[index] - start
-            header_into(view, header, index, crc)
+            header_into(view, header, index, zip_crc)
             run_crc = crc32_combine(_crc32(view[header:first], run_crc), crc, end - first)
         run = ChunkRecord(archive, start, nbytes, nbytes, run_crc)
         with found.lock:

@@ -1,6 +1,9 @@
-"""A stored (uncompressed) ZIP archive laid out before a byte of it is written.
+"""A ZIP archive laid out before a byte of it is written.
 
-Every member's length is known up front (zarr documents, npy headers, array bytes), so
+Members are stored (uncompressed), but for small documents the caller compressed
+already (ZIP method 8, raw deflate: a zarr ``zarr.json`` per blob, 300 bytes stored, 172
+deflated). Every member's length is known up front (documents, npy headers, array
+bytes), so
 the offset of every local header, every member's data and the central directory is
 computed first; the bytes can then be written in parallel, at those offsets, in any
 order. Members whose data is large are aligned (the local header's extra field is
@@ -44,6 +47,8 @@ import numpy as np
 __all__ = [
     "ALIGN",
     "ALIGN_FROM",
+    "DEFLATED",
+    "STORED",
     "ZipLayout",
 ]
 
@@ -51,6 +56,8 @@ ALIGN = 4096
 """Data of members of at least ``ALIGN_FROM`` bytes starts at a multiple of this (plus
 the member's residue, when :meth:`ZipLayout.place` is given one)."""
 ALIGN_FROM = 64 << 10
+STORED, DEFLATED = 0, 8
+"""ZIP compression methods: stored as is, or raw deflate."""
 _U32 = 0xFFFFFFFF
 _U16 = 0xFFFF
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01: archives are reproducible
@@ -91,7 +98,9 @@ class PlacedMember(NamedTuple):
     header_offset: int
     data_offset: int
     padding: int
-    flags: int = 0  # general purpose flags: UTF-8 names
+    flags: int  # general purpose flags: UTF-8 names
+    method: int  # STORED or DEFLATED
+    expanded: int  # the data's size once inflated: ``size``, unless DEFLATED
 
     @property
     def header_size(self) -> int:
@@ -116,6 +125,8 @@ class ZipLayout:
     data_offsets: tuple[int, ...]
     paddings: tuple[int, ...]
     flags: tuple[int, ...]
+    methods: tuple[int, ...]
+    expanded: tuple[int, ...]
     directory_offset: int
     directory_size: int
     total_size: int
@@ -133,6 +144,8 @@ class ZipLayout:
                 self.data_offsets,
                 self.paddings,
                 self.flags,
+                self.methods,
+                self.expanded,
             )
         )
 
@@ -146,13 +159,17 @@ class ZipLayout:
         names: Sequence[str],
         lengths: Sequence[int],
         residues: Mapping[int, int] | None = None,
+        deflated: Mapping[int, int] | None = None,
     ) -> ZipLayout:
         """Place members named ``names`` of ``lengths`` bytes, in this order: offsets by
         cumulative sums (numpy), a scalar step only at each member large enough to be
         aligned. ``residues`` maps a member's index to the remainder modulo
         :data:`ALIGN` its data should start at (default 0), for members that are
-        aligned."""
+        aligned. ``deflated`` maps the index of a member stored deflated (its
+        ``lengths`` entry counts the deflated bytes) to its size once inflated; such a
+        member is a small document (less than :data:`ALIGN_FROM` bytes either way)."""
         residues = residues or {}
+        deflated = deflated or {}
         count = len(names)
         encoded = tuple([name.encode() for name in names])
         sizes = np.fromiter(lengths, dtype=np.int64, count=count)
@@ -179,6 +196,11 @@ class ZipLayout:
             first = index + 1
         data_offsets = header_offsets + headers + paddings
         flags = tuple([0 if name.isascii() else _UTF8_FLAG for name in encoded])
+        methods, expanded = [STORED] * count, sizes.tolist()
+        for index, size in deflated.items():
+            if not (0 <= size < ALIGN_FROM and 0 <= expanded[index] < ALIGN_FROM):
+                raise ValueError(f"member {names[index]!r} is too large to be stored deflated")
+            methods[index], expanded[index] = DEFLATED, size
         # per member: a fixed part and the name (not the local header's ZIP64 field)
         name_bytes = int(headers.sum()) - LOCAL_HEADER_SIZE * count - 20 * int(huge.sum())
         directory_size = count * CENTRAL_HEADER_SIZE + name_bytes
@@ -189,6 +211,8 @@ class ZipLayout:
             tuple(data_offsets.tolist()),
             tuple(paddings.tolist()),
             flags,
+            tuple(methods),
+            tuple(expanded),
             offset,
             0,
             0,
@@ -217,8 +241,8 @@ class ZipLayout:
             return at + len(header)
         encoded = self.encoded[index]  # the common case: no extra field, packed in place
         _LOCAL.pack_into(
-            buffer, at, 0x04034B50, 20, self.flags[index], 0, _DOS_TIME, _DOS_DATE, crc,
-            size, size, len(encoded), 0,
+            buffer, at, 0x04034B50, 20, self.flags[index], self.methods[index], _DOS_TIME,
+            _DOS_DATE, crc, size, self.expanded[index], len(encoded), 0,
         )  # fmt: skip
         end = at + LOCAL_HEADER_SIZE + len(encoded)
         buffer[at + LOCAL_HEADER_SIZE : end] = encoded
@@ -259,10 +283,12 @@ class ZipLayout:
         fixed["made_by"] = (3 << 8) | 45  # made by unix, spec 4.5
         fixed["needed"] = 20
         fixed["flags"] = self.flags
+        fixed["method"] = self.methods
         fixed["time"] = _DOS_TIME
         fixed["date"] = _DOS_DATE
         fixed["crc"] = crcs
-        fixed["compressed"] = fixed["size"] = self.sizes
+        fixed["compressed"] = self.sizes
+        fixed["size"] = self.expanded
         lengths = np.fromiter(map(len, self.encoded), dtype=np.int64, count=count)
         fixed["name_length"] = lengths
         fixed["mode"] = 0o100644 << 16
@@ -288,26 +314,27 @@ class ZipLayout:
             size = member.size
             offset = member.header_offset
             encoded = member.encoded
+            method, expanded = member.method, member.expanded
             if size < _U32 and offset < _U32:  # the common case
                 out += pack(
-                    0x02014B50, made_by, 20, member.flags, 0, _DOS_TIME, _DOS_DATE, crc,
-                    size, size, len(encoded), 0, 0, 0, 0, mode, offset,
+                    0x02014B50, made_by, 20, member.flags, method, _DOS_TIME, _DOS_DATE,
+                    crc, size, expanded, len(encoded), 0, 0, 0, 0, mode, offset,
                 )  # fmt: skip
                 out += encoded
                 continue
             extra = _central_extra(member)
-            size32 = _U32 if size >= _U32 else size
+            size32 = _U32 if size >= _U32 else size  # deflated members are small
             out += pack(
                 0x02014B50,
                 made_by,
                 45 if extra else 20,
                 member.flags,
-                0,
+                method,
                 _DOS_TIME,
                 _DOS_DATE,
                 crc,
                 size32,
-                size32,
+                _U32 if size >= _U32 else expanded,
                 len(encoded),
                 len(extra),
                 0,
@@ -333,12 +360,12 @@ def _local_header(member: PlacedMember, crc: int) -> bytes:
         0x04034B50,
         45 if extra[:2] == b"\x01\x00" else 20,
         member.flags,
-        0,  # stored
+        member.method,
         _DOS_TIME,
         _DOS_DATE,
         crc,
         size32,
-        size32,
+        _U32 if member.size >= _U32 else member.expanded,
         len(member.encoded),
         len(extra),
     )

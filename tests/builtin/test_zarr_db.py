@@ -4,6 +4,8 @@ partial loads that read only what they need."""
 
 from __future__ import annotations
 
+import json
+import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -157,6 +159,35 @@ def test_every_format_byte_is_checksummed(tmp_path: Path) -> None:
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert problem.file is not None
     assert problem.file.endswith("blobs.zarr.zip")
+
+
+def test_array_documents_are_stored_deflated_and_damage_to_them_is_found(
+    tmp_path: Path,
+) -> None:
+    """Each array's ``zarr.json`` is a deflated ZIP member (300 bytes stored in 172 for
+    a float32 vector): plain zarr inflates it, and a flipped byte in it is reported."""
+    storage = LocalPath(str(tmp_path))
+    values = {f"layer{i}": np.full(1024, i, dtype=np.float32) for i in range(3)}
+    save(storage, values)
+    archive = tmp_path / "trainer_0.1" / "blobs.zarr.zip"
+    with zipfile.ZipFile(archive) as opened:
+        assert opened.testzip() is None
+        info = opened.getinfo("layer1/zarr.json")
+        assert info.compress_type == zipfile.ZIP_DEFLATED
+        assert info.compress_size < 0.6 * info.file_size
+        assert json.loads(opened.read("layer1/zarr.json"))["shape"] == [1024]
+        assert opened.getinfo("layer1/c.0").compress_type == zipfile.ZIP_STORED
+    group = open_plain(tmp_path / "trainer_0.1")
+    for name, value in values.items():
+        np.testing.assert_array_equal(group[name][:], value)
+    with zipfile.ZipFile(archive) as opened:
+        info = opened.getinfo("layer1/zarr.json")
+        inside = info.header_offset + 30 + len(info.filename) + info.compress_size // 2
+    flip_byte(archive, inside)
+    (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
+    assert problem.file is not None
+    assert problem.file.endswith("blobs.zarr.zip")
+    assert problem.blob is None  # a format range: the blobs' own bytes are intact
 
 
 @pytest.mark.parametrize(

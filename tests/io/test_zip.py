@@ -16,19 +16,29 @@ from ckptstore.io._checksum import crc32_combine, crc32_of
 from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout
 
 
+def deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
 def build(
-    contents: dict[str, bytes], residues: dict[int, int] | None = None
+    contents: dict[str, bytes],
+    residues: dict[int, int] | None = None,
+    deflated: frozenset[str] = frozenset(),
 ) -> tuple[ZipLayout, bytes]:
-    layout = ZipLayout.place(list(contents), [len(data) for data in contents.values()], residues)
+    """An archive of ``contents``, the members named in ``deflated`` stored deflated."""
+    stored = [deflate(data) if name in deflated else data for name, data in contents.items()]
+    inflated = {i: len(data) for i, (n, data) in enumerate(contents.items()) if n in deflated}
+    layout = ZipLayout.place(list(contents), [len(data) for data in stored], residues, inflated)
     out = bytearray(layout.total_size)
     crcs = []
     for index, (member, data) in enumerate(zip(layout.members, contents.values(), strict=True)):
-        crc = crc32_of([data])
+        crc = crc32_of([data])  # of the inflated bytes
         crcs.append(crc)
         header = layout.local_header(index, crc)
         assert len(header) == member.header_size
         out[member.header_offset : member.data_offset] = header
-        out[member.data_offset : member.end] = data
+        out[member.data_offset : member.end] = stored[index]
     tail = layout.central_directory(crcs)
     out[layout.directory_offset :] = tail
     assert layout.directory_offset + len(tail) == layout.total_size
@@ -67,6 +77,33 @@ def test_large_members_start_at_the_residue_asked_for(residue: int) -> None:
         assert [opened.read(name) for name in contents] == list(contents.values())
 
 
+def test_deflated_documents_are_inflated_by_zipfile() -> None:
+    """Small documents stored deflated (ZIP method 8) among stored members: zipfile
+    inflates them and checks their CRC-32 (of the inflated bytes), and the header the
+    writers pack in place is the one :meth:`ZipLayout.local_header` builds."""
+    document = b'{"zarr_format":3,"node_type":"array","shape":[1024]}' * 3
+    contents = {"a/zarr.json": document, "a/c.0": os.urandom(4096), "b/zarr.json": document}
+    layout, archive = build(contents, deflated=frozenset({"a/zarr.json", "b/zarr.json"}))
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert opened.testzip() is None
+        for name, data in contents.items():
+            info = opened.getinfo(name)
+            deflated = name.endswith("zarr.json")
+            assert info.compress_type == (zipfile.ZIP_DEFLATED if deflated else zipfile.ZIP_STORED)
+            assert info.file_size == len(data)
+            assert (info.compress_size < len(data)) is deflated
+            assert opened.read(name) == data
+    for index, member in enumerate(layout.members):
+        packed = bytearray(member.header_size)
+        layout.local_header_into(packed, 0, index, 1234)
+        assert bytes(packed) == layout.local_header(index, 1234)
+
+
+def test_a_large_member_is_never_deflated() -> None:
+    with pytest.raises(ValueError, match="too large to be stored deflated"):
+        ZipLayout.place(["big"], [10], deflated={0: ALIGN_FROM})
+
+
 def test_a_wrong_crc_is_caught_by_zipfile() -> None:
     _, archive = build({"a": b"hello world"})
     broken = bytearray(archive)
@@ -82,9 +119,14 @@ def test_zip64_end_records_for_many_members() -> None:
         assert len(opened.infolist()) == 70_000
 
 
-def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deflated", [False, True])
+def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path, deflated: bool) -> None:
+    """A member after 4 GiB has its offset in a ZIP64 field, deflated or not."""
     big = (4 << 30) + 10  # a sparse member: zeros never written
-    layout = ZipLayout.place(["big", "after"], [big, 5])
+    stored = deflate(b"after") if deflated else b"after"
+    layout = ZipLayout.place(
+        ["big", "after"], [big, len(stored)], deflated={1: 5} if deflated else {}
+    )
     zeros = crc32_of([b"\0" * (1 << 20)])
     crc_big, length = 0, 0
     while length < big:  # CRC-32 of 4 GiB of zeros from CRC-32s of 1 MiB pieces
@@ -100,13 +142,14 @@ def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path) -> None:
             out.seek(member.header_offset)
             out.write(layout.local_header(index, crcs[index]))
         out.seek(layout.members[1].data_offset)
-        out.write(b"after")
+        out.write(stored)
         out.seek(layout.directory_offset)
         out.write(layout.central_directory(crcs))
     assert path.stat().st_size == layout.total_size
     with zipfile.ZipFile(path) as opened:
         assert opened.getinfo("big").file_size == big
         assert opened.getinfo("after").header_offset > 1 << 32
+        assert opened.getinfo("after").compress_type == (8 if deflated else 0)
         assert opened.read("after") == b"after"
 
 

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
+import struct
+import tracemalloc
+import zlib
+from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.protocol._commit import EpochCommit, NodeCommit
-from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._limits import Limits, set_limits
+from ckptstore.records._documents import (
+    GZIP_MAGIC,
+    decode_document,
+    encode_document,
+    gzip_document,
+)
+from ckptstore.records._limits import Limits, current_limits, set_limits
+from tests.attacks.forge import gzip_bomb
 
 KIND = "ckptstore.test"
 
@@ -200,3 +213,128 @@ def test_documents_written_by_the_standard_library_still_decode() -> None:
     assert decode(reformatted) == body
     with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
         decode(reformatted.replace(b"1e-05", b"2e-05"))
+
+
+# -- gzip-compressed documents (large manifests are stored so) ----------------------------
+
+
+@contextlib.contextmanager
+def document_limit(nbytes: int) -> Iterator[None]:
+    """Within: ``Limits.max_document_bytes`` is ``nbytes``."""
+    set_limits(replace(current_limits(), max_document_bytes=nbytes))
+    try:
+        yield
+    finally:
+        set_limits(None)
+
+
+def test_a_gzip_compressed_document_decodes_as_its_json() -> None:
+    data = commit_document()
+    compressed = gzip_document(data)
+    assert compressed.startswith(GZIP_MAGIC)
+    assert gzip.decompress(compressed) == data  # plain gzip: zcat shows it
+    assert decode(compressed, "ckptstore.commit") == decode(data, "ckptstore.commit")
+    assert gzip_document(data) == compressed  # deterministic: no time in the header
+    # another compressor's header (a file name, a time, another OS) is gzip all the same
+    assert decode(gzip.compress(data, mtime=1), "ckptstore.commit")["epoch"] == 4
+
+
+def test_the_json_checks_apply_to_the_decompressed_document() -> None:
+    damaged = commit_document().replace(b'"epoch":4', b'"epoch":5')
+    with pytest.raises(CorruptCheckpointError, match="CRC-32C"):
+        decode(gzip_document(damaged), "ckptstore.commit")
+    with pytest.raises(CorruptCheckpointError, match=r"expected a 'ckptstore\.manifest'"):
+        decode(gzip_document(commit_document()), "ckptstore.manifest")
+    deep = gzip_document(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(CorruptCheckpointError, match="levels deep"):
+        decode(deep, "ckptstore.commit")
+
+
+def test_the_document_limit_bounds_the_decompressed_json() -> None:
+    data = commit_document()
+    compressed = gzip_document(data)
+    assert len(compressed) < len(data)
+    with document_limit(len(data)):
+        assert decode(compressed, "ckptstore.commit")["epoch"] == 4
+    with (
+        document_limit(len(data) - 1),
+        pytest.raises(CorruptCheckpointError, match="decompresses to more than the limit"),
+    ):
+        decode(compressed, "ckptstore.commit")
+
+
+@pytest.mark.parametrize("nbytes", [8 << 20, 200 << 20])
+def test_a_gzip_bomb_is_refused_without_decompressing_beyond_the_limit(nbytes: int) -> None:
+    """A valid document padded with spaces to ``nbytes``, in a few hundred KB of gzip:
+    with the limit above its size it decodes (nothing but the bound stops it); below,
+    it is refused once the output passes the limit, having allocated about the limit
+    (never ``nbytes``)."""
+    limit = 1 << 20
+    bomb = gzip_bomb(commit_document(), nbytes)
+    assert len(bomb) < nbytes // 500
+    if nbytes <= 8 << 20:
+        with document_limit(nbytes):
+            assert decode(bomb, "ckptstore.commit")["epoch"] == 4
+    with document_limit(limit):
+        tracemalloc.start()
+        try:
+            with pytest.raises(CorruptCheckpointError, match=f"more than the limit of {limit}"):
+                decode(bomb, "ckptstore.commit")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 3 * limit
+
+
+def damaged_gzip() -> dict[str, bytes]:
+    """One gzip-compressed document, broken in each way the decoder must refuse."""
+    compressed = gzip_document(commit_document())
+    flipped = bytearray(compressed)
+    flipped[len(compressed) // 2] ^= 0x01  # inside the deflate stream
+    trailer = bytearray(compressed)
+    trailer[-6] ^= 0x01  # the CRC-32 of the decompressed bytes
+    return {
+        "truncated": compressed[:-4],
+        "header only": compressed[:10],
+        "magic only": GZIP_MAGIC,
+        "trailing garbage": compressed + b"\n",
+        "trailing zeros": compressed + bytes(8),
+        "two members": compressed + compressed,
+        "flipped deflate byte": bytes(flipped),
+        "flipped crc": bytes(trailer),
+        "wrong length": compressed[:-4] + struct.pack("<I", len(commit_document()) + 1),
+        "not deflate": compressed[:2] + b"\x07" + compressed[3:],
+        "reserved flags": compressed[:3] + b"\xe0" + compressed[4:],
+        "zlib, not gzip": GZIP_MAGIC + zlib.compress(commit_document()),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(damaged_gzip()))
+def test_a_damaged_gzip_stream_is_refused_as_corrupt(case: str) -> None:
+    with pytest.raises(CorruptCheckpointError, match="gzip-compressed document") as info:
+        decode(damaged_gzip()[case], "ckptstore.commit")
+    assert info.value.file == "doc.json"
+    assert "\n" not in str(info.value)
+
+
+def test_every_flipped_bit_of_a_compressed_document_is_detected() -> None:
+    """Every flipped bit of a gzip-compressed document is refused, but for the few that
+    change no byte of the document: the header's fields nothing reads (its text flag,
+    time, compression level and OS) and the padding bits after the last deflate block.
+    Those leave the content intact, never misread; on a manifest, the commit record's
+    CRC-32C of the stored bytes covers them too."""
+    data = gzip_document(DOCUMENTS["ckptstore.manifest"]())
+    expected = decode(data, "ckptstore.manifest")
+    unread = {3, 4, 5, 6, 7, 8, 9, len(data) - 9}  # offsets; the trailer is 8 bytes
+    undetected = []
+    for offset in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[offset] ^= 1 << bit
+            try:
+                decoded = decode(bytes(damaged), "ckptstore.manifest")
+            except CorruptCheckpointError:
+                continue
+            if offset not in unread or decoded != expected:
+                undetected.append((offset, bit))
+    assert undetected == []

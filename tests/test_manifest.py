@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,9 +17,9 @@ from hypothesis import strategies as st
 
 from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
 from ckptstore.errors import JobConfigurationError, UnsupportedBlobError
-from ckptstore.records._documents import encode_document
+from ckptstore.records._documents import GZIP_MAGIC, encode_document
 from ckptstore.records._limits import Limits, current_limits, set_limits
-from ckptstore.records._manifest import MANIFEST_KIND, safe_dtype
+from ckptstore.records._manifest import GZIP_MANIFESTS_LARGER_THAN, MANIFEST_KIND, safe_dtype
 
 
 def manifest() -> NodeManifest:
@@ -301,3 +302,83 @@ def test_plain_records_take_the_fast_path() -> None:
     assert (
         BlobRecord._decode_plain("w", {**raw, "shape": [2, 4]}, current_limits(), "crc32") is None
     )
+
+
+# -- large manifests are stored gzip-compressed ------------------------------------------
+
+
+def many_blobs(count: int, created: str = "2026-01-01T00:00:00+00:00") -> NodeManifest:
+    """A packed node's manifest of ``count`` small blobs (~100 bytes of JSON each)."""
+    records = {
+        f"layer{i // 100}/w{i}": BlobRecord(
+            f"layer{i // 100}/w{i}",
+            "<f4",
+            (4,),
+            (ChunkRecord("blobs.zarr.zip", 64 * i, 16, 16, (i * 2654435761) % (1 << 32)),),
+        )
+        for i in range(count)
+    }
+    files = (ChunkRecord("blobs.zarr.zip", 64 * count, 100, 100, 7),)
+    return NodeManifest("trainer_0", 5, "zarr", records, files, created=created)
+
+
+def test_a_large_manifest_is_stored_compressed_and_decodes_to_the_same_manifest() -> None:
+    original = many_blobs(2000)
+    json_bytes = original._encode()
+    assert len(json_bytes) > GZIP_MANIFESTS_LARGER_THAN
+    data = original.encode()
+    assert data.startswith(GZIP_MAGIC)
+    assert len(data) < len(json_bytes) // 4
+    assert gzip.decompress(data) == json_bytes  # the JSON a small manifest would be
+    decoded = decode(data)
+    assert decoded == original
+    assert decoded is decode(bytes(bytearray(data)))  # remembered by its stored bytes
+
+
+def test_small_manifests_stay_plain_json_as_before() -> None:
+    """Byte for byte what every earlier version wrote: the canonical document."""
+    assert manifest().encode() == encode_document(MANIFEST_KIND, body())
+    assert manifest().encode().startswith(b'{"crc32c":')
+
+
+def test_the_threshold_is_on_the_json_size() -> None:
+    """JSON of exactly :data:`GZIP_MANIFESTS_LARGER_THAN` bytes stays plain; one byte
+    more is compressed."""
+    base = many_blobs(600, created="")
+    padding = GZIP_MANIFESTS_LARGER_THAN - len(base._encode())
+    assert padding > 0
+    sized = {}
+    for extra in range(-12, 13):  # the CRC-32C's digits vary: find both sizes exactly
+        candidate = many_blobs(600, created="x" * (padding + extra))
+        sized[len(candidate._encode())] = candidate
+    at, above = sized[GZIP_MANIFESTS_LARGER_THAN], sized[GZIP_MANIFESTS_LARGER_THAN + 1]
+    assert at.encode() == at._encode()
+    assert above.encode().startswith(GZIP_MAGIC)
+    assert decode(above.encode()) == above
+
+
+def test_compressed_encoding_is_deterministic() -> None:
+    first, second = many_blobs(2000).encode(), many_blobs(2000).encode()
+    assert first == second
+    assert first[4:8] == bytes(4)  # no modification time in the gzip header
+
+
+def test_the_document_limit_bounds_the_json_before_compression() -> None:
+    """A save refuses a manifest whose JSON passes ``max_document_bytes`` even when its
+    compressed bytes would fit, and a load refuses it too: readers decompress the JSON,
+    and hold it."""
+    original = many_blobs(2000)
+    data = original.encode()  # under the default limits
+    json_size = len(original._encode())
+    try:
+        set_limits(replace(current_limits(), max_document_bytes=json_size - 1))
+        assert len(data) < json_size - 1
+        with pytest.raises(JobConfigurationError, match=r"bytes of JSON \(before compression\)"):
+            original.encode()
+        with pytest.raises(CorruptCheckpointError, match="decompresses to more than the limit"):
+            decode(data)
+        set_limits(replace(current_limits(), max_document_bytes=json_size))
+        assert decode(data) == original
+        assert original.encode() == data
+    finally:
+        set_limits(None)

@@ -1,10 +1,12 @@
 """docs/reading-without-ckptstore.md works as written: its code blocks, run on
 checkpoints ckptstore wrote (local disk, and a moto S3 server), find the newest
-committed epoch and read blobs with plain zarr-python, numpy, boto3 and fsspec."""
+committed epoch and read blobs with plain zarr-python, numpy, boto3 and fsspec, from
+nodes of one archive or several, with plain or gzip-compressed manifests."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +17,37 @@ from ckptstore import LocalPath
 from ckptstore.builtin import _packed
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._documents import GZIP_MAGIC
+from ckptstore.records._layout import MANIFEST_NAME
 
 GUIDE = (
     Path(__file__).resolve().parent.parent / "docs" / "reading-without-ckptstore.md"
 ).read_text()
 WEIGHTS = np.arange(12, dtype=np.float32).reshape(3, 4)
 LARGE_WEIGHTS = np.arange(360_000, dtype=np.float32).reshape(600, 600)  # 1.4 MiB
+SMALL_BLOBS = 2000
+"""Blobs of a few floats per node that make its manifest gzip-compressed."""
 
 
-@pytest.fixture(params=["one archive", "several archives"])
-def weights(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
-    """The blob the guide reads: small, or large in a node checkpoint of several archives
-    (archives of 1 MiB of large blobs; 256 MiB by default)."""
+@dataclass(frozen=True)
+class Layout:
+    """The blob the guide reads, and how many small blobs each node holds besides."""
+
+    weights: np.ndarray
+    small_blobs: int = 0
+
+
+@pytest.fixture(params=["one archive", "several archives", "compressed manifest"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Layout:
+    """Small weights; large ones in a node checkpoint of several archives (archives of
+    1 MiB of large blobs; 256 MiB by default); or small ones among 2,000 small blobs,
+    whose manifest is stored gzip-compressed."""
     if request.param == "one archive":
-        return WEIGHTS
+        return Layout(WEIGHTS)
+    if request.param == "compressed manifest":
+        return Layout(WEIGHTS, SMALL_BLOBS)
     monkeypatch.setattr(_packed, "ARCHIVE_BYTES", 1 << 20)
-    return LARGE_WEIGHTS
+    return Layout(LARGE_WEIGHTS)
 
 
 def blocks(section: str) -> list[str]:
@@ -40,10 +57,11 @@ def blocks(section: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", match.group(1), re.S)
 
 
-def write_checkpoints(url: str, weights: np.ndarray) -> None:
+def write_checkpoints(url: str, weights: np.ndarray, small_blobs: int = 0) -> None:
     """Epochs 1 and 2 of trainer_0 (zarr) and trainer_1 (npz); epoch 3 is written but
     never committed, so the guide's steps must pick epoch 2. With large ``weights``,
-    "model/w" is in the node's second archive."""
+    "model/w" is in the node's second archive; with ``small_blobs``, each node holds that
+    many more blobs (``small/<i>``, 4 floats each)."""
     locations = {db: CheckpointLocation.open(url, db) for db in ("zarr", "npz")}
     nodes = {"trainer_0": locations["zarr"], "trainer_1": locations["npz"]}
     for epoch in (1, 2, 3):
@@ -51,6 +69,7 @@ def write_checkpoints(url: str, weights: np.ndarray) -> None:
         for node, location in nodes.items():
             other = np.zeros(5 if weights is WEIGHTS else 300_000)
             blobs = {"model/w": weights * epoch, "other": other}
+            blobs.update({f"small/{i}": np.full(4, i, np.float32) for i in range(small_blobs)})
             commits.append(
                 protocol.write_node(
                     location.storage, node, epoch, blobs, location.db_type, location.engine()
@@ -60,8 +79,10 @@ def write_checkpoints(url: str, weights: np.ndarray) -> None:
             protocol.commit_epoch(locations["zarr"].storage, epoch, commits)
 
 
-def test_local_steps_read_the_newest_committed_epoch(tmp_path: Path, weights: np.ndarray) -> None:
-    write_checkpoints(str(tmp_path), weights)
+def test_local_steps_read_the_newest_committed_epoch(tmp_path: Path, layout: Layout) -> None:
+    weights = layout.weights
+    write_checkpoints(str(tmp_path), weights, layout.small_blobs)
+    assert_manifests_compressed(tmp_path, compressed=layout.small_blobs > 0)
     storage = LocalPath(str(tmp_path))
     holders = {
         node: {chunk.key for chunk in protocol.open_node(storage, node, 2).blobs["model/w"].chunks}
@@ -78,8 +99,18 @@ def test_local_steps_read_the_newest_committed_epoch(tmp_path: Path, weights: np
     np.testing.assert_array_equal(namespace["total"], weights * 2)
 
 
-def test_s3_steps_read_the_newest_committed_epoch(s3_url: str, weights: np.ndarray) -> None:
-    write_checkpoints(s3_url, weights)
+def assert_manifests_compressed(url: str | Path, *, compressed: bool) -> None:
+    """Whether every manifest of epoch 2 under ``url`` is gzip-compressed."""
+    storage = CheckpointLocation.open(str(url), "zarr").storage
+    for node in ("trainer_0", "trainer_1"):
+        data = storage.read_bytes(f"{node}.2/{MANIFEST_NAME}")
+        assert data.startswith(GZIP_MAGIC) == compressed
+
+
+def test_s3_steps_read_the_newest_committed_epoch(s3_url: str, layout: Layout) -> None:
+    weights = layout.weights
+    write_checkpoints(s3_url, weights, layout.small_blobs)
+    assert_manifests_compressed(s3_url, compressed=layout.small_blobs > 0)
     bucket, prefix = s3_url.removeprefix("s3://").split("/", 1)
     (code,) = blocks("S3")
     code = code.replace('"my-bucket", "runs/exp1"', f"{bucket!r}, {prefix!r}")
@@ -90,10 +121,14 @@ def test_s3_steps_read_the_newest_committed_epoch(s3_url: str, weights: np.ndarr
     np.testing.assert_array_equal(namespace["total"], weights * 2)
 
 
-def test_the_integrity_check_finds_a_flipped_byte_and_nothing_else(tmp_path: Path) -> None:
+@pytest.mark.parametrize("small_blobs", [0, SMALL_BLOBS], ids=["plain", "compressed manifest"])
+def test_the_integrity_check_finds_a_flipped_byte_and_nothing_else(
+    tmp_path: Path, small_blobs: int
+) -> None:
     """The guide's check, with ``zlib.crc32`` alone, passes an intact node checkpoint
     and names the range of a byte flipped anywhere in it."""
-    write_checkpoints(str(tmp_path), WEIGHTS)
+    write_checkpoints(str(tmp_path), WEIGHTS, small_blobs)
+    assert_manifests_compressed(tmp_path, compressed=small_blobs > 0)
     namespace: dict[str, Any] = {}
     for code in blocks("Local disk"):
         exec(code.replace('"/data/ckpt"', repr(str(tmp_path))), namespace)

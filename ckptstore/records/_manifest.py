@@ -35,7 +35,7 @@ from ckptstore.errors import (
 )
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, CHECKSUM_ALGORITHMS
 from ckptstore.io._gc import paused_gc
-from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._documents import decode_document, encode_document, gzip_document
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
 from ckptstore.records._limits import Limits, current_limits
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
@@ -43,6 +43,13 @@ from ckptstore.records._names import validate_blob_name, validate_key, validate_
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
 
 MANIFEST_KIND = "ckptstore.manifest"
+GZIP_MANIFESTS_LARGER_THAN = 64 << 10
+"""A manifest whose JSON is larger than this many bytes (a node of some 600 small blobs or
+more, at ~103 bytes per blob) is stored gzip-compressed, at ~16 bytes per blob: 10,000
+blobs of 4 KiB have 1,026,290 bytes of manifest JSON, ~158,000 compressed (level 1:
+~3.4 ms to compress, ~2.2 ms to decompress), so the manifest no longer adds 2.5% to
+what the node stores and allocates. Smaller manifests stay plain JSON, readable by eye
+and byte-identical to those of earlier versions."""
 _validated_key = lru_cache(maxsize=1024)(validate_key)
 """``validate_key``, remembered: a packed manifest names the same file thousands of times
 (invalid keys raise, and exceptions are never cached)."""
@@ -258,13 +265,25 @@ class NodeManifest:
         return _covered_bytes([*(c for r in self.blobs.values() for c in r.chunks), *self.files])
 
     def encode(self) -> bytes:
-        """The manifest's bytes, refused with :class:`JobConfigurationError` if readers
-        under the current :class:`~ckptstore.records._limits.Limits` would refuse them
-        (as corrupt): a save never writes a checkpoint that its own loads cannot read."""
+        """The manifest's bytes as stored: canonical JSON, gzip-compressed
+        (:func:`~ckptstore.records._documents.gzip_document`, deterministic) when the JSON
+        is larger than :data:`GZIP_MANIFESTS_LARGER_THAN` bytes and compression makes it
+        smaller (JSON always shrinks; the check keeps the stored bytes within the JSON's
+        size whatever happens).
+
+        Refused with :class:`JobConfigurationError` if readers under the current
+        :class:`~ckptstore.records._limits.Limits` would refuse them (as corrupt): a save
+        never writes a checkpoint that its own loads cannot read. ``max_document_bytes``
+        bounds the *JSON*, before compression: what a reader must decompress and hold."""
         data = self._encode()
         limits = current_limits()
         for count, most, what, field_name in (
-            (len(data), limits.max_document_bytes, "bytes", "max_document_bytes"),
+            (
+                len(data),
+                limits.max_document_bytes,
+                "bytes of JSON (before compression)",
+                "max_document_bytes",
+            ),
             (len(self.blobs), limits.max_blobs, "blobs", "max_blobs"),
             (len(self.files), limits.max_chunks, "format ranges", "max_chunks"),
         ):
@@ -276,7 +295,10 @@ class NodeManifest:
                     f"and loaded (CKPTSTORE_LIMIT_{field_name.upper()}, or "
                     "ckptstore.records.set_limits), or spread the blobs over more nodes"
                 )
-        return data
+        if len(data) <= GZIP_MANIFESTS_LARGER_THAN:
+            return data
+        compressed = gzip_document(data)
+        return compressed if len(compressed) < len(data) else data
 
     @property
     def checksum(self) -> str:

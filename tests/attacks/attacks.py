@@ -14,7 +14,7 @@ import numcodecs
 import numpy as np
 
 from ckptstore.records._layout import CONTROL_DIR
-from tests.attacks.forge import EPOCH, Forge, canonical, signed
+from tests.attacks.forge import EPOCH, Forge, canonical, gzip_bomb, signed
 
 Attack = Callable[[Forge, Path], None]
 ALL_FORMATS = ("zarr", "npz", "lmdb")
@@ -144,6 +144,13 @@ def oversized_manifest(forge: Forge, outside: Path) -> None:
     os.truncate(forge.manifest_path, 1 << 30)  # sparse: 1 GiB on paper
 
 
+def gzip_bomb_manifest(forge: Forge, outside: Path) -> None:
+    # the intact manifest, gzip-compressed with 200 MiB of spaces after it (~200 KB): a
+    # reader that decompressed it whole would hold 200 MiB, three times the default
+    # document limit, before refusing it
+    forge.write_manifest_bytes(gzip_bomb(forge.manifest_path.read_bytes(), 200 << 20))
+
+
 def manifest_of_other_node(forge: Forge, outside: Path) -> None:
     other = Forge(forge.root, "trainer_1", forge.epoch)
     forge.write_manifest_bytes(other.manifest_path.read_bytes())
@@ -236,6 +243,7 @@ ATTACKS: dict[str, Spec] = {
     "traversal_blob_name": Spec(traversal_blob_name, in_manifest=True),
     "deep_json_manifest": Spec(deep_json_manifest, in_manifest=True),
     "oversized_manifest": Spec(oversized_manifest, in_manifest=True),
+    "gzip_bomb_manifest": Spec(gzip_bomb_manifest, in_manifest=True),
     "manifest_of_other_node": Spec(manifest_of_other_node, in_manifest=True),
     "deep_json_commit": Spec(deep_json_commit, in_manifest=True),
     "huge_integer_commit": Spec(huge_integer_commit, in_manifest=True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,22 @@ class Forge:
             data = (self.db / chunk[0]).read_bytes()[chunk[1] : chunk[1] + chunk[2]]
             chunk[4] = chunk_checksum(body, data)
         self.write_manifest(body)
+
+
+def gzip_bomb(document: bytes, nbytes: int) -> bytes:
+    """One valid gzip member of ``document`` followed by spaces (JSON whitespace) up to
+    ``nbytes``: 200 MiB take ~200 KB. Decompressed whole, it is ``document`` still
+    (its checksum holds, as the canonical form): only a bound on decompression keeps a
+    reader from allocating ``nbytes``."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [compressor.compress(document)]
+    spaces = b" " * (1 << 20)
+    remaining = nbytes - len(document)
+    while remaining > 0:
+        parts.append(compressor.compress(spaces[: min(remaining, len(spaces))]))
+        remaining -= len(spaces)
+    parts.append(compressor.flush())
+    return b"".join(parts)
 
 
 def chunk_checksum(manifest: dict[str, Any], data: bytes) -> int:

@@ -334,18 +334,24 @@ class _ArchivePlan:
 
     @classmethod
     def make(cls, archive: str, members: Sequence[Member], piece_bytes: int) -> _ArchivePlan:
-        sizes = [
-            len(prefix) if array is None else len(prefix) + array.nbytes
-            for _, prefix, _, array, _ in members
-        ]
-        pieced = _written_in_pieces(members, sizes, piece_bytes)
-        names = [member.name for member in members]
-        deflated = {}
-        for index, member in enumerate(members):
-            if member.inflated is not None:
-                if member.array is not None:
-                    raise ValueError(f"member {member.name!r}: only a document is deflated")
-                deflated[index] = member.inflated.size
+        # one pass: tens of thousands of members for small blobs
+        names: list[str] = []
+        sizes: list[int] = []
+        deflated: dict[int, int] = {}  # deflated documents: their inflated size
+        pieced: set[int] = set()  # members written from their array's memory, in pieces
+        smallest = min(piece_bytes + 1, PIECED_FROM)  # more than a piece, or PIECED_FROM
+        for index, (name, prefix, _, array, inflated) in enumerate(members):
+            names.append(name)
+            if array is None:
+                sizes.append(len(prefix))
+                if inflated is not None:
+                    deflated[index] = inflated.size
+                continue
+            if inflated is not None:
+                raise ValueError(f"member {name!r}: only a document is deflated")
+            sizes.append(len(prefix) + array.nbytes)
+            if array.nbytes >= smallest:
+                pieced.add(index)
         layout = ZipLayout.place(names, sizes, _residues(members, pieced), deflated)
         found = _Ranges(archive, len(members))
         return cls(archive, members, pieced, piece_bytes, layout, found)
@@ -409,20 +415,6 @@ class _ArchivePlan:
                 chunks = tuple(pieces[n] for n in sorted(pieces))
             blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
         return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
-
-
-def _written_in_pieces(
-    members: Sequence[Member], sizes: Sequence[int], piece_bytes: int
-) -> set[int]:
-    """The members whose data is written from the array's own memory, in pieces of
-    about ``piece_bytes`` (more than that, or :data:`PIECED_FROM` bytes and up), rather
-    than copied into a run's buffer."""
-    smallest = min(piece_bytes + 1, PIECED_FROM)
-    return {
-        index
-        for index, (size, member) in enumerate(zip(sizes, members, strict=True))
-        if member.array is not None and size - len(member.prefix) >= smallest
-    }
 
 
 def _residues(members: Sequence[Member], pieced: set[int]) -> dict[int, int]:

@@ -196,11 +196,15 @@ class ZipLayout:
             first = index + 1
         data_offsets = header_offsets + headers + paddings
         flags = tuple([0 if name.isascii() else _UTF8_FLAG for name in encoded])
-        methods, expanded = [STORED] * count, sizes.tolist()
-        for index, size in deflated.items():
-            if not (0 <= size < ALIGN_FROM and 0 <= expanded[index] < ALIGN_FROM):
-                raise ValueError(f"member {names[index]!r} is too large to be stored deflated")
-            methods[index], expanded[index] = DEFLATED, size
+        methods, expanded = np.full(count, STORED, dtype=np.int64), sizes.copy()
+        if deflated:  # columns, as the offsets: thousands of zarr.json members
+            where = np.fromiter(deflated, dtype=np.int64, count=len(deflated))
+            inflated = np.fromiter(deflated.values(), dtype=np.int64, count=len(deflated))
+            large = (inflated < 0) | (inflated >= ALIGN_FROM) | (sizes[where] >= ALIGN_FROM)
+            if large.any():
+                name = names[int(where[np.argmax(large)])]
+                raise ValueError(f"member {name!r} is too large to be stored deflated")
+            methods[where], expanded[where] = DEFLATED, inflated
         # per member: a fixed part and the name (not the local header's ZIP64 field)
         name_bytes = int(headers.sum()) - LOCAL_HEADER_SIZE * count - 20 * int(huge.sum())
         directory_size = count * CENTRAL_HEADER_SIZE + name_bytes
@@ -211,8 +215,8 @@ class ZipLayout:
             tuple(data_offsets.tolist()),
             tuple(paddings.tolist()),
             flags,
-            tuple(methods),
-            tuple(expanded),
+            tuple(methods.tolist()),
+            tuple(expanded.tolist()),
             offset,
             0,
             0,

@@ -3,16 +3,16 @@
 Members are stored (uncompressed), but for small documents the caller compressed
 already (ZIP method 8, raw deflate: a zarr ``zarr.json`` per blob, 300 bytes stored, 172
 deflated). Every member's length is known up front (documents, npy headers, array
-bytes), so
-the offset of every local header, every member's data and the central directory is
-computed first; the bytes can then be written in parallel, at those offsets, in any
-order. Members whose data is large are aligned (the local header's extra field is
-padded, as Android's ``zipalign`` does): at a multiple of :data:`ALIGN`, or at the
-remainder modulo :data:`ALIGN` the caller asks for (its array's address, so that the
-data can be written ``O_DIRECT`` from the array's own memory). ZIP64 records are used
-where a size, an offset or the member count needs them. The result is an ordinary ZIP:
-Python's ``zipfile`` (and so ``numpy.load``, zarr's ``ZipStore`` and fsspec's ``zip::``
-URLs) reads it and verifies each member's CRC-32.
+bytes), so the offset of every local header, every member's data and the central
+directory is computed first; the bytes can then be written in parallel, at those
+offsets, in any order. Members whose data is large are aligned (the local header's
+extra field is padded, as Android's ``zipalign`` does): at a multiple of
+:data:`ALIGN`, or at the remainder modulo :data:`ALIGN` the caller asks for (its
+array's address, so that the data can be written ``O_DIRECT`` from the array's own
+memory). ZIP64 records are used where a size, an offset or the member count needs
+them. The result is an ordinary ZIP: Python's ``zipfile`` (and so ``numpy.load``,
+zarr's ``ZipStore`` and fsspec's ``zip::`` URLs) reads it and verifies each member's
+CRC-32 (of the inflated bytes, for deflated members).
 
 The caller supplies each member's CRC-32 (:mod:`ckptstore.io._checksum`: from ISA-L,
 and joined from the CRC-32s of pieces checksummed in parallel with ``crc32_combine``).

@@ -113,7 +113,7 @@ MAX_ARCHIVES = 4
 """...and at most this many archives. tmpfs lets one writer at a time into a file (it
 holds the file's lock through each write): two files written in parallel take half the
 time one does, which a save of hundreds of MiB to ``/dev/shm`` gains. This VM's disk
-gains too (the 1 GiB benchmark mix: 0.48-0.50 s in three archives against 0.55-0.59 in
+gains too (the 1 GiB benchmark mix: 0.48-0.51 s in three archives against 0.55-0.59 in
 one; 128 or 64 MiB per archive, up to 8, measured no better); object stores are
 indifferent. Small blobs all go into the first archive."""
 

@@ -5,7 +5,7 @@ Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: t
 hierarchy inside a ZIP, the layout zarr's own ``ZipStore`` and fsspec's ``zip::`` URLs
 read (from 512 MiB of large blobs, up to four such files, each a group holding its share
 of the arrays: see :func:`~ckptstore.builtin._packed.archive_shares`). Chunks are stored
-as they are; each ``zarr.json`` is deflated (ZIP method 8: 300 bytes in 172 for a
+as they are; each ``zarr.json`` is deflated (ZIP method 8: 300 bytes in 174 for a
 float32 vector, which thousands of small blobs feel).
 Each array is a single chunk (chunk shape = array shape: no edge padding), written by
 the shared parallel archive writer (:mod:`ckptstore.builtin._packed`) in pieces at

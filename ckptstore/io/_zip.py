@@ -1,7 +1,7 @@
 """A ZIP archive laid out before a byte of it is written.
 
 Members are stored (uncompressed), but for small documents the caller compressed
-already (ZIP method 8, raw deflate: a zarr ``zarr.json`` per blob, 300 bytes stored, 172
+already (ZIP method 8, raw deflate: a zarr ``zarr.json`` per blob, 300 bytes stored, 174
 deflated). Every member's length is known up front (documents, npy headers, array
 bytes), so the offset of every local header, every member's data and the central
 directory is computed first; the bytes can then be written in parallel, at those

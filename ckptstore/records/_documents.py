@@ -25,11 +25,11 @@ from collections.abc import Mapping
 
 import numpy as np
 import orjson
-from isal import isal_zlib
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._checksum import crc32_of, crc32c_of
+from ckptstore.io._deflate import deflate_raw
 from ckptstore.records._limits import current_limits
 
 __all__ = [
@@ -94,19 +94,16 @@ def encode_document(kind: str, body: Mapping[str, object]) -> bytes:
 
 
 def gzip_document(data: bytes) -> bytes:
-    """``data`` (an encoded document) as one gzip member, deflated by ISA-L at its level
-    1: a manifest of 10,000 blobs (1.03 MB of JSON) in 0.75 ms, to 143 KB, where zlib's
-    fastest level takes 5.5 ms for 159 KB (a save's manifest is on its critical path).
-    Any gzip reader inflates it; :func:`decode_document` uses zlib's inflate, whose
-    checks of the header are stricter than ISA-L's (reserved flags).
+    """``data`` (an encoded document) as one gzip member, deflated by
+    :func:`~ckptstore.io._deflate.deflate_raw` (ISA-L: a save's manifest is on its
+    critical path); any gzip reader inflates it.
 
     Deterministic: the same ``data`` always gives the same bytes (with the same ISA-L),
     since the header is fixed (modification time 0, OS byte 255). ``gzip.compress``
     would not do: from Python 3.11 to 3.12 it takes zlib's header, whose OS byte
     depends on the platform."""
-    deflate = isal_zlib.compressobj(1, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS)  # raw
     trailer = struct.pack("<II", crc32_of([data]), len(data) & 0xFFFFFFFF)
-    return b"".join((_GZIP_HEADER, deflate.compress(data), deflate.flush(), trailer))
+    return b"".join((_GZIP_HEADER, deflate_raw(data), trailer))
 
 
 def _gunzip(data: bytes, *, url: str, key: str) -> bytearray:

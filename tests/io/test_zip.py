@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 
 from ckptstore.io._checksum import crc32_combine, crc32_of
+from ckptstore.io._deflate import deflate_raw
 from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout
-
-
-def deflate(data: bytes) -> bytes:
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
 
 
 def build(
@@ -27,7 +23,7 @@ def build(
     deflated: frozenset[str] = frozenset(),
 ) -> tuple[ZipLayout, bytes]:
     """An archive of ``contents``, the members named in ``deflated`` stored deflated."""
-    stored = [deflate(data) if name in deflated else data for name, data in contents.items()]
+    stored = [deflate_raw(data) if name in deflated else data for name, data in contents.items()]
     inflated = {i: len(data) for i, (n, data) in enumerate(contents.items()) if n in deflated}
     layout = ZipLayout.place(list(contents), [len(data) for data in stored], residues, inflated)
     out = bytearray(layout.total_size)
@@ -123,7 +119,7 @@ def test_zip64_end_records_for_many_members() -> None:
 def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path, deflated: bool) -> None:
     """A member after 4 GiB has its offset in a ZIP64 field, deflated or not."""
     big = (4 << 30) + 10  # a sparse member: zeros never written
-    stored = deflate(b"after") if deflated else b"after"
+    stored = deflate_raw(b"after") if deflated else b"after"
     layout = ZipLayout.place(
         ["big", "after"], [big, len(stored)], deflated={1: 5} if deflated else {}
     )

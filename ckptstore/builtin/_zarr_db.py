@@ -38,7 +38,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -133,6 +133,25 @@ def _group_document() -> bytes:
     return _document({"zarr_format": 3, "node_type": "group"})
 
 
+def _group_keys(names: Iterable[str]) -> list[str]:
+    """The ``zarr.json`` keys of the groups that hold the arrays ``names``: the root's
+    and each parent path's, once each, in the order first met.
+
+    Example::
+
+        >>> _group_keys(["a/b/w", "a/v", "x"])
+        ['zarr.json', 'a/zarr.json', 'a/b/zarr.json']
+    """
+    keys = {METADATA: None}
+    for name in names:
+        if "/" not in name:  # most names, in a checkpoint of thousands of small blobs
+            continue
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            keys.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}")
+    return list(keys)
+
+
 def _chunk_key(index: tuple[int, ...]) -> str:
     return "c" + "".join(f".{i}" for i in index)
 
@@ -215,13 +234,7 @@ class ZarrDB(DBType):
         """One archive's members: the group documents its arrays need, and each array's
         document and chunk (the records of arrays with no chunk go into ``empty``)."""
         group = document_member(METADATA, _group_document())
-        groups = {METADATA: group}
-        for name in names:
-            if "/" in name:
-                parts = name.split("/")
-                for depth in range(1, len(parts)):
-                    groups.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", group)
-        members = [group._replace(name=key) for key, group in groups.items()]
+        members = [group._replace(name=key) for key in _group_keys(names)]
         # thousands of blobs share a few dtypes and shapes: their documents are made (and
         # deflated) once
         documents: dict[tuple[str, type, tuple[int, ...]], tuple[Member, tuple[int, ...]]] = {}
@@ -295,11 +308,9 @@ class ZarrDB(DBType):
         return WrittenDB(records, files)
 
     def _documents(self, plans: Sequence[_Plan]) -> dict[str, bytes]:
-        documents = {METADATA: _group_document()}
+        group = _group_document()
+        documents = dict.fromkeys(_group_keys(plan.name for plan in plans), group)
         for plan in plans:
-            parts = plan.name.split("/")
-            for depth in range(1, len(parts)):
-                documents.setdefault(f"{'/'.join(parts[:depth])}/{METADATA}", _group_document())
             documents[f"{plan.name}/{METADATA}"] = self._array_document(plan)
         return documents
 

@@ -100,7 +100,7 @@ class PlacedMember(NamedTuple):
     padding: int
     flags: int  # general purpose flags: UTF-8 names
     method: int  # STORED or DEFLATED
-    expanded: int  # the data's size once inflated: ``size``, unless DEFLATED
+    inflated_size: int  # the data's size once inflated: ``size``, unless DEFLATED
 
     @property
     def header_size(self) -> int:
@@ -117,7 +117,9 @@ class ZipLayout:
 
     Member ``i``'s place is held column by column (``header_offsets[i]``,
     ``data_offsets[i]``...: an archive of small blobs has tens of thousands of
-    members); :attr:`members` gives them as :class:`PlacedMember` rows."""
+    members); :attr:`members` gives them as :class:`PlacedMember` rows. ``sizes`` are
+    the bytes stored, ``inflated_sizes`` what a reader gets (different only for members
+    whose ``methods`` entry is :data:`DEFLATED`)."""
 
     encoded: tuple[bytes, ...]
     sizes: tuple[int, ...]
@@ -126,7 +128,7 @@ class ZipLayout:
     paddings: tuple[int, ...]
     flags: tuple[int, ...]
     methods: tuple[int, ...]
-    expanded: tuple[int, ...]
+    inflated_sizes: tuple[int, ...]
     directory_offset: int
     directory_size: int
     total_size: int
@@ -145,7 +147,7 @@ class ZipLayout:
                 self.paddings,
                 self.flags,
                 self.methods,
-                self.expanded,
+                self.inflated_sizes,
             )
         )
 
@@ -196,7 +198,7 @@ class ZipLayout:
             first = index + 1
         data_offsets = header_offsets + headers + paddings
         flags = tuple([0 if name.isascii() else _UTF8_FLAG for name in encoded])
-        methods, expanded = np.full(count, STORED, dtype=np.int64), sizes.copy()
+        methods, inflated_sizes = np.full(count, STORED, dtype=np.int64), sizes.copy()
         if deflated:  # columns, as the offsets: thousands of zarr.json members
             where = np.fromiter(deflated, dtype=np.int64, count=len(deflated))
             inflated = np.fromiter(deflated.values(), dtype=np.int64, count=len(deflated))
@@ -204,7 +206,7 @@ class ZipLayout:
             if large.any():
                 name = names[int(where[np.argmax(large)])]
                 raise ValueError(f"member {name!r} is too large to be stored deflated")
-            methods[where], expanded[where] = DEFLATED, inflated
+            methods[where], inflated_sizes[where] = DEFLATED, inflated
         # per member: a fixed part and the name (not the local header's ZIP64 field)
         name_bytes = int(headers.sum()) - LOCAL_HEADER_SIZE * count - 20 * int(huge.sum())
         directory_size = count * CENTRAL_HEADER_SIZE + name_bytes
@@ -216,7 +218,7 @@ class ZipLayout:
             tuple(paddings.tolist()),
             flags,
             tuple(methods.tolist()),
-            tuple(expanded.tolist()),
+            tuple(inflated_sizes.tolist()),
             offset,
             0,
             0,
@@ -246,7 +248,7 @@ class ZipLayout:
         encoded = self.encoded[index]  # the common case: no extra field, packed in place
         _LOCAL.pack_into(
             buffer, at, 0x04034B50, 20, self.flags[index], self.methods[index], _DOS_TIME,
-            _DOS_DATE, crc, size, self.expanded[index], len(encoded), 0,
+            _DOS_DATE, crc, size, self.inflated_sizes[index], len(encoded), 0,
         )  # fmt: skip
         end = at + LOCAL_HEADER_SIZE + len(encoded)
         buffer[at + LOCAL_HEADER_SIZE : end] = encoded
@@ -292,7 +294,7 @@ class ZipLayout:
         fixed["date"] = _DOS_DATE
         fixed["crc"] = crcs
         fixed["compressed"] = self.sizes
-        fixed["size"] = self.expanded
+        fixed["size"] = self.inflated_sizes
         lengths = np.fromiter(map(len, self.encoded), dtype=np.int64, count=count)
         fixed["name_length"] = lengths
         fixed["mode"] = 0o100644 << 16
@@ -318,11 +320,11 @@ class ZipLayout:
             size = member.size
             offset = member.header_offset
             encoded = member.encoded
-            method, expanded = member.method, member.expanded
+            method, inflated_size = member.method, member.inflated_size
             if size < _U32 and offset < _U32:  # the common case
                 out += pack(
                     0x02014B50, made_by, 20, member.flags, method, _DOS_TIME, _DOS_DATE,
-                    crc, size, expanded, len(encoded), 0, 0, 0, 0, mode, offset,
+                    crc, size, inflated_size, len(encoded), 0, 0, 0, 0, mode, offset,
                 )  # fmt: skip
                 out += encoded
                 continue
@@ -338,7 +340,7 @@ class ZipLayout:
                 _DOS_DATE,
                 crc,
                 size32,
-                _U32 if size >= _U32 else expanded,
+                _U32 if size >= _U32 else inflated_size,
                 len(encoded),
                 len(extra),
                 0,
@@ -369,7 +371,7 @@ def _local_header(member: PlacedMember, crc: int) -> bytes:
         _DOS_DATE,
         crc,
         size32,
-        _U32 if member.size >= _U32 else member.expanded,
+        _U32 if member.size >= _U32 else member.inflated_size,
         len(member.encoded),
         len(extra),
     )

@@ -299,8 +299,13 @@ class LocalPath(PathType):
         with self._errors("write", key):
             fd = self._create_file(key)
         self._note_dir(path)
-        direct = _reopen_direct(fd) if self.direct_io and size >= DIRECT_FROM else -1
-        return _LocalPositionalWriter(self, key, size, fd, direct)
+        # tmpfs: no device to bypass the cache for, nor to start writing back to
+        in_memory = _in_memory(fd)
+        direct = -1
+        if self.direct_io and size >= DIRECT_FROM and not in_memory:
+            direct = _reopen_direct(fd)
+        early = self.durability != "none" and not in_memory
+        return _LocalPositionalWriter(self, key, size, fd, direct, early_writeback=early)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
         with self._errors("read", key):
@@ -509,26 +514,46 @@ class LocalPath(PathType):
 class _LocalPositionalWriter(PositionalWriter):
     """``pwritev`` of each piece into one open file; ``close`` fsyncs it once. With a
     second descriptor opened ``O_DIRECT`` (``direct`` >= 0), the aligned interior of
-    each large piece goes through it (:func:`~ckptstore.io._direct.plan_direct`)."""
+    each large piece goes through it (:func:`~ckptstore.io._direct.plan_direct`).
+    ``early_writeback``: start the write-back of large cached writes at once."""
 
-    def __init__(self, storage: LocalPath, key: str, size: int, fd: int, direct: int = -1) -> None:
+    def __init__(
+        self,
+        storage: LocalPath,
+        key: str,
+        size: int,
+        fd: int,
+        direct: int = -1,
+        *,
+        early_writeback: bool = False,
+    ) -> None:
         super().__init__(key, size)
         self._storage = storage
         self._fd = fd
         self._direct = direct
         self._refused = False
+        self._early_writeback = early_writeback
 
     def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
         views = [byte_view(part) for part in parts]
         with self._storage._errors("write", self.key):
             if self._direct < 0 or self._refused:
-                _pwrite_all(self._fd, views, offset)
+                self._write_cached(views, offset)
                 return
             for at, segment, direct in plan_direct(offset, views):
                 if direct:
                     self._write_direct(segment[0], at)
                 else:
-                    _pwrite_all(self._fd, segment, at)
+                    self._write_cached(segment, at)
+
+    def _write_cached(self, views: list[memoryview], offset: int) -> None:
+        """``pwritev`` through the page cache; the write-back of a range of
+        ``EARLY_WRITEBACK_BYTES`` or more starts at once (where the file will be
+        synced), so the disk works while the rest of the file is being written instead
+        of all at ``close``."""
+        written = _pwrite_all(self._fd, views, offset)
+        if self._early_writeback and written >= EARLY_WRITEBACK_BYTES:
+            _start_writeback(self._fd, offset, written)
 
     def _write_direct(self, view: memoryview, offset: int) -> None:
         """``pwrite`` ``view`` through the ``O_DIRECT`` descriptor. If the file system
@@ -592,9 +617,8 @@ def _in_memory(fd: int) -> bool:
 def _reopen_direct(fd: int) -> int:
     """A second descriptor of the file open in ``fd``, for ``O_DIRECT`` writes (through
     ``/proc/self/fd``: the same file, whatever happened to its name); -1 where the file
-    system refuses ``O_DIRECT``, lives in memory (tmpfs) or ``/proc`` is missing."""
-    if _in_memory(fd):
-        return -1
+    system refuses ``O_DIRECT`` or ``/proc`` is missing. Callers leave out files in
+    memory (:func:`_in_memory`)."""
     try:
         direct = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
     except OSError:
@@ -605,9 +629,9 @@ def _reopen_direct(fd: int) -> int:
     return direct
 
 
-def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
+def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> int:
     """Write every view in order from ``offset`` (``pwritev``, resumed after short
-    writes)."""
+    writes); returns the bytes written."""
     position = [offset]
 
     def pwrite(batch: list[memoryview]) -> int:
@@ -615,7 +639,7 @@ def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> None:
         position[0] += written
         return written
 
-    _write_vectored(views, pwrite)
+    return _write_vectored(views, pwrite)
 
 
 _ErrorScope = Callable[[], AbstractContextManager[None]]

@@ -67,15 +67,20 @@ class NpzDB(DBType):
 
     def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         headers: dict[tuple[str, type, tuple[int, ...]], bytes] = {}
-        members: dict[str, Member] = {}
-        for name, array in blobs.items():
-            # blobs of one dtype and shape share a header (numpy's writer is slow)
-            kind = (array.dtype.str, array.dtype.type, array.shape)
-            header = headers.get(kind)
-            if header is None:
-                header = headers[kind] = _npy_header(array)
-            members[name] = Member(f"{name}.npy", header, name, array)
-        written = write_shared(db, ARCHIVE, blobs, lambda share: [members[n] for n in share])
+
+        def members_of(share: Sequence[str]) -> list[Member]:
+            members = []
+            for name in share:
+                array = blobs[name]
+                # blobs of one dtype and shape share a header (numpy's writer is slow)
+                kind = (array.dtype.str, array.dtype.type, array.shape)
+                header = headers.get(kind)
+                if header is None:
+                    header = headers[kind] = _npy_header(array)
+                members.append(Member(f"{name}.npy", header, name, array))
+            return members
+
+        written = write_shared(db, ARCHIVE, blobs, members_of)
         records = {
             name: written.blobs.get(name)
             or BlobRecord(name, encode_dtype(name, array.dtype), array.shape, ())

@@ -11,7 +11,12 @@ import pytest
 from ckpt_helpers import files_under
 
 from ckptstore import CorruptCheckpointError, LocalPath, StorageError
-from ckptstore.builtin._local_path import DURABILITY_MODES, _write_vectored
+from ckptstore.builtin import _local_path
+from ckptstore.builtin._local_path import (
+    DURABILITY_MODES,
+    EARLY_WRITEBACK_BYTES,
+    _write_vectored,
+)
 from ckptstore.errors import ObjectNotFoundError
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
 from ckptstore.plugin._registry import Registry
@@ -197,6 +202,37 @@ def test_files_in_memory_are_written_through_the_page_cache(
             assert (writer._direct >= 0) is direct  # type: ignore[attr-defined]
             writer.write_at(0, [array])
         assert (root / "f").read_bytes() == array.tobytes()
+
+
+def test_large_writes_through_the_page_cache_start_their_write_back_at_once(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached write of ``EARLY_WRITEBACK_BYTES`` or more into a file that will be
+    synced has its range's write-back started as soon as it is written (the disk works
+    while the rest is written, not all at close); a smaller write, a file that will not
+    be synced (``durability="none"``) and a file in memory (tmpfs) do not. The bytes
+    arrive every time."""
+    started: list[tuple[str, int, int]] = []
+    real = _local_path._start_writeback
+
+    def recording(fd: int, offset: int = 0, length: int = 0) -> None:
+        started.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(_local_path, "_start_writeback", recording)
+    large = np.random.default_rng(3).integers(0, 255, EARLY_WRITEBACK_BYTES + 5, np.uint8)
+    small = b"s" * 100
+    cases = [(tmp_path / "ext4", "fsync", True), (tmp_path / "scratch", "none", False)]
+    cases.append((small_disk, "fsync", False))
+    for root, durability, early in cases:
+        storage = LocalPath(str(root), durability=durability, direct_io=False)
+        started.clear()
+        with storage.open_positional("f", len(small) + large.nbytes) as writer:
+            writer.write_at(0, [small])
+            writer.write_at(len(small), [large])
+            expected = [(str(root / "f"), len(small), large.nbytes)] if early else []
+            assert started == expected, root
+        assert (root / "f").read_bytes() == small + large.tobytes()
 
 
 def test_roots_from_urls_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ import zarr
 from ckpt_helpers import CountingLocalPath, flip_byte
 
 from ckptstore import CorruptCheckpointError, LocalPath, get_registry
+from ckptstore._types import Buffer
 from ckptstore.builtin import _packed
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
@@ -25,6 +28,7 @@ from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
+from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.protocol import CheckpointLocation, copy_node
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
@@ -439,6 +443,70 @@ def test_forged_format_ranges_are_refused_by_verify(
     assert problem.blob == ("w1" if forgery == "blobs_overlapping" else None)
 
 
+class RecordingLocalPath(LocalPath):
+    """Local disk that keeps, per file, every buffer a positional write was given, and
+    the order in which files were opened for positional writes."""
+
+    name = "recording_local"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.parts: dict[str, list[memoryview]] = {}
+        self.opened: list[str] = []
+
+    def open_positional(self, key: str, size: int) -> PositionalWriter:
+        writer = super().open_positional(key, size)
+        self.opened.append(key.rsplit("/", 1)[-1])
+        given = self.parts.setdefault(key.rsplit("/", 1)[-1], [])
+        real = writer.write_at
+
+        def write_at(offset: int, parts: Sequence[Buffer]) -> None:
+            given.extend(memoryview(part) for part in parts)
+            real(offset, parts)
+
+        writer.write_at = write_at  # type: ignore[method-assign]
+        return writer
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
+    tmp_path: Path, db_type: str
+) -> None:
+    """In a run of small members, the data of a C-contiguous blob of ``GATHERED_FROM``
+    bytes or more is handed to the file as the array's own memory (not copied into the
+    run's buffer), between the copied headers and small blobs; a Fortran-ordered one is
+    copied. Either way the archive is a plain ZIP, every range checks, and a partial
+    load reads only the blob's bytes."""
+    rng = np.random.default_rng(4)
+    values = {
+        "a": np.arange(5, dtype=np.int32),
+        "mid": rng.normal(size=(200, 200)),  # 312 KiB
+        "b": np.arange(3.0),
+        "mid_fortran": np.asfortranarray(rng.normal(size=(200, 200))),
+        "one_mib": rng.normal(size=(1 << 17,)),
+        "c": np.array(7),
+    }
+    assert values["mid"].nbytes >= _packed.GATHERED_FROM
+    storage = RecordingLocalPath(str(tmp_path))
+    save(storage, values, FORMATS[db_type](), ParallelIO())
+    given = [np.frombuffer(part, np.uint8) for part in storage.parts[ARCHIVES[db_type]]]
+    for name, shared in (("mid", True), ("one_mib", True), ("mid_fortran", False)):
+        assert any(np.shares_memory(part, values[name]) for part in given) is shared, name
+    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    with zipfile.ZipFile(archive) as opened:
+        assert opened.testzip() is None
+    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+    assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
+    counting = CountingLocalPath(str(tmp_path))
+    manifest = protocol.open_node(counting, NODE, 1)
+    back = protocol.read_blobs(counting, manifest, ["mid"], FORMATS[db_type](), ParallelIO())
+    np.testing.assert_array_equal(back["mid"], values["mid"])
+    assert counting.chunk_reads == {f"trainer_0.1/{ARCHIVES[db_type]}": values["mid"].nbytes}
+
+
 # -- a node checkpoint shared among a few archives --------------------------------------
 
 
@@ -566,6 +634,32 @@ def test_damage_to_any_archive_is_found_and_named(
         problems = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
         assert problems
         assert {problem.file for problem in problems} == {f"trainer_0.1/{last}"}
+
+
+@pytest.mark.usefixtures("one_mib_archives")
+def test_the_first_archive_is_made_after_the_others_have_started(tmp_path: Path) -> None:
+    """The first archive (every small blob, whose members take longest to make) has its
+    members made last, once the other archives' files are open and their first writes
+    handed to the engine; the records still come archive after archive."""
+    values = shared_blobs()
+    storage = RecordingLocalPath(str(tmp_path))
+    db = DBLocation(storage, "trainer_0.1", ParallelIO(IOSettings(concurrency=2)))
+    made: list[tuple[list[str], list[str]]] = []  # each share, and the files open by then
+
+    def members_of(share: Sequence[str]) -> list[_packed.Member]:
+        made.append((list(share), list(storage.opened)))
+        return [_packed.Member(f"{name}.bin", b"", name, values[name]) for name in share]
+
+    written = _packed.write_shared(db, "blobs.zip", values, members_of)
+    shares = _packed.archive_shares({name: array.nbytes for name, array in values.items()})
+    assert [share for share, _ in made] == shares[::-1]
+    archives = [_packed.archive_name("blobs.zip", number) for number in range(len(shares))]
+    assert made[-1][1] == archives[:0:-1]  # every other archive open before the first's
+    keys = [record.key for record in written.files]
+    assert keys == sorted(keys, key=archives.index)
+    for name, record in written.blobs.items():
+        back = _packed.read_archive(db, [record])[name]
+        np.testing.assert_array_equal(back, values[name])
 
 
 @pytest.mark.usefixtures("one_mib_archives")

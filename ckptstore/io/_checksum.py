@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import google_crc32c
 import numpy as np
@@ -64,8 +65,13 @@ __all__ = [
 CHECKSUM_ALGORITHM = "crc32"
 """The algorithm of the chunks a save records (a manifest's ``"checksum"``)."""
 
-ChecksumFunction = Callable[[Iterable[Buffer]], int]
-"""The checksum of the concatenation of some buffers."""
+
+class ChecksumFunction(Protocol):
+    """The checksum of the concatenation of some buffers, continuing from ``value`` (the
+    checksum of what came before them)."""
+
+    def __call__(self, parts: Iterable[Buffer], value: int = 0, /) -> int: ...
+
 
 _U32 = 0xFFFFFFFF
 

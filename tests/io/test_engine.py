@@ -13,6 +13,7 @@ from ckpt_helpers import memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
 from ckptstore._types import Buffer, byte_view
+from ckptstore.io import _engine
 from ckptstore.io._checksum import crc32_of
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
 from ckptstore.io._settings import IOSettings
@@ -306,3 +307,60 @@ def test_object_stores_get_each_small_request_its_own_slot() -> None:
             storage, [WriteRequest(f"k{i}", [b"x" * 10], 10) for i in range(concurrency * 3)]
         )
         assert [result.key for result in results] == [f"k{i}" for i in range(concurrency * 3)]
+
+
+class ReadCountingLocalPath(LocalPath):
+    """Local disk that records the byte count of every ``read_into`` call."""
+
+    name = "read_counting_local"
+    protocols: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.reads: list[int] = []
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        self.reads.append(sum(byte_view(t).nbytes for t in targets))
+        super().read_into(key, offset, targets)
+
+
+def test_checked_reads_from_local_disk_go_in_windows_checked_as_read(tmp_path: Any) -> None:
+    """A checked read of more than ``VERIFY_WINDOW`` bytes from storage that reads
+    straight into memory goes in windows of that size (views of any dtype, small ones
+    sharing a window), each checksummed right after it is read; the bytes and the
+    verdict are the same as one read and one checksum, damage in the last window
+    included. Unchecked reads, and storages that copy, read in one call."""
+    window = _engine.VERIFY_WINDOW
+    data = np.random.default_rng(8).integers(0, 255, 2 * window + 100, dtype=np.uint8)
+    storage = ReadCountingLocalPath(str(tmp_path))
+    storage.write_bytes("k", data.tobytes())
+    head = np.empty(10, np.uint8)
+    body = np.empty((data.nbytes - 10) // 2, np.uint16)  # not bytes: cut by bytes
+
+    def request(crc: int) -> ReadRequest:
+        return ReadRequest("k", 0, [memoryview(head), memoryview(body)], data.nbytes, crc)
+
+    ParallelIO().read(storage, [request(crc32_of([data]))])
+    assert head.tobytes() + body.tobytes() == data.tobytes()
+    assert storage.reads == [window, window, 100]
+    storage.reads.clear()
+    ParallelIO().read(storage, [request(0)], verify=False)
+    assert storage.reads == [data.nbytes]
+    damaged = data.copy()
+    damaged[-1] ^= 1
+    storage.write_bytes("k", damaged.tobytes())
+    with pytest.raises(CorruptCheckpointError, match="differs"):
+        ParallelIO().read(storage, [request(crc32_of([data]))])
+    with memory_root() as url:
+        copying = GatedMemoryPath(url)
+        copying.write_bytes("k", data.tobytes())
+        held: list[int] = []
+        real = copying.read_into
+
+        def counting(key: str, offset: int, targets: Sequence[memoryview]) -> None:
+            held.append(sum(t.nbytes for t in targets))
+            real(key, offset, targets)
+
+        copying.read_into = counting  # type: ignore[method-assign]
+        ParallelIO().read(copying, [request(crc32_of([data]))])
+        assert held == [data.nbytes]

@@ -639,8 +639,8 @@ def test_damage_to_any_archive_is_found_and_named(
 @pytest.mark.usefixtures("one_mib_archives")
 def test_the_first_archive_is_made_after_the_others_have_started(tmp_path: Path) -> None:
     """The first archive (every small blob, whose members take longest to make) has its
-    members made last, once the other archives' files are open and their first writes
-    handed to the engine; the records still come archive after archive."""
+    members made last, once every other archive's file is open and its requests are
+    flowing to the engine; the records still come archive after archive."""
     values = shared_blobs()
     storage = RecordingLocalPath(str(tmp_path))
     db = DBLocation(storage, "trainer_0.1", ParallelIO(IOSettings(concurrency=2)))

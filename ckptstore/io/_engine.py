@@ -22,7 +22,7 @@ Example (``storage`` is any path type, here a local directory)::
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +33,7 @@ from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of, crc32_of
 from ckptstore.io._settings import IOSettings
+from ckptstore.io._views import windows
 
 if TYPE_CHECKING:
     from ckptstore.plugin._path_type import PathType, PositionalWriter
@@ -316,36 +317,11 @@ def _read_checked(
         storage.read_into(key, request.offset, targets)
         return checksum(targets)
     value, offset = 0, request.offset
-    for window in _windows([byte_view(target) for target in targets], VERIFY_WINDOW):
+    for window in windows([byte_view(target) for target in targets], VERIFY_WINDOW):
         storage.read_into(key, offset, window)
         value = checksum(window, value)
         offset += sum(view.nbytes for view in window)
     return value
-
-
-def _windows(views: Sequence[memoryview], size: int) -> Iterator[list[memoryview]]:
-    """``views`` (of bytes) regrouped, in order, into windows of ``size`` bytes (the
-    last one shorter): small views share a window, a large one is cut.
-
-    Example::
-
-        >>> parts = [memoryview(b"ab"), memoryview(b"cdefg"), memoryview(b"h")]
-        >>> [b"|".join(bytes(v) for v in window) for window in _windows(parts, 3)]
-        [b'ab|c', b'def', b'g|h']
-    """
-    window: list[memoryview] = []
-    room = size
-    for view in views:
-        while view.nbytes:
-            part = view[:room]
-            window.append(part)
-            room -= part.nbytes
-            view = view[part.nbytes :]
-            if not room:
-                yield window
-                window, room = [], size
-    if window:
-        yield window
 
 
 def _first(pair: tuple[int, Any]) -> int:

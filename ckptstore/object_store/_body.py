@@ -5,7 +5,8 @@ client reads it a piece at a time, so sending a chunk makes neither a joined cop
 it nor a copy in the socket's send buffer (a ``bytes`` body would be copied whole into
 the transport's buffer whenever the socket cannot take it at once). Memory held per
 request stays a few hundred KiB, whatever its size. :func:`request_body` picks the
-body of one request, :func:`slice_views` cuts an object into parts without copying.
+body of one request; :func:`~ckptstore.io._views.windows` cuts an object into parts without
+copying (``slice_views``, re-exported from there, cuts one).
 
 Example::
 
@@ -22,6 +23,8 @@ import io
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, TypeAlias, cast
+
+from ckptstore.io._views import slice_views
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer as WriteableBuffer
@@ -124,17 +127,3 @@ def _is_whole_bytes(views: Sequence[memoryview]) -> bool:
     return (
         len(views) == 1 and isinstance(views[0].obj, bytes) and views[0].nbytes == len(views[0].obj)
     )
-
-
-def slice_views(views: Sequence[memoryview], start: int, size: int) -> list[memoryview]:
-    """Views of ``size`` bytes from ``start`` of the concatenation of ``views``."""
-    pieces: list[memoryview] = []
-    position = 0
-    end = start + size
-    for view in views:
-        low, high = position, position + view.nbytes
-        position = high
-        if high <= start or low >= end:
-            continue
-        pieces.append(view[max(start, low) - low : min(end, high) - low])
-    return pieces

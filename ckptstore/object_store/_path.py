@@ -29,7 +29,8 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.errors import CorruptCheckpointError, KeyExistsError, StorageError
 from ckptstore.io._settings import IOSettings
-from ckptstore.object_store._body import PartsReader, request_body, slice_views
+from ckptstore.io._views import windows
+from ckptstore.object_store._body import PartsReader, request_body
 from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
@@ -137,12 +138,12 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
                 body = request_body(views)
                 client.run(lambda: client.put(name, body))
             else:
-                size = self.options.part_size
+                pieces = list(windows(views, self.options.part_size))  # one pass
                 client.run(
                     lambda: upload_in_parts(
                         client.multipart(name),
-                        -(-total // size),
-                        lambda i: PartsReader(slice_views(views, i * size, size)),
+                        len(pieces),
+                        lambda i: PartsReader(pieces[i]),
                         limit=self.options.max_concurrency,
                     )
                 )

@@ -1,6 +1,6 @@
 """Request bodies streamed from the arrays' own memory read back exactly, from any
 position, so a retried request sends the whole body again; small bodies are joined,
-whole ``bytes`` sent as they are, parts cut without copies."""
+whole ``bytes`` sent as they are (parts are cut by ``ckptstore.io._views``: tests/io)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from ckptstore.object_store._body import (
     STREAM_THRESHOLD,
     PartsReader,
     request_body,
-    slice_views,
 )
 
 
@@ -65,12 +64,3 @@ def test_request_bodies() -> None:
     streamed = request_body([memoryview(b"h"), memoryview(large)])
     assert isinstance(streamed, PartsReader)
     assert streamed.read() == b"h" + large.tobytes()
-
-
-def test_slices_span_buffers_without_copies() -> None:
-    data = bytearray(b"0123456789")
-    views = [memoryview(data)[:4], memoryview(data)[4:]]
-    assert [bytes(v) for v in slice_views(views, 2, 5)] == [b"23", b"456"]
-    assert [bytes(v) for v in slice_views(views, 8, 5)] == [b"89"]
-    assert slice_views(views, 10, 5) == []
-    assert all(view.obj is data for view in slice_views(views, 0, 10))

@@ -410,34 +410,27 @@ class _ArchivePlan:
         member; of up to ``GROUP_MEMBERS``; cut before each member written in pieces), a
         member written in pieces one request per piece."""
         layout, members, found, archive = self.layout, self.members, self.found, self.archive
-        gathered = self.gathered
-
-        def run_request(run: list[int], run_bytes: int, run_gathered: int) -> WriteRequest:
-            copied = run_bytes - run_gathered
-            return _run_request(layout, members, run, copied, gathered, found, target, archive)
-
+        run_request = partial(_run_request, layout, members, self.gathered, found, target, archive)
         most = min(GROUP_BYTES, self.piece_bytes)
         run: list[int] = []
-        run_bytes = run_gathered = 0
+        run_bytes = 0
         for index in range(len(members)):
             if index in self.pieced:
                 if run:  # a run is a contiguous range of the archive: it ends here
-                    yield run_request(run, run_bytes, run_gathered)
-                    run, run_bytes, run_gathered = [], 0, 0
+                    yield run_request(run)
+                    run, run_bytes = [], 0
                 yield from _piece_requests(
                     layout, index, members[index], self.piece_bytes, found, target, archive
                 )
                 continue
             span = layout.end(index) - layout.header_offsets[index]  # header and data
             if run and (run_bytes + span > most or len(run) >= GROUP_MEMBERS):
-                yield run_request(run, run_bytes, run_gathered)
-                run, run_bytes, run_gathered = [], 0, 0
+                yield run_request(run)
+                run, run_bytes = [], 0
             run.append(index)
             run_bytes += span
-            if gathered and index in gathered:
-                run_gathered += members[index].data_size
         if run:
-            yield run_request(run, run_bytes, run_gathered)
+            yield run_request(run)
 
     def finish(self, target: PositionalWriter) -> None:
         """The headers of members written in pieces (their CRC-32 is known once every
@@ -509,15 +502,14 @@ def _data(member: Member) -> memoryview:
 def _run_request(
     layout: ZipLayout,
     members: Sequence[Member],
-    run: list[int],
-    copied: int,
     gathered: set[int],
     found: _Ranges,
     target: PositionalWriter,
     archive: str,
+    run: list[int],
 ) -> WriteRequest:
-    """A run of small members, written with one call: headers, documents and the data of
-    members under ``GATHERED_FROM`` copied into one buffer (of ``copied`` bytes) in
+    """A run of small members (indexes ``run``), written with one call: headers,
+    documents and the data of members under ``GATHERED_FROM`` copied into one buffer in
     archive order, and the data of larger members (``gathered``) passed between the
     buffer's slices as views of their own arrays. Each blob's bytes are checksummed
     once (CRC-32: the blob's range in the manifest, so that a partial load reads only
@@ -527,6 +519,9 @@ def _run_request(
     indexes = list(run)
     start = layout.header_offsets[indexes[0]]
     nbytes = layout.end(indexes[-1]) - start
+    copied = nbytes  # all but the gathered members' data (none in most archives)
+    if gathered:
+        copied -= sum(members[index].data_size for index in indexes if index in gathered)
 
     def produce() -> list[Buffer]:
         view = aligned_buffer(start, copied)

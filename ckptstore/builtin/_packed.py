@@ -102,11 +102,12 @@ GROUP_MEMBERS = 512
 """...or this many members, whichever comes first."""
 PIECED_FROM = 4 << 20
 """Members with at least this many bytes of data (or more than ``chunk_bytes``) are
-written from their array's memory, in pieces; smaller ones are copied into a run with
-their neighbours. Blobs of about 1 MiB thus reach a disk as a few writes of several
-MiB (``O_DIRECT``, for a run's buffer of 1 MiB or more) instead of three calls each
-(unaligned head, direct body, unaligned tail): the 1 GiB benchmark mix, 200 such blobs
-among others, saves 14% faster to ext4 this way."""
+written from their array's memory, in pieces, each its own request; smaller ones join a
+run with their neighbours (see ``GATHERED_FROM`` for what a run copies). Blobs of about
+1 MiB thus reach a disk in runs of several MiB, one call each, instead of three calls
+each (unaligned head, direct body, unaligned tail): the 1 GiB benchmark mix, 200 such
+blobs among others, saved 14% faster to ext4 that way, and faster again since they go
+through the page cache from their own memory (docs/design.md, "Layout")."""
 GATHERED_FROM = 256 << 10
 """In a run, a member's data of at least this many bytes is not copied into the run's
 buffer: the run is written as the buffer's slices with the arrays' own memory between

@@ -181,6 +181,8 @@ class ParallelIO:
             try:
                 targets = request.targets() if callable(request.targets) else request.targets
                 if check and request.crc is not None:
+                    # a storage that reads straight into memory pays a system call per
+                    # read, not a request: it reads in windows checked while in cache
                     actual = _read_checked(storage, key, request, targets, windowed=not copies)
                     if actual != request.crc:
                         raise CorruptCheckpointError(

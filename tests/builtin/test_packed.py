@@ -457,8 +457,9 @@ class RecordingLocalPath(LocalPath):
 
     def open_positional(self, key: str, size: int) -> PositionalWriter:
         writer = super().open_positional(key, size)
-        self.opened.append(key.rsplit("/", 1)[-1])
-        given = self.parts.setdefault(key.rsplit("/", 1)[-1], [])
+        name = key.rsplit("/", 1)[-1]
+        self.opened.append(name)
+        given = self.parts.setdefault(name, [])
         real = writer.write_at
 
         def write_at(offset: int, parts: Sequence[Buffer]) -> None:

@@ -55,7 +55,7 @@ from ckptstore.errors import (
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, plan_direct
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType, PositionalWriter
+from ckptstore.plugin._path_type import PathType, PositionalReader, PositionalWriter
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
 from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
@@ -308,18 +308,12 @@ class LocalPath(PathType):
         return _LocalPositionalWriter(self, key, size, fd, direct, early_writeback=early)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        with self.open_reader(key) as reader:
+            reader.read_into(offset, targets)
+
+    def open_reader(self, key: str) -> PositionalReader:
         with self._errors("read", key):
-            fd = self._open_file(key, os.O_RDONLY)
-            try:
-                missing = _read_all(fd, list(targets), offset)
-            finally:
-                os.close(fd)
-        if missing:
-            raise CorruptCheckpointError(
-                f"the file ends {missing} bytes before the end of the recorded range",
-                url=self.display_url,
-                file=key,
-            )
+            return _LocalPositionalReader(self, key, self._open_file(key, os.O_RDONLY))
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
         with self._errors("read", key):
@@ -509,6 +503,31 @@ class LocalPath(PathType):
         except OSError as error:
             raise storage_error(self.display_url, None, "list", error) from error
         return sorted(name for name in names if name.startswith(starts))
+
+
+class _LocalPositionalReader(PositionalReader):
+    """``preadv`` into the targets from one descriptor, opened (without following
+    links) once for every range read through it."""
+
+    def __init__(self, storage: LocalPath, key: str, fd: int) -> None:
+        super().__init__(key)
+        self._storage = storage
+        self._fd = fd
+
+    def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
+        with self._storage._errors("read", self.key):
+            missing = _read_all(self._fd, list(targets), offset)
+        if missing:
+            raise CorruptCheckpointError(
+                f"the file ends {missing} bytes before the end of the recorded range",
+                url=self._storage.display_url,
+                file=self.key,
+            )
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class _LocalPositionalWriter(PositionalWriter):

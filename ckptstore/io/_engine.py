@@ -319,10 +319,11 @@ def _read_checked(
         storage.read_into(key, request.offset, targets)
         return checksum(targets)
     value, offset = 0, request.offset
-    for window in windows([byte_view(target) for target in targets], VERIFY_WINDOW):
-        storage.read_into(key, offset, window)
-        value = checksum(window, value)
-        offset += sum(view.nbytes for view in window)
+    with storage.open_reader(key) as source:  # one open for every window
+        for window in windows([byte_view(target) for target in targets], VERIFY_WINDOW):
+            source.read_into(offset, window)
+            value = checksum(window, value)
+            offset += sum(view.nbytes for view in window)
     return value
 
 

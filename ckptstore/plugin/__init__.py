@@ -25,7 +25,12 @@ Example (a plugin module listing its DB types; ``MyFormat`` subclasses :class:`D
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
-from ckptstore.plugin._path_type import PathType, PositionalWriter, redact_url
+from ckptstore.plugin._path_type import (
+    PathType,
+    PositionalReader,
+    PositionalWriter,
+    redact_url,
+)
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 
@@ -37,6 +42,7 @@ __all__ = [
     "MetadataHandlerLike",
     "PathType",
     "PluginInfo",
+    "PositionalReader",
     "PositionalWriter",
     "Registry",
     "UploadTaskGroupBuilder",

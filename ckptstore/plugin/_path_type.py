@@ -24,7 +24,7 @@ from ckptstore.errors import InvalidNameError, KeyExistsError, ObjectNotFoundErr
 from ckptstore.io._settings import IOSettings
 from ckptstore.records._limits import current_limits
 
-__all__ = ["PathType", "PositionalWriter", "redact_url"]
+__all__ = ["PathType", "PositionalReader", "PositionalWriter", "redact_url"]
 
 _CREDENTIALS_IN_URL = re.compile(r"(?<=://)[^/@]*@")
 
@@ -74,6 +74,54 @@ class PositionalWriter(ABC):
             self.close()
         else:
             self.abort()
+
+
+class PositionalReader(ABC):
+    """One stored file read in ranges at known offsets, opened once for all of them
+    (:meth:`PathType.open_reader`): a load that checks a large range window by window
+    pays one open for the range, not one per window.
+
+    Example::
+
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("reading")
+        >>> storage.write_bytes("trainer_0.3/blobs.bin", b"12345678")
+        >>> first, second = bytearray(4), bytearray(4)
+        >>> with storage.open_reader("trainer_0.3/blobs.bin") as source:
+        ...     source.read_into(4, [memoryview(second)])  # in any order
+        ...     source.read_into(0, [memoryview(first)])
+        >>> bytes(first + second)
+        b'12345678'
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    @abstractmethod
+    def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
+        """Fill ``targets`` in order with the file's bytes from ``offset`` on (raises
+        as :meth:`PathType.read_into` does)."""
+
+    def close(self) -> None:
+        """Let go of the file (the default holds nothing)."""
+
+    def __enter__(self) -> PositionalReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class _DelegatingReader(PositionalReader):
+    """The default :class:`PositionalReader`: each read is one
+    :meth:`PathType.read_into` (an object store's ranged request)."""
+
+    def __init__(self, storage: PathType, key: str) -> None:
+        super().__init__(key)
+        self._storage = storage
+
+    def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
+        self._storage.read_into(self.key, offset, targets)
 
 
 class _GatheringWriter(PositionalWriter):
@@ -248,6 +296,11 @@ class PathType(ABC):
         parallel. The default gathers the pieces and stores them with
         :meth:`write_parts` on close; local disk writes each piece in place."""
         return _GatheringWriter(self, key, size)
+
+    def open_reader(self, key: str) -> PositionalReader:
+        """A reader of ``key`` for many ranges (:class:`PositionalReader`). The default
+        makes each read one :meth:`read_into`; local disk opens the file once."""
+        return _DelegatingReader(self, key)
 
     def read_document(self, key: str) -> bytes:
         """A stored document's bytes (bounded read on local disk, see

@@ -17,6 +17,7 @@ from ckptstore.io import _engine
 from ckptstore.io._checksum import crc32_of
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
 from ckptstore.io._settings import IOSettings
+from ckptstore.plugin import PositionalReader
 
 KiB = 1 << 10
 LARGE = 300 * KiB  # above ParallelIO.SMALL_REQUEST: never batched
@@ -310,7 +311,8 @@ def test_object_stores_get_each_small_request_its_own_slot() -> None:
 
 
 class ReadCountingLocalPath(LocalPath):
-    """Local disk that records the byte count of every ``read_into`` call."""
+    """Local disk that records the byte count of every read and how many times a file
+    was opened for reading."""
 
     name = "read_counting_local"
     protocols: ClassVar[tuple[str, ...]] = ()
@@ -318,18 +320,28 @@ class ReadCountingLocalPath(LocalPath):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.reads: list[int] = []
+        self.opens = 0
 
-    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
-        self.reads.append(sum(byte_view(t).nbytes for t in targets))
-        super().read_into(key, offset, targets)
+    def open_reader(self, key: str) -> PositionalReader:
+        self.opens += 1
+        reader = super().open_reader(key)
+        real = reader.read_into
+
+        def counting(offset: int, targets: Sequence[memoryview]) -> None:
+            self.reads.append(sum(byte_view(t).nbytes for t in targets))
+            real(offset, targets)
+
+        reader.read_into = counting  # type: ignore[method-assign]
+        return reader
 
 
 def test_checked_reads_from_local_disk_go_in_windows_checked_as_read(tmp_path: Any) -> None:
     """A checked read of more than ``VERIFY_WINDOW`` bytes from storage that reads
     straight into memory goes in windows of that size (views of any dtype, small ones
-    sharing a window), each checksummed right after it is read; the bytes and the
-    verdict are the same as one read and one checksum, damage in the last window
-    included. Unchecked reads, and storages that copy, read in one call."""
+    sharing a window) from a file opened once, each window checksummed right after it
+    is read; the bytes and the verdict are the same as one read and one checksum,
+    damage in the last window included. Unchecked reads, and storages that copy, read
+    in one call."""
     window = _engine.VERIFY_WINDOW
     data = np.random.default_rng(8).integers(0, 255, 2 * window + 100, dtype=np.uint8)
     storage = ReadCountingLocalPath(str(tmp_path))
@@ -343,9 +355,11 @@ def test_checked_reads_from_local_disk_go_in_windows_checked_as_read(tmp_path: A
     ParallelIO().read(storage, [request(crc32_of([data]))])
     assert head.tobytes() + body.tobytes() == data.tobytes()
     assert storage.reads == [window, window, 100]
+    assert storage.opens == 1
     storage.reads.clear()
     ParallelIO().read(storage, [request(0)], verify=False)
     assert storage.reads == [data.nbytes]
+    assert storage.opens == 2
     damaged = data.copy()
     damaged[-1] ^= 1
     storage.write_bytes("k", damaged.tobytes())

@@ -148,6 +148,19 @@ class PathTypeConformance:
         storage.read_into("blob", 7, [memoryview(first), memoryview(second)])
         assert bytes(first) + bytes(second) == data[7:3107]
 
+    def test_a_reader_reads_many_ranges_of_one_object(self, storage: PathType) -> None:
+        data = bytes(range(256)) * 40
+        storage.write_bytes("blob", data)
+        late, early = bytearray(1000), bytearray(10)
+        with storage.open_reader("blob") as reader:
+            reader.read_into(5000, [memoryview(late)])  # in any order
+            reader.read_into(3, [memoryview(early)])
+            with pytest.raises(CorruptCheckpointError, match="before the end"):
+                reader.read_into(len(data) - 2, [memoryview(bytearray(10))])
+        assert (bytes(early), bytes(late)) == (data[3:13], data[5000:6000])
+        with pytest.raises(FileNotFoundError), storage.open_reader("no/such/key") as missing:
+            missing.read_into(0, [memoryview(bytearray(4))])
+
     def test_missing_objects_raise_object_not_found(self, storage: PathType) -> None:
         with pytest.raises(ObjectNotFoundError) as caught:
             storage.read_bytes("no/such/key")

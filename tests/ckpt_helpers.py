@@ -27,7 +27,7 @@ from ckptstore import (
     epoch_limiter,
     hookimpl,
 )
-from ckptstore._types import Buffer
+from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import storage_error
@@ -35,7 +35,7 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._path_type import PathType, PositionalReader
 from ckptstore.plugin._registry import Registry
 from ckptstore.records._layout import parse_commit_record_key
 from ckptstore.records._stats import NodeStats
@@ -52,9 +52,26 @@ def engine() -> ParallelIO:
 # -- storages ----------------------------------------------------------------------------
 
 
+class CountingReader(PositionalReader):
+    """A reader that passes each read on to ``inner`` and then its byte count to
+    ``record``."""
+
+    def __init__(self, inner: PositionalReader, record: Callable[[int], None]) -> None:
+        super().__init__(inner.key)
+        self._inner = inner
+        self._record = record
+
+    def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
+        self._inner.read_into(offset, targets)
+        self._record(sum(byte_view(target).nbytes for target in targets))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 class CountingLocalPath(LocalPath):
-    """Local disk that counts the bytes moved by bulk reads (``read_into``) and by
-    document reads (``read_bytes``), per key."""
+    """Local disk that counts the bytes moved by bulk reads (``read_into`` and its
+    readers) and by document reads (``read_bytes``), per key."""
 
     name = "counting_local"
     protocols: ClassVar[tuple[str, ...]] = ()
@@ -74,10 +91,13 @@ class CountingLocalPath(LocalPath):
         super().__setstate__(state)
         self._count_lock = threading.Lock()
 
-    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
-        super().read_into(key, offset, targets)
+    def open_reader(self, key: str) -> PositionalReader:
+        # local disk's read_into reads through a reader too: every bulk read is seen here
+        return CountingReader(super().open_reader(key), partial(self._count_chunk, key))
+
+    def _count_chunk(self, key: str, nbytes: int) -> None:
         with self._count_lock:
-            self.chunk_reads[key] = self.chunk_reads.get(key, 0) + sum(t.nbytes for t in targets)
+            self.chunk_reads[key] = self.chunk_reads.get(key, 0) + nbytes
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
         data = super().read_bytes(key, offset, length)

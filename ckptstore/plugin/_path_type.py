@@ -299,7 +299,9 @@ class PathType(ABC):
 
     def open_reader(self, key: str) -> PositionalReader:
         """A reader of ``key`` for many ranges (:class:`PositionalReader`). The default
-        makes each read one :meth:`read_into`; local disk opens the file once."""
+        makes each read one :meth:`read_into`; local disk opens the file once, and its
+        own :meth:`read_into` reads through a reader, so a subclass of it that watches
+        reads overrides this method, not :meth:`read_into`."""
         return _DelegatingReader(self, key)
 
     def read_document(self, key: str) -> bytes:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from ckpt_helpers import memory_root
+from ckpt_helpers import CountingReader, memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
 from ckptstore._types import Buffer, byte_view
@@ -324,15 +324,7 @@ class ReadCountingLocalPath(LocalPath):
 
     def open_reader(self, key: str) -> PositionalReader:
         self.opens += 1
-        reader = super().open_reader(key)
-        real = reader.read_into
-
-        def counting(offset: int, targets: Sequence[memoryview]) -> None:
-            self.reads.append(sum(byte_view(t).nbytes for t in targets))
-            real(offset, targets)
-
-        reader.read_into = counting  # type: ignore[method-assign]
-        return reader
+        return CountingReader(super().open_reader(key), self.reads.append)
 
 
 def test_checked_reads_from_local_disk_go_in_windows_checked_as_read(tmp_path: Any) -> None:

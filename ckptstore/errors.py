@@ -399,15 +399,23 @@ class CatalogCorruptError(CkptStoreError, ValueError):
         >>> err = CatalogCorruptError("not valid JSON", url="/ckpt", file="catalog.json")
         >>> err.url, err.file, isinstance(err, ValueError)
         ('/ckpt', 'catalog.json', True)
+        >>> str(err).endswith("`ckptstore catalog rebuild /ckpt` recreates it from storage")
+        True
+
+    ``rebuild``: the command that recreates this catalog, when the root's URL alone
+    does not name it (an sqlite file kept elsewhere).
     """
 
-    def __init__(self, detail: str, *, url: str, file: str | None = None) -> None:
+    def __init__(
+        self, detail: str, *, url: str, file: str | None = None, rebuild: str | None = None
+    ) -> None:
         self.url = url
         self.file = file
         where = f"{file!r} of {url}" if file is not None else url
+        rebuild = rebuild or f"ckptstore catalog rebuild {url}"
         super().__init__(
             f"the catalog {where} is unreadable: {detail}. It is only an index of the "
-            f"commit records: `ckptstore catalog rebuild {url}` recreates it from storage."
+            f"commit records: `{rebuild}` recreates it from storage"
         )
 
 

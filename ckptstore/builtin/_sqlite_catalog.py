@@ -41,6 +41,7 @@ import contextlib
 import errno
 import logging
 import os
+import shlex
 import sqlite3
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -165,7 +166,7 @@ class SqliteCatalog(IndexCatalog):
         except (OSError, sqlite3.Error) as error:
             raise StorageError(path, None, "open the sqlite catalog", error) from error
         try:
-            with _typed_errors(path), _storage_errors(path):
+            with _typed_errors(path, self._rebuild_command(path)), _storage_errors(path):
                 connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
                 connection.execute("PRAGMA foreign_keys = ON")
@@ -184,6 +185,13 @@ class SqliteCatalog(IndexCatalog):
                 connection.execute("COMMIT")
         finally:
             connection.close()
+
+    def _rebuild_command(self, path: str) -> str:
+        """The CLI command that recreates this catalog in ``path``."""
+        root = self.storage.display_url if self.storage is not None else "URL"
+        return shlex.join(
+            ["ckptstore", "catalog", "rebuild", root, "--kind", "sqlite", "--database", path]
+        )
 
     def _refuse_links(self, path: str) -> None:
         """The catalog inside the checkpoint root is stored data: refuse it if a link
@@ -207,7 +215,8 @@ class SqliteCatalog(IndexCatalog):
 
     def query(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[object, ...]]:
         """Run a read query against the catalog; rows as tuples."""
-        with self.connect() as connection, _typed_errors(self.database):
+        path = self.database
+        with self.connect() as connection, _typed_errors(path, self._rebuild_command(path)):
             return list(connection.execute(sql, parameters))
 
     def _run_id(self, connection: sqlite3.Connection) -> int:
@@ -328,15 +337,16 @@ class SqliteCatalog(IndexCatalog):
 
 
 @contextlib.contextmanager
-def _typed_errors(path: str) -> Iterator[None]:
+def _typed_errors(path: str, rebuild: str) -> Iterator[None]:
     """SQLite's errors as ckptstore's: a damaged file is a corrupt catalog (rebuilt by
-    the caller), anything else (locked past the busy timeout, I/O) a storage error."""
+    the caller, or by the command ``rebuild``), anything else (locked past the busy
+    timeout, I/O) a storage error."""
     try:
         yield
     except sqlite3.OperationalError as error:
         raise StorageError(path, None, "use the sqlite catalog", error) from error
     except sqlite3.DatabaseError as error:
-        raise CatalogCorruptError(str(error), url=path) from error
+        raise CatalogCorruptError(str(error), url=path, rebuild=rebuild) from error
 
 
 # SQLite's primary result codes that are storage failures, as the errno they report

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import errno as _errno
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -412,7 +413,7 @@ class CatalogCorruptError(CkptStoreError, ValueError):
         self.url = url
         self.file = file
         where = f"{file!r} of {url}" if file is not None else url
-        rebuild = rebuild or f"ckptstore catalog rebuild {url}"
+        rebuild = rebuild or f"ckptstore catalog rebuild {shlex.quote(url)}"
         super().__init__(
             f"the catalog {where} is unreadable: {detail}. It is only an index of the "
             f"commit records: `{rebuild}` recreates it from storage"

@@ -20,8 +20,9 @@ Example::
     True
 """
 
+from ckptstore.io._views import slice_views
 from ckptstore.object_store._aio import gather_all
-from ckptstore.object_store._body import Body, PartsReader, request_body, slice_views
+from ckptstore.object_store._body import Body, PartsReader, request_body
 from ckptstore.object_store._client import ObjectInfo, ObjectStoreClient
 from ckptstore.object_store._failures import (
     ErrorRules,

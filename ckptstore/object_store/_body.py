@@ -5,8 +5,8 @@ client reads it a piece at a time, so sending a chunk makes neither a joined cop
 it nor a copy in the socket's send buffer (a ``bytes`` body would be copied whole into
 the transport's buffer whenever the socket cannot take it at once). Memory held per
 request stays a few hundred KiB, whatever its size. :func:`request_body` picks the
-body of one request; :func:`~ckptstore.io._views.windows` cuts an object into parts without
-copying (``slice_views``, re-exported from there, cuts one).
+body of one request (:mod:`ckptstore.io._views` cuts an object into parts without
+copying).
 
 Example::
 
@@ -24,12 +24,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, TypeAlias, cast
 
-from ckptstore.io._views import slice_views
-
 if TYPE_CHECKING:
     from typing_extensions import Buffer as WriteableBuffer
 
-__all__ = ["STREAM_THRESHOLD", "Body", "PartsReader", "request_body", "slice_views"]
+__all__ = ["STREAM_THRESHOLD", "Body", "PartsReader", "request_body"]
 
 STREAM_THRESHOLD = 1 << 20
 """Bodies at least this large are streamed from memory instead of copied."""

@@ -166,7 +166,7 @@ class SqliteCatalog(IndexCatalog):
         except (OSError, sqlite3.Error) as error:
             raise StorageError(path, None, "open the sqlite catalog", error) from error
         try:
-            with _typed_errors(path, self._rebuild_command(path)), _storage_errors(path):
+            with self._typed_errors(path), _storage_errors(path):
                 connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 connection.execute("PRAGMA trusted_schema = OFF")  # the file is stored data
                 connection.execute("PRAGMA foreign_keys = ON")
@@ -186,12 +186,21 @@ class SqliteCatalog(IndexCatalog):
         finally:
             connection.close()
 
-    def _rebuild_command(self, path: str) -> str:
-        """The CLI command that recreates this catalog in ``path``."""
-        root = self.storage.display_url if self.storage is not None else "URL"
-        return shlex.join(
-            ["ckptstore", "catalog", "rebuild", root, "--kind", "sqlite", "--database", path]
-        )
+    @contextlib.contextmanager
+    def _typed_errors(self, path: str) -> Iterator[None]:
+        """SQLite's errors as ckptstore's: a damaged file is a corrupt catalog (rebuilt
+        by the caller, or by the CLI command its message quotes), anything else (locked
+        past the busy timeout, I/O) a storage error."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            raise StorageError(path, None, "use the sqlite catalog", error) from error
+        except sqlite3.DatabaseError as error:
+            root = self.storage.display_url if self.storage is not None else "URL"
+            rebuild = shlex.join(
+                ["ckptstore", "catalog", "rebuild", root, "--kind", "sqlite", "--database", path]
+            )
+            raise CatalogCorruptError(str(error), url=path, rebuild=rebuild) from error
 
     def _refuse_links(self, path: str) -> None:
         """The catalog inside the checkpoint root is stored data: refuse it if a link
@@ -215,8 +224,7 @@ class SqliteCatalog(IndexCatalog):
 
     def query(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[object, ...]]:
         """Run a read query against the catalog; rows as tuples."""
-        path = self.database
-        with self.connect() as connection, _typed_errors(path, self._rebuild_command(path)):
+        with self.connect() as connection, self._typed_errors(self.database):
             return list(connection.execute(sql, parameters))
 
     def _run_id(self, connection: sqlite3.Connection) -> int:
@@ -334,19 +342,6 @@ class SqliteCatalog(IndexCatalog):
                     for node in stats.values()
                 ],
             )
-
-
-@contextlib.contextmanager
-def _typed_errors(path: str, rebuild: str) -> Iterator[None]:
-    """SQLite's errors as ckptstore's: a damaged file is a corrupt catalog (rebuilt by
-    the caller, or by the command ``rebuild``), anything else (locked past the busy
-    timeout, I/O) a storage error."""
-    try:
-        yield
-    except sqlite3.OperationalError as error:
-        raise StorageError(path, None, "use the sqlite catalog", error) from error
-    except sqlite3.DatabaseError as error:
-        raise CatalogCorruptError(str(error), url=path, rebuild=rebuild) from error
 
 
 # SQLite's primary result codes that are storage failures, as the errno they report

@@ -21,8 +21,11 @@ import argparse
 import json
 import statistics
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import measure, run
@@ -34,7 +37,12 @@ from benchmarks.workload import MIXES, MiB, make_workload, nbytes
 GiB = 1 << 30
 LIMIT = "physical limit"
 OURS = "ckptstore zarr"
+UNVERIFIED = "ckptstore zarr, no verify"
 RESULTS = Path(__file__).resolve().parent / "results"
+
+Operation = Callable[[str, str, str, Path], dict[str, Any]]
+"""One save, load or partial load (:func:`~benchmarks.measure.measure` in a fresh
+process, or :func:`~benchmarks.measure.run` in this one)."""
 
 
 @dataclass
@@ -99,7 +107,6 @@ def run_location(
     return rows
 
 
-UNVERIFIED = "ckptstore zarr, no verify"
 VERIFY_PAIRS = 9
 
 
@@ -113,10 +120,8 @@ def verify_cost(
     next, so the medians of the table's three rounds, taken apart, cannot resolve a
     10% difference; pairs taken together can."""
     operation = measure if fresh else run
-    target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
     costs = []
-    try:
-        operation(OURS, "save", workload, target)
+    with saved_checkpoint(OURS, location, workload, operation) as target:
         if not fresh:  # in one process, the first load pays for what is loaded once
             operation(UNVERIFIED, "load", workload, target)
         for pair in range(pairs):
@@ -126,9 +131,21 @@ def verify_cost(
                     drop_caches()
                 seconds[name] = operation(name, "load", workload, target)["seconds"]
             costs.append(seconds[OURS] / seconds[UNVERIFIED] - 1)
+    return costs
+
+
+@contextmanager
+def saved_checkpoint(
+    tool: str, location: Path, workload: str, operation: Operation
+) -> Iterator[Path]:
+    """A directory under ``location`` holding ``workload`` saved by ``tool``, removed
+    afterwards."""
+    target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
+    try:
+        operation(tool, "save", workload, target)
+        yield target
     finally:
         remove(target)
-    return costs
 
 
 def limit_label(limit: Limit) -> str:
@@ -142,13 +159,9 @@ def partial_reads(location: Path, workload: str, fresh: bool = True) -> dict[str
     """Bytes read to load one ~1 MiB blob from each ckptstore format's checkpoint."""
     operation = measure if fresh else run
     result = {}
-    for name in (tool for tool in tools() if tool.startswith("ckptstore") and "verify" not in tool):
-        target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
-        try:
-            operation(name, "save", workload, target)
+    for name in (tool for tool in tools() if tool.startswith("ckptstore") and tool != UNVERIFIED):
+        with saved_checkpoint(name, location, workload, operation) as target:
             result[name] = int(operation(name, "partial", workload, target)["bytes_read"])
-        finally:
-            remove(target)
     return result
 
 

@@ -2,7 +2,8 @@
 
     python -m benchmarks.measure TOOL OP WORKLOAD DIR
 
-prints one JSON line: ``seconds``, ``peak_above_state`` (the most resident memory
+prints one JSON line: ``seconds``, ``cpu_seconds`` (user and system time of every
+thread of the process during the operation, ``getrusage``), ``peak_above_state`` (the most resident memory
 above what the process held just before the operation; the peak counter is reset
 through ``/proc/self/clear_refs``), ``bytes_read`` (``rchar`` of ``/proc/self/io``).
 OP is ``save``, ``load`` or ``partial`` (load one ~1 MiB blob, ckptstore tools only).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -30,6 +32,11 @@ def _rchar() -> int:
         if line.startswith("rchar:"):
             return int(line.split()[1])
     return 0
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def prepare(tool: str) -> None:
@@ -54,6 +61,7 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     before = resident()
     reset_peak_resident()
     read_before = _rchar()
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
     if op == "save":
         save(blobs, directory)
@@ -70,6 +78,7 @@ def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
+        "cpu_seconds": _cpu_seconds() - cpu_before,
         "peak_above_state": max(0, peak_resident() - before),
         "bytes_read": _rchar() - read_before,
     }

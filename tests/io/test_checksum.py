@@ -74,7 +74,7 @@ def median_pause_share(function: Callable[[], object], calls: int) -> float:
     A function that holds the GIL stops the other thread for the whole call: about 1. One
     that releases it leaves the other thread running: its pauses are the scheduler's
     slices (a few ms), well under half of a call that lasts tens of ms, even with every
-    core busy elsewhere (0.1-0.3 with two spinning processes on two cores)."""
+    core busy elsewhere (0.05-0.2 with two spinning processes on two cores)."""
     call = [-1]  # the call in progress, -1 between calls
     pauses = [0.0] * calls  # the other thread's longest pause during each call
     stop = threading.Event()
@@ -117,7 +117,7 @@ def test_large_parts_are_checksummed_without_the_gil(
 ) -> None:
     """A background save's checksums must not stop the training thread. 512 MiB takes
     tens of ms with either algorithm, several scheduler slices: with 128 MiB, ISA-L's
-    CRC-32 took 4-9 ms, and on a busy 2-core CI machine the other thread's share of
+    CRC-32 took about 9 ms, and on a busy 2-core CI machine the other thread's share of
     pause reached 0.5 from the scheduler alone."""
     assert releases_the_gil()  # google-crc32c's C function is found on this platform
     data = np.ones(512 << 20, dtype=np.uint8)

@@ -3,9 +3,10 @@
     python -m benchmarks.measure TOOL OP WORKLOAD DIR
 
 prints one JSON line: ``seconds``, ``cpu_seconds`` (user and system time of every
-thread of the process during the operation, ``getrusage``), ``peak_above_state`` (the most resident memory
-above what the process held just before the operation; the peak counter is reset
-through ``/proc/self/clear_refs``), ``bytes_read`` (``rchar`` of ``/proc/self/io``).
+thread of the process during the operation, ``getrusage``), ``peak_above_state`` (the
+most resident memory above what the process held just before the operation; the peak
+counter is reset through ``/proc/self/clear_refs``), ``bytes_read`` (``rchar`` of
+``/proc/self/io``).
 OP is ``save``, ``load`` or ``partial`` (load one ~1 MiB blob, ckptstore tools only).
 """
 

@@ -154,10 +154,10 @@ def verify_cost(
 
 
 def checksum_cpu_per_gib(rounds: int = 5) -> float:
-    """Seconds of CPU that the CRC-32 ckptstore checks takes per GiB of bytes already in
-    the CPU's cache (a 1 MiB buffer checksummed 1024 times; the best of ``rounds``): what
-    checking a restore cannot cost less than, with its bytes checked right after they
-    are read."""
+    """Seconds of CPU that ckptstore's CRC-32 (what a load checks) takes per GiB of
+    bytes already in the CPU's cache (a 1 MiB buffer checksummed 1024 times; the best of
+    ``rounds``): what checking a restore cannot cost less than, its bytes being checked
+    right after they are read."""
     window = [np.random.default_rng(0).integers(0, 256, MiB, dtype=np.uint8)]
     best = float("inf")
     for _ in range(rounds):

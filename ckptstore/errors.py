@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import errno as _errno
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -403,20 +403,26 @@ class CatalogCorruptError(CkptStoreError, ValueError):
         >>> str(err).endswith("`ckptstore catalog rebuild /ckpt` recreates it from storage")
         True
 
-    ``rebuild``: the command that recreates this catalog, when the root's URL alone
-    does not name it (an sqlite file kept elsewhere).
+    ``rebuild``: the arguments of ``ckptstore catalog rebuild`` that recreate this
+    catalog, when the root's URL alone does not name it (an sqlite file kept
+    elsewhere: the root, then ``--kind sqlite --database FILE``).
     """
 
     def __init__(
-        self, detail: str, *, url: str, file: str | None = None, rebuild: str | None = None
+        self,
+        detail: str,
+        *,
+        url: str,
+        file: str | None = None,
+        rebuild: Sequence[str] = (),
     ) -> None:
         self.url = url
         self.file = file
         where = f"{file!r} of {url}" if file is not None else url
-        rebuild = rebuild or f"ckptstore catalog rebuild {shlex.quote(url)}"
+        command = shlex.join(["ckptstore", "catalog", "rebuild", *(rebuild or [url])])
         super().__init__(
             f"the catalog {where} is unreadable: {detail}. It is only an index of the "
-            f"commit records: `{rebuild}` recreates it from storage"
+            f"commit records: `{command}` recreates it from storage"
         )
 
 

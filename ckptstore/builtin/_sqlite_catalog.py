@@ -41,7 +41,6 @@ import contextlib
 import errno
 import logging
 import os
-import shlex
 import sqlite3
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -197,9 +196,7 @@ class SqliteCatalog(IndexCatalog):
             raise StorageError(path, None, "use the sqlite catalog", error) from error
         except sqlite3.DatabaseError as error:
             root = self.storage.display_url if self.storage is not None else "URL"
-            rebuild = shlex.join(
-                ["ckptstore", "catalog", "rebuild", root, "--kind", "sqlite", "--database", path]
-            )
+            rebuild = (root, "--kind", "sqlite", "--database", path)
             raise CatalogCorruptError(str(error), url=path, rebuild=rebuild) from error
 
     def _refuse_links(self, path: str) -> None:

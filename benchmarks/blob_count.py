@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.limits import is_memory
-from benchmarks.measure import measure, run
+from benchmarks.measure import operation_for
 from benchmarks.peers import remove, tools
 from benchmarks.report import RESULTS, publish
 from benchmarks.system import DiskUsage, disk_usage, drop_caches, memory_kept
@@ -68,7 +68,7 @@ def run_workload(
     rounds x 1.4 GiB). Each save and load runs in a fresh process, unless ``fresh`` is
     False (smoke runs: starting a process that loads every plugin costs more than the
     operation)."""
-    operation = measure if fresh else run
+    operation = operation_for(fresh)
     blobs = make_workload(workload)
     results = {name: Result(name, len(blobs), nbytes(blobs)) for name in names}
     cold = not is_memory(location)

@@ -22,16 +22,15 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from benchmarks.limits import Limit, location_limit
-from benchmarks.measure import measure, run
+from benchmarks.measure import Operation, measure, operation_for
 from benchmarks.peers import remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
 from benchmarks.system import disk_usage, drop_caches, memory_kept
@@ -43,10 +42,6 @@ LIMIT = "physical limit"
 OURS = "ckptstore zarr"
 UNVERIFIED = "ckptstore zarr, no verify"
 RESULTS = Path(__file__).resolve().parent / "results"
-
-Operation = Callable[[str, str, str, Path], dict[str, Any]]
-"""One save, load or partial load (:func:`~benchmarks.measure.measure` in a fresh
-process, or :func:`~benchmarks.measure.run` in this one)."""
 
 
 @dataclass
@@ -80,7 +75,7 @@ def run_location(
     ``discard``, freed blocks are trimmed at the next journal commits). The first row
     is the location's physical limit, measured once per repeat like the tools. Each
     save and load runs in a fresh process unless ``fresh`` is False (smoke runs)."""
-    operation = measure if fresh else run
+    operation = operation_for(fresh)
     size = nbytes(make_workload(workload))
     rows = {LIMIT: Row(LIMIT), **{name: Row(name) for name in names}}
     written: list[Path] = []
@@ -132,7 +127,7 @@ def verify_cost(
     alternates), ``pairs`` times. A restore from memory varies by a third from one
     fresh process to the next, so the medians of the table's three rounds, taken apart,
     cannot resolve a 10% difference; pairs taken together can."""
-    operation = measure if fresh else run
+    operation = operation_for(fresh)
     costs = []
     with saved_checkpoint(OURS, location, workload, operation) as target:
         if not fresh:  # in one process, the first load pays for what is loaded once
@@ -191,7 +186,7 @@ def limit_label(limit: Limit) -> str:
 
 def partial_reads(location: Path, workload: str, fresh: bool = True) -> dict[str, int]:
     """Bytes read to load one ~1 MiB blob from each ckptstore format's checkpoint."""
-    operation = measure if fresh else run
+    operation = operation_for(fresh)
     result = {}
     for name in (tool for tool in tools() if tool.startswith("ckptstore") and tool != UNVERIFIED):
         with saved_checkpoint(name, location, workload, operation) as target:
@@ -410,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         partial = partial_reads(Path(args.shm), args.workload, not args.smoke)
         checking: dict[str, list[PairedCost]] = {}
-        checksum_cpu = checksum_cpu_per_gib(1 if args.smoke else 5)
+        checksum_cpu = None
         if OURS in names and UNVERIFIED in names:
+            checksum_cpu = checksum_cpu_per_gib(1 if args.smoke else 5)
             pairs = 1 if args.smoke else VERIFY_PAIRS
             for location, root, location_cold in ((disk, args.disk, cold), (shm, args.shm, False)):
                 checking[location] = verify_cost(

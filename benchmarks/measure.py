@@ -18,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,18 @@ def measure(
     if result.returncode != 0:
         raise RuntimeError(f"{tool} {op} failed:\n{result.stderr}")
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+Operation = Callable[[str, str, str, Path], dict[str, Any]]
+"""``operation(tool, op, workload, directory)``: one save, load or partial load and
+what it measured (:func:`run`'s result)."""
+
+
+def operation_for(fresh: bool) -> Operation:
+    """:func:`measure` (each operation in a fresh process) or, unless ``fresh``,
+    :func:`run` in this one (smoke runs: starting a process that loads every plugin
+    costs more than the operation)."""
+    return measure if fresh else run
 
 
 if __name__ == "__main__":

@@ -255,12 +255,15 @@ class LocalPath(PathType):
             yield
         except (StorageError, CorruptCheckpointError):
             raise
-        except FileNotFoundError as error:
-            if action.startswith("read"):
-                raise ObjectNotFoundError(self.display_url, key, action, error) from None
-            raise storage_error(self.display_url, key, action, error) from error
         except OSError as error:
-            raise storage_error(self.display_url, key, action, error) from error
+            raise self._error(action, key, error) from error
+
+    def _error(self, action: str, key: str | None, error: OSError) -> StorageError:
+        """The typed error for ``error``, raised while doing ``action`` to ``key`` (a
+        missing file read: :class:`ObjectNotFoundError`)."""
+        if isinstance(error, FileNotFoundError) and action.startswith("read"):
+            return ObjectNotFoundError(self.display_url, key, action, error)
+        return storage_error(self.display_url, key, action, error)
 
     def _note_dir(self, path: str) -> None:
         if self.durability == "fsync":
@@ -515,8 +518,11 @@ class _LocalPositionalReader(PositionalReader):
         self._fd = fd
 
     def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
-        with self._storage._errors("read", self.key):
-            missing = _read_all(self._fd, list(targets), offset)
+        # the hot path of a checked load (one call per window): no context manager
+        try:
+            missing = _read_all(self._fd, targets, offset)
+        except OSError as error:
+            raise self._storage._error("read", self.key, error) from error
         if missing:
             raise CorruptCheckpointError(
                 f"the file ends {missing} bytes before the end of the recorded range",
@@ -724,9 +730,11 @@ def _write_vectored(views: list[memoryview], write: Callable[[list[memoryview]],
     return total
 
 
-def _read_all(fd: int, views: list[memoryview], offset: int) -> int:
-    """Fill ``views`` from ``offset``; returns how many bytes were missing at EOF."""
-    views = [v.cast("B") if v.format != "B" else v for v in views if v.nbytes]
+def _read_all(fd: int, targets: Sequence[memoryview], offset: int) -> int:
+    """Fill ``targets`` from ``offset``; returns how many bytes were missing at EOF."""
+    if len(targets) == 1 and os.preadv(fd, targets, offset) == targets[0].nbytes:
+        return 0  # the common case, one call (re-read below if it came back short)
+    views = [v.cast("B") if v.format != "B" else v for v in targets if v.nbytes]
     while views:
         batch = views[:_IOV_MAX]
         count = os.preadv(fd, batch, offset)

@@ -35,6 +35,9 @@ def test_round_trip_of_parts_and_ranges(tmp_path: Path) -> None:
     storage.read_into("a/b/c", 2, [memoryview(first), second.data])
     assert bytes(first) == b"ad\x00"
     assert second.tobytes() == expected[5:13]
+    whole = np.zeros(10, dtype=np.int32)  # one view, not of bytes: one system call
+    storage.read_into("a/b/c", 4, [memoryview(whole)])
+    assert (whole == array).all()
 
 
 def test_writes_of_many_parts(tmp_path: Path) -> None:
@@ -83,6 +86,17 @@ def test_missing_and_short_objects(tmp_path: Path) -> None:
     storage.write_bytes("short", b"abc")
     with pytest.raises(CorruptCheckpointError, match="ends 2 bytes before"):
         storage.read_into("short", 1, [memoryview(bytearray(4))])
+
+
+def test_a_failed_read_raises_a_storage_error_naming_the_file(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes("k", b"abc")
+    reader = storage.open_reader("k")
+    reader.close()  # its descriptor is gone: the read fails in the system call
+    with pytest.raises(StorageError, match=r"could not read .*/k: OSError \(EBADF\)") as info:
+        reader.read_into(0, [memoryview(bytearray(3))])
+    assert isinstance(info.value, OSError)
+    assert isinstance(info.value.__cause__, OSError)  # the system's error, chained
 
 
 def test_delete_list_and_delete_tree(tmp_path: Path) -> None:

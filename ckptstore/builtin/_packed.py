@@ -509,20 +509,20 @@ def _run_request(
     archive: str,
     run: list[int],
 ) -> WriteRequest:
-    """A run of small members (indexes ``run``), written with one call: headers,
-    documents and the data of members under ``GATHERED_FROM`` copied into one buffer in
-    archive order, and the data of larger members (``gathered``) passed between the
-    buffer's slices as views of their own arrays. Each blob's bytes are checksummed
-    once (CRC-32: the blob's range in the manifest, so that a partial load reads only
-    those); the member's CRC-32 for the ZIP (document or npy header, then the blob) and
-    the CRC-32 of the whole run (its format record, which covers its headers and
-    documents) are joined from that and the small parts around it."""
-    indexes = list(run)
-    start = layout.header_offsets[indexes[0]]
-    nbytes = layout.end(indexes[-1]) - start
+    """A run of small members (the indexes in ``run``, a list the caller no longer
+    changes), written with one call: headers, documents and the data of members under
+    ``GATHERED_FROM`` copied into one buffer in archive order, and the data of larger
+    members (``gathered``) passed between the buffer's slices as views of their own
+    arrays. Each blob's bytes are checksummed once (CRC-32: the blob's range in the
+    manifest, so that a partial load reads only those); the member's CRC-32 for the ZIP
+    (document or npy header, then the blob) and the CRC-32 of the whole run (its format
+    record, which covers its headers and documents) are joined from that and the small
+    parts around it."""
+    start = layout.header_offsets[run[0]]
+    nbytes = layout.end(run[-1]) - start
     copied = nbytes  # all but the gathered members' data (none in most archives)
     if gathered:
-        copied -= sum(members[index].data_size for index in indexes if index in gathered)
+        copied -= sum(members[index].data_size for index in run if index in gathered)
 
     def produce() -> list[Buffer]:
         view = aligned_buffer(start, copied)
@@ -535,7 +535,7 @@ def _run_request(
         crcs = found.member_crcs  # one slot per member: set without a lock
         header_into = layout.local_header_into
         run_crc = 0
-        for index in indexes:
+        for index in run:
             member = members[index]
             prefix = member.prefix
             first = data_offsets[index] - start - skipped  # in the buffer
@@ -579,7 +579,7 @@ def _run_request(
         produce,
         nbytes,
         holds=copied,
-        blob=members[indexes[0]].blob,
+        blob=members[run[0]].blob,
         target=target,
         offset=start,
         checksum=False,

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.bare_read import CHECKED as BARE_CHECKED
+from benchmarks.bare_read import UNCHECKED as BARE
 from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import Operation, measure, operation_for
 from benchmarks.peers import remove, tools
@@ -112,11 +114,15 @@ VERIFY_PAIRS = 9
 @dataclass
 class PairedCost:
     """One pair of :func:`verify_cost`: how much slower the checked restore was than the
-    unchecked one (``slower``, 0.1 for 10%), and the CPU time it added (``cpu_seconds``,
-    every thread's user and system time)."""
+    unchecked one (``slower``, 0.1 for 10%) and the CPU time it added (``cpu_seconds``,
+    every thread's user and system time); then the same for the bare read of the same
+    files with and without a CRC-32 of each window (``bare_slower``,
+    ``bare_cpu_seconds``; :mod:`benchmarks.bare_read`)."""
 
     slower: float
     cpu_seconds: float
+    bare_slower: float
+    bare_cpu_seconds: float
 
 
 def verify_cost(
@@ -124,27 +130,30 @@ def verify_cost(
 ) -> list[PairedCost]:
     """What checking checksums adds to ckptstore zarr's restore, measured in pairs: one
     checkpoint restored with and without the check back to back (which goes first
-    alternates), ``pairs`` times. A restore from memory varies by a third from one
-    fresh process to the next, so the medians of the table's three rounds, taken apart,
-    cannot resolve a 10% difference; pairs taken together can."""
+    alternates), ``pairs`` times, each pair followed by a pair of bare reads of its
+    files (:mod:`benchmarks.bare_read`: the same CRC-32 with no ckptstore code around
+    it). A restore from memory varies by a third from one fresh process to the next, so
+    the medians of the table's three rounds, taken apart, cannot resolve a 10%
+    difference; pairs taken together can."""
     operation = operation_for(fresh)
     costs = []
     with saved_checkpoint(OURS, location, workload, operation) as target:
         if not fresh:  # in one process, the first load pays for what is loaded once
             operation(UNVERIFIED, "load", workload, target)
-        for pair in range(pairs):
+
+        def paired(checked: str, unchecked: str, op: str, first: bool) -> tuple[float, float]:
             measured = {}
-            for name in (OURS, UNVERIFIED) if pair % 2 == 0 else (UNVERIFIED, OURS):
+            for name in (checked, unchecked) if first else (unchecked, checked):
                 if cold:
                     drop_caches()
-                measured[name] = operation(name, "load", workload, target)
-            checked, unchecked = measured[OURS], measured[UNVERIFIED]
-            costs.append(
-                PairedCost(
-                    checked["seconds"] / unchecked["seconds"] - 1,
-                    checked["cpu_seconds"] - unchecked["cpu_seconds"],
-                )
-            )
+                measured[name] = operation(name, op, workload, target)
+            on, off = measured[checked], measured[unchecked]
+            return on["seconds"] / off["seconds"] - 1, on["cpu_seconds"] - off["cpu_seconds"]
+
+        for pair in range(pairs):
+            first = pair % 2 == 0
+            restore = paired(OURS, UNVERIFIED, "load", first)
+            costs.append(PairedCost(*restore, *paired(BARE_CHECKED, BARE, "bare-read", first)))
     return costs
 
 
@@ -296,6 +305,8 @@ def targets(
         slower = [pair.slower for pair in checking]
         median = statistics.median(slower)
         cpu = statistics.median(pair.cpu_seconds for pair in checking) * GiB / size
+        bare = statistics.median(pair.bare_slower for pair in checking)
+        bare_cpu = statistics.median(pair.bare_cpu_seconds for pair in checking) * GiB / size
         floor = f", CRC-32 alone {checksum_cpu * 1000:.0f} ms" if checksum_cpu is not None else ""
         checks.append(
             (
@@ -303,7 +314,8 @@ def targets(
                 median < 0.10,
                 f"{median:+.1%} (median of {len(checking)} paired restores, "
                 f"{min(slower):+.1%} to {max(slower):+.1%}; CPU the check added per GiB: "
-                f"{cpu * 1000:.0f} ms{floor})",
+                f"{cpu * 1000:.0f} ms{floor}; a bare read of the same files checked the "
+                f"same way: {bare:+.1%}, {bare_cpu * 1000:.0f} ms)",
             )
         )
     for name, read in partial.items():

@@ -7,7 +7,9 @@ thread of the process during the operation, ``getrusage``), ``peak_above_state``
 most resident memory above what the process held just before the operation; the peak
 counter is reset through ``/proc/self/clear_refs``), ``bytes_read`` (``rchar`` of
 ``/proc/self/io``).
-OP is ``save``, ``load`` or ``partial`` (load one ~1 MiB blob, ckptstore tools only).
+OP is ``save``, ``load``, ``partial`` (load one ~1 MiB blob, ckptstore tools only) or
+``bare-read`` (:mod:`benchmarks.bare_read`; TOOL is one of its two names, WORKLOAD is
+not used; prints ``seconds``, ``cpu_seconds`` and ``bytes``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bare_read import CHECKED, read_bare
 from benchmarks.peers import tools
 from benchmarks.system import peak_resident, reset_peak_resident, resident
 from benchmarks.workload import make_workload
@@ -57,6 +60,8 @@ def prepare(tool: str) -> None:
 
 
 def run(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
+    if op == "bare-read":  # no ckptstore code: the floor of a checked load
+        return dict(read_bare(directory, checksum=tool == CHECKED))
     save, load = tools()[tool]
     blobs = make_workload(workload)
     prepare(tool)

@@ -23,7 +23,13 @@ from ckptstore.io._chunking import (
     chunk_data,
     grid_chunk_shape,
 )
-from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.io._engine import (
+    VERIFY_WINDOW,
+    ParallelIO,
+    ReadRequest,
+    WriteRequest,
+    WriteResult,
+)
 from ckptstore.io._gc import paused_gc
 from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._settings import IOSettings
@@ -31,6 +37,7 @@ from ckptstore.io._staging import StagingPool, StagingSlot
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
+    "VERIFY_WINDOW",
     "ArrayChunk",
     "Buffer",
     "IOSettings",

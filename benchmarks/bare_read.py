@@ -1,0 +1,74 @@
+"""A bare read of a checkpoint's files, with no ckptstore code: what checking costs when
+nothing else does.
+
+:func:`read_bare` reads every file under a directory into freshly allocated arrays (one
+per range of :data:`RANGE_BYTES`), on as many threads as ckptstore's engine uses, in
+windows of :data:`~ckptstore.io.VERIFY_WINDOW` (``preadv`` from one descriptor per
+range). With ``checksum``, each window's CRC-32 is taken right after it is read, as a
+checked ckptstore load does. ``python -m benchmarks.measure TOOL bare-read WORKLOAD DIR``
+runs it in a fresh process (TOOL: :data:`CHECKED` or :data:`UNCHECKED`).
+
+The pair is the floor under the checksum target of ``benchmarks.local``: the same CRC
+over the same bytes, read the same way, with no manifest, request or Python between the
+system calls beyond the loop itself.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ckptstore.io import VERIFY_WINDOW, IOSettings, crc32_buffer
+
+RANGE_BYTES = 16 << 20
+"""Bytes per array: ckptstore's pieces of a large blob are this size."""
+CHECKED = "bare preadv + CRC-32"
+"""The bare read with a CRC-32 of each window (a tool name for ``benchmarks.measure``)."""
+UNCHECKED = "bare preadv"
+"""The bare read alone."""
+
+
+def _read_range(path: Path, offset: int, size: int, checksum: bool) -> np.ndarray:
+    """``size`` bytes of ``path`` from ``offset`` in a new array (its pages fresh, as a
+    restored array's: every array is kept until the end, so none reuses another's)."""
+    array = np.empty(size, dtype=np.uint8)
+    view = memoryview(array)
+    value = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for start in range(0, size, VERIFY_WINDOW):
+            window = view[start : start + VERIFY_WINDOW]
+            if os.preadv(fd, [window], offset + start) != window.nbytes:
+                raise OSError(f"{path} ended early")
+            if checksum:  # the value is not compared: what it costs is the measure
+                value = crc32_buffer(window, value)
+    finally:
+        os.close(fd)
+    return array
+
+
+def read_bare(directory: Path, checksum: bool) -> dict[str, float]:
+    """Read every file under ``directory`` as the module says; the time, the CPU and
+    the bytes read."""
+    ranges = [
+        (path, offset, min(RANGE_BYTES, path.stat().st_size - offset))
+        for path in sorted(p for p in directory.rglob("*") if p.is_file())
+        for offset in range(0, path.stat().st_size, RANGE_BYTES)
+    ]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = usage.ru_utime + usage.ru_stime
+    started = time.perf_counter()
+    with ThreadPoolExecutor(IOSettings().concurrency) as pool:
+        arrays = list(pool.map(lambda item: _read_range(*item, checksum), ranges))
+    seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "seconds": seconds,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime - cpu_before,
+        "bytes": sum(array.nbytes for array in arrays),
+    }

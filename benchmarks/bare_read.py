@@ -33,7 +33,7 @@ UNCHECKED = "bare preadv"
 """The bare read alone."""
 
 
-def _read_range(path: Path, offset: int, size: int, checksum: bool) -> np.ndarray:
+def read_range(path: Path, offset: int, size: int, checksum: bool) -> np.ndarray:
     """``size`` bytes of ``path`` from ``offset`` in a new array (its pages fresh, as a
     restored array's: every array is kept until the end, so none reuses another's)."""
     array = np.empty(size, dtype=np.uint8)
@@ -64,7 +64,7 @@ def read_bare(directory: Path, checksum: bool) -> dict[str, float]:
     cpu_before = usage.ru_utime + usage.ru_stime
     started = time.perf_counter()
     with ThreadPoolExecutor(IOSettings().concurrency) as pool:
-        arrays = list(pool.map(lambda item: _read_range(*item, checksum), ranges))
+        arrays = list(pool.map(lambda item: read_range(*item, checksum), ranges))
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {

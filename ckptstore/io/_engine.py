@@ -321,7 +321,7 @@ def _read_checked(
         return checksum(targets)
     value, offset = 0, request.offset
     with storage.open_reader(key) as source:  # one open for every window
-        # as little Python as can be between the calls that let go of the GIL: four
+        # as little Python as can be between the calls that let go of the GIL: the I/O
         # threads share it, and a thread back from a read waits for it
         for window in windows([byte_view(target) for target in targets], VERIFY_WINDOW):
             source.read_into(offset, window)

@@ -731,29 +731,29 @@ def _write_vectored(views: list[memoryview], write: Callable[[list[memoryview]],
 
 
 def _read_all(fd: int, targets: Sequence[memoryview], offset: int) -> int:
-    """Fill ``targets`` from ``offset``; returns how many bytes were missing at EOF."""
-    if len(targets) == 1 and os.preadv(fd, targets, offset) == targets[0].nbytes:
-        return 0  # the common case, one call (re-read below if it came back short)
-    views = [v.cast("B") if v.format != "B" else v for v in targets if v.nbytes]
+    """Fill ``targets`` from ``offset``, resuming after short reads; returns how many
+    bytes were missing at EOF. A read that fills its targets at once (nearly all: a
+    checked load makes one per window) costs one call and no conversions."""
+    views = list(targets)
     while views:
-        batch = views[:_IOV_MAX]
-        count = os.preadv(fd, batch, offset)
+        count = os.preadv(fd, views[:_IOV_MAX], offset)
         if count == 0:
-            return sum(v.nbytes for v in views)
+            return sum(view.nbytes for view in views)
         offset += count
         _advance(views, count)
     return 0
 
 
 def _advance(views: list[memoryview], count: int) -> None:
-    """Drop the first ``count`` bytes of ``views`` (done by one vectored call) in place."""
+    """Drop the first ``count`` bytes of ``views`` (done by one vectored call) in place;
+    a view cut in the middle is cut as bytes, whatever its format."""
     while count:
         head = views[0]
         if count >= head.nbytes:
             count -= head.nbytes
             views.pop(0)
         else:
-            views[0] = head[count:]
+            views[0] = byte_view(head)[count:]
             count = 0
 
 

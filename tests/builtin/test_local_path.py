@@ -15,6 +15,7 @@ from ckptstore.builtin import _local_path
 from ckptstore.builtin._local_path import (
     DURABILITY_MODES,
     EARLY_WRITEBACK_BYTES,
+    _advance,
     _write_vectored,
 )
 from ckptstore.errors import ObjectNotFoundError
@@ -69,6 +70,15 @@ def test_short_vectored_writes_resume_where_they_stopped() -> None:
     views = [memoryview(part) for part in parts]
     assert _write_vectored(views, write_at_most_5) == 21
     assert bytes(written) == b"".join(parts)
+
+
+def test_a_short_read_resumes_inside_a_view_of_any_format() -> None:
+    words = np.arange(4, dtype=np.int32)
+    views = [memoryview(bytearray(2)), memoryview(words)]
+    _advance(views, 2 + 6)  # a read that stopped in the middle of the second word
+    assert len(views) == 1
+    assert views[0].nbytes == 10  # cut as bytes, not as words
+    assert views[0].tobytes() == words.tobytes()[6:]
 
 
 def test_missing_and_short_objects(tmp_path: Path) -> None:

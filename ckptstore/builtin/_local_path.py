@@ -256,9 +256,9 @@ class LocalPath(PathType):
         except (StorageError, CorruptCheckpointError):
             raise
         except OSError as error:
-            raise self._error(action, key, error) from error
+            raise self._typed_error(action, key, error) from error
 
-    def _error(self, action: str, key: str | None, error: OSError) -> StorageError:
+    def _typed_error(self, action: str, key: str | None, error: OSError) -> StorageError:
         """The typed error for ``error``, raised while doing ``action`` to ``key`` (a
         missing file read: :class:`ObjectNotFoundError`)."""
         if isinstance(error, FileNotFoundError) and action.startswith("read"):
@@ -522,7 +522,7 @@ class _LocalPositionalReader(PositionalReader):
         try:
             missing = _read_all(self._fd, targets, offset)
         except OSError as error:
-            raise self._storage._error("read", self.key, error) from error
+            raise self._storage._typed_error("read", self.key, error) from error
         if missing:
             raise CorruptCheckpointError(
                 f"the file ends {missing} bytes before the end of the recorded range",

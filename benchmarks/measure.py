@@ -109,8 +109,8 @@ def measure(
 
 
 Operation = Callable[[str, str, str, Path], dict[str, Any]]
-"""``operation(tool, op, workload, directory)``: one save, load or partial load and
-what it measured (:func:`run`'s result)."""
+"""``operation(tool, op, workload, directory)``: one save, load, partial load or bare
+read and what it measured (:func:`run`'s result)."""
 
 
 def operation_for(fresh: bool) -> Operation:

@@ -1,0 +1,38 @@
+"""The 1 GiB table's targets: a save target set against a peer measured in pairs."""
+
+from __future__ import annotations
+
+from benchmarks.local import OURS, Row, targets
+
+DCP = "torch.distributed.checkpoint"
+GiB = 1 << 30
+
+
+def rows(ours: float, dcp: float) -> dict[str, Row]:
+    return {OURS: Row(OURS, save=[ours], load=[1.0]), DCP: Row(DCP, save=[dcp], load=[3.0])}
+
+
+def verdict(checks: list[tuple[str, bool, str]], label: str) -> tuple[bool, str]:
+    return next((met, value) for name, met, value in checks if name.startswith(label))
+
+
+def test_the_paired_saves_median_decides_and_the_tables_ratio_is_quoted() -> None:
+    checks = targets(rows(0.5, 1.2), GiB, {}, False, saves={DCP: [2.4, 2.7, 2.6]})
+    met, value = verdict(checks, "save >= 2.5x torch")
+    assert met
+    assert value == "2.60x (median of 3 paired saves, 2.40x to 2.70x; the table's medians: 2.40x)"
+
+
+def test_paired_saves_under_the_goal_miss_it_whatever_the_table_says() -> None:
+    checks = targets(rows(0.4, 1.2), GiB, {}, False, saves={DCP: [2.3, 2.45, 2.6]})
+    assert verdict(checks, "save >= 2.5x torch") == (
+        False,
+        "2.45x (median of 3 paired saves, 2.30x to 2.60x; the table's medians: 3.00x)",
+    )
+
+
+def test_without_pairs_the_tables_ratio_decides_and_restores_never_use_pairs() -> None:
+    checks = targets(rows(0.5, 1.2), GiB, {}, False, saves={})
+    assert verdict(checks, "save >= 2.5x torch") == (False, "2.40x")
+    paired = targets(rows(0.5, 1.2), GiB, {}, False, saves={DCP: [9.0]})
+    assert verdict(paired, "restore >= 2x torch") == (True, "3.00x")

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -268,6 +269,38 @@ def memory_keys(url: str) -> list[str]:
     fs = fsspec.filesystem("memory")
     root = "/" + url[len("memory://") :]
     return sorted(path[len(root) + 1 :] for path in fs.find(root))
+
+
+# -- http:// roots ---------------------------------------------------------------------------
+
+
+@contextmanager
+def http_server(directory: Path | None = None, *, status: int = 200) -> Iterator[str]:
+    """A real HTTP server on loopback, serving ``directory``'s files and listings (or,
+    with another ``status``, answering every request with that error); yields its URL."""
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(directory or os.devnull), **kwargs)
+
+        def send_head(self) -> Any:
+            if status != 200:
+                self.send_error(status)
+                return None
+            return super().send_head()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -4,6 +4,12 @@ It serves every protocol no dedicated plugin claims, except the object stores th
 first-party plugins (``s3``, ``gs``), which need those plugins' retries and tuning.
 Object-store plugins subclass it and only add options, retries and tuning.
 
+fsspec answers some failures as if nothing were there (``exists`` is False on any
+error, listings omit what they could not list, the HTTP filesystem raises
+``FileNotFoundError`` for a refused connection): this path type looks behind them, so
+that a store it cannot reach raises :class:`~ckptstore.errors.StorageError` instead of
+looking empty (see :func:`_failure`).
+
 Example::
 
     >>> from ckptstore import CheckpointManager
@@ -22,6 +28,7 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import (
     CorruptCheckpointError,
     ObjectNotFoundError,
+    RequestError,
     StorageError,
     storage_error,
 )
@@ -105,10 +112,13 @@ class FsspecPath(PathType):
             yield
         except (StorageError, CorruptCheckpointError):
             raise
-        except FileNotFoundError as error:
-            raise ObjectNotFoundError(self.display_url, key, action, error) from None
-        except OSError as error:
-            raise storage_error(self.display_url, key, action, error) from error
+        except Exception as error:
+            failure = _failure(error)
+            if failure is None:
+                raise ObjectNotFoundError(self.display_url, key, action, error) from None
+            if isinstance(failure, OSError):
+                raise storage_error(self.display_url, key, action, failure) from failure
+            raise
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         path = self._path(key)
@@ -139,11 +149,29 @@ class FsspecPath(PathType):
         path = self._path(key)
         end = None if length is None else offset + length
         with self._errors("read", key):
-            return bytes(self.fs.cat_file(path, start=offset or None, end=end))
+            data = bytes(self.fs.cat_file(path, start=offset or None, end=end))
+        if length is not None and len(data) > length:  # fsspec returns what it got
+            ignored = RequestError(
+                f"asked for {length} bytes at offset {offset}, the storage sent {len(data)} "
+                "bytes: it ignores byte ranges (an HTTP server without Range support, such "
+                "as `python -m http.server`); serve the checkpoint from storage that honours "
+                "them, or download its files whole to local disk and load from there",
+                status=None,
+                attempts=1,
+                retryable=False,
+            )
+            raise StorageError(self.display_url, key, "read", ignored)
+        return data
 
     def exists(self, key: str) -> bool:
-        with self._errors("check", key):
-            return bool(self.fs.exists(self._path(key)))
+        # not fs.exists, which answers False to any error: an unreachable store would
+        # look empty
+        try:
+            with self._errors("check", key):
+                self.fs.info(self._path(key))
+        except ObjectNotFoundError:
+            return False
+        return True
 
     def size(self, key: str) -> int:
         with self._errors("read size of", key):
@@ -163,8 +191,10 @@ class FsspecPath(PathType):
         base = self._path(prefix) if prefix else self.root
         with self._errors("list", prefix or None):
             try:
-                found = self.fs.find(base)
-            except FileNotFoundError:
+                found = self.fs.find(base, on_error=_omit_missing)
+            except FileNotFoundError as error:
+                if _failure(error) is not None:
+                    raise
                 return []
         cut = len(self.root) + 1 if self.root else 0
         return sorted(path[cut:] for path in found)
@@ -182,6 +212,57 @@ class FsspecPath(PathType):
         except OSError:
             return False
         return True
+
+
+def _failure(error: Exception) -> Exception | None:
+    """What went wrong behind an error of fsspec: ``None`` when it says that nothing is
+    there; a failed HTTP request as a :class:`~ckptstore.errors.RequestError` with its
+    status (401 and 403 are permanent, 429 and 5xx transient); else the error itself.
+
+    fsspec's HTTP filesystem raises ``FileNotFoundError`` from the real error when a
+    request fails: a refused connection (an ``OSError``) or a server error is not an
+    absent object, and taking it for one would show a store that cannot be reached as
+    empty. Other causes (the in-memory filesystem's ``KeyError``) are lookups that
+    found nothing.
+    """
+    if isinstance(error, FileNotFoundError):
+        cause = error.__cause__
+        if not isinstance(cause, Exception) or isinstance(cause, FileNotFoundError):
+            return None
+        if not isinstance(cause, OSError) and _status(cause) is None:
+            return None
+        error = cause
+    status = _status(error)
+    if status is None or isinstance(error, OSError):  # typed already (a RequestError)
+        return error
+    if status in _ABSENT_STATUSES:
+        return None
+    request = RequestError(
+        f"HTTP {status} {getattr(error, 'message', None) or error}",
+        status=status,
+        attempts=1,
+        retryable=status == 429 or status >= 500,
+    )
+    request.__cause__ = error
+    return request
+
+
+def _status(error: Exception) -> int | None:
+    """The HTTP status an error of an fsspec backend carries (aiohttp's ``status``)."""
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) else None
+
+
+_ABSENT_STATUSES = (404, 410)
+"""HTTP statuses that do mean the object is not there."""
+
+
+def _omit_missing(error: OSError) -> None:
+    """fsspec's ``walk`` error handler for listings: a directory that is not there (or
+    went away during the listing) lists as empty; every other error is raised. fsspec's
+    default omits every error, so that a store that cannot be reached lists as empty."""
+    if _failure(error) is not None:
+        raise error
 
 
 class _AppendOnly(io.RawIOBase):

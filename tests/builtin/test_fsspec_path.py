@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from ckpt_helpers import memory_keys, memory_root
+from ckpt_helpers import http_server, memory_keys, memory_root
 
 from ckptstore import CorruptCheckpointError, FsspecPath
-from ckptstore.errors import ObjectNotFoundError
+from ckptstore.errors import ObjectNotFoundError, RequestError, StorageError, is_permanent
 from ckptstore.plugin._path_type import redact_url
 from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import committed_epochs
 from ckptstore.testing import imported_modules
+from ckptstore.testing.servers import free_port
 
 
 def test_round_trip_of_parts_and_ranges() -> None:
@@ -141,3 +144,61 @@ def test_a_local_disk_run_imports_no_fsspec_or_http_client(tmp_path: Path) -> No
     heavy = ["aiohttp", "botocore", "fsspec", "gcsfs", "s3fs"]
     assert imported_modules(probe, heavy) == []
     assert (tmp_path / "ckpt").is_dir()
+
+
+def test_an_http_store_lists_checks_and_reads_what_it_serves(tmp_path: Path) -> None:
+    (tmp_path / "run" / "_ckptstore" / "sub").mkdir(parents=True)
+    (tmp_path / "run" / "_ckptstore" / "a.json").write_bytes(b"{}")
+    (tmp_path / "run" / "_ckptstore" / "sub" / "b").write_bytes(b"bytes")
+    with http_server(tmp_path) as url:
+        storage = FsspecPath(f"{url}/run")
+        assert storage.list_keys() == ["_ckptstore/a.json", "_ckptstore/sub/b"]
+        assert storage.list_keys("nothing") == []
+        assert storage.exists("_ckptstore/sub/b")
+        assert not storage.exists("_ckptstore/nothing")
+        assert storage.size("_ckptstore/sub/b") == 5
+        assert storage.read_bytes("_ckptstore/sub/b") == b"bytes"
+        # the standard library's server ignores Range: sent the whole file, refused
+        with pytest.raises(StorageError, match="it ignores byte ranges") as info:
+            storage.read_bytes("_ckptstore/sub/b", 1, 3)
+        assert "the storage sent 5 bytes" in str(info.value)
+        assert storage.get_document("_ckptstore/nothing") is None
+        with pytest.raises(ObjectNotFoundError):
+            storage.size("_ckptstore/nothing")
+
+
+def test_an_http_store_that_cannot_be_reached_is_an_error_not_an_empty_store() -> None:
+    # fsspec answers "no such file" or an empty listing for a refused connection
+    storage = FsspecPath(f"http://127.0.0.1:{free_port()}/run")
+    calls: list[Callable[[], object]] = [
+        storage.list_keys,
+        lambda: storage.exists("_ckptstore/a.json"),
+        lambda: storage.size("_ckptstore/a.json"),
+        lambda: storage.read_bytes("_ckptstore/a.json"),
+        lambda: storage.get_document("_ckptstore/a.json"),
+        lambda: committed_epochs(storage),  # what a resume lists: never "no epochs yet"
+    ]
+    for call in calls:
+        with pytest.raises(StorageError, match="ECONNREFUSED") as info:
+            call()
+        assert not isinstance(info.value, FileNotFoundError)
+        assert storage.display_url in str(info.value)
+        assert not is_permanent(info.value)  # a save would retry it
+
+
+@pytest.mark.parametrize(("status", "permanent"), [(503, False), (500, False), (403, True)])
+def test_http_errors_are_storage_errors_typed_by_their_status(status: int, permanent: bool) -> None:
+    with http_server(status=status) as url:
+        storage = FsspecPath(f"{url}/run")
+        calls: list[Callable[[], object]] = [
+            storage.list_keys,
+            lambda: storage.exists("a"),
+            lambda: storage.size("a"),
+            lambda: storage.read_bytes("a"),
+        ]
+        for call in calls:
+            with pytest.raises(StorageError, match=f"HTTP {status}") as info:
+                call()
+            assert isinstance(info.value.__cause__, RequestError)
+            assert info.value.__cause__.status == status
+            assert is_permanent(info.value) is permanent

@@ -11,6 +11,7 @@ from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
+from ckptstore.testing.servers import free_port
 
 
 def test_lists_every_epoch_of_a_run(cli: Cli, run_url: str) -> None:
@@ -61,3 +62,13 @@ def test_an_unknown_scheme_is_an_error_with_a_hint(cli: Cli) -> None:
     result = cli("ls", "nosuchscheme://bucket/x")
     assert result.code == 1
     assert "unknown path type 'nosuchscheme'" in result.err
+
+
+def test_a_location_that_cannot_be_reached_is_an_error_not_an_empty_one(cli: Cli) -> None:
+    url = f"http://127.0.0.1:{free_port()}/runs"
+    result = cli("ls", url)
+    assert result.code == 1
+    assert f"could not list {url}" in result.err
+    assert "ECONNREFUSED" in result.err
+    assert "nothing at" not in result.err
+    assert "Traceback" not in result.err

@@ -3,6 +3,7 @@ what they do, and plugin objects that register them."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import threading
@@ -269,6 +270,46 @@ def memory_keys(url: str) -> list[str]:
     fs = fsspec.filesystem("memory")
     root = "/" + url[len("memory://") :]
     return sorted(path[len(root) + 1 :] for path in fs.find(root))
+
+
+# -- file permissions, even as root -------------------------------------------------------
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+_DAC_OVERRIDE = 1 << 1 | 1 << 2  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+
+
+@contextmanager
+def file_permissions_enforced() -> Iterator[None]:
+    """Make the calling thread obey file permissions, even as root: CAP_DAC_OVERRIDE
+    and CAP_DAC_READ_SEARCH leave its effective capabilities (Linux keeps them per
+    thread) and come back afterwards, from the permitted set. A no-op for a user
+    without them, whom permissions bind anyway."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    saved = data[0].effective
+    data[0].effective = saved & ~_DAC_OVERRIDE
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    try:
+        yield
+    finally:
+        data[0].effective = saved
+        if libc.capset(ctypes.byref(header), data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
 
 
 # -- http:// roots ---------------------------------------------------------------------------

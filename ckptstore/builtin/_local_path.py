@@ -379,18 +379,19 @@ class LocalPath(PathType):
         """Regular files under ``prefix``; links (and what they point to) are left out,
         and never opened."""
         keys: list[str] = []
-        try:
-            if prefix:
-                with self._parent(f"{prefix}/-") as (parent, _):
-                    _collect_regular(parent, prefix, keys)
-            else:
-                fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
-                try:
-                    _collect_regular(fd, "", keys)
-                finally:
-                    os.close(fd)
-        except (FileNotFoundError, NotADirectoryError, CorruptCheckpointError):
-            return []
+        with self._errors("list", prefix or None):
+            try:
+                if prefix:
+                    with self._parent(f"{prefix}/-") as (parent, _):
+                        _collect_regular(parent, prefix, keys)
+                else:
+                    fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+                    try:
+                        _collect_regular(fd, "", keys)
+                    finally:
+                        os.close(fd)
+            except (FileNotFoundError, NotADirectoryError, CorruptCheckpointError):
+                return []
         return sorted(keys)
 
     def open_write(self, key: str) -> IO[bytes]:
@@ -762,6 +763,11 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO n
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+"""What opening a listed directory fails with when it went away since: removed,
+replaced by a file, or by a link (``O_NOFOLLOW``)."""
+
+
 def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
     """Append the regular files under directory ``fd`` (named ``relative``) to ``keys``,
     descending only into real directories, each opened with ``O_NOFOLLOW``."""
@@ -777,8 +783,10 @@ def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
         elif is_dir:
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # gone, or replaced by a link since it was listed
+            except OSError as error:
+                if error.errno in _GONE:
+                    continue  # gone, or replaced by a file or a link since it was listed
+                raise  # a directory that cannot be read is not an empty one
             try:
                 _collect_regular(child, key, keys)
             finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckpt_helpers import files_under
+from ckpt_helpers import file_permissions_enforced, files_under
 
 from ckptstore import CorruptCheckpointError, LocalPath, StorageError
 from ckptstore.builtin import _local_path
@@ -18,9 +18,10 @@ from ckptstore.builtin._local_path import (
     _advance,
     _write_vectored,
 )
-from ckptstore.errors import ObjectNotFoundError
+from ckptstore.errors import ObjectNotFoundError, is_permanent
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
 from ckptstore.plugin._registry import Registry
+from ckptstore.protocol import committed_epochs
 
 
 def test_round_trip_of_parts_and_ranges(tmp_path: Path) -> None:
@@ -397,3 +398,23 @@ def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(CorruptCheckpointError):
         LocalPath(str(tmp_path)).read_bytes("fifo")
+
+
+def test_a_directory_that_cannot_be_read_fails_a_listing_instead_of_looking_empty(
+    tmp_path: Path,
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    for epoch in (1, 2):
+        storage.write_bytes(f"_ckptstore/epoch-{epoch}/trainer_0.commit.json", b"{}")
+    unreadable = tmp_path / "_ckptstore" / "epoch-2"
+    unreadable.chmod(0)
+    try:
+        with file_permissions_enforced():
+            with pytest.raises(StorageError, match="EACCES") as info:
+                storage.list_keys("_ckptstore")  # not just epoch 1's record
+            assert is_permanent(info.value)
+            with pytest.raises(StorageError, match="EACCES"):
+                committed_epochs(storage)  # what a resume lists: never "epoch 1 is newest"
+    finally:
+        unreadable.chmod(0o755)
+    assert committed_epochs(storage) == [1, 2]

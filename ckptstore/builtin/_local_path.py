@@ -340,11 +340,12 @@ class LocalPath(PathType):
         return self.read_bytes(key, 0, size)
 
     def exists(self, key: str) -> bool:
-        try:
-            with self._parent(key) as (parent, name):
-                os.stat(name, dir_fd=parent, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return False
+        with self._errors("check", key):
+            try:
+                with self._parent(key) as (parent, name):
+                    os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
         return True
 
     def size(self, key: str) -> int:

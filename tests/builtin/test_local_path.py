@@ -418,3 +418,17 @@ def test_a_directory_that_cannot_be_read_fails_a_listing_instead_of_looking_empt
     finally:
         unreadable.chmod(0o755)
     assert committed_epochs(storage) == [1, 2]
+
+
+def test_a_key_whose_directory_cannot_be_read_is_an_error_not_absent(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes("run/_ckptstore/epoch-2/trainer_0.commit.json", b"{}")
+    unreadable = tmp_path / "run" / "_ckptstore"
+    unreadable.chmod(0)
+    try:
+        with file_permissions_enforced(), pytest.raises(StorageError, match="EACCES"):
+            storage.exists("run/_ckptstore/epoch-2/trainer_0.commit.json")
+    finally:
+        unreadable.chmod(0o755)
+    assert storage.exists("run/_ckptstore/epoch-2/trainer_0.commit.json")
+    assert not storage.exists("run/_ckptstore/epoch-3/trainer_0.commit.json")

@@ -69,6 +69,15 @@ def rounds(location: Path, workload: str, repeat: int) -> dict[str, list[float]]
     return times
 
 
+def against_limit(times: dict[str, list[float]]) -> tuple[str, float, float]:
+    """From :func:`rounds`' times: the limit (the method with the faster median), the
+    ratio of its median to ckptstore's, and the best round's ratio to ckptstore's best."""
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    limit = min(METHODS, key=lambda method: medians[method])
+    best = min(min(times[method]) for method in METHODS) / min(times[OURS])
+    return limit, medians[limit] / medians[OURS], best
+
+
 def report(times: dict[str, list[float]], size: int) -> list[str]:
     """The rounds, the medians, and the ratio with its target."""
     names = list(times)
@@ -87,9 +96,7 @@ def report(times: dict[str, list[float]], size: int) -> list[str]:
         + " | ".join(f"{size / medians[name] / 2**30:.2f}" for name in names)
         + " |"
     )
-    limit = min(METHODS, key=lambda method: medians[method])
-    ratio = medians[limit] / medians[OURS]
-    best = min(min(times[method]) for method in METHODS) / min(times[OURS])
+    limit, ratio, best = against_limit(times)
     return [
         *lines,
         "",

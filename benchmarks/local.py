@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.against_limit import against_limit
+from benchmarks.against_limit import rounds as alternate_with_limit
 from benchmarks.bare_read import CHECKED as BARE_CHECKED
 from benchmarks.bare_read import UNCHECKED as BARE
 from benchmarks.limits import Limit, location_limit
@@ -110,6 +112,10 @@ def run_location(
 
 VERIFY_PAIRS = 9
 SAVE_PAIRS = 9
+ALTERNATING_ROUNDS = 9
+"""Rounds of :func:`benchmarks.against_limit.rounds`: the disk save against the limit,
+alternating in one process (the table's limit is the best of about fifteen raw trials
+per repeat, so a burst of the disk caught by any one trial lowers the ratio)."""
 SAVE_PEERS = ("safetensors", "torch.distributed.checkpoint")
 """The peers whose saves the targets set ckptstore's against: each is also measured in
 pairs (:func:`save_pairs`)."""
@@ -295,6 +301,7 @@ def targets(
     checking: list[PairedCost] | None = None,
     checksum_cpu: float | None = None,
     saves: dict[str, list[float]] | None = None,
+    alternating: dict[str, list[float]] | None = None,
 ) -> list[tuple[str, bool, str]]:
     """The targets of issues 3 and 12, each with whether it is met and the measured
     value (``memory``: the location is a tmpfs, where the safetensors target is 1.0x;
@@ -302,7 +309,9 @@ def targets(
     checksum target's measure, quoted with the CPU the check added per GiB beside
     ``checksum_cpu``, :func:`checksum_cpu_per_gib`; ``saves``: the ratios of
     :func:`save_pairs` by peer, whose median is the measure of that peer's save
-    target, quoted beside the table's ratio)."""
+    target, quoted beside the table's ratio; ``alternating``: the times of
+    :func:`benchmarks.against_limit.rounds`, the measure of the save's target against
+    the limit, quoted beside the table's ratio)."""
     checks: list[tuple[str, bool, str]] = []
     ours = rows.get(OURS)
     if ours is None:
@@ -332,7 +341,18 @@ def targets(
     ):
         value = ratio(name, what)
         paired = (saves or {}).get(name) if what == "save" else None
-        if paired:
+        if name == LIMIT and what == "save" and alternating:
+            method, measured, _ = against_limit(alternating)
+            table_ratio = f"; against this table's limit: {value:.2f}x" if value is not None else ""
+            checks.append(
+                (
+                    label,
+                    measured >= goal,
+                    f"{measured:.2f}x (medians of {min(map(len, alternating.values()))} rounds "
+                    f"alternating in one process with the limit's method, {method}{table_ratio})",
+                )
+            )
+        elif paired:
             median = statistics.median(paired)
             table_ratio = f"; the table's medians: {value:.2f}x" if value is not None else ""
             checks.append(
@@ -472,7 +492,11 @@ def main(argv: list[str] | None = None) -> int:
                     Path(root), args.workload, pairs, location_cold, not args.smoke
                 )
         saves: dict[str, dict[str, list[float]]] = {}
+        alternating: dict[str, dict[str, list[float]]] = {}
         if OURS in names:
+            alternating[disk] = alternate_with_limit(
+                Path(args.disk), args.workload, 1 if args.smoke else ALTERNATING_ROUNDS
+            )
             for location, root, _ in locations:
                 saves[location] = {
                     peer: save_pairs(
@@ -501,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
                 checking.get(location),
                 checksum_cpu,
                 saves.get(location),
+                alternating.get(location),
             )
             if checks:
                 report += ["", "| target | met | measured |", "|---|---|---|"]

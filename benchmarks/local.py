@@ -12,7 +12,11 @@ cache is dropped when the process may do so (root), so restores read the device.
 The table gives GiB/s, the ratio to the location's physical limit measured in the
 same run (:mod:`benchmarks.limits`: the best of several parallel raw writers and
 readers with fsync on disk, ``np.copyto`` in memory), ckptstore's ratio to each tool,
-and the peak memory above the state.
+and the peak memory above the state. The targets under each table that a table's
+medians of three cannot resolve on a shared machine are measured with both sides back
+to back: the saves against safetensors and torch DCP in pairs (:func:`save_pairs`), the
+disk save against the limit alternating with it (:func:`benchmarks.against_limit.rounds`)
+and the checksum cost in pairs of restores (:func:`verify_cost`).
 """
 
 from __future__ import annotations

@@ -167,10 +167,10 @@ def test_an_http_store_lists_checks_and_reads_what_it_serves(tmp_path: Path) -> 
             storage.size("_ckptstore/nothing")
 
 
-def test_an_http_store_that_cannot_be_reached_is_an_error_not_an_empty_store() -> None:
-    # fsspec answers "no such file" or an empty listing for a refused connection
-    storage = FsspecPath(f"http://127.0.0.1:{free_port()}/run")
-    calls: list[Callable[[], object]] = [
+def lookups(storage: FsspecPath) -> list[Callable[[], object]]:
+    """Every way of asking the storage what it holds, each of which fsspec alone can
+    answer with "nothing" when the asking failed."""
+    return [
         storage.list_keys,
         lambda: storage.exists("_ckptstore/a.json"),
         lambda: storage.size("_ckptstore/a.json"),
@@ -178,7 +178,12 @@ def test_an_http_store_that_cannot_be_reached_is_an_error_not_an_empty_store() -
         lambda: storage.get_document("_ckptstore/a.json"),
         lambda: committed_epochs(storage),  # what a resume lists: never "no epochs yet"
     ]
-    for call in calls:
+
+
+def test_an_http_store_that_cannot_be_reached_is_an_error_not_an_empty_store() -> None:
+    # fsspec answers "no such file" or an empty listing for a refused connection
+    storage = FsspecPath(f"http://127.0.0.1:{free_port()}/run")
+    for call in lookups(storage):
         with pytest.raises(StorageError, match="ECONNREFUSED") as info:
             call()
         assert not isinstance(info.value, FileNotFoundError)
@@ -190,13 +195,7 @@ def test_an_http_store_that_cannot_be_reached_is_an_error_not_an_empty_store() -
 def test_http_errors_are_storage_errors_typed_by_their_status(status: int, permanent: bool) -> None:
     with http_server(status=status) as url:
         storage = FsspecPath(f"{url}/run")
-        calls: list[Callable[[], object]] = [
-            storage.list_keys,
-            lambda: storage.exists("a"),
-            lambda: storage.size("a"),
-            lambda: storage.read_bytes("a"),
-        ]
-        for call in calls:
+        for call in lookups(storage):
             with pytest.raises(StorageError, match=f"HTTP {status}") as info:
                 call()
             assert isinstance(info.value.__cause__, RequestError)

@@ -595,9 +595,10 @@ class StorageIOError(StorageError):
 
 
 class StorageNotWritableError(StorageError, PermissionError):
-    """The location cannot be written and retrying cannot change that: permission
-    denied (EACCES, EPERM), a read-only filesystem (EROFS), a name the filesystem
-    refuses (ENAMETOOLONG) or a checkpoint directory that cannot be created.
+    """The location cannot be written (or, for a read or a listing, read) and retrying
+    cannot change that: permission denied (EACCES, EPERM), a read-only filesystem
+    (EROFS), a name the filesystem refuses (ENAMETOOLONG) or a checkpoint directory
+    that cannot be created.
 
     Example::
 
@@ -607,8 +608,8 @@ class StorageNotWritableError(StorageError, PermissionError):
     """
 
     fix = (
-        "Retrying cannot fix this: choose a directory (or bucket) this user can write, "
-        "remount it read-write, or shorten the node and blob names."
+        "Retrying cannot fix this: give this user access to the location (or choose one "
+        "it can read and write), remount it read-write, or shorten the node and blob names."
     )
 
 

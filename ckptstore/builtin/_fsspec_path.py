@@ -189,13 +189,11 @@ class FsspecPath(PathType):
 
     def list_keys(self, prefix: str = "") -> list[str]:
         base = self._path(prefix) if prefix else self.root
-        with self._errors("list", prefix or None):
-            try:
+        try:
+            with self._errors("list", prefix or None):
                 found = self.fs.find(base, on_error=_omit_missing)
-            except FileNotFoundError as error:
-                if _failure(error) is not None:
-                    raise
-                return []
+        except ObjectNotFoundError:  # nothing under the prefix (a real "not found")
+            return []
         cut = len(self.root) + 1 if self.root else 0
         return sorted(path[cut:] for path in found)
 

@@ -114,12 +114,12 @@ def run_location(
     return rows
 
 
-VERIFY_PAIRS = 9
-SAVE_PAIRS = 9
-ALTERNATING_ROUNDS = 9
-"""Rounds of :func:`benchmarks.against_limit.rounds`: the disk save against the limit,
-alternating in one process (the table's limit is the best of about fifteen raw trials
-per repeat, so a burst of the disk caught by any one trial lowers the ratio)."""
+PAIRS = 9
+"""How many times each target measured back to back is taken: the pairs of restores of
+:func:`verify_cost`, the pairs of saves of :func:`save_pairs` and the rounds of
+:func:`benchmarks.against_limit.rounds` (the table's limit is the best of about fifteen
+raw trials per repeat, so a burst of the disk caught by any one trial lowers its
+ratio)."""
 SAVE_PEERS = ("safetensors", "torch.distributed.checkpoint")
 """The peers whose saves the targets set ckptstore's against: each is also measured in
 pairs (:func:`save_pairs`)."""
@@ -139,6 +139,12 @@ class PairedCost:
     bare_cpu_seconds: float
 
 
+def in_turn(pair: int, one: str, other: str) -> tuple[str, str]:
+    """The order of pair number ``pair``'s two operations: which goes first alternates,
+    so that neither always runs after the other."""
+    return (one, other) if pair % 2 == 0 else (other, one)
+
+
 def verify_cost(
     location: Path, workload: str, pairs: int, cold: bool, fresh: bool = True
 ) -> list[PairedCost]:
@@ -155,9 +161,9 @@ def verify_cost(
         if not fresh:  # in one process, the first load pays for what is loaded once
             operation(UNVERIFIED, "load", workload, target)
 
-        def paired(checked: str, unchecked: str, op: str, first: bool) -> tuple[float, float]:
+        def paired(checked: str, unchecked: str, op: str, pair: int) -> tuple[float, float]:
             measured = {}
-            for name in (checked, unchecked) if first else (unchecked, checked):
+            for name in in_turn(pair, checked, unchecked):
                 if cold:
                     drop_caches()
                 measured[name] = operation(name, op, workload, target)
@@ -165,9 +171,8 @@ def verify_cost(
             return on["seconds"] / off["seconds"] - 1, on["cpu_seconds"] - off["cpu_seconds"]
 
         for pair in range(pairs):
-            first = pair % 2 == 0
-            restore = paired(OURS, UNVERIFIED, "load", first)
-            costs.append(PairedCost(*restore, *paired(BARE_CHECKED, BARE, "bare-read", first)))
+            restore = paired(OURS, UNVERIFIED, "load", pair)
+            costs.append(PairedCost(*restore, *paired(BARE_CHECKED, BARE, "bare-read", pair)))
     return costs
 
 
@@ -185,7 +190,7 @@ def save_pairs(
     ratios = []
     for pair in range(pairs):
         seconds = {}
-        for name in (OURS, peer) if pair % 2 == 0 else (peer, OURS):
+        for name in in_turn(pair, OURS, peer):
             target = Path(tempfile.mkdtemp(prefix="ckptbench-", dir=location))
             try:
                 seconds[name] = operation(name, "save", workload, target)["seconds"]
@@ -486,11 +491,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         partial = partial_reads(Path(args.shm), args.workload, not args.smoke)
         locations = ((disk, args.disk, cold), (shm, args.shm, False))
+        pairs = 1 if args.smoke else PAIRS
         checking: dict[str, list[PairedCost]] = {}
         checksum_cpu = None
         if OURS in names and UNVERIFIED in names:
             checksum_cpu = checksum_cpu_per_gib(1 if args.smoke else 5)
-            pairs = 1 if args.smoke else VERIFY_PAIRS
             for location, root, location_cold in locations:
                 checking[location] = verify_cost(
                     Path(root), args.workload, pairs, location_cold, not args.smoke
@@ -498,18 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         saves: dict[str, dict[str, list[float]]] = {}
         alternating: dict[str, dict[str, list[float]]] = {}
         if OURS in names:
-            alternating[disk] = alternate_with_limit(
-                Path(args.disk), args.workload, 1 if args.smoke else ALTERNATING_ROUNDS
-            )
+            alternating[disk] = alternate_with_limit(Path(args.disk), args.workload, pairs)
             for location, root, _ in locations:
                 saves[location] = {
-                    peer: save_pairs(
-                        Path(root),
-                        args.workload,
-                        peer,
-                        1 if args.smoke else SAVE_PAIRS,
-                        not args.smoke,
-                    )
+                    peer: save_pairs(Path(root), args.workload, peer, pairs, not args.smoke)
                     for peer in SAVE_PEERS
                     if peer in names
                 }

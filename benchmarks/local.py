@@ -352,28 +352,19 @@ def targets(
         paired = (saves or {}).get(name) if what == "save" else None
         if name == LIMIT and what == "save" and alternating:
             method, measured, _ = against_limit(alternating)
-            table_ratio = f"; against this table's limit: {value:.2f}x" if value is not None else ""
-            checks.append(
-                (
-                    label,
-                    measured >= goal,
-                    f"{measured:.2f}x (medians of {min(map(len, alternating.values()))} rounds "
-                    f"alternating in one process with the limit's method, {method}{table_ratio})",
-                )
-            )
+            rounds = min(map(len, alternating.values()))
+            how = f"medians of {rounds} rounds alternating in one process with the limit's method, {method}"
+            beside = "against this table's limit"
         elif paired:
-            median = statistics.median(paired)
-            table_ratio = f"; the table's medians: {value:.2f}x" if value is not None else ""
-            checks.append(
-                (
-                    label,
-                    median >= goal,
-                    f"{median:.2f}x (median of {len(paired)} paired saves, "
-                    f"{min(paired):.2f}x to {max(paired):.2f}x{table_ratio})",
-                )
-            )
-        elif value is not None:
-            checks.append((label, value >= goal, f"{value:.2f}x"))
+            measured = statistics.median(paired)
+            how = f"median of {len(paired)} paired saves, {min(paired):.2f}x to {max(paired):.2f}x"
+            beside = "the table's medians"
+        else:
+            if value is not None:
+                checks.append((label, value >= goal, f"{value:.2f}x"))
+            continue
+        quoted = f"; {beside}: {value:.2f}x" if value is not None else ""
+        checks.append((label, measured >= goal, f"{measured:.2f}x ({how}{quoted})"))
     if checking:
         slower = [pair.slower for pair in checking]
         median = statistics.median(slower)

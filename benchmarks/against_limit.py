@@ -69,7 +69,7 @@ def rounds(location: Path, workload: str, repeat: int) -> dict[str, list[float]]
     return times
 
 
-def against_limit(times: dict[str, list[float]]) -> tuple[str, float, float]:
+def ratio_to_limit(times: dict[str, list[float]]) -> tuple[str, float, float]:
     """From :func:`rounds`' times: the limit (the method with the faster median), the
     ratio of its median to ckptstore's, and the best round's ratio to ckptstore's best."""
     medians = {name: statistics.median(values) for name, values in times.items()}
@@ -96,7 +96,7 @@ def report(times: dict[str, list[float]], size: int) -> list[str]:
         + " | ".join(f"{size / medians[name] / 2**30:.2f}" for name in names)
         + " |"
     )
-    limit, ratio, best = against_limit(times)
+    limit, ratio, best = ratio_to_limit(times)
     return [
         *lines,
         "",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.against_limit import against_limit
+from benchmarks.against_limit import ratio_to_limit
 from benchmarks.against_limit import rounds as alternate_with_limit
 from benchmarks.bare_read import CHECKED as BARE_CHECKED
 from benchmarks.bare_read import UNCHECKED as BARE
@@ -351,7 +351,7 @@ def targets(
         value = ratio(name, what)
         paired = (saves or {}).get(name) if what == "save" else None
         if name == LIMIT and what == "save" and alternating:
-            method, measured, _ = against_limit(alternating)
+            method, measured, _ = ratio_to_limit(alternating)
             rounds = min(map(len, alternating.values()))
             how = f"medians of {rounds} rounds alternating in one process with the limit's method, {method}"
             beside = "against this table's limit"

@@ -66,7 +66,8 @@ def test_add_stop_condition_by_blob_name_reads_it_on_the_current_node() -> None:
     job = Job()
     with Node("trainer_0"):
         output = job.add_stop_condition("trainer_0/finished")
-    reader = output.task
+    [reader] = job.epoch_group.tasks()
+    assert reader.outputs() == [output]
     assert reader.group is job.epoch_group
     assert reader.node == "trainer_0"
     assert output.blob_name == "trainer_0/finished"

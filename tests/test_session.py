@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import build_counter_job
 
-from ckptstore import LocalSession, Node, Task, TaskGroup, Workspace, WorkspaceType
+from ckptstore import (
+    CheckpointManager,
+    JobRunner,
+    LocalSession,
+    MultiNodeCheckpointManager,
+    Node,
+    Task,
+    TaskGroup,
+    Workspace,
+    WorkspaceType,
+)
 
 
 def test_a_bare_task_runs_in_a_global_group() -> None:
@@ -124,3 +140,70 @@ def test_run_is_synchronous_in_task_order_on_one_node() -> None:
         Task(lambda ws: ws.update(log=np.append(ws["log"], 2)))
     session.run(group)
     assert session.workspace()["log"].tolist() == [1, 2]
+
+
+# -- a dropped session is freed at once ------------------------------------------------------
+
+
+@contextmanager
+def garbage_collector_off() -> Iterator[None]:
+    """Only reference counts free objects inside: what a cycle holds stays."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_tasks(session: LocalSession, root: Path) -> None:
+    group = TaskGroup(WorkspaceType.GLOBAL)
+    with group:
+        task = Task(lambda ws: ws.update(w=np.ones(4)), outputs=["w"], result_is_output=True)
+    session.run(group)
+    assert task.group is group
+    assert task.outputs()[1].fetch_array().sum() == 4
+
+
+def _save_and_load(session: LocalSession, root: Path) -> None:
+    session.workspace().update(w=np.ones(4))
+    manager = CheckpointManager(str(root), "local", "zarr")
+    with Node("local"):
+        session.run(manager.init(["local"]))
+    session.run(manager.save(1))
+    session.run(manager.load(1))
+
+
+def _train(session: LocalSession, root: Path, *, async_save: bool) -> None:
+    job, outputs = build_counter_job(epochs=2)
+    manager = MultiNodeCheckpointManager(str(root), "npz")
+    assert JobRunner(job, manager, async_save=async_save).train(session) == 2
+    assert outputs[0].fetch_array().sum() == 8
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        _run_tasks,
+        _save_and_load,
+        partial(_train, async_save=False),
+        partial(_train, async_save=True),
+    ],
+    ids=["tasks", "manager save and load", "job runner", "job runner, async saves"],
+)
+def test_a_dropped_session_frees_its_blobs_without_the_garbage_collector(
+    tmp_path: Path, use: Callable[[LocalSession, Path], None]
+) -> None:
+    # a task held its outputs and each output its task (and a task its group, and the
+    # group its tasks): cycles through the outputs kept a session, and every blob in its
+    # workspaces (a whole restored state), until Python's next full collection
+    with garbage_collector_off():
+        session = LocalSession()
+        use(session, tmp_path)
+        blob = session.workspace().get("w")
+        freed = weakref.ref(session), weakref.ref(blob) if blob is not None else None
+        del session, blob
+        assert freed[0]() is None
+        assert freed[1] is None or freed[1]() is None

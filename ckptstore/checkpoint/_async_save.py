@@ -39,6 +39,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -69,7 +70,9 @@ class _Worker:
     an unfinished write, which is never committed and so never resumed from."""
 
     def __init__(self, name: str, nice: int = 0) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
         self._nice = nice
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -79,16 +82,22 @@ class _Worker:
         self._jobs.put((job, future))
         return future
 
+    def close(self) -> None:
+        """End the thread once the jobs queued before this call have run."""
+        self._jobs.put(None)
+
     def _loop(self) -> None:
         lower_thread_priority(self._nice)
-        while True:
-            job, future = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(job())
-            except BaseException as error:  # handed to whoever waits on the future
-                future.set_exception(error)
+        while (queued := self._jobs.get()) is not None:
+            job, future = queued
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as error:  # handed to whoever waits on the future
+                    future.set_exception(error)
+            # let go of the job before waiting for the next: its closure holds the session
+            # it saved from, and so every blob of its workspaces
+            del queued, job, future
 
 
 # -- node side ------------------------------------------------------------------------
@@ -331,6 +340,7 @@ class AsyncSaver:
         with self._lock:
             if self._worker is None:
                 self._worker = _Worker("ckptstore-commit")
+                weakref.finalize(self, self._worker.close)  # no thread outlives its saver
             worker = self._worker
             self._pending.append(future)
 

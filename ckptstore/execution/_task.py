@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,11 @@ class TaskOutput:
     """
 
     def __init__(self, task: Task, blob_name: str | None = None) -> None:
-        self.task = task
+        # the task's node and name, not the task: a task holds its outputs, and an output
+        # holding its task would make a cycle that keeps the session (and every blob in
+        # its workspaces) alive until the garbage collector's next full pass
+        self.node = task.node
+        self.task_name = task.name
         self.blob_name = blob_name
         self._session: Session | None = None
         self._value: object = None
@@ -77,12 +82,12 @@ class TaskOutput:
         """The output's value; raises :class:`NotRunError` before the task has run."""
         if self._session is None:
             raise NotRunError(
-                f"output {self!r} has not been produced yet: run task {self.task.name!r} "
+                f"output {self!r} has not been produced yet: run task {self.task_name!r} "
                 "(or its group) in a session before fetching it."
             )
         if self.blob_name is None:
             return self._value
-        return self._session.fetch_blob(self.task.node, self.blob_name)
+        return self._session.fetch_blob(self.node, self.blob_name)
 
     def fetch_array(self) -> np.ndarray:
         """:meth:`fetch` for an output holding an array (every blob output does); raises
@@ -99,7 +104,7 @@ class TaskOutput:
 
     def __repr__(self) -> str:
         what = self.blob_name if self.blob_name is not None else "<result>"
-        return f"TaskOutput({self.task.node}/{what})"
+        return f"TaskOutput({self.node}/{what})"
 
 
 class Task:
@@ -140,10 +145,20 @@ class Task:
         self._result = TaskOutput(self)
         if result_is_output:
             self._outputs.insert(0, self._result)
-        self.group: TaskGroup | None = None
+        self._group: weakref.ref[TaskGroup] | None = None
         target = group if group is not None else TaskGroup._innermost()
         if target is not None:
             target.add(self)
+
+    @property
+    def group(self) -> TaskGroup | None:
+        """The group this task joined (None if none, or once that group is gone).
+
+        A weak reference: the group holds its tasks, and a task holding its group would
+        make a cycle that outlives both, keeping the session their outputs point at (and
+        every blob in its workspaces) until the garbage collector's next full pass.
+        """
+        return None if self._group is None else self._group()
 
     def outputs(self) -> list[TaskOutput]:
         """One :class:`TaskOutput` per declared output blob, in declaration order."""
@@ -227,7 +242,7 @@ class TaskGroup(Current, context="ckptstore_task_group"):
         if self._workspace_type is None:
             self._workspace_type = WorkspaceType.PRIVATE
         self._tasks.append(task)
-        task.group = self
+        task._group = weakref.ref(self)
 
     def extend(self, tasks: Iterable[Task]) -> None:
         """Add several tasks."""

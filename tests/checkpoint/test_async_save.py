@@ -188,6 +188,17 @@ def test_wait_for_saves_raises_an_unobserved_failure(tmp_path: Path, registry: R
         manager.wait_for_saves(timeout=60)
 
 
+def test_a_dropped_manager_ends_its_commit_thread(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    session = LocalSession()
+    manager = single_node(str(tmp_path), session)
+    manager.save_async(1, session).result(timeout=60)
+    [committer] = [t for t in set(threading.enumerate()) - before if t.name == "ckptstore-commit"]
+    del manager  # each manager used to leave a thread waiting for work for good
+    committer.join(timeout=60)
+    assert not committer.is_alive()
+
+
 def test_a_multi_node_epoch_is_committed_only_when_every_node_wrote(
     tmp_path: Path, gate: threading.Event
 ) -> None:

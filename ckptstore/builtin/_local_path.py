@@ -53,7 +53,7 @@ from ckptstore.errors import (
     storage_error,
 )
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, plan_direct
-from ckptstore.io._settings import IOSettings
+from ckptstore.io._settings import IOSettings, usable_cpus
 from ckptstore.plugin._markers import hookimpl
 from ckptstore.plugin._path_type import PathType, PositionalReader, PositionalWriter
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
@@ -121,6 +121,7 @@ class LocalPath(PathType):
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=16 << 20, concurrency=4, memory_budget=256 << 20)
+    """On tmpfs and ramfs, at most one chunk in flight per usable CPU."""
     max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
     def __init__(
@@ -158,6 +159,12 @@ class LocalPath(PathType):
         if direct_io is None:
             direct_io = choice_variable(os.environ, "CKPTSTORE_DIRECT_IO", DIRECT_IO_MODES) != "off"
         self.direct_io = direct_io and mode == "fsync" and hasattr(os, "O_DIRECT")
+        if _directory_in_memory(self.root):
+            # every read and write is a copy done by a CPU: more of them at once than
+            # there are CPUs only take turns, and evict each other's windows from the
+            # caches before their checksums are taken (docs/design.md, "Checksums")
+            cpus = min(self.default_io.concurrency, usable_cpus())
+            self.default_io = self.default_io.merged(concurrency=cpus)
         self._dirty_dirs: set[str] = set()
         self._lock = threading.Lock()
 
@@ -639,6 +646,26 @@ def _in_memory(fd: int) -> bool:
     if _FSTATFS(fd, status) != 0:
         return False
     return ctypes.c_long.from_buffer(status).value in _MEMORY_FILE_SYSTEMS
+
+
+def _directory_in_memory(path: str) -> bool:
+    """Whether ``path``, or the nearest directory above it that exists (a root is made
+    on the first save), is on tmpfs or ramfs; False when that cannot be told."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return False
+            path = parent
+            continue
+        except OSError:
+            return False
+        try:
+            return _in_memory(fd)
+        finally:
+            os.close(fd)
 
 
 def _reopen_direct(fd: int) -> int:

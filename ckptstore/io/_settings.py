@@ -7,9 +7,14 @@ from dataclasses import dataclass
 
 from ckptstore._environment import int_variable
 
-__all__ = ["IOSettings"]
+__all__ = ["IOSettings", "usable_cpus"]
 
 MiB = 1 << 20
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ckptstore._types import Array
+from ckptstore.io._settings import usable_cpus
 
 __all__ = ["COPY_PIECE", "StagingPool", "StagingSlot", "copy_all", "default_copy_threads"]
 
@@ -45,7 +45,7 @@ _Pair = tuple[Array, Array]
 
 def default_copy_threads() -> int:
     """Threads copying one snapshot: the CPUs this process may run on, at most 4."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    return max(1, min(4, usable_cpus()))
 
 
 _copiers_lock = threading.Lock()

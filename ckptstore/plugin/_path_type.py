@@ -169,7 +169,9 @@ class PathType(ABC):
       disk); the commit protocol then writes to a staging name and renames it.
     * ``copies_on_write`` / ``copies_on_read``: whether a transfer copies the bytes
       (object stores do); the I/O engine counts those copies against its budget.
-    * ``default_io``: the I/O engine settings measured to suit this storage.
+    * ``default_io``: the I/O engine settings measured to suit this storage (a class
+      attribute, or set per instance when they depend on where the root is: local
+      disk moves fewer chunks at once on a memory file system).
     * ``batches_small_requests``: whether the engine may run small requests one after
       another on a worker (cheap local calls), or must give each its own slot (network
       round trips: object stores set it to False).
@@ -192,7 +194,7 @@ class PathType(ABC):
     supports_rename: ClassVar[bool] = False
     copies_on_write: ClassVar[bool] = True
     copies_on_read: ClassVar[bool] = True
-    default_io: ClassVar[IOSettings] = IOSettings()
+    default_io: IOSettings = IOSettings()
     batches_small_requests: ClassVar[bool] = True
     atomic_create: ClassVar[bool] = False
     max_key_bytes: ClassVar[int | None] = None

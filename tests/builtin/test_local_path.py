@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 from ckpt_helpers import file_permissions_enforced, files_under
 
-from ckptstore import CorruptCheckpointError, LocalPath, StorageError
+from ckptstore import CheckpointManager, CorruptCheckpointError, LocalPath, StorageError
 from ckptstore.builtin import _local_path
 from ckptstore.builtin._local_path import (
     DURABILITY_MODES,
@@ -20,6 +22,7 @@ from ckptstore.builtin._local_path import (
 )
 from ckptstore.errors import ObjectNotFoundError, is_permanent
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
+from ckptstore.io._settings import usable_cpus
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import committed_epochs
 
@@ -227,6 +230,33 @@ def test_files_in_memory_are_written_through_the_page_cache(
             assert (writer._direct >= 0) is direct  # type: ignore[attr-defined]
             writer.write_at(0, [array])
         assert (root / "f").read_bytes() == array.tobytes()
+
+
+@contextmanager
+def only_cpu(cpu: int) -> Iterator[None]:
+    """This thread may run on one CPU only (what the process's affinity mask would say)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_a_root_in_memory_moves_at_most_one_chunk_per_usable_cpu(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On tmpfs every read and write is a CPU's copy: more at once than the CPUs this
+    process may use only take turns. A root not made yet is judged by the directory it
+    will be made in; the disk keeps its 4; the environment and ``io=`` still decide."""
+    with only_cpu(min(os.sched_getaffinity(0))):
+        for root in (small_disk, small_disk / "runs" / "a"):
+            assert LocalPath(str(root)).default_io.concurrency == 1
+        assert LocalPath(str(tmp_path / "runs")).default_io.concurrency == 4
+        monkeypatch.setenv("CKPTSTORE_IO_CONCURRENCY", "3")
+        manager = CheckpointManager(str(small_disk), "trainer_0", "zarr")
+        assert manager.location.io_settings.concurrency == 3
+    assert LocalPath(str(small_disk)).default_io.concurrency == min(4, usable_cpus())
 
 
 def test_large_writes_through_the_page_cache_start_their_write_back_at_once(

@@ -1,10 +1,12 @@
-"""The 1 GiB table's targets: save targets measured in pairs, or alternating with the limit."""
+"""The 1 GiB table's targets: save targets measured in pairs, or alternating with the limit;
+the checksum target with the least a check could cost."""
 
 from __future__ import annotations
 
 from benchmarks.against_limit import METHODS
 from benchmarks.against_limit import OURS as ALTERNATED
-from benchmarks.local import LIMIT, OURS, Row, targets
+from benchmarks.local import LIMIT, OURS, UNVERIFIED, PairedCost, Row, targets
+from ckptstore.io._settings import usable_cpus
 
 DCP = "torch.distributed.checkpoint"
 GiB = 1 << 30
@@ -52,3 +54,17 @@ def test_the_save_against_the_limit_is_measured_alternating_when_given() -> None
         f"{one}; against this table's limit: 0.70x)"
     )
     assert verdict(targets(table, GiB, {}, False), "save >= 0.85x") == (False, "0.70x")
+
+
+def test_from_memory_the_checksum_row_quotes_the_least_a_check_could_cost() -> None:
+    table = rows(0.5, 1.2)
+    table[UNVERIFIED] = Row(UNVERIFIED, save=[0.5], load=[0.4])
+    checking = [PairedCost(0.12, 0.12, 0.09, 0.08)]
+    least = 0.08 * 4 / usable_cpus() / 0.4  # 80 ms of CRC per GiB, 4 GiB, every CPU
+    in_memory = targets(table, 4 * GiB, {}, True, checking=checking, checksum_cpu=0.08)
+    met, value = verdict(in_memory, "checksums on")
+    assert not met
+    assert value.startswith("+12.0% (median of 1 paired restores")
+    assert f"alone 80 ms; the least any check of every byte adds here: {least:+.1%};" in value
+    on_disk = targets(table, 4 * GiB, {}, False, checking=checking, checksum_cpu=0.08)
+    assert "the least" not in verdict(on_disk, "checksums on")[1]  # a disk's waits can hide it

@@ -43,8 +43,7 @@ from benchmarks.peers import remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
 from benchmarks.system import disk_usage, drop_caches, memory_kept, syncfs
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
-from ckptstore.io import crc32_of
-from ckptstore.io._settings import usable_cpus
+from ckptstore.io import crc32_of, usable_cpus
 
 GiB = 1 << 30
 LIMIT = "physical limit"

@@ -162,7 +162,8 @@ class LocalPath(PathType):
         if _directory_in_memory(self.root):
             # every read and write is a copy done by a CPU: more of them at once than
             # there are CPUs only take turns, and evict each other's windows from the
-            # caches before their checksums are taken (docs/design.md, "Checksums")
+            # caches before their checksums are taken (docs/design.md, "Threads on a memory
+            # file system")
             cpus = min(self.default_io.concurrency, usable_cpus())
             self.default_io = self.default_io.merged(concurrency=cpus)
         self._dirty_dirs: set[str] = set()

@@ -32,7 +32,7 @@ from ckptstore.io._engine import (
 )
 from ckptstore.io._gc import paused_gc
 from ckptstore.io._priority import lower_thread_priority
-from ckptstore.io._settings import IOSettings
+from ckptstore.io._settings import IOSettings, usable_cpus
 from ckptstore.io._staging import StagingPool, StagingSlot
 
 __all__ = [
@@ -60,4 +60,5 @@ __all__ = [
     "grid_chunk_shape",
     "lower_thread_priority",
     "paused_gc",
+    "usable_cpus",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from benchmarks.against_limit import METHODS
 from benchmarks.against_limit import OURS as ALTERNATED
 from benchmarks.local import LIMIT, OURS, UNVERIFIED, PairedCost, Row, targets
-from ckptstore.io._settings import usable_cpus
+from ckptstore.io import usable_cpus
 
 DCP = "torch.distributed.checkpoint"
 GiB = 1 << 30

@@ -21,8 +21,8 @@ from ckptstore.builtin._local_path import (
     _write_vectored,
 )
 from ckptstore.errors import ObjectNotFoundError, is_permanent
+from ckptstore.io import usable_cpus
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
-from ckptstore.io._settings import usable_cpus
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import committed_epochs
 

@@ -112,13 +112,16 @@ class _NodeWriter:
 
 
 _lock = threading.Lock()
-_writers: dict[tuple[str, str, int, int], _NodeWriter] = {}
+_writers: dict[tuple[str, int, int], _NodeWriter] = {}
+"""A node's writer in this process, by node, slots and nice level; not by location: its
+staging buffers are kept for the next save, and a process saving to one new location
+after another (a sweep of runs) would otherwise keep a copy of its state for each."""
 _tickets: dict[int, Future[NodeStats]] = {}
 _ticket_ids = itertools.count(1)
 
 
-def _writer(location: CheckpointLocation, node: str, slots: int, nice: int) -> _NodeWriter:
-    key = (location.storage.display_url, node, slots, nice)
+def _writer(node: str, slots: int, nice: int) -> _NodeWriter:
+    key = (node, slots, nice)
     with _lock:
         writer = _writers.get(key)
         if writer is None:
@@ -146,7 +149,7 @@ def stage_node(
     on a writer thread ``nice`` levels below the calling thread's priority.
     """
     arrays = blobs_to_save(ws, node, epoch, names)
-    writer = _writer(location, node, slots, nice)
+    writer = _writer(node, slots, nice)
     slot = writer.pool.acquire()
     try:
         staged = slot.stage(arrays)

@@ -44,6 +44,7 @@ from ckptstore import (
 )
 from ckptstore._types import Buffer
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.checkpoint import _async_save
 from ckptstore.checkpoint._manager import BACKGROUND_NICE
 from ckptstore.io import ParallelIO
 from ckptstore.io._priority import MAX_NICE, thread_nice
@@ -197,6 +198,21 @@ def test_a_dropped_manager_ends_its_commit_thread(tmp_path: Path) -> None:
     del manager  # each manager used to leave a thread waiting for work for good
     committer.join(timeout=60)
     assert not committer.is_alive()
+
+
+def test_saves_to_one_location_after_another_keep_one_staging_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the writers (and the staging buffers they keep for the next save) were per
+    # location: a process saving run after run to new directories kept a copy of its
+    # state for each of them
+    monkeypatch.setattr(_async_save, "_writers", {})  # this process's writers, from none
+    session = LocalSession()
+    for run in range(3):
+        manager = single_node(str(tmp_path / f"run{run}"), session)
+        manager.save_async(1, session).result(timeout=60)
+    held = [writer.pool.nbytes for writer in _async_save._writers.values()]
+    assert held == [session.workspace(NODE)["w"].nbytes]
 
 
 def test_a_multi_node_epoch_is_committed_only_when_every_node_wrote(

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ckptstore import (
     Workspace,
     WorkspaceType,
 )
+from ckptstore.io import paused_gc
 
 
 def test_a_bare_task_runs_in_a_global_group() -> None:
@@ -145,19 +145,6 @@ def test_run_is_synchronous_in_task_order_on_one_node() -> None:
 # -- a dropped session is freed at once ------------------------------------------------------
 
 
-@contextmanager
-def garbage_collector_off() -> Iterator[None]:
-    """Only reference counts free objects inside: what a cycle holds stays."""
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _run_tasks(session: LocalSession, root: Path) -> np.ndarray:
     group = TaskGroup(WorkspaceType.GLOBAL)
     with group:
@@ -200,7 +187,8 @@ def test_a_dropped_session_frees_its_blobs_without_the_garbage_collector(
     # a task held its outputs and each output its task (and a task its group, and the
     # group its tasks): cycles through the outputs kept a session, and every blob in its
     # workspaces (a whole restored state), until Python's next full collection
-    with garbage_collector_off():
+    with paused_gc():  # only reference counts free objects: what a cycle holds stays
+        assert not gc.isenabled()
         session = LocalSession()
         blob = use(session, tmp_path)  # an array the session's workspace holds
         freed = weakref.ref(session), weakref.ref(blob)

@@ -652,21 +652,16 @@ def _in_memory(fd: int) -> bool:
 def _directory_in_memory(path: str) -> bool:
     """Whether ``path``, or the nearest directory above it that exists (a root is made
     on the first save), is on tmpfs or ramfs; False when that cannot be told."""
-    while True:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            parent = os.path.dirname(path)
-            if parent == path:
-                return False
-            path = parent
-            continue
-        except OSError:
-            return False
-        try:
-            return _in_memory(fd)
-        finally:
-            os.close(fd)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _in_memory(fd)
+    finally:
+        os.close(fd)
 
 
 def _reopen_direct(fd: int) -> int:

@@ -58,6 +58,7 @@ from benchmarks.training_rows import (
     probe_compute,
     run_row,
 )
+from ckptstore.io import usable_cpus
 
 MiB = 1 << 20
 COMPUTE_OVER_SAVE = 1.5
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         setting = (
             f"`python -m benchmarks.training_loop{options}`; saves to {directory}; ckptstore "
             f"zarr with its default settings; compute on {threads}; "
-            f"{len(os.sched_getaffinity(0))} CPUs, load average "
+            f"{usable_cpus()} CPUs, load average "
             f"{os.getloadavg()[0]:.1f} at the start (other work shares the machine)."
         )
         report = [" ".join(part for part in (setting, memory, disk) if part)]

@@ -3,9 +3,16 @@ the checksum target with the least a check could cost."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import benchmarks.local
 from benchmarks.against_limit import METHODS
 from benchmarks.against_limit import OURS as ALTERNATED
-from benchmarks.local import LIMIT, OURS, UNVERIFIED, PairedCost, Row, targets
+from benchmarks.bare_read import CHECKED, UNCHECKED
+from benchmarks.local import LIMIT, OURS, UNVERIFIED, PairedCost, Row, targets, verify_cost
 from ckptstore.io import usable_cpus
 
 DCP = "torch.distributed.checkpoint"
@@ -68,3 +75,35 @@ def test_from_memory_the_checksum_row_quotes_the_least_a_check_could_cost() -> N
     assert f"alone 80 ms; the least any check of every byte adds here: {least:+.1%};" in value
     on_disk = targets(table, 4 * GiB, {}, False, checking=checking, checksum_cpu=0.08)
     assert "the least" not in verdict(on_disk, "checksums on")[1]  # a disk's waits can hide it
+
+
+def test_the_checksum_row_quotes_the_middle_half_of_its_pairs() -> None:
+    checking = [PairedCost(slower, 0.02, 0.05, 0.02) for slower in (0.3, 0.08, 0.09, -0.02, 0.07)]
+    met, value = verdict(targets(rows(0.5, 1.2), GiB, {}, True, checking=checking), "checksums")
+    assert met
+    assert value.startswith(
+        "+8.0% (median of 5 paired restores, middle half +2.5% to +19.5%, all -2.0% to +30.0%;"
+    )
+
+
+def test_checked_restores_are_paired_after_one_restore_left_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    done: list[tuple[str, str]] = []
+    seconds = {OURS: 1.1, UNVERIFIED: 1.0, CHECKED: 1.05, UNCHECKED: 1.0}
+
+    def operation(tool: str, op: str, workload: str, directory: Path) -> dict[str, Any]:
+        done.append((tool, op))
+        # the first restore after the save is slow: counted, it would weigh on pair one
+        first = op == "load" and sum(o == "load" for _, o in done) == 1
+        return {"seconds": seconds.get(tool, 1.0) * (3 if first else 1), "cpu_seconds": 0.0}
+
+    monkeypatch.setattr(benchmarks.local, "operation_for", lambda fresh: operation)
+    costs = verify_cost(tmp_path, "tiny", 2, cold=False)
+    assert done[:2] == [(OURS, "save"), (UNVERIFIED, "load")]
+    assert [tool for tool, _ in done[2:]] == [
+        *(OURS, UNVERIFIED, CHECKED, UNCHECKED),  # which goes first alternates
+        *(UNVERIFIED, OURS, UNCHECKED, CHECKED),
+    ]
+    assert [round(cost.slower, 3) for cost in costs] == [0.1, 0.1]
+    assert [round(cost.bare_slower, 3) for cost in costs] == [0.05, 0.05]

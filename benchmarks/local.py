@@ -175,9 +175,9 @@ def verify_cost(
     costs = []
     with saved_checkpoint(OURS, location, workload, operation) as target:
         # the first restore after the save pays for what is loaded once (in one process,
-        # imports and caches; in fresh ones, a tenth more time right after the save's
-        # process): not measured, or it would always count against the first pair's
-        # checked restore, which goes first
+        # imports and caches; in any process, moving the file's pages to the kernel's
+        # active list, which perf showed): not measured, or it would always count
+        # against the first pair's checked restore, which goes first
         operation(UNVERIFIED, "load", workload, target)
 
         def paired(checked: str, unchecked: str, op: str, pair: int) -> tuple[float, float]:

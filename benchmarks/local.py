@@ -115,11 +115,11 @@ def run_location(
 
 
 PAIRS = 9
-"""How many times each target measured back to back is taken: the pairs of restores of
-:func:`verify_cost`, the pairs of saves of :func:`save_pairs` and the rounds of
-:func:`benchmarks.against_limit.rounds` (the table's limit is the best of about fifteen
-raw trials per repeat, so a burst of the disk caught by any one trial lowers its
-ratio)."""
+"""How many times each save target measured back to back is taken: the pairs of saves
+of :func:`save_pairs` and the rounds of :func:`benchmarks.against_limit.rounds` (the
+checksum target's restores take :data:`CHECK_PAIRS`; the table's limit is the best of
+about fifteen raw trials per repeat, so a burst of the disk caught by any one trial
+lowers its ratio)."""
 CHECK_PAIRS = 21
 """How many pairs of restores :func:`verify_cost` takes for the checksum target. A
 restore from memory in a fresh process moves by a tenth or more from one process to the

@@ -127,8 +127,10 @@ def replay(recording: Recording, directory: Path) -> float:
     directory.mkdir(parents=True, exist_ok=True)
     source = _source(max(recording.sizes, default=0))
     started = time.perf_counter()
-    descriptors = [_open(directory / f"file-{n}") for n in range(len(recording.paths))]
+    descriptors: list[tuple[int, int]] = []
     try:
+        for number in range(len(recording.paths)):
+            descriptors.append(_open(directory / f"file-{number}"))
 
         def run(writes: list[Write]) -> None:
             for write in writes:

@@ -84,6 +84,13 @@ def _ranges(nbytes: int, parts: int, block: int) -> list[list[tuple[int, int]]]:
     return result
 
 
+def pwrite_fully(fd: int, view: memoryview, offset: int) -> None:
+    """``pwrite`` all of ``view`` at ``offset``, again after a short write."""
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
 def _pwrite_all(
     fd: int, source: memoryview, pieces: list[tuple[int, int]], checksum: bool = False
 ) -> None:
@@ -91,9 +98,7 @@ def _pwrite_all(
         view = source[offset : offset + length]
         if checksum:  # what a save computes before writing
             crc32_of((view,))
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view, offset = view[written:], offset + written
+        pwrite_fully(fd, view, offset)
 
 
 def write_one_file(
@@ -163,12 +168,9 @@ def write_many_files(
             os.posix_fallocate(fd, 0, sum(length for _, length in pieces))
             for offset, length in pieces:
                 view = source[offset : offset + length]
-                position = offset - base
                 if checksum:
                     crc32_of((view,))
-                while view:
-                    written = os.pwrite(fd, view, position)
-                    view, position = view[written:], position + written
+                pwrite_fully(fd, view, offset - base)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -4,7 +4,7 @@
 file, offset and length, whether its descriptor was opened ``O_DIRECT``, and the
 thread that made it. :func:`replay` makes the same calls again into new files of the
 same sizes, each recorded thread's calls in their order on a thread of its own, from
-one page-aligned buffer of random bytes, then fsyncs every file: the save's I/O
+one page-aligned buffer of random bytes (:func:`source_for`), then fsyncs every file: the save's I/O
 pattern (how many files, pieces of which sizes on how many threads, which bytes through
 the page cache) with none of the work around it (checksums, the ZIP's members and
 headers, the manifest, the commit).
@@ -21,8 +21,6 @@ write-back at once (``sync_file_range``), as ckptstore's local path type does.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -33,13 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.limits import PAGE, page_aligned, source_bytes
+from benchmarks.limits import page_aligned, pwrite_fully, source_bytes
+from benchmarks.system import start_writeback
 
 EARLY_WRITEBACK = 1 << 20
 """ckptstore's ``EARLY_WRITEBACK_BYTES`` (``ckptstore/builtin/_local_path.py``)."""
-
-_SYNC_FILE_RANGE_WRITE = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -66,10 +62,6 @@ class Recording:
     def nbytes(self) -> int:
         """Bytes written by every recorded call."""
         return sum(write.nbytes for writes in self.threads.values() for write in writes)
-
-    @property
-    def calls(self) -> int:
-        return sum(len(writes) for writes in self.threads.values())
 
 
 def record(save: Callable[[], object]) -> Recording:
@@ -119,13 +111,22 @@ def _replaced(pwrite: Callable[..., int], pwritev: Callable[..., int]) -> Iterat
         os.pwrite, os.pwritev = saved
 
 
-def replay(recording: Recording, directory: Path) -> float:
+def source_for(recording: Recording) -> memoryview:
+    """Random bytes in page-aligned memory, as many as ``recording``'s largest file: what
+    :func:`replay` writes (the bytes at a file offset come from the same offset here, so
+    an aligned write stays aligned for ``O_DIRECT``). Made once for any number of
+    replays."""
+    return page_aligned(source_bytes(max(recording.sizes, default=0))).data
+
+
+def replay(recording: Recording, directory: Path, source: memoryview) -> float:
     """Make ``recording``'s writes again into new files in ``directory`` (created if
-    needed; the files are left there), then fsync each; returns the seconds taken, from
-    the first open to the last fsync. A file system that refuses ``O_DIRECT`` gets those
-    writes through the page cache."""
+    needed; the files are left there), from ``source`` (:func:`source_for`), then fsync
+    each; returns the seconds taken, from the first open to the last fsync. A file
+    system that refuses ``O_DIRECT`` gets those writes through the page cache."""
+    if len(source) < max(recording.sizes, default=0):
+        raise ValueError("the source is smaller than the largest recorded file")
     directory.mkdir(parents=True, exist_ok=True)
-    source = _source(max(recording.sizes, default=0))
     started = time.perf_counter()
     descriptors: list[tuple[int, int]] = []
     try:
@@ -137,14 +138,9 @@ def replay(recording: Recording, directory: Path) -> float:
                 cached, direct = descriptors[write.file]
                 fd = direct if write.direct else cached
                 end = write.offset + write.nbytes
-                _pwrite_all(fd, source[write.offset : end], write.offset)
+                pwrite_fully(fd, source[write.offset : end], write.offset)
                 if not write.direct and write.nbytes >= EARLY_WRITEBACK:
-                    _libc.sync_file_range(
-                        cached,
-                        ctypes.c_int64(write.offset),
-                        ctypes.c_int64(write.nbytes),
-                        _SYNC_FILE_RANGE_WRITE,
-                    )
+                    start_writeback(cached, write.offset, write.nbytes)
 
         _on_threads_of_their_own(run, list(recording.threads.values()))
         for cached, _ in descriptors:
@@ -177,12 +173,6 @@ def _on_threads_of_their_own(run: Callable[[list[Write]], None], work: list[list
         raise errors[0]
 
 
-def _source(nbytes: int) -> memoryview:
-    """``nbytes`` of random bytes (and a page more) in page-aligned memory: a slice at
-    any aligned offset can go ``O_DIRECT``."""
-    return page_aligned(source_bytes(nbytes + PAGE)).data
-
-
 def _open(path: Path) -> tuple[int, int]:
     """A new file, and a second descriptor of it opened ``O_DIRECT`` (the first one again
     where the file system refuses)."""
@@ -195,9 +185,3 @@ def _open(path: Path) -> tuple[int, int]:
             raise
         direct = cached
     return cached, direct
-
-
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.peers import ckptstore_save
-from benchmarks.replay import Recording, Write, record, replay
+from benchmarks.replay import Recording, Write, record, replay, source_for
 from benchmarks.workload import make_workload, nbytes
 
 
@@ -59,8 +59,8 @@ def test_a_replay_writes_each_threads_calls_into_files_of_the_recorded_sizes(
         },
     )
     assert recording.nbytes == (3 << 20) + 8192
-    assert recording.calls == 4
-    seconds = replay(recording, tmp_path / "out")
+    assert sum(len(writes) for writes in recording.threads.values()) == 4
+    seconds = replay(recording, tmp_path / "out", source_for(recording))
     assert seconds > 0
     sizes = sorted(path.stat().st_size for path in (tmp_path / "out").iterdir())
     assert sizes == [8192, 3 << 20]
@@ -86,5 +86,18 @@ def test_every_recorded_thread_replays_at_once_on_a_thread_of_its_own(
         threads={n: [Write(0, n * 4096, 4096, False)] for n in range(4)},
     )
     monkeypatch.setattr(os, "pwrite", spy)
-    replay(recording, tmp_path / "out")
+    replay(recording, tmp_path / "out", source_for(recording))
     assert sorted(offsets) == [0, 4096, 8192, 12288]
+
+
+def test_a_replay_refuses_a_source_smaller_than_its_largest_file(tmp_path: Path) -> None:
+    recording = Recording(paths=["/x/a"], sizes=[8192], threads={1: [Write(0, 0, 8192, False)]})
+    with pytest.raises(ValueError, match="smaller than the largest recorded file"):
+        replay(recording, tmp_path / "out", memoryview(bytearray(4096)))
+
+
+def test_the_early_write_back_is_ckptstores() -> None:
+    from benchmarks.replay import EARLY_WRITEBACK
+    from ckptstore.builtin._local_path import EARLY_WRITEBACK_BYTES
+
+    assert EARLY_WRITEBACK == EARLY_WRITEBACK_BYTES

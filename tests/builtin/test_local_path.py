@@ -424,6 +424,44 @@ def test_writes_and_deletes_never_go_through_a_link(
     assert not (tmp_path / "root" / "linked").exists()
 
 
+@pytest.mark.parametrize("change", ["removed", "replaced by a link", "replaced by a file"])
+def test_a_directory_changed_between_listing_and_opening_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A listing that races a writer: a directory listed as one, then gone, or swapped
+    for a link out of the root or a file before it is opened, is left out (never
+    followed), and everything else is still listed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "root"
+    storage = LocalPath(str(root))
+    for key in ("run/kept", "run/moving/doc", "run/stays/doc"):
+        storage.write_bytes(key, b"x")
+    moving = root / "run" / "moving"
+    scandir = os.scandir
+
+    @contextmanager
+    def listed_then_changed(fd: int) -> Iterator[list[os.DirEntry[str]]]:
+        with scandir(fd) as entries:
+            found = list(entries)  # each entry keeps the type it was listed with
+        if moving.is_dir() and any(entry.name == "moving" for entry in found):
+            for child in moving.iterdir():
+                child.unlink()
+            moving.rmdir()  # the real change, after the listing and before the open
+            if change == "replaced by a link":
+                moving.symlink_to(outside)
+            elif change == "replaced by a file":
+                moving.write_bytes(b"now a file")
+        yield found
+
+    monkeypatch.setattr(os, "scandir", listed_then_changed)
+    keys = storage.list_keys("run")
+    monkeypatch.undo()
+    assert keys == ["run/kept", "run/stays/doc"]
+    assert (outside / "secret").read_bytes() == b"secret"
+
+
 def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(CorruptCheckpointError):

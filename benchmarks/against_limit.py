@@ -62,7 +62,7 @@ def rounds(location: Path, workload: str, repeat: int) -> dict[str, list[float]]
         writes = record(lambda: ckptstore_save("zarr", blobs, recorded))
         remove(recorded)
         syncfs(work)
-        replayed = source_for(writes)
+        replay_source = source_for(writes)
         for _ in range(repeat):
             target = work / "checkpoint"
             os.sync()
@@ -76,7 +76,7 @@ def rounds(location: Path, workload: str, repeat: int) -> dict[str, list[float]]
                     write_one_file(work / "raw.bin", source, threads, 64 * MiB, direct=True)
                 )
                 clear_trial(work)
-            times[REPLAY].append(replay(writes, work / "replay", replayed))
+            times[REPLAY].append(replay(writes, work / "replay", replay_source))
             remove(work / "replay")
             syncfs(work)
     finally:

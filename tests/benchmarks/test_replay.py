@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from benchmarks.peers import ckptstore_save
-from benchmarks.replay import Recording, Write, record, replay, source_for
+from benchmarks.replay import EARLY_WRITEBACK, Recording, Write, record, replay, source_for
 from benchmarks.workload import make_workload, nbytes
+from ckptstore.builtin._local_path import EARLY_WRITEBACK_BYTES
 
 
 def test_a_recorded_save_holds_every_byte_it_wrote_in_its_files(tmp_path: Path) -> None:
@@ -97,7 +98,4 @@ def test_a_replay_refuses_a_source_smaller_than_its_largest_file(tmp_path: Path)
 
 
 def test_the_early_write_back_is_ckptstores() -> None:
-    from benchmarks.replay import EARLY_WRITEBACK
-    from ckptstore.builtin._local_path import EARLY_WRITEBACK_BYTES
-
     assert EARLY_WRITEBACK == EARLY_WRITEBACK_BYTES

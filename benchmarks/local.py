@@ -4,6 +4,8 @@
     python -m benchmarks.local --workload mixed-4g   # the 4 GiB variant
     python -m benchmarks.local --smoke               # seconds, in one process; what CI runs
     python -m benchmarks.local --docs                # also update docs/benchmarks.md
+    python -m benchmarks.local --sweep               # concurrency x chunk size, a run each
+    python -m benchmarks.local --chunk-pairs 15      # chunk sizes alternating, 15 rounds
 
 Every tool saves the same blobs durably (fsync or syncfs) and restores them, each
 operation in a fresh process (so peak memory is the operation's own), repeated
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -39,10 +42,11 @@ from benchmarks.bare_read import CHECKED as BARE_CHECKED
 from benchmarks.bare_read import UNCHECKED as BARE
 from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import Operation, measure, operation_for
-from benchmarks.peers import remove, tools
+from benchmarks.peers import ckptstore_load, ckptstore_save, remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
 from benchmarks.system import disk_usage, drop_caches, memory_kept, syncfs
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
+from ckptstore import LocalPath
 from ckptstore.io import crc32_of, usable_cpus
 
 GiB = 1 << 30
@@ -308,6 +312,71 @@ def sweep(location: Path, workload: str, cold: bool) -> str:
     return "\n".join(lines)
 
 
+CHUNK_SIZES = (16, 32, 64)
+"""MiB per chunk compared by :func:`chunk_pairs`."""
+
+
+@contextmanager
+def _chunk_bytes(nbytes: int) -> Iterator[None]:
+    """ckptstore's chunk size set to ``nbytes`` (``CKPTSTORE_IO_CHUNK_BYTES``) meanwhile."""
+    name = "CKPTSTORE_IO_CHUNK_BYTES"
+    before = os.environ.get(name)
+    os.environ[name] = str(nbytes)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+def chunk_pairs(location: Path, workload: str, rounds: int, cold: bool) -> str:
+    """zarr save and restore with each chunk size of :data:`CHUNK_SIZES` (the path
+    type's default concurrency), ``rounds`` rounds in one process, the sizes' order
+    turned each round: medians, and each size's median ratio, round by round, to the
+    default's (``LocalPath.default_io``; above 1: faster than the default). The sweep's single runs cannot tell chunk
+    sizes apart on this disk; rounds side by side can."""
+    blobs = make_workload(workload)
+    default = LocalPath.default_io.chunk_bytes // MiB
+    times: dict[tuple[int, str], list[float]] = {
+        (size, step): [] for size in CHUNK_SIZES for step in ("save", "restore")
+    }
+    work = Path(tempfile.mkdtemp(prefix="ckptchunks-", dir=location))
+    try:
+        for number in range(rounds):
+            turn = number % len(CHUNK_SIZES)
+            for size in CHUNK_SIZES[turn:] + CHUNK_SIZES[:turn]:
+                target = work / "checkpoint"
+                with _chunk_bytes(size * MiB):
+                    os.sync()
+                    started = time.perf_counter()
+                    ckptstore_save("zarr", blobs, target)
+                    times[size, "save"].append(time.perf_counter() - started)
+                    if cold:
+                        drop_caches()
+                    started = time.perf_counter()
+                    ckptstore_load("zarr", blobs, target)
+                    times[size, "restore"].append(time.perf_counter() - started)
+                remove(target)
+                syncfs(work)
+    finally:
+        remove(work)
+    lines = [
+        "| chunk MiB | save s | save, x default | restore s | restore, x default |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for size in CHUNK_SIZES:
+        cells = []
+        for step in ("save", "restore"):
+            mine, base = times[size, step], times[default, step]
+            paired = statistics.median(b / a for a, b in zip(mine, base, strict=True))
+            cells.append(f"{statistics.median(mine):.3f} | {paired:.3f}")
+        mark = " (default)" if size == default else ""
+        lines.append(f"| {size}{mark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table(rows: dict[str, Row], size: int) -> str:
     limit = rows.get(LIMIT)
     ours = rows.get(OURS)
@@ -474,8 +543,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep", action="store_true", help="only sweep ckptstore's concurrency and chunk size"
     )
+    parser.add_argument(
+        "--chunk-pairs",
+        type=int,
+        metavar="ROUNDS",
+        help="only compare chunk sizes, alternating in one process, this many rounds",
+    )
     args = parser.parse_args(argv)
     with memory_kept(not args.smoke) as memory:
+        if args.chunk_pairs:
+            Path(args.disk).mkdir(parents=True, exist_ok=True)
+            cold = drop_caches()
+            text = "\n".join(
+                [
+                    f"`python -m benchmarks.local --chunk-pairs {args.chunk_pairs}`: workload "
+                    f"`{args.workload}`, ckptstore zarr. {memory}".rstrip(),
+                    "",
+                    f"**disk ({args.disk}; restores {'cold' if cold else 'warm'})**",
+                    "",
+                    chunk_pairs(Path(args.disk), args.workload, args.chunk_pairs, cold),
+                    "",
+                    f"**memory ({args.shm})**",
+                    "",
+                    chunk_pairs(Path(args.shm), args.workload, args.chunk_pairs, False),
+                ]
+            )
+            print(text)
+            if args.docs:
+                update_docs_section(BENCHMARKS_PAGE, "local-chunk-pairs", text)
+            return 0
         if args.sweep:
             Path(args.disk).mkdir(parents=True, exist_ok=True)
             cold = drop_caches()

@@ -1,8 +1,9 @@
 """The 1 GiB table's targets: save targets measured in pairs, or alternating with the limit;
-the checksum target with the least a check could cost."""
+the checksum target with the least a check could cost; chunk sizes side by side."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,17 @@ def test_checked_restores_are_paired_after_one_restore_left_out(
     ]
     assert [round(cost.slower, 3) for cost in costs] == [0.1, 0.1]
     assert [round(cost.bare_slower, 3) for cost in costs] == [0.05, 0.05]
+
+
+def test_chunk_pairs_times_every_size_and_sets_each_against_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CKPTSTORE_IO_CHUNK_BYTES", "12345678")
+    table = benchmarks.local.chunk_pairs(tmp_path, "tiny", rounds=2, cold=False)
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert [row[0].strip("| ") for row in rows] == ["16", "32 (default)", "64"]
+    default = rows[1]
+    assert default[2] == default[4].strip(" |") == "1.000"  # the default against itself
+    assert all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows)
+    assert os.environ["CKPTSTORE_IO_CHUNK_BYTES"] == "12345678"  # as it was
+    assert list(tmp_path.iterdir()) == []  # nothing left behind

@@ -335,8 +335,8 @@ def chunk_pairs(location: Path, workload: str, rounds: int, cold: bool) -> str:
     """zarr save and restore with each chunk size of :data:`CHUNK_SIZES` (the path
     type's default concurrency), ``rounds`` rounds in one process, the sizes' order
     turned each round: medians, and each size's median ratio, round by round, to the
-    default's (``LocalPath.default_io``; above 1: faster than the default). The sweep's single runs cannot tell chunk
-    sizes apart on this disk; rounds side by side can."""
+    default's (``LocalPath.default_io``; above 1: faster than the default). The sweep's
+    single runs cannot tell chunk sizes apart on this disk; rounds side by side can."""
     blobs = make_workload(workload)
     default = LocalPath.default_io.chunk_bytes // MiB
     times: dict[tuple[int, str], list[float]] = {

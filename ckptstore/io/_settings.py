@@ -53,7 +53,8 @@ class IOSettings:
         if self.memory_budget < self.chunk_bytes:
             raise ValueError(
                 f"memory_budget ({self.memory_budget}) must hold at least one chunk "
-                f"({self.chunk_bytes}); raise memory_budget or lower chunk_bytes"
+                f"({self.chunk_bytes}); raise memory_budget (or CKPTSTORE_IO_MEMORY_BUDGET) "
+                "or lower chunk_bytes (or CKPTSTORE_IO_CHUNK_BYTES) to at most the budget"
             )
 
     def merged(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckptstore import IOSettings
+from ckptstore import IOSettings, LocalPath
 
 
 def test_defaults() -> None:
@@ -28,6 +29,20 @@ def test_defaults() -> None:
 def test_invalid_settings_are_refused(arguments: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         IOSettings(**arguments)
+
+
+def test_a_budget_under_the_local_chunk_names_both_ways_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Local disk moves 32 MiB chunks: a budget lowered under that through the
+    environment is refused with the variables that fix it."""
+    monkeypatch.setenv("CKPTSTORE_IO_MEMORY_BUDGET", str(16 << 20))
+    with pytest.raises(ValueError, match="CKPTSTORE_IO_MEMORY_BUDGET") as caught:
+        LocalPath(str(tmp_path)).default_io.with_environment()
+    assert "CKPTSTORE_IO_CHUNK_BYTES" in str(caught.value)
+    monkeypatch.setenv("CKPTSTORE_IO_CHUNK_BYTES", str(16 << 20))
+    settings = LocalPath(str(tmp_path)).default_io.with_environment()
+    assert (settings.chunk_bytes, settings.memory_budget) == (16 << 20, 16 << 20)
 
 
 def test_merged_applies_only_given_values() -> None:

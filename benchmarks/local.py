@@ -44,7 +44,13 @@ from benchmarks.limits import Limit, location_limit
 from benchmarks.measure import Operation, measure, operation_for
 from benchmarks.peers import ckptstore_load, ckptstore_save, remove, tools
 from benchmarks.report import BENCHMARKS_PAGE, DOCS, update_docs_section
-from benchmarks.system import disk_usage, drop_caches, memory_kept, syncfs
+from benchmarks.system import (
+    disk_usage,
+    drop_caches,
+    environment_variable,
+    memory_kept,
+    syncfs,
+)
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
 from ckptstore import LocalPath
 from ckptstore.io import crc32_of, usable_cpus
@@ -316,21 +322,6 @@ CHUNK_SIZES = (16, 32, 64)
 """MiB per chunk compared by :func:`chunk_pairs`."""
 
 
-@contextmanager
-def _chunk_bytes(nbytes: int) -> Iterator[None]:
-    """ckptstore's chunk size set to ``nbytes`` (``CKPTSTORE_IO_CHUNK_BYTES``) meanwhile."""
-    name = "CKPTSTORE_IO_CHUNK_BYTES"
-    before = os.environ.get(name)
-    os.environ[name] = str(nbytes)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
-
-
 def chunk_pairs(location: Path, workload: str, rounds: int, cold: bool) -> str:
     """zarr save and restore with each chunk size of :data:`CHUNK_SIZES` (the path
     type's default concurrency), ``rounds`` rounds in one process, the sizes' order
@@ -348,7 +339,7 @@ def chunk_pairs(location: Path, workload: str, rounds: int, cold: bool) -> str:
             turn = number % len(CHUNK_SIZES)
             for size in CHUNK_SIZES[turn:] + CHUNK_SIZES[:turn]:
                 target = work / "checkpoint"
-                with _chunk_bytes(size * MiB):
+                with environment_variable("CKPTSTORE_IO_CHUNK_BYTES", str(size * MiB)):
                     os.sync()
                     started = time.perf_counter()
                     ckptstore_save("zarr", blobs, target)

@@ -8,7 +8,6 @@ arrays (or torch tensors) in memory.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.system import fsync_file, syncfs
+from benchmarks.system import environment_variable, fsync_file, syncfs
 
 Blobs = dict[str, np.ndarray]
 # -- ckptstore (its public API only) ---------------------------------------------------
@@ -43,16 +42,16 @@ def ckptstore_save(db_type: str, blobs: Blobs, target: Path) -> None:
 
 
 def ckptstore_load(db_type: str, template: Blobs, target: Path, verify: bool = True) -> Blobs:
-    """``CheckpointManager.load`` of epoch 1 (``verify=False``: ``CKPTSTORE_IO_VERIFY=0``)."""
+    """``CheckpointManager.load`` of epoch 1, its checksums checked or not as ``verify``
+    says whatever the environment does (``CKPTSTORE_IO_VERIFY``, for this load only)."""
     from ckptstore import LocalSession, Node
 
-    if not verify:
-        os.environ["CKPTSTORE_IO_VERIFY"] = "0"
-    session = LocalSession()
-    manager = _manager(db_type, target)
-    with Node(NODE):
-        session.run(manager.init([NODE], retrieve_from_epoch=1))
-    session.run(manager.load(1))
+    with environment_variable("CKPTSTORE_IO_VERIFY", "1" if verify else "0"):
+        session = LocalSession()
+        manager = _manager(db_type, target)
+        with Node(NODE):
+            session.run(manager.init([NODE], retrieve_from_epoch=1))
+        session.run(manager.load(1))
     return dict(session.workspace(NODE))
 
 

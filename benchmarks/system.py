@@ -1,5 +1,5 @@
 """What the benchmarks ask of the operating system: durability, the page cache, disk usage,
-memory that stays with the machine."""
+memory that stays with the machine, environment variables set for a while."""
 
 from __future__ import annotations
 
@@ -109,6 +109,22 @@ def memory_kept(enabled: bool = True) -> Iterator[str]:
 BLKIO = Path("/sys/fs/cgroup/blkio")
 """cgroup v1's block I/O controller, whose throttle slows one group's reads and writes."""
 BLOCK_DEVICES = Path("/sys/dev/block")
+
+
+@contextmanager
+def environment_variable(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in this process meanwhile, then as it was (unset, or its
+    value before): tools run in this process read ckptstore's ``CKPTSTORE_*`` settings
+    when they start, and the next tool must not inherit them."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def block_device(directory: Path) -> str:

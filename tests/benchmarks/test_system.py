@@ -1,5 +1,5 @@
-"""The benchmarks' machine settings: free page reporting is off, and a disk limit on, only
-for the run."""
+"""The benchmarks' machine settings: free page reporting is off, a disk limit on, and an
+environment variable set, only for the run."""
 
 from __future__ import annotations
 
@@ -129,3 +129,25 @@ def test_a_disk_limit_needs_a_disk() -> None:
 def test_a_disk_limit_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must be positive"), system.disk_limited(tmp_path, 0):
         raise AssertionError("the body ran")
+
+
+@pytest.mark.parametrize("before", [None, "7"])
+def test_an_environment_variable_is_set_meanwhile_then_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, before: str | None
+) -> None:
+    name = "CKPTSTORE_BENCH_PROBE"
+    if before is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, before)
+    seen: list[str] = []
+
+    def failing_tool() -> None:
+        with system.environment_variable(name, "1"):
+            seen.append(os.environ[name])
+            raise RuntimeError("a tool failed")  # restored all the same
+
+    with pytest.raises(RuntimeError, match="a tool failed"):
+        failing_tool()
+    assert seen == ["1"]
+    assert os.environ.get(name) == before

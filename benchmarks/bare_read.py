@@ -2,8 +2,8 @@
 nothing else does.
 
 :func:`read_bare` reads every file under a directory into freshly allocated arrays (one
-per range of :data:`RANGE_BYTES`), on as many threads as ckptstore's engine uses, in
-windows of :data:`~ckptstore.io.VERIFY_WINDOW` (``preadv`` from one descriptor per
+per range of ckptstore's chunk size there), on as many threads as ckptstore's engine
+uses there (:func:`engine_settings`: fewer on tmpfs), in windows of :data:`~ckptstore.io.VERIFY_WINDOW` (``preadv`` from one descriptor per
 range). With ``checksum``, each window's CRC-32 is taken right after it is read, as a
 checked ckptstore load does. ``python -m benchmarks.measure TOOL bare-read WORKLOAD DIR``
 runs it in a fresh process (TOOL: :data:`CHECKED` or :data:`UNCHECKED`).
@@ -23,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptstore import LocalPath
 from ckptstore.io import VERIFY_WINDOW, IOSettings, crc32_buffer
 
-RANGE_BYTES = 16 << 20
-"""Bytes per array: ckptstore's pieces of a large blob are this size."""
+RANGE_BYTES = LocalPath.default_io.chunk_bytes
+"""Bytes per array by default: ckptstore's pieces of a large blob on local disk."""
 CHECKED = "bare preadv + CRC-32"
 """The bare read with a CRC-32 of each window (a tool name for ``benchmarks.measure``)."""
 UNCHECKED = "bare preadv"
@@ -52,18 +53,27 @@ def read_range(path: Path, offset: int, size: int, checksum: bool) -> np.ndarray
     return array
 
 
+def engine_settings(directory: Path) -> IOSettings:
+    """The chunk size and concurrency ckptstore's engine uses under ``directory``: the
+    local path type's defaults there (one request per usable CPU on tmpfs) with the
+    ``CKPTSTORE_IO_*`` variables applied."""
+    return LocalPath(str(directory)).default_io.with_environment()
+
+
 def read_bare(directory: Path, checksum: bool) -> dict[str, float]:
     """Read every file under ``directory`` as the module says; the time, the CPU and
     the bytes read."""
+    settings = engine_settings(directory)
+    span = settings.chunk_bytes
     ranges = [
-        (path, offset, min(RANGE_BYTES, path.stat().st_size - offset))
+        (path, offset, min(span, path.stat().st_size - offset))
         for path in sorted(p for p in directory.rglob("*") if p.is_file())
-        for offset in range(0, path.stat().st_size, RANGE_BYTES)
+        for offset in range(0, path.stat().st_size, span)
     ]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = usage.ru_utime + usage.ru_stime
     started = time.perf_counter()
-    with ThreadPoolExecutor(IOSettings().concurrency) as pool:
+    with ThreadPoolExecutor(settings.concurrency) as pool:
         arrays = list(pool.map(lambda item: read_range(*item, checksum), ranges))
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)

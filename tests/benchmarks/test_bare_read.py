@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.bare_read import CHECKED, RANGE_BYTES, UNCHECKED, read_bare, read_range
+from benchmarks.bare_read import (
+    CHECKED,
+    RANGE_BYTES,
+    UNCHECKED,
+    engine_settings,
+    read_bare,
+    read_range,
+)
 from benchmarks.measure import run
+from ckptstore import CheckpointManager
 from ckptstore.io import VERIFY_WINDOW
 
 
@@ -53,3 +61,18 @@ def test_a_range_past_the_end_of_its_file_is_an_error(tmp_path: Path) -> None:
     write_files(tmp_path)
     with pytest.raises(OSError, match="ended early"):
         read_range(tmp_path / "sub" / "small", 0, 1001, checksum=False)
+
+
+def test_the_loop_reads_as_ckptstores_engine_does_there(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranges of the engine's chunk size, on as many threads, on disk and on tmpfs (one
+    per usable CPU), with the environment's overrides: the floor is read the same way."""
+    for root in (tmp_path / "disk", small_disk):
+        root.mkdir(exist_ok=True)
+        engine = CheckpointManager(str(root), "trainer_0", "zarr").location.io_settings
+        assert engine_settings(root) == engine
+    monkeypatch.setenv("CKPTSTORE_IO_CHUNK_BYTES", str(2 * VERIFY_WINDOW))
+    assert engine_settings(tmp_path).chunk_bytes == 2 * VERIFY_WINDOW
+    total = write_files(tmp_path / "files")
+    assert read_bare(tmp_path / "files", checksum=True)["bytes"] == total

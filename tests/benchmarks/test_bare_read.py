@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,25 @@ def test_a_range_is_read_whole_into_its_array(tmp_path: Path, checksum: bool) ->
     offset, size = 7, 3 * VERIFY_WINDOW + 11  # windows not aligned to the file
     array = read_range(tmp_path / "big", offset, size, checksum)
     assert array.tobytes() == content(RANGE_BYTES + VERIFY_WINDOW + 5)[offset : offset + size]
+
+
+@pytest.mark.parametrize(("checksum", "calls"), [(False, 1), (True, 4)])
+def test_a_check_reads_in_windows_and_a_plain_read_in_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checksum: bool, calls: int
+) -> None:
+    """As ckptstore's loads read: the windows belong to the check's cost."""
+    write_files(tmp_path)
+    sizes: list[int] = []
+
+    def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
+        sizes.append(sum(buffer.nbytes for buffer in buffers))
+        return real_preadv(fd, buffers, offset)
+
+    real_preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", preadv)
+    read_range(tmp_path / "big", 0, 3 * VERIFY_WINDOW + 11, checksum)
+    assert len(sizes) == calls
+    assert sum(sizes) == 3 * VERIFY_WINDOW + 11
 
 
 def test_a_range_past_the_end_of_its_file_is_an_error(tmp_path: Path) -> None:

@@ -165,7 +165,8 @@ class InvalidNameError(CkptStoreError, ValueError):
 
 
 class JobConfigurationError(CkptStoreError, ValueError):
-    """A job, runner or manager was set up in a way that cannot work.
+    """A job, runner or manager was set up in a way that cannot work (its I/O settings
+    included: :class:`~ckptstore.IOSettings`).
 
     Example::
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ckptstore._environment import int_variable
+from ckptstore.errors import JobConfigurationError
 
 __all__ = ["IOSettings", "usable_cpus"]
 
@@ -30,6 +31,8 @@ class IOSettings:
 
     Each path type brings defaults measured for it (local disk, object store); a
     manager's ``io=`` or the ``CKPTSTORE_IO_*`` environment variables override them.
+    Settings that cannot work (a chunk under 4096 bytes, no concurrency, a budget under
+    one chunk) raise :class:`~ckptstore.errors.JobConfigurationError` (a ``ValueError``).
 
     Example::
 
@@ -47,11 +50,17 @@ class IOSettings:
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 4096:
-            raise ValueError(f"chunk_bytes must be at least 4096, got {self.chunk_bytes}")
+            raise JobConfigurationError(
+                f"chunk_bytes must be at least 4096, got {self.chunk_bytes}; pass a larger "
+                "chunk_bytes (or CKPTSTORE_IO_CHUNK_BYTES), or leave it to the default"
+            )
         if self.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+            raise JobConfigurationError(
+                f"concurrency must be at least 1, got {self.concurrency}; pass 1 or more "
+                "(or CKPTSTORE_IO_CONCURRENCY), or leave it to the default"
+            )
         if self.memory_budget < self.chunk_bytes:
-            raise ValueError(
+            raise JobConfigurationError(
                 f"memory_budget ({self.memory_budget}) must hold at least one chunk "
                 f"({self.chunk_bytes}); raise memory_budget (or CKPTSTORE_IO_MEMORY_BUDGET) "
                 "or lower chunk_bytes (or CKPTSTORE_IO_CHUNK_BYTES) to at most the budget"

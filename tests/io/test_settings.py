@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ckptstore import IOSettings, LocalPath
+from ckptstore.errors import JobConfigurationError
 
 
 def test_defaults() -> None:
@@ -27,8 +28,10 @@ def test_defaults() -> None:
     ],
 )
 def test_invalid_settings_are_refused(arguments: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    """In the library's hierarchy, and still the matching built-in."""
+    with pytest.raises(JobConfigurationError, match=message) as caught:
         IOSettings(**arguments)
+    assert isinstance(caught.value, ValueError)
 
 
 def test_a_budget_under_the_local_chunk_names_both_ways_out(
@@ -37,7 +40,7 @@ def test_a_budget_under_the_local_chunk_names_both_ways_out(
     """Local disk moves 32 MiB chunks: a budget lowered under that through the
     environment is refused with the variables that fix it."""
     monkeypatch.setenv("CKPTSTORE_IO_MEMORY_BUDGET", str(16 << 20))
-    with pytest.raises(ValueError, match="CKPTSTORE_IO_MEMORY_BUDGET") as caught:
+    with pytest.raises(JobConfigurationError, match="CKPTSTORE_IO_MEMORY_BUDGET") as caught:
         LocalPath(str(tmp_path)).default_io.with_environment()
     assert "CKPTSTORE_IO_CHUNK_BYTES" in str(caught.value)
     monkeypatch.setenv("CKPTSTORE_IO_CHUNK_BYTES", str(16 << 20))

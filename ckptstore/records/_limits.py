@@ -27,6 +27,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 
+from ckptstore._environment import int_variable
+from ckptstore.errors import JobConfigurationError
+
 __all__ = ["Limits", "current_limits", "set_limits"]
 
 GiB = 1 << 30
@@ -62,17 +65,26 @@ class Limits:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field.name} must be a positive integer, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise JobConfigurationError(
+                    f"{field.name} must be a positive integer, got {value!r}; pass one (or "
+                    f"set {_variable(field.name)}), or leave it to the default"
+                )
 
     def with_environment(self) -> Limits:
-        """A copy with ``CKPTSTORE_LIMIT_<FIELD>`` environment variables applied."""
-        overrides = {
-            field.name: int(os.environ[key])
-            for field in fields(self)
-            if (key := f"CKPTSTORE_LIMIT_{field.name.upper()}") in os.environ
-        }
+        """A copy with the ``CKPTSTORE_LIMIT_<FIELD>`` environment variables applied when
+        set (an empty one is unset; one that is not a whole number is an
+        :class:`~ckptstore.errors.EnvironmentVariableError` naming it)."""
+        overrides = {}
+        for field in fields(self):
+            value = int_variable(os.environ, _variable(field.name))
+            if value is not None:
+                overrides[field.name] = value
         return replace(self, **overrides)
+
+
+def _variable(field: str) -> str:
+    return f"CKPTSTORE_LIMIT_{field.upper()}"
 
 
 _current: Limits | None = None

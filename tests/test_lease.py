@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckptstore import LocalPath
-from ckptstore.errors import LeaseHeldError
+from ckptstore.errors import JobConfigurationError, LeaseHeldError
 from ckptstore.protocol import LeaseHolder, WriterLease, read_lease
 from ckptstore.records._layout import lease_key
 
@@ -113,3 +113,8 @@ def test_a_lease_left_by_an_ended_job_of_this_process_is_taken_over(tmp_path: Pa
         assert read_lease(storage, NODE).token == lease.token  # type: ignore[union-attr]
         with pytest.raises(LeaseHeldError):  # but a live one of this process is respected
             WriterLease(storage, [NODE]).acquire()
+
+
+def test_a_lease_time_that_is_not_positive_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JobConfigurationError, match="positive number of seconds"):
+        WriterLease(LocalPath(str(tmp_path)), [NODE], ttl=0)

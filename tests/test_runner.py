@@ -96,6 +96,12 @@ def test_invalid_retry_settings_are_refused(arguments: dict[str, Any]) -> None:
         JobRunner(Job(), **arguments)
 
 
+@pytest.mark.parametrize("ttl", [0, -5.0, float("nan")])
+def test_a_lease_time_that_is_not_positive_is_refused_before_training(ttl: float) -> None:
+    with pytest.raises(JobConfigurationError, match="lease_ttl=None"):
+        JobRunner(Job(), lease_ttl=ttl)
+
+
 def test_an_upload_builder_that_needs_arguments_cannot_be_named() -> None:
     with pytest.raises(InvalidPluginError, match="needs arguments"):
         JobRunner(Job(), upload_task_group_builder="copy")

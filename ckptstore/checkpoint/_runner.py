@@ -51,7 +51,7 @@ from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import check_can_hold
-from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
 from ckptstore.protocol._listing import CommitListing
 from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._stats import NodeStats
@@ -203,6 +203,8 @@ class JobRunner:
             raise JobConfigurationError(f"background_nice must be >= 0, got {background_nice}")
         if max_consecutive_save_failures is not None and max_consecutive_save_failures < 1:
             raise JobConfigurationError("max_consecutive_save_failures must be >= 1 or None")
+        if lease_ttl is not None:
+            check_lease_ttl(lease_ttl)
         self.job = job
         self.checkpoint_manager = checkpoint_manager
         self.resume_from_epoch = resume_from_epoch

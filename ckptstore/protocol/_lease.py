@@ -41,13 +41,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ckptstore.errors import CorruptCheckpointError, KeyExistsError, LeaseHeldError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    JobConfigurationError,
+    KeyExistsError,
+    LeaseHeldError,
+    StorageError,
+)
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_number
 from ckptstore.records._layout import lease_key
 from ckptstore.records._names import validate_node_name
 
-__all__ = ["DEFAULT_LEASE_TTL", "LeaseHolder", "WriterLease", "read_lease"]
+__all__ = ["DEFAULT_LEASE_TTL", "LeaseHolder", "WriterLease", "check_lease_ttl", "read_lease"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +143,15 @@ def read_lease(storage: PathType, node: str) -> LeaseHolder | None:
     return LeaseHolder.decode(data, url=storage.display_url, key=key)
 
 
+def check_lease_ttl(ttl: float) -> None:
+    """Refuse a lease time that is not a positive number of seconds."""
+    if not ttl > 0:  # NaN too
+        raise JobConfigurationError(
+            f"lease ttl must be a positive number of seconds, got {ttl!r}; pass one (a "
+            "JobRunner's lease_ttl), or lease_ttl=None to take no lease"
+        )
+
+
 class WriterLease:
     """The writer leases of one job's nodes under one checkpoint root.
 
@@ -161,8 +176,7 @@ class WriterLease:
         ttl: float = DEFAULT_LEASE_TTL,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError(f"lease ttl must be positive, got {ttl}")
+        check_lease_ttl(ttl)
         self.storage = storage
         self.nodes = sorted({validate_node_name(node) for node in nodes})
         self.ttl = ttl

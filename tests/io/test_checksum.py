@@ -66,42 +66,51 @@ def test_chunks_are_checked_by_crc32_and_both_algorithms_can_be_named() -> None:
         checksum_of("sha1")
 
 
+PAUSE = 1e-4
+"""A gap between two steps of the other thread longer than this (s) is a pause (a step
+takes well under a microsecond)."""
+
+
 def median_pause_share(function: Callable[[], object], calls: int) -> float:
     """Calls ``function`` ``calls`` times while another thread keeps taking steps of
-    Python; returns the median, over the calls, of that thread's longest pause during a
+    Python; returns the median, over the calls, of that thread's longest pause within a
     call as a share of the call's duration.
 
     A function that holds the GIL stops the other thread for the whole call: about 1. One
     that releases it leaves the other thread running: its pauses are the scheduler's
     slices (a few ms), well under half of a call that lasts tens of ms, even with every
-    core busy elsewhere (0.05-0.2 with two spinning processes on two cores)."""
-    call = [-1]  # the call in progress, -1 between calls
-    pauses = [0.0] * calls  # the other thread's longest pause during each call
+    core busy elsewhere (0.05-0.2 with two spinning processes on two cores).
+
+    The other thread notes each pause with its start and end, and the calls' own start
+    and end are compared with them afterwards: a thread held up for a whole call can
+    only note the pause after it, when the call may already be over."""
+    pauses: list[tuple[float, float]] = []
     stop = threading.Event()
 
     def step() -> None:
         last = time.perf_counter()
         while not stop.is_set():
             now = time.perf_counter()
-            if call[0] >= 0:
-                pauses[call[0]] = max(pauses[call[0]], now - last)
+            if now - last > PAUSE:
+                pauses.append((last, now))
             last = now
+        pauses.append((last, time.perf_counter()))  # held up until the stop, perhaps
 
     stepper = threading.Thread(target=step)
     stepper.start()
-    durations = []
+    spans = []
     try:
-        for number in range(calls):
+        for _ in range(calls):
             started = time.perf_counter()
-            call[0] = number
             function()
-            call[0] = -1
-            durations.append(time.perf_counter() - started)
+            spans.append((started, time.perf_counter()))
     finally:
         stop.set()
         stepper.join()
     return statistics.median(
-        pause / duration for pause, duration in zip(pauses, durations, strict=True)
+        max([0.0, *(min(end, until) - max(start, since) for since, until in pauses)])
+        / (end - start)
+        for start, end in spans
     )
 
 

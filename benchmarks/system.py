@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 
@@ -113,18 +114,11 @@ BLOCK_DEVICES = Path("/sys/dev/block")
 
 @contextmanager
 def environment_variable(name: str, value: str) -> Iterator[None]:
-    """``name`` set to ``value`` in this process meanwhile, then as it was (unset, or its
-    value before): tools run in this process read ckptstore's ``CKPTSTORE_*`` settings
-    when they start, and the next tool must not inherit them."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
+    """``name`` set to ``value`` in this process meanwhile, then the environment as it
+    was (``unittest.mock.patch.dict``): tools run in this process read ckptstore's
+    ``CKPTSTORE_*`` settings when they start, and the next tool must not inherit them."""
+    with patch.dict(os.environ, {name: value}):
         yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
 
 
 def block_device(directory: Path) -> str:

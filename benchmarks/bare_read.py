@@ -26,11 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ckptstore import LocalPath
 from ckptstore.io import VERIFY_WINDOW, IOSettings, crc32_buffer
+from ckptstore.protocol import CheckpointLocation
 
-RANGE_BYTES = LocalPath.default_io.chunk_bytes
-"""Bytes per array by default: ckptstore's pieces of a large blob on local disk."""
 CHECKED = "bare preadv + CRC-32"
 """The bare read with a CRC-32 of each window (a tool name for ``benchmarks.measure``)."""
 UNCHECKED = "bare preadv"
@@ -59,10 +57,10 @@ def read_range(path: Path, offset: int, size: int, checksum: bool) -> np.ndarray
 
 
 def engine_settings(directory: Path) -> IOSettings:
-    """The chunk size and concurrency ckptstore's engine uses under ``directory``: the
-    local path type's defaults there (one request per usable CPU on tmpfs) with the
-    ``CKPTSTORE_IO_*`` variables applied."""
-    return LocalPath(str(directory)).default_io.with_environment()
+    """The chunk size and concurrency ckptstore's engine uses under ``directory``, as a
+    checkpoint location there takes them: the path type's defaults there (one request
+    per usable CPU on tmpfs) with the ``CKPTSTORE_IO_*`` variables applied."""
+    return CheckpointLocation.open(str(directory), "zarr").io_settings
 
 
 def read_bare(directory: Path, checksum: bool) -> dict[str, float]:

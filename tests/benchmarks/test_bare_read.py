@@ -10,15 +10,17 @@ import pytest
 
 from benchmarks.bare_read import (
     CHECKED,
-    RANGE_BYTES,
     UNCHECKED,
     engine_settings,
     read_bare,
     read_range,
 )
 from benchmarks.measure import run
-from ckptstore import CheckpointManager
+from ckptstore import CheckpointManager, LocalPath
 from ckptstore.io import VERIFY_WINDOW
+
+RANGE_BYTES = LocalPath.default_io.chunk_bytes
+"""A range of the bare read on local disk by default."""
 
 
 def content(size: int) -> bytes:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -56,6 +57,8 @@ from ckptstore import LocalPath
 from ckptstore.io import crc32_of, usable_cpus
 
 GiB = 1 << 30
+T = TypeVar("T")
+
 LIMIT = "physical limit"
 OURS = "ckptstore zarr"
 UNVERIFIED = "ckptstore zarr, no verify"
@@ -165,10 +168,12 @@ def spread(values: list[float]) -> str:
     return f"middle half {lower:+.1%} to {upper:+.1%}, all {everything}"
 
 
-def in_turn(pair: int, one: str, other: str) -> tuple[str, str]:
-    """The order of pair number ``pair``'s two operations: which goes first alternates,
-    so that neither always runs after the other."""
-    return (one, other) if pair % 2 == 0 else (other, one)
+def in_turn(round_number: int, *items: T) -> tuple[T, ...]:
+    """The order of round ``round_number``'s operations: each round starts one further
+    along, so that none always runs after the same other (for a pair: which goes first
+    alternates)."""
+    turn = round_number % len(items)
+    return items[turn:] + items[:turn]
 
 
 def verify_cost(
@@ -336,8 +341,7 @@ def chunk_pairs(location: Path, workload: str, rounds: int, cold: bool) -> str:
     work = Path(tempfile.mkdtemp(prefix="ckptchunks-", dir=location))
     try:
         for number in range(rounds):
-            turn = number % len(CHUNK_SIZES)
-            for size in CHUNK_SIZES[turn:] + CHUNK_SIZES[:turn]:
+            for size in in_turn(number, *CHUNK_SIZES):
                 target = work / "checkpoint"
                 with environment_variable("CKPTSTORE_IO_CHUNK_BYTES", str(size * MiB)):
                     os.sync()

@@ -68,7 +68,7 @@ class Limits:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise JobConfigurationError(
                     f"{field.name} must be a positive integer, got {value!r}; pass one (or "
-                    f"set {_variable(field.name)}), or leave it to the default"
+                    f"set {_environment_name(field.name)}), or leave it to the default"
                 )
 
     def with_environment(self) -> Limits:
@@ -77,13 +77,14 @@ class Limits:
         :class:`~ckptstore.errors.EnvironmentVariableError` naming it)."""
         overrides = {}
         for field in fields(self):
-            value = int_variable(os.environ, _variable(field.name))
+            value = int_variable(os.environ, _environment_name(field.name))
             if value is not None:
                 overrides[field.name] = value
         return replace(self, **overrides)
 
 
-def _variable(field: str) -> str:
+def _environment_name(field: str) -> str:
+    """The environment variable that sets the limit ``field``."""
     return f"CKPTSTORE_LIMIT_{field.upper()}"
 
 

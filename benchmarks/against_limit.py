@@ -17,7 +17,7 @@ writes costs).
 
     python -m benchmarks.against_limit            # the 1 GiB mix, 9 rounds, the disk
     python -m benchmarks.against_limit --smoke    # a tiny mix, 2 rounds (CI)
-    python -m benchmarks.against_limit --docs     # also write docs/benchmarks.md's section
+    python -m benchmarks.against_limit --docs     # also write docs/benchmarks-tables.md's section
 """
 
 from __future__ import annotations

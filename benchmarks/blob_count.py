@@ -13,7 +13,7 @@ are peer time / ckptstore zarr time (> 1: ckptstore is faster).
                                                 # tensorstore write a file per blob)
     python -m benchmarks.blob_count --smoke     # 100 blobs and a tiny GPT-2, in one
                                                 # process, seconds (CI)
-    python -m benchmarks.blob_count --docs      # also write docs/benchmarks.md's section
+    python -m benchmarks.blob_count --docs      # also write docs/benchmarks-tables.md's section
 """
 
 from __future__ import annotations

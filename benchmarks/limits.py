@@ -20,7 +20,7 @@ blobs among up to four archives).
 
     python -m benchmarks.limits            # 1 GiB, disk and /dev/shm
     python -m benchmarks.limits --smoke    # 64 MiB, seconds (CI)
-    python -m benchmarks.limits --docs     # also write the section of docs/benchmarks.md
+    python -m benchmarks.limits --docs     # also write the section of docs/benchmarks-tables.md
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python -m benchmarks.local                       # 1 GiB mix, disk and /dev/shm
     python -m benchmarks.local --workload mixed-4g   # the 4 GiB variant
     python -m benchmarks.local --smoke               # seconds, in one process; what CI runs
-    python -m benchmarks.local --docs                # also update docs/benchmarks.md
+    python -m benchmarks.local --docs                # also update docs/benchmarks-tables.md
     python -m benchmarks.local --sweep               # concurrency x chunk size, a run each
     python -m benchmarks.local --chunk-pairs 15      # chunk sizes alternating, 15 rounds
 

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=None, help=f"default: {RESULTS} ({SMOKE_RESULTS.name})"
     )
-    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks.md")
+    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks-tables.md")
     args = parser.parse_args(argv)
     output: Path = args.output or (SMOKE_RESULTS if args.smoke else RESULTS)
 

@@ -1,11 +1,11 @@
-"""Writing benchmark results into docs/benchmarks.md, between named markers."""
+"""Writing benchmark results into docs/benchmarks-tables.md, between named markers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-BENCHMARKS_PAGE = DOCS / "benchmarks.md"
+BENCHMARKS_PAGE = DOCS / "benchmarks-tables.md"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -26,7 +26,7 @@ def update_docs_section(path: Path, name: str, body: str) -> None:
 def publish(text: str, name: str, section: str, *, smoke: bool, docs: bool) -> None:
     """Print a benchmark's report, save it as ``results/NAME.md`` (``NAME_smoke.md`` for a
     smoke run) and, with ``docs`` and never for a smoke run, put it in ``section`` of
-    docs/benchmarks.md."""
+    docs/benchmarks-tables.md."""
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}{'_smoke' if smoke else ''}.md").write_text(text + "\n")

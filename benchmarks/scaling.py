@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--db-type", default=DEFAULT_FORMAT)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks.md")
+    parser.add_argument("--docs", action="store_true", help="also update docs/benchmarks-tables.md")
     args = parser.parse_args(argv)
     if args.smoke:
         args.mib_per_node, args.blobs, args.repeats = 4, 4, 1

@@ -29,7 +29,7 @@ all saves and epochs, the median loop time, the highest peak.
     python -m benchmarks.training_loop --mib 512 --compute-seconds 3.3  # fixed compute
     python -m benchmarks.training_loop --mib 512 --disk-mibps 250  # a cloud volume's speed
     python -m benchmarks.training_loop --smoke   # 16 MiB, 3 epochs, in one process (CI)
-    python -m benchmarks.training_loop --docs    # also write docs/benchmarks.md's section
+    python -m benchmarks.training_loop --docs    # also write docs/benchmarks-tables.md's section
 """
 
 from __future__ import annotations

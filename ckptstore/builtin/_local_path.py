@@ -121,8 +121,8 @@ class LocalPath(PathType):
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=32 << 20, concurrency=4, memory_budget=256 << 20)
-    """32 MiB chunks, 4 in flight (docs/benchmarks.md, "Engine concurrency and chunk
-    size"); on tmpfs and ramfs, at most one chunk in flight per usable CPU."""
+    """32 MiB chunks, 4 in flight (docs/benchmarks-tables.md, "Chunk sizes side by
+    side"); on tmpfs and ramfs, at most one chunk in flight per usable CPU."""
     max_component_bytes: ClassVar[int | None] = 255  # NAME_MAX of Linux file systems
 
     def __init__(

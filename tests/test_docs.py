@@ -133,3 +133,14 @@ def test_the_readme_example_trains_then_resumes(
     exec(compile(longer, "README.md", "exec"), {})  # a raised limit continues from 10
     assert (tmp_path / "ckpt" / "trainer_0.12").is_dir()
     assert not (tmp_path / "ckpt" / "trainer_0.13").exists()
+
+
+def test_the_site_front_page_shows_the_readme_examples_as_tested() -> None:
+    """docs/index.md (the site's front page) shows the README's examples, which the tests
+    above run; a copy that drifted would show code nothing runs."""
+    readme = (DOCS.parent / "README.md").read_text()
+    front = (DOCS / "index.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", front, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        assert block in readme, f"docs/index.md shows code the README does not:\n{block}"

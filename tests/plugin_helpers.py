@@ -147,7 +147,26 @@ RAISING_HOOK = Distribution(
 """Imports and validates, but its ``ckptstore_db_types`` raises when called (after
 ``ckptstore_path_types`` declared URL protocol ``raising://``)."""
 
-BROKEN = (MISSING_IMPORT, MISTYPED_HOOK, WRONG_ARGUMENT, RAISING_HOOK)
+INVALID_RETURN = Distribution(
+    "ckptstore-instance",
+    "ckptstore_instance",
+    "instance",
+    """
+    from ckptstore import NpzDB, hookimpl
+
+
+    class InstanceFormat(NpzDB):
+        name = "instancefmt"
+
+
+    @hookimpl
+    def ckptstore_db_types():
+        return [InstanceFormat()]  # the hook returns classes
+    """,
+)
+"""Its hook answers, with an instance where a class belongs."""
+
+BROKEN = (MISSING_IMPORT, MISTYPED_HOOK, WRONG_ARGUMENT, RAISING_HOOK, INVALID_RETURN)
 """One distribution per way a plugin breaks."""
 
 

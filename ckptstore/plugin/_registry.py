@@ -169,7 +169,7 @@ class Registry:
             provided[kind] = {}
             for impl in getattr(self.plugin_manager.hook, hook_name).get_hookimpls():
                 try:
-                    provided[kind][impl.plugin_name] = _checked_classes(kind, base, impl)
+                    provided[kind][impl.plugin_name] = _checked_classes(kind, hook_name, base, impl)
                 except Exception as error:
                     failures.setdefault(impl.plugin_name, {})[kind] = error
         for name, errors in failures.items():
@@ -349,14 +349,15 @@ class Registry:
         return sorted(infos, key=lambda info: (info.distribution is not None, info.name))
 
 
-def _checked_classes(kind: str, base: type, impl: HookImpl) -> tuple[Any, ...]:
-    """What ``impl`` (a registration hook) returns, each a named subclass of ``base``."""
+def _checked_classes(kind: str, hook_name: str, base: type, impl: HookImpl) -> tuple[Any, ...]:
+    """What ``impl`` of the registration hook ``hook_name`` returns, each a named
+    subclass of ``base``."""
     returned: Any = impl.function()
     provided: tuple[Any, ...] = tuple(returned or ())
     for cls in provided:
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise InvalidPluginError(
-                f"plugin {impl.plugin_name!r} returned {cls!r} from {impl.function.__name__}; "
+                f"plugin {impl.plugin_name!r} returned {cls!r} from {hook_name}; "
                 f"it must return subclasses of {base.__name__}"
             )
         name = getattr(cls, "name", None)

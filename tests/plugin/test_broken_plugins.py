@@ -15,6 +15,7 @@ import pytest
 from plugin_helpers import (
     BROKEN,
     GOOD,
+    INVALID_RETURN,
     MISSING_IMPORT,
     MISTYPED_HOOK,
     RAISING_HOOK,
@@ -33,6 +34,8 @@ ERRORS = {
     MISTYPED_HOOK: "PluginValidationError: unknown hook 'ckptstore_db_type' in plugin",
     WRONG_ARGUMENT: "Argument(s) {'action'} are declared in the hookimpl but can not be found",
     RAISING_HOOK: "RuntimeError: the raising plugin's DB types are not configured",
+    INVALID_RETURN: "InvalidPluginError: plugin 'instance' returned InstanceFormat() from "
+    "ckptstore_db_types; it must return subclasses of DBType",
 }
 """What each broken distribution's error says (on one line)."""
 

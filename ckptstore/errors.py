@@ -26,6 +26,7 @@ from typing import Any
 __all__ = [
     "AlreadyCommittedError",
     "BlobNotFoundError",
+    "BrokenPluginError",
     "CatalogCorruptError",
     "CheckpointNotFoundError",
     "CkptStoreError",
@@ -113,6 +114,76 @@ class UnknownPluginError(PluginError, KeyError):
         listing = ", ".join(self.installed) or "none"
         fix = hint or "install a plugin that provides it (see `ckptstore plugins`)"
         super().__init__(f"unknown {kind} {name!r}; installed: {listing}. To use {name!r}, {fix}.")
+
+
+class BrokenPluginError(UnknownPluginError):
+    """The requested name is, or may be, provided by an installed plugin that was left out
+    because it failed to import, validate or answer a hook (``ckptstore plugins`` lists
+    it with its error).
+
+    ``broken`` lists each such plugin as ``(entry-point name, distribution, error)``;
+    ``declared`` says whether they declared ``name`` (``False``: they failed before
+    saying what they provide, so the name may be theirs or nobody's).
+
+    Example::
+
+        >>> broken = [("fast", "ckptstore-fast 0.1", "ImportError: no numba")]
+        >>> err = BrokenPluginError("db type", "fast", ["npz"], broken, declared=True)
+        >>> print(err)
+        db type 'fast' comes from a broken plugin that was left out: plugin 'fast' (ckptstore-fast 0.1): ImportError: no numba. To use 'fast', fix or reinstall it; to stop loading it, set CKPTSTORE_DISABLE_PLUGINS=fast. Installed: npz.
+        >>> isinstance(err, UnknownPluginError), isinstance(err, KeyError)
+        (True, True)
+    """  # noqa: E501
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        installed: Iterable[str],
+        broken: Iterable[tuple[str, str, str]],
+        *,
+        declared: bool,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(kind, name, installed, hint)
+        self.broken = tuple(broken)
+        self.declared = declared
+        self.hint = hint
+        one = len(self.broken) == 1
+        source = "a broken plugin that was" if one else "broken plugins that were"
+        it = "it" if one else "them"
+        which = "; ".join(
+            f"plugin {plugin!r} ({distribution}): {error}"
+            for plugin, distribution, error in self.broken
+        )
+        block = "CKPTSTORE_DISABLE_PLUGINS=" + ",".join(plugin for plugin, _, _ in self.broken)
+        listing = ", ".join(self.installed) or "none"
+        if declared:
+            message = (
+                f"{kind} {name!r} comes from {source} left out: {which}. To use {name!r}, "
+                f"fix or reinstall {it}; to stop loading {it}, set {block}. "
+                f"Installed: {listing}."
+            )
+        else:
+            fix = hint or "install a plugin that provides it (see `ckptstore plugins`)"
+            message = (
+                f"unknown {kind} {name!r}; installed: {listing}. It may come from {source} "
+                f"left out: {which}. Fix or reinstall {it}, or set {block} to stop loading "
+                f"{it}; otherwise, to use {name!r}, {fix}."
+            )
+        self.args = (message,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        arguments = (self.kind, self.name, self.installed, self.broken)
+        return (_rebuild_broken_plugin, (arguments, self.declared, self.hint))
+
+
+def _rebuild_broken_plugin(
+    arguments: tuple[str, str, tuple[str, ...], tuple[tuple[str, str, str], ...]],
+    declared: bool,
+    hint: str | None,
+) -> BrokenPluginError:
+    return BrokenPluginError(*arguments, declared=declared, hint=hint)
 
 
 class DuplicatePluginError(PluginError, ValueError):

@@ -1,4 +1,4 @@
-"""``ckptstore plugins``: what installed plugins provide."""
+"""``ckptstore plugins``: what installed plugins provide, and which are broken and why."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
     for info in infos:
         origin = info.distribution or "built in"
         print(f"{info.name}  [{origin}]")
+        if info.error is not None:
+            print(f"    broken, left out: {info.error}")
+            print(f"    (fix or reinstall it, or set CKPTSTORE_DISABLE_PLUGINS={info.name})")
         for label, names in (
             ("db types", info.db_types),
             ("path types", info.path_types),

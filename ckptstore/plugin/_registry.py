@@ -4,6 +4,9 @@ upload builders, gathered once into read-only maps.
 Built-ins are ordinary plugins (``BUILTIN_PLUGINS``); installed distributions come in
 through the ``ckptstore`` entry-point group unless ``CKPTSTORE_DISABLE_PLUGINS`` is set
 (``1``/``all`` blocks every entry-point plugin; a comma-separated list blocks those).
+An installed plugin that fails to import, validate or answer a hook is left out alone
+(:mod:`ckptstore.plugin._loading`): asking for what it provides raises
+:class:`~ckptstore.errors.BrokenPluginError`, and everything else works.
 
 Example::
 
@@ -16,44 +19,46 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import pluggy
+from pluggy import HookImpl
 
 from ckptstore.errors import (
+    BrokenPluginError,
     DuplicatePluginError,
     InvalidPluginError,
     UnknownPluginError,
 )
-from ckptstore.plugin import _spec as spec
 from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._markers import PROJECT_NAME
+from ckptstore.plugin._loading import (
+    BUILTIN_PLUGINS,
+    BrokenPlugin,
+    load_plugins,
+    one_line,
+    warn_once,
+)
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.records._stats import NodeStats
 
-__all__ = ["BUILTIN_PLUGINS", "PluginInfo", "Registry", "get_registry", "reset_registry"]
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "BrokenPlugin",
+    "PluginInfo",
+    "Registry",
+    "get_registry",
+    "reset_registry",
+]
 
 log = logging.getLogger(__name__)
 
-BUILTIN_PLUGINS = (
-    "ckptstore.builtin._local_path",
-    "ckptstore.builtin._fsspec_path",
-    "ckptstore.builtin._npz_db",
-    "ckptstore.builtin._zarr_db",
-    "ckptstore.builtin._json_catalog",
-    "ckptstore.builtin._sqlite_catalog",
-    "ckptstore.builtin._copy_upload",
-)
-DISABLE_ENV = "CKPTSTORE_DISABLE_PLUGINS"
 WILDCARD = "*"
 
 _S3_HINT = "install the S3 plugin from a ckptstore checkout: `pip install ./plugins/ckptstore-s3`"
@@ -77,7 +82,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """One registered plugin and what it provides (for ``ckptstore plugins``)."""
+    """One plugin and what it provides (for ``ckptstore plugins``); ``error`` says why an
+    installed plugin was left out (it then provides nothing)."""
 
     name: str
     distribution: str | None
@@ -86,22 +92,16 @@ class PluginInfo:
     metadata_handlers: tuple[str, ...]
     upload_builders: tuple[str, ...]
     reports: bool
+    error: str | None = None
 
 
-def build_plugin_manager() -> pluggy.PluginManager:
-    """A plugin manager with the hook specs, the built-ins and (unless disabled) every
-    plugin installed under the ``ckptstore`` entry-point group."""
-    manager = pluggy.PluginManager(PROJECT_NAME)
-    manager.add_hookspecs(spec)
-    for module_name in BUILTIN_PLUGINS:
-        manager.register(importlib.import_module(module_name), name=module_name)
-    disabled = os.environ.get(DISABLE_ENV, "").strip()
-    if disabled.lower() not in ("1", "all", "true", "yes", "*"):
-        for name in filter(None, (part.strip() for part in disabled.split(","))):
-            manager.set_blocked(name)
-        manager.load_setuptools_entrypoints(PROJECT_NAME)
-    manager.check_pending()
-    return manager
+REGISTRATION_HOOKS: tuple[tuple[str, str, type], ...] = (
+    ("db type", "ckptstore_db_types", DBType),
+    ("path type", "ckptstore_path_types", PathType),
+    ("metadata handler", "ckptstore_metadata_handlers", MetadataHandler),
+    ("upload builder", "ckptstore_upload_builders", UploadTaskGroupBuilder),
+)
+"""Each kind of extension, the hook that lists its classes and their base class."""
 
 
 class Registry:
@@ -114,25 +114,40 @@ class Registry:
         True
         >>> registry.path_type_for("s3://b/x")  # S3Path, or UnknownPluginError with a hint
         <class 'ckptstore_s3.path.S3Path'>
+        >>> registry.broken_plugins  # installed plugins left out, with their errors
+        ()
     """
 
     def __init__(self, plugin_manager: pluggy.PluginManager | None = None) -> None:
-        self.plugin_manager = plugin_manager or build_plugin_manager()
-        self._gather()
+        if plugin_manager is None:
+            loaded = load_plugins()
+            plugin_manager = loaded.manager
+            self._distributions = dict(loaded.distributions)
+            self._broken = list(loaded.broken)
+        else:
+            self._distributions = {}
+            self._broken = []
+        self.plugin_manager = plugin_manager
+        for broken in self._broken:
+            warn_once(broken)
+        self._gather()  # a plugin whose hook fails is left out (and warned about) here
+
+    @property
+    def broken_plugins(self) -> tuple[BrokenPlugin, ...]:
+        """The installed plugins left out because they failed to import, validate or
+        answer a hook."""
+        return tuple(self._broken)
 
     def _gather(self) -> None:
-        hook = self.plugin_manager.hook
-        self.db_types: Mapping[str, type[DBType]] = self._collect(
-            "db type", hook.ckptstore_db_types, DBType
+        provided = self._call_registration_hooks()
+        self._provided = provided
+        self.db_types: Mapping[str, type[DBType]] = _by_name("db type", provided["db type"])
+        self.path_types: Mapping[str, type[PathType]] = _by_name("path type", provided["path type"])
+        self.metadata_handlers: Mapping[str, type[MetadataHandler]] = _by_name(
+            "metadata handler", provided["metadata handler"]
         )
-        self.path_types: Mapping[str, type[PathType]] = self._collect(
-            "path type", hook.ckptstore_path_types, PathType
-        )
-        self.metadata_handlers: Mapping[str, type[MetadataHandler]] = self._collect(
-            "metadata handler", hook.ckptstore_metadata_handlers, MetadataHandler
-        )
-        self.upload_builders: Mapping[str, type[UploadTaskGroupBuilder]] = self._collect(
-            "upload builder", hook.ckptstore_upload_builders, UploadTaskGroupBuilder
+        self.upload_builders: Mapping[str, type[UploadTaskGroupBuilder]] = _by_name(
+            "upload builder", provided["upload builder"]
         )
         protocols: dict[str, type[PathType]] = {}
         for cls in self.path_types.values():
@@ -144,28 +159,39 @@ class Registry:
                 protocols[protocol] = cls
         self.protocols: Mapping[str, type[PathType]] = MappingProxyType(protocols)
 
-    def _collect(self, kind: str, hook: Any, base: type) -> Mapping[str, Any]:
-        found: dict[str, type] = {}
-        providers: dict[str, str] = {}
-        for impl in hook.get_hookimpls():
-            provided = impl.function() or []
-            for cls in provided:
-                if not (isinstance(cls, type) and issubclass(cls, base)):
-                    raise InvalidPluginError(
-                        f"plugin {impl.plugin_name!r} returned {cls!r} from {hook.name}; "
-                        f"it must return subclasses of {base.__name__}"
-                    )
-                name = getattr(cls, "name", None)
-                if not isinstance(name, str) or not name:
-                    raise InvalidPluginError(
-                        f"{cls.__qualname__} from plugin {impl.plugin_name!r} has no 'name'; "
-                        f'give every {kind} class a `name = "..."` attribute'
-                    )
-                if name in found and found[name] is not cls:
-                    raise DuplicatePluginError(kind, name, [providers[name], impl.plugin_name])
-                found[name] = cls
-                providers[name] = impl.plugin_name
-        return MappingProxyType(found)
+    def _call_registration_hooks(self) -> dict[str, dict[str, tuple[Any, ...]]]:
+        """Per kind, each plugin's classes in registration order. A plugin whose hook
+        raises or returns something invalid fails: an installed one is left out (and
+        recorded as broken), any other (built-in or registered in-process) raises."""
+        provided: dict[str, dict[str, tuple[Any, ...]]] = {}
+        failures: dict[str, dict[str, Exception]] = {}
+        for kind, hook_name, base in REGISTRATION_HOOKS:
+            provided[kind] = {}
+            for impl in getattr(self.plugin_manager.hook, hook_name).get_hookimpls():
+                try:
+                    provided[kind][impl.plugin_name] = _checked_classes(kind, hook_name, base, impl)
+                except Exception as error:
+                    failures.setdefault(impl.plugin_name, {})[kind] = error
+        for name, errors in failures.items():
+            if name not in self._distributions:
+                raise next(iter(errors.values()))
+        for name, errors in failures.items():
+            declared = {
+                kind: frozenset(_names(by_plugin.pop(name, ())))
+                for kind, by_plugin in provided.items()
+                if kind not in errors
+            }
+            self._leave_out(name, next(iter(errors.values())), declared)
+        return provided
+
+    def _leave_out(self, name: str, error: Exception, declared: dict[str, frozenset[str]]) -> None:
+        """Unregister the installed plugin ``name`` and record it as broken."""
+        self.plugin_manager.unregister(name=name)
+        broken = BrokenPlugin(
+            name, self._distributions.pop(name), one_line(error), MappingProxyType(declared)
+        )
+        self._broken.append(broken)
+        warn_once(broken)
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register an in-process plugin (an object or module with hook functions)."""
@@ -190,7 +216,24 @@ class Registry:
         try:
             return table[name]
         except KeyError:
-            raise UnknownPluginError(kind, name, table, INSTALL_HINTS.get((kind, name))) from None
+            raise self._unknown(kind, name, table) from None
+
+    def _unknown(self, kind: str, name: str, installed: Iterable[str]) -> UnknownPluginError:
+        """The error for a ``kind`` called ``name`` nobody registered: it names the
+        broken plugins that declared it or, failing that, those that might have."""
+        hint = INSTALL_HINTS.get((kind, name))
+        declaring = [broken for broken in self._broken if broken.declares(kind, name)]
+        suspects = declaring or [broken for broken in self._broken if broken.may_provide(kind)]
+        if not suspects:
+            return UnknownPluginError(kind, name, installed, hint)
+        return BrokenPluginError(
+            kind,
+            name,
+            installed,
+            [(broken.name, broken.distribution, broken.error) for broken in suspects],
+            declared=bool(declaring),
+            hint=hint,
+        )
 
     def db_type(self, spec: str | DBType) -> DBType:
         """A DB type instance from a registered name or an instance."""
@@ -246,9 +289,10 @@ class Registry:
             return cls
         fallback = self.protocols.get(WILDCARD)
         hint = INSTALL_HINTS.get(("path type", protocol))
-        if fallback is not None and hint is None and _fsspec_knows(protocol):
+        declared = any(broken.declares("path type", protocol) for broken in self._broken)
+        if fallback is not None and hint is None and not declared and _fsspec_knows(protocol):
             return fallback
-        raise UnknownPluginError("path type", protocol, map(_served, self.protocols), hint)
+        raise self._unknown("path type", protocol, map(_served, self.protocols))
 
     def open_path(self, url: str, path_type: str | None = None, **options: object) -> PathType:
         """A path type instance rooted at ``url``; ``options`` go to its constructor."""
@@ -267,40 +311,85 @@ class Registry:
                 log.warning("reporter plugin %r failed", impl.plugin_name, exc_info=True)
 
     def plugins(self) -> list[PluginInfo]:
-        """Every registered plugin and what it provides."""
+        """Every registered plugin and what it provides, and every broken one with its
+        error: the built-ins first, then the installed plugins, by name."""
         manager = self.plugin_manager
-        distributions = {
-            manager.get_name(plugin): f"{dist.project_name} {dist.version}"
-            for plugin, dist in manager.list_plugin_distinfo()
-        }
-
-        def provided(hook_name: str) -> dict[str, tuple[Any, ...]]:
-            hook = getattr(manager.hook, hook_name)
-            return {impl.plugin_name: tuple(impl.function() or ()) for impl in hook.get_hookimpls()}
-
-        db_types = provided("ckptstore_db_types")
-        path_types = provided("ckptstore_path_types")
-        handlers = provided("ckptstore_metadata_handlers")
-        builders = provided("ckptstore_upload_builders")
         reporters = {impl.plugin_name for impl in manager.hook.ckptstore_report.get_hookimpls()}
         infos = []
         for plugin in manager.get_plugins():
             name = manager.get_name(plugin) or repr(plugin)
+            own = {kind: by_plugin.get(name, ()) for kind, by_plugin in self._provided.items()}
             infos.append(
                 PluginInfo(
                     name=name,
-                    distribution=distributions.get(name),
-                    db_types=tuple(cls.name for cls in db_types.get(name, ())),
+                    distribution=self._distributions.get(name),
+                    db_types=tuple(cls.name for cls in own["db type"]),
                     path_types=tuple(
                         f"{cls.name} ({', '.join(p or 'local paths' for p in cls.protocols)})"
-                        for cls in path_types.get(name, ())
+                        for cls in own["path type"]
                     ),
-                    metadata_handlers=tuple(cls.name for cls in handlers.get(name, ())),
-                    upload_builders=tuple(cls.name for cls in builders.get(name, ())),
+                    metadata_handlers=tuple(cls.name for cls in own["metadata handler"]),
+                    upload_builders=tuple(cls.name for cls in own["upload builder"]),
                     reports=name in reporters,
                 )
             )
+        for broken in self._broken:
+            infos.append(
+                PluginInfo(
+                    name=broken.name,
+                    distribution=broken.distribution,
+                    db_types=(),
+                    path_types=(),
+                    metadata_handlers=(),
+                    upload_builders=(),
+                    reports=False,
+                    error=broken.error,
+                )
+            )
         return sorted(infos, key=lambda info: (info.distribution is not None, info.name))
+
+
+def _checked_classes(kind: str, hook_name: str, base: type, impl: HookImpl) -> tuple[Any, ...]:
+    """What ``impl`` of the registration hook ``hook_name`` returns, each a named
+    subclass of ``base``."""
+    returned: Any = impl.function()
+    provided: tuple[Any, ...] = tuple(returned or ())
+    for cls in provided:
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise InvalidPluginError(
+                f"plugin {impl.plugin_name!r} returned {cls!r} from {hook_name}; "
+                f"it must return subclasses of {base.__name__}"
+            )
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise InvalidPluginError(
+                f"{cls.__qualname__} from plugin {impl.plugin_name!r} has no 'name'; "
+                f'give every {kind} class a `name = "..."` attribute'
+            )
+    return provided
+
+
+def _by_name(kind: str, by_plugin: Mapping[str, tuple[Any, ...]]) -> Mapping[str, Any]:
+    """One read-only map from name to class; two plugins giving one name two classes
+    is an error naming both."""
+    found: dict[str, type] = {}
+    providers: dict[str, str] = {}
+    for plugin_name, classes in by_plugin.items():
+        for cls in classes:
+            name = cls.name
+            if name in found and found[name] is not cls:
+                raise DuplicatePluginError(kind, name, [providers[name], plugin_name])
+            found[name] = cls
+            providers[name] = plugin_name
+    return MappingProxyType(found)
+
+
+def _names(classes: Iterable[Any]) -> Iterator[str]:
+    """The names a plugin's classes are asked for by: each class's ``name`` and, for a
+    path type, the URL protocols it serves."""
+    for cls in classes:
+        yield cls.name
+        yield from getattr(cls, "protocols", ())
 
 
 def _served(protocol: str) -> str:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 from ckpt_helpers import DBTypesPlugin, PathTypesPlugin, ReportRecorder, build_counter_job
+from plugin_helpers import GOOD, installed
 
 from ckptstore import (
     CheckpointManager,
@@ -30,7 +28,7 @@ from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._registry import BUILTIN_PLUGINS, Registry, get_registry, reset_registry
 from ckptstore.records._stats import NodeStats
 
-DIST = "ckptstore_testfmt"
+DIST = GOOD.package
 
 
 @pytest.fixture
@@ -38,39 +36,9 @@ def test_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     """An installed distribution providing DB type ``testfmt`` through the ``ckptstore``
     entry-point group, exactly as a pip-installed plugin would (a dist-info directory
     with ``entry_points.txt``, on ``sys.path``)."""
-    site = tmp_path / "site"
-    package = site / DIST
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "plugin.py").write_text(
-        textwrap.dedent(
-            """
-            from ckptstore import NpzDB, hookimpl
-
-
-            class TestFormat(NpzDB):
-                name = "testfmt"
-
-
-            @hookimpl
-            def ckptstore_db_types():
-                return [TestFormat]
-            """
-        )
-    )
-    info = site / f"{DIST}-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: ckptstore-testfmt\nVersion: 1.2.3\n"
-    )
-    (info / "entry_points.txt").write_text(f"[ckptstore]\ntestfmt = {DIST}.plugin\n")
-    (info / "RECORD").write_text("")
     monkeypatch.delenv("CKPTSTORE_DISABLE_PLUGINS", raising=False)
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    yield site
-    for name in [m for m in sys.modules if m.startswith(DIST)]:
-        del sys.modules[name]
+    with installed(tmp_path / "site", GOOD) as site:
+        yield site
 
 
 def test_a_plugin_from_an_installed_distribution_is_found(

@@ -68,6 +68,7 @@ class ProgressBar(Closing):
             dynamic_ncols=True,
             leave=True,
             mininterval=self.REFRESH_SECONDS,
+            miniters=1,  # redraw by time alone: steps are chunks of any size
         )
 
     def advance(self, amount: int = 1) -> None:

@@ -148,10 +148,15 @@ def test_the_bar_of_one_node_shows_the_bytes_done_so_far(
     assert len(between) >= 4, counts  # it moved inside the node, not 0 then 100%
 
 
-def test_gc_counts_the_bytes_of_each_node_deleted(cli: Cli, run_url: str) -> None:
+def test_gc_counts_the_bytes_of_each_node_deleted(
+    cli: Cli, run_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ProgressBar, "REFRESH_SECONDS", 0.0)  # draw every step
     result = cli("gc", run_url, "--keep-last", "1", "--progress")
     assert result.code == 0, result.err
     assert "gc: 100%" in result.err
+    assert "B/s" in result.err
     counts = drawn_counts(result.err)
     assert counts[0] == "0.00"
-    assert "B/s" in result.err
+    # epochs 0-2 go, two nodes each: a step per node, not per epoch
+    assert len(set(counts[1:-1]) - {counts[0], counts[-1]}) == 5, counts

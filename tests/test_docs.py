@@ -6,6 +6,7 @@ import inspect
 import re
 import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,11 +125,16 @@ def test_the_readme_example_trains_then_resumes(
     source = re.search(r"## In code\n\n```python\n(.*?)```", readme, re.S)
     assert source, "README.md lost its '## In code' example"
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {}
+    namespace: dict[str, Any] = {}
     exec(compile(source.group(1), "README.md", "exec"), namespace)
     assert (tmp_path / "ckpt" / "trainer_0.10").is_dir()
-    exec(compile(source.group(1), "README.md", "exec"), {})  # finished: a rerun does nothing
+    assert namespace["runner"].resumed_from_epoch is None  # a fresh start
+    assert np.allclose(namespace["w"], 1.0)  # ten epochs of += 0.1
+    rerun: dict[str, Any] = {}
+    exec(compile(source.group(1), "README.md", "exec"), rerun)  # finished: a rerun does nothing
     assert not (tmp_path / "ckpt" / "trainer_0.11").exists()
+    assert rerun["runner"].resumed_from_epoch == 10
+    assert np.array_equal(rerun["w"], namespace["w"])  # the trained state, read back
     longer = source.group(1).replace("epoch_limiter(job, 10)", "epoch_limiter(job, 12)")
     exec(compile(longer, "README.md", "exec"), {})  # a raised limit continues from 10
     assert (tmp_path / "ckpt" / "trainer_0.12").is_dir()

@@ -526,7 +526,7 @@ def damage_data(root: str, epoch: int) -> None:
 
 
 def test_a_damaged_newest_epoch_falls_back_to_the_previous_complete_one(
-    tmp_path: Path, registry: Registry
+    tmp_path: Path, registry: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:
     root = trained(tmp_path)
     damage_data(root, 3)
@@ -537,12 +537,39 @@ def test_a_damaged_newest_epoch_falls_back_to_the_previous_complete_one(
     runner = JobRunner(job, MultiNodeCheckpointManager(root, "npz", metadata_handler="json"))
     # the catalog picks epoch 3; it is damaged, so epoch 2 is restored and one more epoch
     # runs (the limiter's counter, restored from epoch 2, allows one)
-    assert runner.train(session) == 3
+    with caplog.at_level(logging.INFO, logger="ckptstore"):
+        assert runner.train(session) == 3
     assert [failure.epoch for failure in runner.restore_failures] == [3]
+    assert runner.resumed_from_epoch == 2
+    # the resume is a warning: it did not resume where it should have
+    (resumed,) = [r for r in caplog.records if r.getMessage().startswith("Resumed from")]
+    assert resumed.levelno == logging.WARNING
+    assert resumed.getMessage() == (
+        "Resumed from epoch 2 (epoch(s) 3 could not be restored; see above)"
+    )
     assert session.workspace(NODE)[f"{NODE}/w"].tolist() == [3.0] * 4
     assert "checkpoint_load_failed" in [action for action, _ in recorder.reports]
     assert protocol.open_node(LocalPath(root), NODE, 3)  # re-saved, whole again
     assert LocalPath(root).exists(f"{NODE}.3/blobs.npz")
+
+
+def test_a_fresh_start_resumes_from_no_epoch_and_a_rerun_says_where_it_resumed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, _ = build_counter_job(epochs=2)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(job, manager)
+    assert runner.resumed_from_epoch is None  # before train()
+    assert runner.train(LocalSession()) == 2
+    assert runner.resumed_from_epoch is None  # started from scratch
+    longer, _ = build_counter_job(epochs=4)
+    rerun = JobRunner(longer, MultiNodeCheckpointManager(str(tmp_path), "npz", "json"))
+    with caplog.at_level(logging.INFO, logger="ckptstore"):
+        assert rerun.train(LocalSession()) == 4
+    assert rerun.resumed_from_epoch == 2
+    resumed = [r for r in caplog.records if r.getMessage() == "Resumed from epoch 2"]
+    assert [r.levelno for r in resumed] == [logging.INFO]  # nothing wrong: no warning
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_damaged_epoch_the_user_asked_for_is_an_error(tmp_path: Path) -> None:
@@ -627,10 +654,12 @@ def test_a_job_without_a_handler_resumes_from_storage_instead_of_starting_over(
     with caplog.at_level(logging.INFO, logger="ckptstore"):
         runner.train(LocalSession())  # storage is the truth: it resumes after epoch 2
     assert runner.committed_epochs == [3]  # it did not start from scratch
+    assert runner.resumed_from_epoch == 2
     assert commit.read_bytes() == before  # nothing was overwritten
     # without a catalog, resuming from the commit records is the normal path: said
     # (at INFO, as every resume is), not warned about (no catalog can be behind)
-    assert "Resuming from epoch 2" in caplog.text
+    resumed = [r for r in caplog.records if r.getMessage() == "Resumed from epoch 2"]
+    assert [r.levelno for r in resumed] == [logging.INFO]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -674,6 +703,8 @@ def test_a_handler_behind_storage_resumes_from_the_newest_committed_epoch_and_wa
     with caplog.at_level(logging.WARNING, logger="ckptstore"):
         assert rerun.train(session) == 5
     assert "The catalog is behind storage: epoch 3 is committed on every node" in caplog.text
+    assert "Resumed from epoch 3 (the catalog did not know epoch 3; see above)" in caplog.text
+    assert rerun.resumed_from_epoch == 3
     assert rerun.committed_epochs == [4, 5]  # resumed after epoch 3, not after 2
     assert handler.writes == [0, 1, 2, 3, 4, 5]  # epoch 3 was never saved again
     assert commit.read_bytes() == before

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
+from ckptstore.io._progress import ByteProgress
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_list
 from ckptstore.records._layout import CONTROL_DIR
@@ -148,7 +149,8 @@ class KeepLast:
 @dataclass(frozen=True)
 class EpochRemoval:
     """One epoch to delete: the node checkpoints its commit record owns (``resumed``:
-    finishing a deletion an earlier run left half done).
+    finishing a deletion an earlier run left half done), and (``node_bytes``, in the
+    order of ``nodes``; empty when resumed) how much each one stores.
 
     Example::
 
@@ -161,6 +163,7 @@ class EpochRemoval:
     stored_bytes: int
     resumed: bool = False
     tombstone: str | None = None
+    node_bytes: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -232,7 +235,7 @@ def plan_retention(
         if owned is None or not owned.isdisjoint(removal.nodes)
     ]
     mine: dict[int, tuple[str, ...]] = {}
-    sizes: dict[int, int] = {}
+    sizes: dict[int, tuple[int, ...]] = {}
     listing = protocol.CommitListing.from_keys(storage, keys)
     for epoch in listing.epochs:
         if upto is not None and epoch > upto:
@@ -248,10 +251,10 @@ def plan_retention(
         names = tuple(sorted(n for n in record.nodes if owned is None or n in owned))
         if names:
             mine[epoch] = names
-            sizes[epoch] = sum(record.nodes[n].stored_bytes for n in names)
+            sizes[epoch] = tuple(record.nodes[n].stored_bytes for n in names)
     kept = policy.keep(sorted(mine)) | protected
     fresh = [
-        EpochRemoval(epoch, names, sizes[epoch])
+        EpochRemoval(epoch, names, sum(sizes[epoch]), node_bytes=sizes[epoch])
         for epoch, names in mine.items()
         if epoch not in kept
     ]
@@ -294,9 +297,11 @@ def remove_epochs(
     removals: Iterable[EpochRemoval],
     *,
     on_removed: Callable[[EpochRemoval], None] | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> None:
     """Delete each removal's nodes of its epoch: tombstone, retract those nodes from
     the commit record (uncommit first), delete their checkpoints, drop the tombstone.
+    ``on_bytes`` hears each node's stored bytes once its checkpoint is gone.
 
     Resuming an unfinished deletion retracts nothing and leaves alone the nodes the
     epoch's commit record lists (never retracted, or saved again since)."""
@@ -306,9 +311,12 @@ def remove_epochs(
         if not removal.resumed:
             protocol.retract_epoch(storage, removal.epoch, removal.nodes)
         live = protocol.committed_nodes(storage, removal.epoch, removal.nodes)
+        sizes = dict(zip(removal.nodes, removal.node_bytes, strict=False))
         for node in removal.nodes:
             if node not in live:
                 storage.delete_tree(get_ckpt_filename(node, removal.epoch))
+            if on_bytes is not None and sizes.get(node):
+                on_bytes(sizes[node])
         storage.delete([key])
         if on_removed is not None:
             on_removed(removal)
@@ -324,13 +332,14 @@ def enforce(
     nodes: Iterable[str] | None = None,
     handler: Any = None,
     on_removed: Callable[[EpochRemoval], None] | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> RetentionPlan:
     """Plan and (unless ``dry_run``) carry out ``policy`` for ``nodes`` (``None``: every
     node); the handler brings the touched epochs' entries in line with storage if it
     can (:class:`ForgetsEpochs`)."""
     plan = plan_retention(storage, policy, upto=upto, protect=protect, nodes=nodes)
     if not dry_run:
-        carry_out(storage, plan, handler=handler, on_removed=on_removed)
+        carry_out(storage, plan, handler=handler, on_removed=on_removed, on_bytes=on_bytes)
     return plan
 
 
@@ -340,11 +349,12 @@ def carry_out(
     *,
     handler: Any = None,
     on_removed: Callable[[EpochRemoval], None] | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> None:
     """Delete what ``plan`` lets go, then tell the handler (:class:`ForgetsEpochs`)."""
     if not plan.delete:
         return
-    remove_epochs(storage, plan.delete, on_removed=on_removed)
+    remove_epochs(storage, plan.delete, on_removed=on_removed, on_bytes=on_bytes)
     if isinstance(handler, ForgetsEpochs):
         handler.forget(sorted({removal.epoch for removal in plan.delete}))
 

@@ -141,7 +141,7 @@ class JobRunner:
     :meth:`train` takes a writer lease on each node it saves (see
     :mod:`ckptstore.protocol._lease`): a second job on the same prefix and node stops
     at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. The
-    lease is renewed at each save, released at the end, and taken over with a warning
+    lease is renewed at each save, released at the end, and taken over (logged at INFO)
     once its holder is gone (``lease_ttl`` seconds without a save, or at once when its
     process on this host died); ``lease_ttl=None`` takes no lease.
 
@@ -153,6 +153,11 @@ class JobRunner:
     next save or at the end of :meth:`train` and counts exactly like a synchronous one;
     ``train`` returns only after the last save finished. On Ctrl-C, ``train`` waits for
     the saves in flight (a second Ctrl-C abandons them: they are never committed).
+
+    After :meth:`train`, :attr:`resumed_from_epoch` is the epoch it restored and went on
+    from (``None``: it started from scratch). The resume is logged at INFO, or as a
+    warning when something was wrong: the chosen epoch could not be restored (it fell
+    back to an older one), or the catalog was behind the commit records.
 
     A job never starts from scratch over an epoch committed on every one of its nodes
     (it would overwrite it): without a metadata handler or ``resume_from_epoch`` to
@@ -227,6 +232,10 @@ class JobRunner:
         self._in_flight: list[SaveFuture] = []
         self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
         self.already_finished = False
+        self.resumed_from_epoch: int | None = None
+        """The epoch the last :meth:`train` restored and continued from; ``None`` when
+        it started from scratch (or has not run)."""
+        self._catalog_behind: int | None = None  # the epoch only the commit records knew
 
     def __call__(self, session: Session) -> int:
         return self.train(session)
@@ -239,6 +248,7 @@ class JobRunner:
         then no epoch, save, upload, download or exit group runs; :attr:`already_finished`
         is set, a warning says so and the restored epoch is returned.
         """
+        self.resumed_from_epoch = self._catalog_behind = None
         lease = self._take_lease()
         try:
             return self._train(session)
@@ -299,6 +309,7 @@ class JobRunner:
                         newest,
                         storage.display_url,
                     )
+                    self._catalog_behind = newest
                 resume = newest
         if resume is None and not self.overwrite:
             _refuse_to_start_over(storage, self._listing(manager).newest_complete(nodes))
@@ -326,8 +337,6 @@ class JobRunner:
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)
-            if resume is not None:
-                log.info("Resuming from epoch %d", resume)
         elif resume is not None:
             raise JobConfigurationError(
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
@@ -345,7 +354,10 @@ class JobRunner:
                 with self._finishing_saves():
                     self.save_checkpoints(0, session)
             else:
+                failed_before = len(self.restore_failures)
                 resume = self._restore(session, manager, resume)
+                self.resumed_from_epoch = resume
+                self._log_resume(resume, self.restore_failures[failed_before:])
                 if self._finished(resume):
                     return resume  # a finished job only reads: any format may be read
                 check_can_hold(manager.location.storage, manager.location.db_type)
@@ -366,6 +378,19 @@ class JobRunner:
         if upload_error is not None:
             raise upload_error
         return epoch
+
+    def _log_resume(self, restored: int, failures: list[SaveFailure]) -> None:
+        """Say where training resumed: at INFO, as a warning when something was wrong."""
+        problems = []
+        if failures:
+            damaged = ", ".join(str(failure.epoch) for failure in failures)
+            problems.append(f"epoch(s) {damaged} could not be restored")
+        if self._catalog_behind is not None:
+            problems.append(f"the catalog did not know epoch {self._catalog_behind}")
+        if problems:
+            log.warning("Resumed from epoch %d (%s; see above)", restored, "; ".join(problems))
+        else:
+            log.info("Resumed from epoch %d", restored)
 
     def _finished(self, restored: int) -> bool:
         """Whether the restored epoch already reached the job's epoch limit (then nothing

@@ -145,11 +145,13 @@ def epochs_progress(
     args: argparse.Namespace,
     *,
     unit: str = "bytes",
+    passes: int = 1,
 ) -> ProgressBar:
     """The ``--progress`` bar of a command over every node of ``epochs`` (each must be
-    committed): their stored bytes, or with ``unit="nodes"`` their number."""
+    committed): their stored bytes (``passes`` times: a command going over them twice),
+    or with ``unit="nodes"`` their number."""
     nodes = [node for epoch in epochs for node in require_commit(storage, epoch).nodes.values()]
-    total = sum(node.stored_bytes for node in nodes) if unit == "bytes" else len(nodes)
+    total = passes * sum(node.stored_bytes for node in nodes) if unit == "bytes" else len(nodes)
     return ProgressBar(total, label, unit=unit, enabled=args.progress)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ckptstore.cli import _common as common
 from ckptstore.plugin._registry import get_registry
-from ckptstore.tools._replication import NodeDone, convert_epochs
+from ckptstore.tools._replication import CONVERT_PASSES, convert_epochs
 
 
 def register(commands: Any) -> None:
@@ -38,12 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if not epochs:
         return common.no_committed_epoch(storage, args)
     label = f"convert to {target_type.name}"
-    with common.epochs_progress(storage, epochs, label, args, unit="nodes") as bar:
-
-        def converted(done: NodeDone) -> None:
-            bar.advance()
-
-        done = convert_epochs(storage, epochs, target_type, dest=dest, on_done=converted)
+    with common.epochs_progress(storage, epochs, label, args, passes=CONVERT_PASSES) as bar:
+        done = convert_epochs(storage, epochs, target_type, dest=dest, on_bytes=bar.advance)
     rewritten = [d for d in done if not d.skipped]
     if args.json:
         common.print_json(

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.tools._replication import NodeDone, copy_epochs
+from ckptstore.tools._replication import copy_epochs, copy_passes
 
 
 def register(commands: Any) -> None:
@@ -40,11 +40,9 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(source, args)
     if not epochs:
         return common.no_committed_epoch(source, args)
-    with common.epochs_progress(source, epochs, "copy", args) as bar:
-
-        def copied(done: NodeDone) -> None:
-            bar.advance(done.stored_bytes)
-
+    label = "copy and verify" if args.verify else "copy"
+    passes = copy_passes(args.verify)
+    with common.epochs_progress(source, epochs, label, args, passes=passes) as bar:
         done = copy_epochs(
             source,
             dest,
@@ -52,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             verify=args.verify,
             force=args.force,
-            on_done=copied,
+            on_bytes=bar.advance,
         )
     copied_nodes = [d for d in done if not d.skipped]
     if args.json:

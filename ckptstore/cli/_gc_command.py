@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog
-from ckptstore.checkpoint._retention import EpochRemoval, KeepLast, carry_out, plan_retention
+from ckptstore.checkpoint._retention import KeepLast, carry_out, plan_retention
 from ckptstore.cli import _common as common
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.plugin._path_type import PathType
@@ -49,12 +49,8 @@ def run(args: argparse.Namespace) -> int:
     policy = KeepLast(args.keep_last, every=args.keep_every)
     plan = plan_retention(storage, policy, nodes=args.node)
     if not args.dry_run:
-        with ProgressBar(len(plan.delete), "gc", unit="epochs", enabled=args.progress) as bar:
-
-            def removed(removal: EpochRemoval) -> None:
-                bar.advance()
-
-            carry_out(storage, plan, handler=_json_catalog(storage), on_removed=removed)
+        with ProgressBar(plan.freed_bytes, "gc", enabled=args.progress) as bar:
+            carry_out(storage, plan, handler=_json_catalog(storage), on_bytes=bar.advance)
     if args.json:
         common.print_json({**plan.to_json(), "dry_run": args.dry_run})
         return common.EXIT_OK

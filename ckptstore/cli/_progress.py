@@ -1,6 +1,7 @@
 """Progress bars on stderr for long operator commands (``cp``, ``verify``, ``convert``,
 ``gc``), drawn by tqdm; off unless enabled (default: when stderr is a terminal), so
-pipes, logs and ``--json`` output stay clean.
+pipes, logs and ``--json`` output stay clean. The commands advance them by bytes as
+chunks move, from the I/O threads, so a large node moves the bar while it is copied.
 
 Example::
 
@@ -15,7 +16,8 @@ Example::
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+import threading
+from typing import ClassVar, TextIO
 
 from tqdm import tqdm
 
@@ -37,6 +39,9 @@ class ProgressBar(Closing):
         (1, 10)
     """
 
+    REFRESH_SECONDS: ClassVar[float] = 0.1
+    """The bar is redrawn at most this often (tqdm's ``mininterval``)."""
+
     def __init__(
         self,
         total: int,
@@ -50,6 +55,7 @@ class ProgressBar(Closing):
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.total = max(total, 0)
         self.done = 0
+        self._lock = threading.Lock()  # advanced from several I/O threads at once
         in_bytes = unit == "bytes"
         self._bar = tqdm(
             total=self.total,
@@ -61,12 +67,15 @@ class ProgressBar(Closing):
             disable=not self.enabled,
             dynamic_ncols=True,
             leave=True,
+            mininterval=self.REFRESH_SECONDS,
+            miniters=1,  # redraw by time alone: steps are chunks of any size
         )
 
     def advance(self, amount: int = 1) -> None:
-        """Record ``amount`` more units done."""
-        self.done += amount
-        self._bar.update(amount)
+        """Record ``amount`` more units done (from any thread)."""
+        with self._lock:
+            self.done += amount
+            self._bar.update(amount)
 
     @property
     def percent(self) -> int:

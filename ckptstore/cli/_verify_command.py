@@ -36,11 +36,10 @@ def run(args: argparse.Namespace) -> int:
     with common.epochs_progress(storage, epochs, "verify", args) as bar:
 
         def checked(check: NodeCheck) -> None:
-            bar.advance(check.stored_bytes)
             if not args.json:
                 _print_check(check)
 
-        checks = verify_epochs(storage, epochs, on_checked=checked)
+        checks = verify_epochs(storage, epochs, on_checked=checked, on_bytes=bar.advance)
     ok = all(check.ok for check in checks)
     if args.json:
         common.print_json(

@@ -32,6 +32,7 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of, crc32_of
+from ckptstore.io._progress import ByteProgress
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._views import windows
 
@@ -112,6 +113,8 @@ class ParallelIO:
     worker each, so thousands of tiny blobs cost a few hundred thread hand-offs, not
     thousands (unless the path type says each request is a round trip:
     ``batches_small_requests = False``). Keys are relative to ``prefix`` when given.
+    ``progress`` hears the bytes of each request once it is done (read, checked and
+    finished, or failed and handed to ``on_error``; written).
 
     Example::
 
@@ -128,9 +131,16 @@ class ParallelIO:
     BATCH_ITEMS = 32
     BATCH_BYTES = 4 << 20
 
-    def __init__(self, settings: IOSettings | None = None) -> None:
+    def __init__(
+        self, settings: IOSettings | None = None, *, progress: ByteProgress | None = None
+    ) -> None:
         self.settings = settings or IOSettings()
+        self.progress = progress
         self.peak_in_flight = 0
+
+    def reporting(self, progress: ByteProgress | None) -> ParallelIO:
+        """An engine with these settings whose requests report to ``progress``."""
+        return ParallelIO(self.settings, progress=progress)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -140,6 +150,7 @@ class ParallelIO:
         """Perform every write; returns one result per request, in request order, keyed
         like the requests (relative to ``prefix``)."""
         copies = storage.copies_on_write
+        progress = self.progress
 
         def cost(request: WriteRequest) -> int:
             return request.holds + (request.nbytes if copies else 0)
@@ -152,7 +163,10 @@ class ParallelIO:
                 request.target.write_at(request.offset, views)
             else:
                 storage.write_parts(_join(prefix, request.key), views)
-            return WriteResult(request.key, sum(view.nbytes for view in views), crc)
+            result = WriteResult(request.key, sum(view.nbytes for view in views), crc)
+            if progress is not None:
+                progress(result.nbytes)
+            return result
 
         return self._run(requests, cost, perform, batch=storage.batches_small_requests)
 
@@ -172,6 +186,7 @@ class ParallelIO:
         others go on; without, the first failure stops the operation and is raised."""
         copies = storage.copies_on_read
         check = self.settings.verify if verify is None else verify
+        progress = self.progress
 
         def cost(request: ReadRequest) -> int:
             return request.holds + (request.nbytes if copies else 0)
@@ -213,6 +228,8 @@ class ParallelIO:
                 if on_error is None:
                     raise
                 on_error(request, error)
+            if progress is not None:
+                progress(request.nbytes)
 
         self._run(requests, cost, perform, batch=storage.batches_small_requests)
 

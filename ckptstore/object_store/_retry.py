@@ -4,7 +4,9 @@ Each attempt is one request. A failure the backend's :class:`ErrorRules` calls
 retryable (throttling, 5xx, resets, timeouts) is tried again after an exponential
 backoff with jitter, until the policy's attempts run out; anything else fails at once.
 The last failure becomes a :class:`~ckptstore.object_store._failures.RequestError` that
-says what to check.
+says what to check. Once a request has been retried for :data:`QUIET_RETRY_SECONDS`, each
+further retry is logged as a warning (which request, the failure, how long so far, when
+the next attempt comes), so a user waiting on an unreachable endpoint sees why.
 
 Example::
 
@@ -31,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -38,9 +41,16 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ckptstore.errors import CorruptCheckpointError, InProcessMockError
-from ckptstore.object_store._failures import ErrorRules, request_error
+from ckptstore.object_store._failures import ErrorRules, describe_exception, request_error
+from ckptstore.object_store._masking import mask
 
-__all__ = ["RetryPolicy", "call_with_retries"]
+__all__ = ["QUIET_RETRY_SECONDS", "RetryPolicy", "call_with_retries"]
+
+log = logging.getLogger(__name__)
+
+QUIET_RETRY_SECONDS = 2.0
+"""Retries of one request stay silent this long; after it, each retry is logged (a
+warning: the CLI shows it on stderr), since a user is then waiting on something."""
 
 T = TypeVar("T")
 
@@ -101,7 +111,13 @@ async def call_with_retries(
             if rules.judge(error).retryable and attempt < policy.attempts:
                 if on_retry is not None:
                     on_retry(attempt, error)
-                await asyncio.sleep(policy.backoff(attempt))
+                delay = policy.backoff(attempt)
+                elapsed = time.monotonic() - started
+                if elapsed >= QUIET_RETRY_SECONDS:
+                    _log_waiting(
+                        rules, error, elapsed, attempt + 1, policy, delay, describe, secrets
+                    )
+                await asyncio.sleep(delay)
                 attempt += 1
                 continue
             raise request_error(
@@ -113,3 +129,24 @@ async def call_with_retries(
                 elapsed=time.monotonic() - started,
                 secrets=secrets,
             ) from None
+
+
+def _log_waiting(
+    rules: ErrorRules,
+    error: BaseException,
+    elapsed: float,
+    attempt: int,
+    policy: RetryPolicy,
+    delay: float,
+    describe: str,
+    secrets: Iterable[str],
+) -> None:
+    summary = rules.judge(error).summary or describe_exception(error)
+    log.warning(
+        "%s",
+        mask(
+            f"Still retrying {describe} after {elapsed:.1f} s: {summary}; "
+            f"attempt {attempt} of {policy.attempts} in {delay:.1f} s",
+            secrets,
+        ),
+    )

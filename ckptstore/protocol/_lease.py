@@ -8,7 +8,8 @@ and stops at once with :class:`~ckptstore.errors.LeaseHeldError` naming the hold
 instead of interleaving its checkpoints with the first job's. The lease is renewed at
 every save and deleted when the job ends.
 
-A lease whose holder is gone is taken over with a warning, so a crash never blocks a
+A lease whose holder is gone is taken over (said at INFO: after a crash that is the
+expected restart, not a problem; a corrupt lease is warned about), so a crash never blocks a
 restart for long: at once when the holder ran on this host and its process no longer
 exists (kill -9, OOM) or is this process but no longer holds it (a job whose storage
 failed before it could release it), otherwise when the lease has expired (``ttl`` seconds after
@@ -239,9 +240,9 @@ class WriterLease:
                 return
             if not holder.gone(now):
                 raise LeaseHeldError(url, node, holder.describe(), holder.expires_at - now)
-            log.warning(
+            log.info(
                 "Taking over the writer lease of node %r under %s from a job that is gone "
-                "(%s): it crashed or was killed",
+                "(%s): it crashed or was killed; this job writes there now",
                 node,
                 url,
                 holder.describe(),

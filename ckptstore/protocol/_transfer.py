@@ -33,6 +33,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._checksum import checksum_of
 from ckptstore.io._engine import ReadRequest
+from ckptstore.io._progress import ByteProgress
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
@@ -46,14 +47,21 @@ __all__ = ["copy_node", "copy_node_task"]
 
 
 def copy_node(
-    *, source: CheckpointLocation, dest: PathType, node: str, epoch: int, verify: bool = True
+    *,
+    source: CheckpointLocation,
+    dest: PathType,
+    node: str,
+    epoch: int,
+    verify: bool = True,
+    progress: ByteProgress | None = None,
 ) -> NodeStats:
     """Copy ``node``'s committed checkpoint of ``epoch`` to ``dest`` (not yet committed
-    there: commit the epoch once every node is copied)."""
+    there: commit the epoch once every node is copied). ``progress`` hears the bytes of
+    each chunk or range as it is copied, then (``verify``) as the copy is read back."""
     started = time.perf_counter_ns()
     manifest, manifest_bytes, node_commit = protocol.open_node_record(source.storage, node, epoch)
     db_key = get_ckpt_filename(node, epoch)
-    engine = source.engine()
+    engine = source.engine().reporting(progress)
     src = DBLocation(source.storage, db_key, engine)
     pieces = _pieces_by_file(manifest)
     with corrupt_in_node(source.storage, node, epoch):
@@ -65,7 +73,7 @@ def copy_node(
         src.read((_copy_request(chunk, target) for chunk in whole), verify=True)
         for key, records in pieces.items():
             if not _is_whole(records):
-                _stream_file(src, target, key, records)
+                _stream_file(src, target, key, records, progress)
         if verify:
             problems = source.reader_for(manifest).verify(target, manifest)
             if problems:
@@ -148,7 +156,11 @@ def _copy_request(chunk: ChunkRecord, target: DBLocation) -> ReadRequest:
 
 
 def _stream_file(
-    src: DBLocation, target: DBLocation, key: str, records: Sequence[ChunkRecord]
+    src: DBLocation,
+    target: DBLocation,
+    key: str,
+    records: Sequence[ChunkRecord],
+    progress: ByteProgress | None,
 ) -> None:
     """Copy a file recorded as consecutive pieces (an archive), checking each piece;
     neighbouring pieces are read together, up to a chunk's worth per request."""
@@ -164,6 +176,8 @@ def _stream_file(
                     file=src.key(key),
                 )
             out.write(data)
+            if progress is not None:
+                progress(chunk.stored)
 
 
 def _read_pieces(

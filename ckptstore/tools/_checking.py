@@ -28,6 +28,7 @@ from ckptstore import protocol
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
+from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.records._manifest import NodeManifest
@@ -165,16 +166,21 @@ def verify_epochs(
     epochs: Iterable[int],
     *,
     on_checked: Callable[[NodeCheck], None] | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> list[NodeCheck]:
     """Re-read every byte of every node checkpoint of ``epochs`` and check its checksum;
-    one :class:`NodeCheck` per node, problems listed rather than raised."""
-    engine = ParallelIO(storage.default_io.with_environment())
+    one :class:`NodeCheck` per node, problems listed rather than raised. ``on_bytes``
+    hears bytes as chunks are checked, each node's stored bytes in all."""
+    settings = storage.default_io.with_environment()
     checks = []
     for epoch in epochs:
         record = protocol.require_commit(storage, epoch)
         for node, commit in sorted(record.nodes.items()):
             db_type = get_registry().db_type(commit.db_type)
+            progress = NodeProgress(on_bytes, commit.stored_bytes)
+            engine = ParallelIO(settings, progress=progress)
             problems = protocol.verify_node(storage, node, epoch, db_type, engine)
+            progress.finish()
             check = NodeCheck(node, epoch, commit.stored_bytes, tuple(problems))
             checks.append(check)
             if on_checked is not None:

@@ -66,7 +66,8 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class DemoResult:
-    """How a demo run ended."""
+    """How a demo run ended: ``resumed_from`` is the epoch it restored and went on from
+    (``None``: from scratch)."""
 
     resumed_from: int | None
     last_epoch: int
@@ -243,8 +244,11 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None
     finally:
         registry.unregister(progress)
     failed = [failure.epoch for failure in runner.save_failures]
+    resumed = runner.resumed_from_epoch  # where it did resume (an older epoch if one was damaged)
     print(
-        f"done: trained to epoch {last}, accuracy {accuracy:.2%}. "
+        "done: "
+        + ("" if resumed is None else f"resumed from epoch {resumed}, ")
+        + f"trained to epoch {last}, accuracy {accuracy:.2%}. "
         + (
             f"The checkpoints of epoch(s) {failed} failed (see above)."
             if failed
@@ -252,4 +256,4 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoResult | None
         ),
         file=out,
     )
-    return DemoResult(resume, last, accuracy, weights)
+    return DemoResult(resumed, last, accuracy, weights)

@@ -4,6 +4,10 @@ format. Used by ``ckptstore cp`` and ``ckptstore convert``.
 Both go through the commit protocol: at the destination the epoch's nodes are retracted,
 written (copies are verified against every checksum on the way), then committed.
 
+Both report progress in bytes as chunks move (``on_bytes``): each node's stored bytes
+once per pass over them (:func:`copy_passes`, :data:`CONVERT_PASSES`), a skipped node at
+once.
+
 Example::
 
     >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
@@ -31,6 +35,7 @@ from functools import partial
 from ckptstore import protocol
 from ckptstore.errors import JobConfigurationError
 from ckptstore.io._engine import ParallelIO
+from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
@@ -38,7 +43,22 @@ from ckptstore.protocol import require_commit
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
 
-__all__ = ["NodeDone", "convert_epochs", "copy_epochs"]
+__all__ = ["CONVERT_PASSES", "NodeDone", "convert_epochs", "copy_epochs", "copy_passes"]
+
+CONVERT_PASSES = 2
+"""A conversion reads each node's stored bytes, then writes them again."""
+
+
+def copy_passes(verify: bool) -> int:
+    """How often a copy goes over each node's stored bytes: once to copy them, once
+    more to read the copy back when ``verify``.
+
+    Example::
+
+        >>> copy_passes(verify=True), copy_passes(verify=False)
+        (2, 1)
+    """
+    return 2 if verify else 1
 
 
 @dataclass(frozen=True)
@@ -78,11 +98,14 @@ def copy_epochs(
     verify: bool = True,
     force: bool = False,
     on_done: Progress | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> list[NodeDone]:
     """Copy each committed epoch's node checkpoints from ``source`` to ``dest`` (``jobs``
     nodes at a time) and commit them there. Nodes already committed at ``dest`` with the
-    same manifest are skipped unless ``force``."""
+    same manifest are skipped unless ``force``. ``on_bytes`` hears bytes as chunks are
+    copied and read back: ``copy_passes(verify)`` times each node's stored bytes."""
     settings = source.default_io.with_environment()
+    passes = copy_passes(verify)
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(source, epoch)
@@ -92,6 +115,7 @@ def copy_epochs(
             there = existing.nodes.get(node) if existing is not None else None
             if not force and there is not None and there.manifest_crc32c == commit.manifest_crc32c:
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
+                NodeProgress(on_bytes, passes * commit.stored_bytes).finish()
                 if on_done is not None:
                     on_done(done[-1])
             else:
@@ -105,9 +129,15 @@ def copy_epochs(
             CheckpointLocation(source, _db_type(record.nodes[node].db_type), settings)
             for node in todo
         ]
+        progress = [
+            NodeProgress(on_bytes, passes * record.nodes[node].stored_bytes) for node in todo
+        ]
         commits = []
         with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="ckptstore-cp") as pool:
-            for commit in pool.map(copy, todo, locations):
+            for commit, node_progress in zip(
+                pool.map(copy, todo, locations, progress), progress, strict=True
+            ):
+                node_progress.finish()
                 commits.append(commit)
                 done.append(NodeDone(commit.node, epoch, commit.stored_bytes))
                 if on_done is not None:
@@ -123,9 +153,13 @@ def convert_epochs(
     *,
     dest: PathType | None = None,
     on_done: Progress | None = None,
+    on_bytes: ByteProgress | None = None,
 ) -> list[NodeDone]:
     """Rewrite each committed epoch's node checkpoints in format ``db_type``, in place
     or into ``dest``. Nodes already in that format are skipped when converting in place.
+    ``on_bytes`` hears bytes as chunks are read, then written: :data:`CONVERT_PASSES`
+    times each node's stored bytes (the writes count what the new format stores, up to
+    that).
 
     In place, an epoch's nodes are read (and verified) whole, retracted, rewritten and
     committed again; if a rewrite fails, the original blobs are written back in their
@@ -137,30 +171,37 @@ def convert_epochs(
             f"DB type {target_type.name!r} works only on local disk, not on "
             f"{target.display_url}; convert into a local --dest, or pick 'zarr' or 'npz'"
         )
-    engine = ParallelIO(storage.default_io.with_environment())
-    out_engine = ParallelIO(target.default_io.with_environment())
+    in_settings = storage.default_io.with_environment()
+    out_settings = target.default_io.with_environment()
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(storage, epoch)
         commits = []
         for node, commit in sorted(record.nodes.items()):
+            progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
             if dest is None and commit.db_type == target_type.name:
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
+                progress.finish()
                 if on_done is not None:
                     on_done(done[-1])
                 continue
             source_type = _db_type(commit.db_type)
             manifest = protocol.open_node(storage, node, epoch)
+            engine = ParallelIO(in_settings, progress=progress)
             blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
             protocol.retract_epoch(target, epoch, [node])
+            out_engine = ParallelIO(out_settings, progress=progress)
             try:
                 result = protocol.write_node(target, node, epoch, blobs, target_type, out_engine)
             except BaseException:
                 if dest is None:
-                    original = protocol.write_node(storage, node, epoch, blobs, source_type, engine)
+                    original = protocol.write_node(
+                        storage, node, epoch, blobs, source_type, engine.reporting(None)
+                    )
                     protocol.commit_epoch(storage, epoch, [original])
                 raise
             protocol.commit_epoch(target, epoch, [result])
+            progress.finish()
             commits.append(result)
             done.append(NodeDone(node, epoch, result.stored_bytes))
             if on_done is not None:
@@ -171,13 +212,16 @@ def convert_epochs(
 def _copy_one(
     node: str,
     location: CheckpointLocation,
+    progress: NodeProgress,
     *,
     source: PathType,
     dest: PathType,
     epoch: int,
     verify: bool,
 ) -> protocol.NodeCommit:
-    stats = copy_node(source=location, dest=dest, node=node, epoch=epoch, verify=verify)
+    stats = copy_node(
+        source=location, dest=dest, node=node, epoch=epoch, verify=verify, progress=progress
+    )
     assert stats.commit is not None, "copy_node always records the commit"
     return stats.commit
 

@@ -73,10 +73,12 @@ def test_a_corrupt_source_is_not_copied(cli: Cli, run_url: str, tmp_path: Path) 
 def test_progress_bar_counts_bytes(cli: Cli, run_url: str, tmp_path: Path) -> None:
     result = cli("cp", run_url, str(tmp_path / "copy"), "--progress")
     assert result.code == 0
-    assert "copy: 100%" in result.err
-    # the bar ends with done == total: the bytes of the 8 node checkpoints
+    assert "copy and verify: 100%" in result.err  # each byte copied, then read back
+    # the bar ends with done == total: the bytes of the 8 node checkpoints, twice
     assert re.search(r"100%\|.*\| (\S+)/\1 ", result.err), result.err
     assert "copied 8 node checkpoint(s)" in result.out
+    unverified = cli("cp", run_url, str(tmp_path / "other"), "--progress", "--no-verify")
+    assert "copy: 100%" in unverified.err
 
 
 def test_nothing_to_copy_exits_4(cli: Cli, tmp_path: Path) -> None:

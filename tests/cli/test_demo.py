@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import flip_byte
 
+from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import JobConfigurationError, LeaseHeldError
 from ckptstore.protocol import LeaseHolder, committed_nodes
@@ -64,6 +66,19 @@ def test_resumed_training_reaches_the_same_weights(tmp_path: Path, db_type: str)
     for name, weights in straight.weights.items():
         assert np.array_equal(weights, resumed.weights[name]), name
     assert straight.accuracy == resumed.accuracy > 0.5
+
+
+def test_a_resume_past_a_damaged_epoch_says_where_it_did_resume(tmp_path: Path) -> None:
+    directory = str(tmp_path / "demo")
+    run_demo(DemoConfig(directory, epochs=2, nodes=2, db_type="npz"), io.StringIO())
+    manifest = protocol.open_node(LocalPath(directory), "trainer_0", 2)
+    chunk = manifest.blobs["trainer_0/weights"].chunks[0]
+    flip_byte(tmp_path / "demo" / "trainer_0.2" / chunk.key, chunk.offset)
+    out = io.StringIO()
+    result = run_demo(DemoConfig(directory, epochs=3, nodes=2, db_type="npz"), out)
+    assert result is not None
+    assert result.resumed_from == 1  # epoch 2 could not be restored
+    assert "done: resumed from epoch 1, trained to epoch 3" in out.getvalue()
 
 
 def test_demo_checkpoints_are_plain_zarr(tmp_path: Path) -> None:

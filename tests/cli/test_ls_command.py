@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +75,26 @@ def test_a_location_that_cannot_be_reached_is_an_error_not_an_empty_one(cli: Cli
     assert "ECONNREFUSED" in result.err
     assert "nothing at" not in result.err
     assert "Traceback" not in result.err
+
+
+def test_a_user_waiting_on_an_unreachable_object_store_sees_the_retries() -> None:
+    """After two seconds of retries against a closed port, the command says on stderr
+    what it is waiting for, before it fails."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "ckptstore.cli", "ls", "s3://bucket/run"),
+            *("-o", f"endpoint_url={endpoint}", "-o", "key=testing", "-o", "secret=testing"),
+            *("-o", "retries=13", "-o", "retry_base_delay=0.4", "-o", "retry_max_delay=0.4"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull},
+    )
+    assert result.returncode == 1
+    waiting = [line for line in result.stderr.splitlines() if line.startswith("Still retrying")]
+    assert waiting, result.stderr
+    assert waiting[0].startswith("Still retrying LIST s3://bucket/run/ after ")
+    assert "of 14 in" in waiting[-1]
+    assert "Traceback" not in result.stderr

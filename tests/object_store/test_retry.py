@@ -4,12 +4,15 @@ the attempts run out, anything else fails at once."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 import pytest
 from object_store_fakes import FakeHttpError, FakeRules
 
 from ckptstore.object_store._failures import Failure, RequestError
-from ckptstore.object_store._retry import RetryPolicy, call_with_retries
+from ckptstore.object_store._retry import QUIET_RETRY_SECONDS, RetryPolicy, call_with_retries
+from ckptstore.testing.servers import free_port
 
 QUICK = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
 
@@ -101,3 +104,44 @@ def test_backoff_grows_exponentially_with_jitter_up_to_the_maximum() -> None:
 def test_bad_policies_are_refused(settings: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetryPolicy(**settings)  # type: ignore[arg-type]
+
+
+def test_a_request_retried_for_two_seconds_says_what_it_waits_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An unreachable endpoint (a closed port on 127.0.0.1): silent for the first two
+    seconds of retries, then each retry logs the request, the failure, the time so far
+    and the next attempt."""
+    port = free_port()
+
+    async def connect() -> str:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        return "connected"
+
+    policy = RetryPolicy(attempts=14, base_delay=0.4, max_delay=0.4)  # 2.6-5.2 s in all
+    with (
+        caplog.at_level(logging.WARNING, logger="ckptstore.object_store._retry"),
+        pytest.raises(RequestError, match="after 14 attempts"),
+    ):
+        asyncio.run(
+            call_with_retries(
+                connect,
+                policy,
+                FakeRules(),
+                describe=f"GET http://127.0.0.1:{port}/k",
+                endpoint=f"http://127.0.0.1:{port}",
+            )
+        )
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines, "no retry was reported"
+    assert len(lines) < 13  # the retries of the first two seconds are silent
+    first = re.fullmatch(
+        rf"Still retrying GET http://127\.0\.0\.1:{port}/k after (\d+\.\d) s: "
+        r"ConnectionRefusedError: .*; attempt (\d+) of 14 in 0\.\d s",
+        lines[0],
+    )
+    assert first is not None, lines[0]
+    assert float(first[1]) >= QUIET_RETRY_SECONDS
+    assert int(first[2]) == 14 - len(lines) + 1  # one line per retry from then on
+    assert all(record.levelno == logging.WARNING for record in caplog.records)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,20 @@ def test_an_epoch_retracted_for_the_tree_is_passed_over(tmp_path: Path) -> None:
     retract_epoch(CheckpointLocation.open(str(tmp_path), "zarr").storage, 2, ["tree"])
     assert latest_tree_epoch(str(tmp_path)) == 1
     assert load_tree(str(tmp_path)) == {"epoch": 1}
+
+
+def test_the_readme_tree_example_reads_the_state_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    match = re.search(r"<!-- tree-example -->\n```python\n(.*?)```", readme, re.S)
+    assert match, "README.md lost its tree example"
+    monkeypatch.chdir(tmp_path)
+    params = {"w": np.arange(6, dtype=np.float32)}
+    namespace: dict[str, object] = {"epoch": 3, "params": params, "step": 300}
+    exec(compile(match.group(1), "README.md", "exec"), namespace)
+    tree = namespace["tree"]
+    assert isinstance(tree, dict)
+    assert tree["step"] == 300
+    assert np.array_equal(tree["params"]["w"], params["w"])
+    assert latest_tree_epoch("./ckpt") == 3

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 from ckpt_helpers import RequestCountingPath, register_storage
 
-from ckptstore import CheckpointManager, CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore import (
+    CheckpointKindError,
+    CheckpointManager,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+)
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CheckpointLocation, open_node, retract_epoch, verify_node
 from ckptstore.records._layout import CONTROL_DIR, manifest_key, node_commit_key
@@ -56,7 +61,7 @@ def test_nothing_saved_is_a_typed_error_that_says_what_to_do(tmp_path: Path) -> 
 
 def test_an_overwritten_epoch_holds_only_the_new_tree(tmp_path: Path) -> None:
     save_tree(str(tmp_path), 1, {"a": np.ones(3), "b": np.ones(3)}, db_type="npz")
-    save_tree(str(tmp_path), 1, {"a": np.zeros(3)}, db_type="npz")
+    save_tree(str(tmp_path), 1, {"a": np.zeros(3)}, db_type="npz", overwrite=True)
     out = load_tree(str(tmp_path), 1, db_type="npz")
     assert isinstance(out, dict)
     assert list(out) == ["a"]
@@ -70,8 +75,11 @@ def test_a_job_checkpoint_is_not_mistaken_for_a_tree(tmp_path: Path) -> None:
 
     job, _ = build_counter_job(epochs=1)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
-    with pytest.raises(CorruptCheckpointError, match="not written by save_tree"):
+    with pytest.raises(CheckpointKindError, match="save_tree did not write it") as raised:
         load_tree(str(tmp_path), 1, node="trainer_0")
+    assert isinstance(raised.value, ValueError)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert "trainer_0.1" in str(raised.value)
 
 
 def test_the_newest_epoch_is_one_listing_and_the_newest_record(

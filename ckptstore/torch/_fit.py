@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
+import numpy as np
 import torch
 
 from ckptstore.errors import RestoreMismatchError
@@ -69,6 +70,10 @@ def check_fits(name: str, obj: object, stored: object) -> None:
 
 
 def _compare(current: object, stored: object, path: str) -> None:
+    if isinstance(current, torch.Tensor) and isinstance(stored, np.ndarray | np.generic):
+        raise RestoreMismatchError(  # a numpy leaf: saved with save_tree, not ckptstore.torch
+            path, f"a numpy array of {stored.dtype}", f"a tensor of {current.dtype}"
+        )
     if isinstance(current, torch.Tensor) and isinstance(stored, torch.Tensor):
         if torch.nn.parameter.is_lazy(current):
             return  # an uninitialized lazy module takes its shape from what it loads

@@ -88,5 +88,9 @@ def test_without_torch_a_torch_checkpoint_reads_as_numpy(tmp_path: Path) -> None
 def test_gpu_only_and_sparse_tensors_are_refused_loudly() -> None:
     from ckptstore.errors import UnsupportedBlobError
 
-    with pytest.raises(UnsupportedBlobError):
-        flatten({"s": torch.eye(3).to_sparse()}, TorchAdapter())
+    with pytest.raises(UnsupportedBlobError) as raised:
+        flatten({"layer": {"s": torch.eye(3).to_sparse()}}, TorchAdapter())
+    assert raised.value.blob == "layer/s"  # the key path, not the dtype 'float32'
+    assert "blob 'layer/s'" in str(raised.value)
+    assert "torch.sparse_coo float32 tensor" in str(raised.value)
+    assert ".to_dense()" in str(raised.value)

@@ -380,13 +380,14 @@ class CheckpointKindError(CkptStoreError, ValueError):
     Example::
 
         >>> err = CheckpointKindError("/ckpt/trainer_0.1", "it was not written by save_tree")
-        >>> err.url, isinstance(err, ValueError)
+        >>> err.checkpoint, isinstance(err, ValueError)
         ('/ckpt/trainer_0.1', True)
     """
 
-    def __init__(self, url: str, detail: str) -> None:
-        self.url = url
-        super().__init__(f"{url}: {detail}")
+    def __init__(self, checkpoint: str, detail: str) -> None:
+        self.checkpoint = checkpoint
+        """The checkpoint read: its URL, or its name (``torch.5``)."""
+        super().__init__(f"{checkpoint}: {detail}")
 
 
 class CorruptCheckpointError(CkptStoreError, ValueError):

@@ -65,7 +65,7 @@ class TorchAdapter:
         wanted = _DTYPES.get(dtype)
         if wanted is None:
             raise UnsupportedBlobError(
-                dtype, f"this torch has no dtype {dtype} (saved by a newer one?)"
+                dtype, f"this torch has no dtype {dtype[:40]} (saved by a newer one?)"
             )
         if not array.flags.writeable:
             array = array.copy()
@@ -77,7 +77,7 @@ class TorchAdapter:
         if tensor.dtype != wanted:
             if tensor.element_size() != wanted.itemsize:
                 raise UnsupportedBlobError(
-                    dtype, f"it is stored as {array.dtype}, which has another width than {dtype}"
+                    dtype, f"it is stored as {array.dtype}, another width than {dtype[:40]}"
                 )
             tensor = tensor.view(wanted)
         return tensor

@@ -74,7 +74,7 @@ def load_state(
     tree = load_tree(target, epoch, node=node, db_type=db_type, adapter=_ADAPTER)
     if not isinstance(tree, dict):
         raise CheckpointKindError(
-            f"checkpoint {get_ckpt_filename(node, epoch)!r}",
+            get_ckpt_filename(node, epoch),
             f"it holds a {type(tree).__name__}, not a dict of states: it was saved with "
             "save_tree, not ckptstore.torch; read it with ckptstore.tree.load_tree",
         )

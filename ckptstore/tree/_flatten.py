@@ -280,7 +280,9 @@ def _naming(blob: str) -> Iterator[None]:
     except UnsupportedBlobError as error:
         if error.blob == blob:
             raise
-        reason = error.reason if error.blob in error.reason else f"{error.reason} ({error.blob})"
+        reason = (
+            error.reason if error.blob in error.reason else f"{error.reason} ({error.blob[:80]})"
+        )
         kind = type(error) if type(error) in _RENAMEABLE else UnsupportedBlobError
         raise kind(blob, reason) from None
 

@@ -28,12 +28,14 @@ __all__ = [
     "BlobNotFoundError",
     "BrokenPluginError",
     "CatalogCorruptError",
+    "CheckpointKindError",
     "CheckpointNotFoundError",
     "CkptStoreError",
     "CorruptCheckpointError",
     "DuplicatePluginError",
     "FrozenGroupError",
     "InProcessMockError",
+    "InvalidEpochError",
     "InvalidNameError",
     "InvalidPluginError",
     "JobConfigurationError",
@@ -47,6 +49,7 @@ __all__ = [
     "PluginError",
     "RangeNotSatisfiableError",
     "RequestError",
+    "RestoreMismatchError",
     "SaveFailedError",
     "StorageError",
     "StorageFullError",
@@ -235,6 +238,31 @@ class InvalidNameError(CkptStoreError, ValueError):
         super().__init__(f"invalid {what} {name!r}: {reason}.")
 
 
+class InvalidEpochError(CkptStoreError, ValueError):
+    """An epoch argument is not an epoch: epochs are non-negative integers below 2**63
+    (``int`` or a numpy integer); bools, floats, strings and negative numbers are refused
+    where they enter, before anything is written or read. Always a ``ValueError``, also
+    for a value of the wrong type.
+
+    Example::
+
+        >>> from ckptstore.records import validate_epoch
+        >>> validate_epoch(np.int64(3)), validate_epoch(7, "resume_from_epoch")
+        (3, 7)
+        >>> validate_epoch("3", "resume_from_epoch")
+        Traceback (most recent call last):
+        ckptstore.errors.InvalidEpochError: resume_from_epoch='3' is not an epoch: ...
+    """
+
+    def __init__(self, argument: str, value: object, reason: str) -> None:
+        self.argument = argument
+        self.value = value
+        super().__init__(
+            f"{argument}={value!r} is not an epoch: {reason}; pass a non-negative integer "
+            f"(an int or numpy integer below 2**63), e.g. {argument}=3"
+        )
+
+
 class JobConfigurationError(CkptStoreError, ValueError):
     """A job, runner or manager was set up in a way that cannot work (its I/O settings
     included: :class:`~ckptstore.IOSettings`).
@@ -338,6 +366,7 @@ class UnsupportedBlobError(CkptStoreError, TypeError):
 
     def __init__(self, blob: str, reason: str) -> None:
         self.blob = blob
+        self.reason = reason
         super().__init__(f"blob {blob!r} cannot be checkpointed: {reason}.")
 
 
@@ -374,6 +403,29 @@ class BlobNotFoundError(CkptStoreError, KeyError):
 # --- checkpoints ----------------------------------------------------------------------
 
 
+class RestoreMismatchError(CkptStoreError, ValueError):
+    """A stored tensor does not fit the object it would be restored into: another shape
+    or dtype (a model whose layer changed size since the save). Raised before any object
+    is changed; nothing is wrong with the checkpoint.
+
+    Example::
+
+        >>> err = RestoreMismatchError("model/weight", "shape (2, 2)", "shape (2, 3)")
+        >>> err.tensor, isinstance(err, ValueError)
+        ('model/weight', True)
+    """
+
+    def __init__(self, tensor: str, stored: str, current: str) -> None:
+        self.tensor = tensor
+        self.stored = stored
+        self.current = current
+        super().__init__(
+            f"cannot restore tensor {tensor!r}: the checkpoint holds {stored}, the object "
+            f"restored into has {current}; nothing was changed. Build the object as it was "
+            "when saved (or convert it), or read the state with load_state and adapt it."
+        )
+
+
 class CheckpointNotFoundError(CkptStoreError, FileNotFoundError):
     """No committed checkpoint exists for that node and epoch.
 
@@ -389,6 +441,24 @@ class CheckpointNotFoundError(CkptStoreError, FileNotFoundError):
         self.node = node
         self.epoch = epoch
         super().__init__(detail)
+
+
+class CheckpointKindError(CkptStoreError, ValueError):
+    """A committed checkpoint was read with an API for another kind of checkpoint (a
+    Job's node checkpoint with ``load_tree``, a tree that is not a dict of states with
+    ``ckptstore.torch``). The checkpoint is intact: read it with the API that wrote it.
+
+    Example::
+
+        >>> err = CheckpointKindError("/ckpt/trainer_0.1", "it was not written by save_tree")
+        >>> err.checkpoint, isinstance(err, ValueError)
+        ('/ckpt/trainer_0.1', True)
+    """
+
+    def __init__(self, checkpoint: str, detail: str) -> None:
+        self.checkpoint = checkpoint
+        """The checkpoint read: its URL, or its name (``torch.5``)."""
+        super().__init__(f"{checkpoint}: {detail}")
 
 
 class CorruptCheckpointError(CkptStoreError, ValueError):

@@ -23,7 +23,9 @@ from ckptstore import (
 )
 from ckptstore.errors import (
     AlreadyCommittedError,
+    CheckpointKindError,
     FrozenGroupError,
+    InvalidEpochError,
     InvalidPluginError,
     KeyExistsError,
     LeaseHeldError,
@@ -31,6 +33,7 @@ from ckptstore.errors import (
     NotRunError,
     ObjectNotFoundError,
     PluginError,
+    RestoreMismatchError,
 )
 
 ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
@@ -39,6 +42,9 @@ ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
     (InvalidPluginError("bad"), TypeError),
     (InvalidNameError("blob name", "../x", "no"), ValueError),
     (JobConfigurationError("bad"), ValueError),
+    (InvalidEpochError("epoch", "1", "it is a str"), ValueError),
+    (CheckpointKindError("/c/trainer_0.1", "not a tree"), ValueError),
+    (RestoreMismatchError("model/weight", "shape (2,)", "shape (3,)"), ValueError),
     (FrozenGroupError("bad"), RuntimeError),
     (NotRunError("bad"), RuntimeError),
     (UnsupportedBlobError("w", "objects"), TypeError),

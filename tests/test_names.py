@@ -25,8 +25,17 @@ from ckptstore import (
     db_name,
     get_ckpt_filename,
 )
+from ckptstore.errors import InvalidEpochError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._names import join_url, validate_blob_name, validate_key, validate_node_name
+from ckptstore.records._layout import commit_record_key, epoch_commit_dir, node_commit_key
+from ckptstore.records._names import (
+    MAX_EPOCH,
+    join_url,
+    validate_blob_name,
+    validate_epoch,
+    validate_key,
+    validate_node_name,
+)
 
 # -- Caffe2's helpers ------------------------------------------------------------------------
 
@@ -34,6 +43,62 @@ from ckptstore.records._names import join_url, validate_blob_name, validate_key,
 def test_get_ckpt_filename_is_node_dot_epoch() -> None:
     assert get_ckpt_filename("trainer_0", 5) == "trainer_0.5"
     assert get_ckpt_filename("trainer:0", 0) == "trainer:0.0"
+
+
+# -- epochs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "epoch", [0, 7, MAX_EPOCH, np.int64(3), np.uint8(3), np.int32(0)], ids=repr
+)
+def test_an_epoch_is_a_non_negative_integer_returned_as_an_int(epoch: object) -> None:
+    checked = validate_epoch(epoch)
+    assert type(checked) is int
+    assert checked == epoch
+
+
+@pytest.mark.parametrize(
+    ("epoch", "reason"),
+    [
+        ("1", "it is a str"),
+        (4.0, "it is a float"),
+        (np.float32(4), "it is a float32"),
+        (True, "it is a bool"),
+        (np.bool_(False), "it is a bool"),
+        (None, "it is a NoneType"),
+        (-1, "it is negative"),
+        (np.int8(-1), "it is negative"),
+        (MAX_EPOCH + 1, "it does not fit a signed 64-bit integer"),
+    ],
+    ids=repr,
+)
+def test_what_is_not_an_epoch_is_refused_naming_the_argument(epoch: object, reason: str) -> None:
+    with pytest.raises(InvalidEpochError) as raised:
+        validate_epoch(epoch, "resume_from_epoch")
+    error = raised.value
+    assert isinstance(error, ValueError)
+    assert (error.argument, error.value) == ("resume_from_epoch", epoch)
+    assert str(error).startswith(f"resume_from_epoch={epoch!r} is not an epoch: {reason}")
+    assert "pass a non-negative integer" in str(error)
+
+
+NAMERS: dict[str, Callable[[Any], str]] = {
+    "get_ckpt_filename": lambda epoch: get_ckpt_filename("trainer_0", epoch),
+    "db_name": lambda epoch: db_name(epoch, "trainer_0", "/ckpt"),
+    "epoch_commit_dir": epoch_commit_dir,
+    "commit_record_key": commit_record_key,
+    "node_commit_key": lambda epoch: node_commit_key(epoch, "trainer_0"),
+}
+
+
+@pytest.mark.parametrize("namer", NAMERS.values(), ids=list(NAMERS))
+def test_every_epoch_name_is_formed_from_a_checked_epoch(namer: Callable[[Any], str]) -> None:
+    """The backstop under every API: no key like ``trainer_0.True`` or ``epoch-4.0``
+    can be formed, whichever caller forgot to check."""
+    for bad in ("1", 4.0, True, -1):
+        with pytest.raises(InvalidEpochError, match=r"^epoch="):
+            namer(bad)
+    assert namer(np.int64(4)) == namer(4)
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
 from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._names import db_name, validate_node_name
+from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 from ckptstore.records._stats import NodeStats
 
 __all__ = [
@@ -156,6 +156,7 @@ class ManagerBase(ABC):
         """What saves every node's blobs as ``epoch`` and commits it once all of them
         succeeded: the one commit path (:meth:`_commit_steps` around each node's
         :func:`save_node`), for one node or many."""
+        epoch = validate_epoch(epoch)
         runnable = self._on_every_node(
             lambda manager: manager._save_work(epoch), "checkpoint_save", self._commit_hooks(epoch)
         )
@@ -227,6 +228,7 @@ class ManagerBase(ABC):
             >>> session.workspace("trainer_0")["w"] += 1   # the next epoch trains meanwhile
             >>> future.wait()
         """
+        epoch = validate_epoch(epoch)
         if max_in_flight < 1:
             raise JobConfigurationError(f"max_in_flight must be >= 1, got {max_in_flight}")
         if background_nice < 0:
@@ -373,6 +375,7 @@ class ManagerBase(ABC):
         workspace. Returns one error per damaged chunk or file (empty: intact); raises
         :class:`~ckptstore.errors.CheckpointNotFoundError` if the epoch is not committed.
         """
+        epoch = validate_epoch(epoch)
         location = self.location
         problems: list[CorruptCheckpointError] = []
         for node in self.node_names():
@@ -477,6 +480,8 @@ class CheckpointManager(ManagerBase):
                 "MultiNodeCheckpointManager for several"
             )
         self._workspace_node = validate_node_name(str(nodes[0])) if nodes else Node.current()
+        if retrieve_from_epoch is not None:
+            retrieve_from_epoch = validate_epoch(retrieve_from_epoch, "retrieve_from_epoch")
         if retrieve_from_epoch is None:
             fn: Any = list_blob_names
         else:
@@ -560,6 +565,7 @@ class CheckpointManager(ManagerBase):
 
         ``path_prefix`` reads from another checkpoint root, such as an upload tier.
         """
+        epoch = validate_epoch(epoch)
         task = Task(
             partial(
                 load_node,
@@ -578,6 +584,7 @@ class CheckpointManager(ManagerBase):
     def load_blobs_from_checkpoint(self, blob_names: Sequence[str], epoch: int) -> Task:
         """A task that loads ``blob_names`` from this node's checkpoint of ``epoch`` into
         the workspace of the current node."""
+        epoch = validate_epoch(epoch)
         task = Task(
             partial(
                 partial_load,
@@ -594,6 +601,7 @@ class CheckpointManager(ManagerBase):
 
     def check_db_exists(self, epoch: int) -> Task:
         """A task whose output is whether this node's checkpoint of ``epoch`` is committed."""
+        epoch = validate_epoch(epoch)
         return Task(
             partial(
                 node_exists,
@@ -618,4 +626,4 @@ class CheckpointManager(ManagerBase):
         """Where ``node_name``'s checkpoint of ``epoch`` lives, if it is this manager's."""
         if str(node_name) != self._node_name:
             return None
-        return db_name(epoch, self._node_name, self._db_prefix)
+        return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)

@@ -36,7 +36,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._names import db_name, validate_node_name
+from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 
 __all__ = ["MultiNodeCheckpointManager"]
 
@@ -143,6 +143,8 @@ class MultiNodeCheckpointManager(ManagerBase):
         to re-read them from that epoch's manifests."""
         if not nodes:
             raise JobConfigurationError("MultiNodeCheckpointManager.init needs the list of nodes")
+        if retrieve_from_epoch is not None:
+            retrieve_from_epoch = validate_epoch(retrieve_from_epoch, "retrieve_from_epoch")
         created = self._create_managers(nodes)
         if not created and retrieve_from_epoch is None:
             return TaskGroup(WorkspaceType.GLOBAL)
@@ -168,6 +170,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         self, epoch: int, path_prefix: str | None = None, path_type: str | None = None
     ) -> TaskGroup:
         """A group loading every node's blobs from epoch ``epoch``."""
+        epoch = validate_epoch(epoch)
         group = self._task_group(lambda manager: manager.load(epoch, path_prefix, path_type))
         self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
         return group
@@ -178,6 +181,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         """Gather ``blob_names`` from the nodes' checkpoints of ``epoch`` into the current
         node's workspace. Returns False, loading nothing, if any node's checkpoint of
         that epoch is not committed; raises if a requested blob is found nowhere."""
+        epoch = validate_epoch(epoch)
         self._create_managers(nodes)
         names = self.node_names()
         location = self._read_location(None, None)
@@ -203,7 +207,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         """Where ``node_name``'s checkpoint of ``epoch`` lives (None for an unknown node)."""
         for node, _ in self._require_managers():
             if node == str(node_name):
-                return db_name(epoch, node, self._db_prefix)
+                return db_name(validate_epoch(epoch), node, self._db_prefix)
         return None
 
     def set_params(

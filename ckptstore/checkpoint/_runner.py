@@ -54,6 +54,7 @@ from ckptstore.protocol._commit import check_can_hold
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
 from ckptstore.protocol._listing import CommitListing
 from ckptstore.records._layout import STAGING_MARK
+from ckptstore.records._names import validate_epoch
 from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
@@ -212,7 +213,11 @@ class JobRunner:
             check_lease_ttl(lease_ttl)
         self.job = job
         self.checkpoint_manager = checkpoint_manager
-        self.resume_from_epoch = resume_from_epoch
+        self.resume_from_epoch = (
+            None
+            if resume_from_epoch is None
+            else validate_epoch(resume_from_epoch, "resume_from_epoch")
+        )
         self.upload_task_group_builder = get_registry().upload_builder(upload_task_group_builder)
         self.save_retries = save_retries
         self.retry_backoff = retry_backoff
@@ -451,6 +456,7 @@ class JobRunner:
     def save_checkpoints(self, epoch: int, session: Session) -> bool:
         """Save and commit ``epoch`` on every node; True if it was committed (with
         ``async_save``: True if its background save started)."""
+        epoch = validate_epoch(epoch)
         manager = self.checkpoint_manager
         if manager is None:
             raise JobConfigurationError("save_checkpoints needs a checkpoint manager")
@@ -617,6 +623,7 @@ class JobRunner:
     ) -> bool:
         """Gather ``blob_names`` from every checkpointed node's epoch ``epoch`` into the
         current node; False (nothing loaded) if that epoch is not committed everywhere."""
+        epoch = validate_epoch(epoch)
         manager = self.checkpoint_manager
         if manager is None:
             raise JobConfigurationError("load_blobs_from_checkpoints needs a checkpoint manager")

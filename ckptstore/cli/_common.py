@@ -53,6 +53,7 @@ from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptChe
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing, require_commit
+from ckptstore.records import validate_epoch
 
 __all__ = [
     "EXIT_CORRUPT",
@@ -68,6 +69,7 @@ __all__ = [
     "add_storage_options",
     "chosen_epochs",
     "committed",
+    "epoch_argument",
     "format_bytes",
     "guarded",
     "location_exists",
@@ -121,8 +123,19 @@ def add_command(
 
 def add_epoch_selection(parser: argparse.ArgumentParser, epoch_help: str) -> None:
     """``--epoch N`` (repeatable) and ``--latest``: the epochs a command acts on."""
-    parser.add_argument("--epoch", type=int, action="append", help=epoch_help)
+    parser.add_argument("--epoch", type=epoch_argument, action="append", help=epoch_help)
     parser.add_argument("--latest", action="store_true", help="only the newest committed epoch")
+
+
+def epoch_argument(text: str) -> int:
+    """argparse ``type=`` of every epoch option: a non-negative integer (``"3"``), else
+    a usage error (exit 2) whose one line says what an epoch is."""
+    try:
+        return validate_epoch(int(text, 10))
+    except ValueError:  # not digits, or InvalidEpochError (negative, too large)
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an epoch: use a non-negative integer below 2**63, such as 3"
+        ) from None
 
 
 def committed(storage: PathType) -> list[int]:

@@ -23,7 +23,9 @@ def register(commands: Any) -> None:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--epoch", type=int, help="epoch to inspect (default: the newest committed)"
+        "--epoch",
+        type=common.epoch_argument,
+        help="epoch to inspect (default: the newest committed)",
     )
     parser.add_argument("--node", action="append", help="only this node (repeatable)")
 

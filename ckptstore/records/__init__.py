@@ -51,6 +51,7 @@ from ckptstore.records._names import (
     get_ckpt_filename,
     join_url,
     validate_blob_name,
+    validate_epoch,
     validate_key,
     validate_node_name,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "set_limits",
     "staging_key",
     "validate_blob_name",
+    "validate_epoch",
     "validate_key",
     "validate_node_name",
 ]

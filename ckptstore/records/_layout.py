@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 
+from ckptstore.records._names import validate_epoch
+
 __all__ = [
     "CONTROL_DIR",
     "MANIFEST_NAME",
@@ -57,12 +59,13 @@ _DB_KEY = re.compile(r"(?P<node>[A-Za-z0-9_][A-Za-z0-9_:\-.]*)\.(?P<epoch>\d+)")
 def commit_record_key(epoch: int) -> str:
     """Key of the one-document commit record of ``epoch`` that earlier versions wrote
     (read for compatibility; new commits are per node: :func:`node_commit_key`)."""
-    return f"{CONTROL_DIR}/epoch-{epoch}.commit.json"
+    return f"{CONTROL_DIR}/epoch-{validate_epoch(epoch)}.commit.json"
 
 
 def epoch_commit_dir(epoch: int) -> str:
-    """The prefix holding ``epoch``'s per-node commit records."""
-    return f"{CONTROL_DIR}/epoch-{epoch}"
+    """The prefix holding ``epoch``'s per-node commit records (an ``epoch`` that is not
+    one raises :class:`~ckptstore.errors.InvalidEpochError`)."""
+    return f"{CONTROL_DIR}/epoch-{validate_epoch(epoch)}"
 
 
 def node_commit_key(epoch: int, node: str) -> str:

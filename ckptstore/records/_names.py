@@ -11,17 +11,19 @@ Example::
 
 from __future__ import annotations
 
+import numbers
 import os
 import posixpath
 import re
 
-from ckptstore.errors import InvalidNameError
+from ckptstore.errors import InvalidEpochError, InvalidNameError
 
 __all__ = [
     "db_name",
     "get_ckpt_filename",
     "join_url",
     "validate_blob_name",
+    "validate_epoch",
     "validate_key",
     "validate_node_name",
 ]
@@ -35,9 +37,35 @@ storing a blob as files (zarr) would otherwise hit in the middle of a save."""
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
+MAX_EPOCH = (1 << 63) - 1
+"""The largest epoch: commit records and manifests hold an epoch as a signed 64-bit
+integer, and a reader refuses a larger one as forged."""
+
+
+def validate_epoch(epoch: object, argument: str = "epoch") -> int:
+    """``epoch`` as an ``int`` if it is an epoch (a non-negative integer up to
+    :data:`MAX_EPOCH`: an ``int`` or any :class:`numbers.Integral`, such as a numpy
+    integer), else raise :class:`~ckptstore.errors.InvalidEpochError` naming
+    ``argument``. Bools, floats (even ``4.0``) and strings (even ``"1"``) are refused:
+    an epoch becomes a file name (``trainer_0.4``), and only one spelling may name it.
+    """
+    if type(epoch) is int and 0 <= epoch <= MAX_EPOCH:
+        return epoch  # the common case, at once
+    if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+        raise InvalidEpochError(argument, epoch, f"it is a {type(epoch).__name__}")
+    value = int(epoch)
+    if value < 0:
+        raise InvalidEpochError(argument, epoch, "it is negative")
+    if value > MAX_EPOCH:
+        raise InvalidEpochError(argument, epoch, "it does not fit a signed 64-bit integer")
+    return value
+
+
 def get_ckpt_filename(node_name: str, epoch: int) -> str:
-    """Name of one node's checkpoint for one epoch: ``"trainer_0.5"``."""
-    return f"{node_name}.{epoch}"
+    """Name of one node's checkpoint for one epoch: ``"trainer_0.5"`` (an ``epoch`` that
+    is not one raises :class:`~ckptstore.errors.InvalidEpochError`: every checkpoint name
+    is formed here, so no API can write ``trainer_0.True``)."""
+    return f"{node_name}.{validate_epoch(epoch)}"
 
 
 def join_url(prefix: str, name: str) -> str:

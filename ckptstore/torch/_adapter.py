@@ -44,7 +44,10 @@ class TorchAdapter:
         name = str(value.dtype).removeprefix("torch.")
         if value.layout != torch.strided or value.is_quantized:
             raise UnsupportedBlobError(
-                name, f"{value.layout} and quantized tensors are not supported; convert first"
+                name,
+                f"it is a {'quantized' if value.is_quantized else value.layout} {name} tensor; "
+                "only dense (torch.strided) tensors are supported: convert it first "
+                "(.to_dense(), .dequantize())",
             )
         tensor = value.detach().cpu().resolve_conj().resolve_neg()
         try:
@@ -62,7 +65,7 @@ class TorchAdapter:
         wanted = _DTYPES.get(dtype)
         if wanted is None:
             raise UnsupportedBlobError(
-                dtype, "this torch has no such dtype (saved by a newer one?)"
+                dtype, f"this torch has no dtype {dtype[:40]} (saved by a newer one?)"
             )
         if not array.flags.writeable:
             array = array.copy()
@@ -74,7 +77,7 @@ class TorchAdapter:
         if tensor.dtype != wanted:
             if tensor.element_size() != wanted.itemsize:
                 raise UnsupportedBlobError(
-                    dtype, f"it is stored as {array.dtype}, which has another width"
+                    dtype, f"it is stored as {array.dtype}, another width than {dtype[:40]}"
                 )
             tensor = tensor.view(wanted)
         return tensor

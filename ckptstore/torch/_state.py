@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ckptstore.errors import BlobNotFoundError
+from ckptstore.errors import BlobNotFoundError, CheckpointKindError, CheckpointNotFoundError
+from ckptstore.records import get_ckpt_filename, validate_epoch
 from ckptstore.torch._adapter import TorchAdapter
+from ckptstore.torch._fit import check_fits
 from ckptstore.tree import TreeTarget, latest_tree_epoch, load_tree, save_tree
 
 __all__ = ["Stateful", "load_state", "restore", "save", "save_state"]
@@ -44,10 +46,23 @@ def save_state(
     *,
     node: str = NODE,
     db_type: str = "zarr",
+    overwrite: bool = False,
 ) -> None:
     """Save a tree of state dicts (tensors, nested dicts/lists/tuples, int, float,
-    bool, None, str) as ``node``'s checkpoint of ``epoch`` under ``target``."""
-    save_tree(target, epoch, dict(state), node=node, db_type=db_type, adapter=_ADAPTER)
+    bool, None, str) as ``node``'s checkpoint of ``epoch`` under ``target``.
+
+    Committed epochs are write-once, as with :func:`~ckptstore.tree.save_tree`: an
+    epoch already committed raises :class:`~ckptstore.AlreadyCommittedError` (nothing
+    written) unless ``overwrite=True``."""
+    save_tree(
+        target,
+        epoch,
+        dict(state),
+        node=node,
+        db_type=db_type,
+        adapter=_ADAPTER,
+        overwrite=overwrite,
+    )
 
 
 def load_state(
@@ -55,9 +70,14 @@ def load_state(
 ) -> dict[str, Any]:
     """The tree :func:`save_state` saved (default: the newest epoch), tensors on the
     CPU, in the same structure, ready for ``load_state_dict``."""
+    epoch = _epoch(target, epoch, node, db_type)
     tree = load_tree(target, epoch, node=node, db_type=db_type, adapter=_ADAPTER)
     if not isinstance(tree, dict):
-        raise TypeError(f"the checkpoint holds a {type(tree).__name__}, not a dict of states")
+        raise CheckpointKindError(
+            get_ckpt_filename(node, epoch),
+            f"it holds a {type(tree).__name__}, not a dict of states: it was saved with "
+            "save_tree, not ckptstore.torch; read it with ckptstore.tree.load_tree",
+        )
     return tree
 
 
@@ -67,15 +87,18 @@ def save(
     *,
     node: str = NODE,
     db_type: str = "zarr",
+    overwrite: bool = False,
     **objects: Stateful,
 ) -> None:
-    """Save each object's ``state_dict()`` under its keyword's name."""
+    """Save each object's ``state_dict()`` under its keyword's name (write-once, as
+    :func:`save_state`: ``overwrite=True`` replaces a committed epoch)."""
     save_state(
         target,
         epoch,
         {name: obj.state_dict() for name, obj in objects.items()},
         node=node,
         db_type=db_type,
+        overwrite=overwrite,
     )
 
 
@@ -88,10 +111,11 @@ def restore(
     **objects: Stateful,
 ) -> int:
     """Load ``epoch`` (default: the newest) into each object with ``load_state_dict``;
-    returns the epoch restored. A name the checkpoint lacks raises
-    :class:`~ckptstore.BlobNotFoundError` before any object is changed."""
-    if epoch is None:
-        epoch = latest_tree_epoch(target, node=node, db_type=db_type)
+    returns the epoch restored. Before any object is changed, a name the checkpoint
+    lacks raises :class:`~ckptstore.BlobNotFoundError`, and a stored tensor of another
+    shape or dtype than the one it would replace :class:`~ckptstore.RestoreMismatchError`
+    naming it."""
+    epoch = _epoch(target, epoch, node, db_type)
     state = load_state(target, epoch, node=node, db_type=db_type)
     missing = sorted(set(objects) - set(state))
     if missing:
@@ -101,5 +125,24 @@ def restore(
             f"it holds {sorted(state)}; pass the names it was saved under",
         )
     for name, obj in objects.items():
+        check_fits(name, obj, state[name])
+    for name, obj in objects.items():
         obj.load_state_dict(state[name])
     return epoch
+
+
+def _epoch(target: TreeTarget, epoch: int | None, node: str, db_type: str) -> int:
+    """``epoch`` checked, or the newest epoch committed for ``node``."""
+    if epoch is not None:
+        return validate_epoch(epoch)
+    try:
+        return latest_tree_epoch(target, node=node, db_type=db_type)
+    except CheckpointNotFoundError as error:
+        raise CheckpointNotFoundError(
+            error.url,
+            node,
+            None,
+            f"no committed torch state {node!r} under {error.url}: save one with "
+            "ckptstore.torch.save (or save_state) first, or pass node= the name it was saved "
+            "under",
+        ) from None

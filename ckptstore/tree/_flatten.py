@@ -27,13 +27,14 @@ from __future__ import annotations
 import importlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import numpy as np
 
-from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
+from ckptstore.errors import CorruptCheckpointError, MissingDependencyError, UnsupportedBlobError
 
 __all__ = [
     "ArrayAdapter",
@@ -47,6 +48,7 @@ __all__ = [
 Spec = dict[str, Any]
 """The JSON-able description of a tree: structure, scalars and each array's dtype."""
 
+_RENAMEABLE = (UnsupportedBlobError, MissingDependencyError)
 _SAFE = "_-.~:+@=,"
 _INDEX = re.compile(r"#(-?[0-9]{1,40})")
 _MAX_DEPTH = 200
@@ -123,11 +125,13 @@ def _numpy_leaf(value: object) -> tuple[np.ndarray[Any, Any], str] | None:
         "ml_dtypes"
     ):
         if dtype.name not in _ML_DTYPES or dtype.itemsize not in _VIEW_AS:
-            raise UnsupportedBlobError(dtype.name, "this ml_dtypes type is not supported")
+            raise UnsupportedBlobError(dtype.name, f"ml_dtypes' {dtype.name} is not supported")
         return value.view(_VIEW_AS[dtype.itemsize]), dtype.name
     if dtype.hasobject or dtype.kind == "V":
         raise UnsupportedBlobError(
-            dtype.str, "object, structured and void arrays would need pickle; not supported"
+            dtype.str,
+            f"its dtype {dtype.str} is object, structured or void, which would need pickle; "
+            "not supported",
         )
     return value, dtype.str
 
@@ -141,11 +145,11 @@ def _leaf_dtype(text: str) -> np.dtype[Any] | None:
             module = importlib.import_module("ml_dtypes")
         except ImportError:
             raise UnsupportedBlobError(
-                text, "reading it needs ml_dtypes: `pip install ml_dtypes`"
+                text, f"reading its dtype {text} needs ml_dtypes: `pip install ml_dtypes`"
             ) from None
         found = getattr(module, text, None)
         if found is None:
-            raise UnsupportedBlobError(text, "reading it needs a newer ml_dtypes")
+            raise UnsupportedBlobError(text, f"reading its dtype {text} needs a newer ml_dtypes")
         ml_dtype: np.dtype[Any] = np.dtype(found)
         return ml_dtype
     if len(text) > _MAX_DTYPE_TEXT:
@@ -192,16 +196,17 @@ def flatten(
                 "v": [visit(item, (*path, f"#{i}")) for i, item in enumerate(value)],
             }
         name = "/".join(path) or "%"
-        converted = adapter.to_numpy(value) if adapter is not None else None
-        kind = adapter.kind if converted is not None and adapter is not None else "numpy"
-        if converted is None:
-            converted = _numpy_leaf(value)
+        with _naming(name):
+            converted = adapter.to_numpy(value) if adapter is not None else None
+            kind = adapter.kind if converted is not None and adapter is not None else "numpy"
             if converted is None:
-                raise UnsupportedBlobError(
-                    name,
-                    f"{type(value).__name__} is not an array or int/float/bool/None/str; "
-                    "convert it first",
-                )
+                converted = _numpy_leaf(value)
+        if converted is None:
+            raise UnsupportedBlobError(
+                name,
+                f"{type(value).__name__} is not an array or int/float/bool/None/str; "
+                "convert it first",
+            )
         array, dtype = converted
         scalar = isinstance(value, np.generic)
         arrays[name] = array
@@ -265,6 +270,23 @@ def unflatten(
     return build(spec.get("root"), 0)
 
 
+@contextmanager
+def _naming(blob: str) -> Iterator[None]:
+    """Converters know a leaf's dtype, not its key path: an
+    :class:`~ckptstore.UnsupportedBlobError` they raise is raised again naming ``blob``
+    (same class, same reason)."""
+    try:
+        yield
+    except UnsupportedBlobError as error:
+        if error.blob == blob:
+            raise
+        reason = (
+            error.reason if error.blob in error.reason else f"{error.reason} ({error.blob[:80]})"
+        )
+        kind = type(error) if type(error) in _RENAMEABLE else UnsupportedBlobError
+        raise kind(blob, reason) from None
+
+
 def _key(raw: object, bad: Callable[[str], CorruptCheckpointError]) -> str | int:
     if isinstance(raw, list) and len(raw) == 2:
         kind, key = raw
@@ -286,10 +308,12 @@ def _leaf(
         raise bad(f"array leaf {str(name)[:80]!r} has no blob or dtype")
     array = arrays[name]
     if adapter is not None and kind == adapter.kind:
-        return adapter.from_numpy(array, dtype)
+        with _naming(name):
+            return adapter.from_numpy(array, dtype)
     # without its adapter (e.g. a torch checkpoint read without torch), a leaf is
     # returned as the numpy array of its true dtype when numpy (or ml_dtypes) has it
-    true = _leaf_dtype(dtype)
+    with _naming(name):
+        true = _leaf_dtype(dtype)
     if true is None:
         raise bad(f"leaf {name!r} has an unknown dtype {dtype[:40]!r}")
     if true != array.dtype:

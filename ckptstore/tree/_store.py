@@ -6,7 +6,9 @@ default) through the same commit protocol as a job's checkpoints: its arrays are
 named after their key paths (see :mod:`ckptstore.tree._flatten`), and its structure and
 scalars are one small JSON document stored as the blob ``#tree`` (a name no key path can
 take), so the manifest's CRC-32C covers it too. ``ckptstore ls/inspect/verify`` work
-on it like on any checkpoint.
+on it like on any checkpoint. Committed epochs are write-once, as a manager's are:
+saving one again raises :class:`~ckptstore.AlreadyCommittedError` unless
+``overwrite=True``, which uncommits it first.
 
 Example::
 
@@ -26,18 +28,18 @@ from typing import Any
 import numpy as np
 
 from ckptstore.checkpoint import ManagerBase
-from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.errors import CheckpointKindError, CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
     check_can_hold,
+    check_not_committed,
     commit_epoch,
     open_node,
     read_blobs,
-    retract_epoch,
     write_node,
 )
-from ckptstore.records import validate_node_name
+from ckptstore.records import validate_epoch, validate_node_name
 from ckptstore.tree._flatten import ArrayAdapter, flatten, unflatten
 
 __all__ = ["SPEC_BLOB", "TreeTarget", "latest_tree_epoch", "load_tree", "save_tree"]
@@ -66,13 +68,19 @@ def save_tree(
     node: str = "tree",
     db_type: str = "zarr",
     adapter: ArrayAdapter | None = None,
+    overwrite: bool = False,
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
 
-    Raises :class:`~ckptstore.UnsupportedBlobError` for a leaf that is not an array or
+    Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
+    :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
+    ``overwrite`` (then it is uncommitted first, as a manager's ``overwrite=True`` does).
+    Raises :class:`~ckptstore.InvalidEpochError` for an epoch that is not a non-negative
+    integer, :class:`~ckptstore.UnsupportedBlobError` for a leaf that is not an array or
     an ``int/float/bool/None/str`` (nothing is pickled) and for keys that are not ``str``
     or ``int``; ``db_type`` applies when ``target`` is a path.
     """
+    epoch = validate_epoch(epoch)
     validate_node_name(node)
     location = _location(target, db_type)
     arrays, spec = flatten(tree, adapter)
@@ -82,8 +90,8 @@ def save_tree(
         SPEC_BLOB: np.frombuffer(document, dtype=np.uint8),
     }
     storage = location.storage
-    check_can_hold(storage, location.db_type)  # before the retraction: nothing lost
-    retract_epoch(storage, epoch, [node])
+    check_can_hold(storage, location.db_type)  # before any retraction: nothing lost
+    check_not_committed(storage, epoch, [node], overwrite=overwrite)
     commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
     commit_epoch(storage, epoch, [commit])
 
@@ -98,7 +106,10 @@ def load_tree(
 ) -> object:
     """The tree :func:`save_tree` saved as ``node``'s checkpoint of ``epoch`` (default:
     the newest epoch committed for ``node``, as :func:`latest_tree_epoch` finds it),
-    verified against its checksums."""
+    verified against its checksums. A checkpoint ``save_tree`` did not write (a Job's
+    node checkpoint) raises :class:`~ckptstore.CheckpointKindError`."""
+    if epoch is not None:
+        epoch = validate_epoch(epoch)
     validate_node_name(node)
     location = _location(target, db_type)
     storage = location.storage
@@ -107,11 +118,12 @@ def load_tree(
     manifest = open_node(storage, node, epoch)
     url = location.db_path(node, epoch)
     record = manifest.blobs.get(SPEC_BLOB)
-    if record is None:
-        raise CorruptCheckpointError(
-            f"it has no {SPEC_BLOB!r} blob: it was not written by save_tree; read its blobs "
-            "with CheckpointManager.load or `ckptstore inspect`",
-            url=url,
+    if record is None:  # the manifest is intact (checked against its commit record)
+        raise CheckpointKindError(
+            url,
+            f"it has no {SPEC_BLOB!r} blob, so save_tree did not write it (a Job's node "
+            "checkpoint?); read its blobs with CheckpointManager.load or `ckptstore inspect`, "
+            "or pass node= the name the tree was saved under",
         )
     if record.nbytes > MAX_SPEC_BYTES or record.dtype != "|u1":
         raise CorruptCheckpointError(

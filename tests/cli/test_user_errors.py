@@ -245,3 +245,31 @@ def test_as_a_process_a_user_error_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == EXIT_ERROR
     assert "-o x=1" in one_line_error(result.stderr)
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.0", "True", "9223372036854775808"])
+@pytest.mark.parametrize(
+    "argv",
+    [["verify", "{url}"], ["inspect", "{url}"], ["cp", "{url}", "{dst}"], ["convert", "{url}"]],
+    ids=["verify", "inspect", "cp", "convert"],
+)
+def test_an_epoch_option_that_is_not_an_epoch_is_a_usage_error(
+    cli: Cli, run_url: str, tmp_path: Path, argv: list[str], value: str
+) -> None:
+    """Before: ``--epoch -1`` said "epoch -1 is not committed" (exit 4), as if it might
+    have been."""
+    dst = tmp_path / "copy"
+    words = [word.format(url=run_url, dst=dst) for word in argv]
+    if argv[0] == "convert":
+        words += ["--to", "zarr"]
+    result = cli(*words, f"--epoch={value}")
+    assert result.code == EXIT_USAGE
+    line = one_line_error(result.err)
+    assert f"argument --epoch: '{value}' is not an epoch" in line
+    assert "non-negative integer" in line
+    assert not dst.exists()
+
+
+def test_an_epoch_option_takes_a_plain_integer(cli: Cli, run_url: str) -> None:
+    assert cli("verify", run_url, "--epoch", "2").code == 0
+    assert cli("inspect", run_url, "--epoch", "2").code == 0

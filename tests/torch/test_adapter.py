@@ -88,5 +88,23 @@ def test_without_torch_a_torch_checkpoint_reads_as_numpy(tmp_path: Path) -> None
 def test_gpu_only_and_sparse_tensors_are_refused_loudly() -> None:
     from ckptstore.errors import UnsupportedBlobError
 
-    with pytest.raises(UnsupportedBlobError):
-        flatten({"s": torch.eye(3).to_sparse()}, TorchAdapter())
+    with pytest.raises(UnsupportedBlobError) as raised:
+        flatten({"layer": {"s": torch.eye(3).to_sparse()}}, TorchAdapter())
+    assert raised.value.blob == "layer/s"  # the key path, not the dtype 'float32'
+    assert "blob 'layer/s'" in str(raised.value)
+    assert "torch.sparse_coo float32 tensor" in str(raised.value)
+    assert ".to_dense()" in str(raised.value)
+
+
+def test_a_stored_dtype_this_torch_lacks_is_named_with_its_blob() -> None:
+    from ckptstore.errors import UnsupportedBlobError
+
+    spec = {
+        "format": "ckptstore.tree",
+        "version": 1,
+        "root": {"t": "array", "b": "model/w", "k": "torch", "d": "float99", "s": False},
+    }
+    with pytest.raises(UnsupportedBlobError) as raised:
+        unflatten(spec, {"model/w": np.zeros(2, np.uint8)}, TorchAdapter())
+    assert raised.value.blob == "model/w"
+    assert "this torch has no dtype float99" in str(raised.value)

@@ -11,8 +11,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ckptstore import BlobNotFoundError  # noqa: E402
-from ckptstore.torch import load_state, restore, save  # noqa: E402
+from ckpt_helpers import files_under  # noqa: E402
+
+from ckptstore import (  # noqa: E402
+    AlreadyCommittedError,
+    BlobNotFoundError,
+    CheckpointKindError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidEpochError,
+)
+from ckptstore.torch import load_state, restore, save, save_state  # noqa: E402
+from ckptstore.tree import save_tree  # noqa: E402
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -116,3 +126,70 @@ def test_the_readme_torch_example_runs_in_five_lines(
         load_state(str(tmp_path / "ckpt"))["model"]["0.weight"].numpy(),
         model.state_dict()["0.weight"].numpy(),
     )
+
+
+@pytest.mark.parametrize("epoch", ["1", 4.0, True, -1, 2**63], ids=repr)
+def test_an_epoch_that_is_not_one_is_refused_naming_it_and_nothing_is_written(
+    tmp_path: Path, epoch: object
+) -> None:
+    model, _ = make()
+    with pytest.raises(InvalidEpochError, match=r"^epoch=") as raised:
+        save(str(tmp_path / "ckpt"), epoch, model=model)  # type: ignore[arg-type]
+    assert isinstance(raised.value, ValueError)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert raised.value.argument == "epoch"
+    assert "non-negative integer" in str(raised.value)
+    assert not (tmp_path / "ckpt").exists()
+    save(str(tmp_path / "ckpt"), 0, model=model)
+    written = files_under(tmp_path / "ckpt")
+    for call in (load_state, lambda url, e: restore(url, e, model=model)):
+        with pytest.raises(InvalidEpochError, match=r"^epoch="):
+            call(str(tmp_path / "ckpt"), epoch)
+    assert files_under(tmp_path / "ckpt") == written
+
+
+def test_a_numpy_integer_epoch_is_an_int_epoch(tmp_path: Path) -> None:
+    model, _ = make()
+    save(str(tmp_path), np.int64(3), model=model)  # type: ignore[arg-type]
+    assert restore(str(tmp_path), np.uint8(3), model=model) == 3  # type: ignore[arg-type]
+    assert (tmp_path / "torch.3").is_dir()
+    assert type(restore(str(tmp_path), model=model)) is int
+
+
+def test_a_committed_epoch_is_write_once_unless_overwrite(tmp_path: Path) -> None:
+    """As a manager's: a second save of an epoch raises AlreadyCommittedError and
+    leaves the first intact; ``overwrite=True`` replaces it."""
+    model, optimizer = make()
+    save(str(tmp_path), 1, model=model)
+    first = bits(load_state(str(tmp_path), 1))
+    train(model, optimizer, 1, seed=3)
+    with pytest.raises(AlreadyCommittedError, match="overwrite=True") as raised:
+        save(str(tmp_path), 1, model=model, optimizer=optimizer)
+    assert raised.value.epoch == 1
+    assert bits(load_state(str(tmp_path), 1)) == first
+    save(str(tmp_path), 1, model=model, optimizer=optimizer, overwrite=True)
+    assert set(load_state(str(tmp_path), 1)) == {"model", "optimizer"}
+    with pytest.raises(AlreadyCommittedError):
+        save_state(str(tmp_path), 1, {"step": 1})
+    save_state(str(tmp_path), 1, {"step": 1}, overwrite=True)
+    assert load_state(str(tmp_path), 1) == {"step": 1}
+
+
+def test_restoring_from_nothing_says_to_save_with_the_torch_api(tmp_path: Path) -> None:
+    model, _ = make()
+    for call in (lambda: restore(str(tmp_path), model=model), lambda: load_state(str(tmp_path))):
+        with pytest.raises(CheckpointNotFoundError, match=r"ckptstore\.torch\.save") as raised:
+            call()
+        assert "save_tree" not in str(raised.value)
+        assert raised.value.node == "torch"
+
+
+def test_a_tree_that_is_not_a_dict_of_states_is_a_wrong_use_not_corruption(
+    tmp_path: Path,
+) -> None:
+    save_tree(str(tmp_path), 5, [1, 2], node="torch")
+    with pytest.raises(CheckpointKindError, match="holds a list, not a dict of states") as raised:
+        load_state(str(tmp_path))
+    assert isinstance(raised.value, ValueError)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert raised.value.checkpoint == "torch.5"

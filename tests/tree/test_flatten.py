@@ -106,6 +106,30 @@ def test_what_would_need_pickle_is_refused(bad: dict[object, object]) -> None:
         flatten(bad)
 
 
+def test_a_refused_array_is_named_by_its_key_path_not_its_dtype() -> None:
+    with pytest.raises(UnsupportedBlobError) as raised:
+        flatten({"layer": {"names": np.array(["a", None], dtype=object)}})
+    assert raised.value.blob == "layer/names"
+    assert "blob 'layer/names'" in str(raised.value)
+    assert "its dtype |O" in str(raised.value)
+
+
+def test_an_adapter_error_is_raised_again_naming_the_blob() -> None:
+    class Refusing:
+        kind = "refusing"
+
+        def to_numpy(self, value: object) -> tuple[np.ndarray, str] | None:
+            raise UnsupportedBlobError("float32", "not today")
+
+        def from_numpy(self, array: np.ndarray, dtype: str) -> object:
+            raise AssertionError("not called")
+
+    with pytest.raises(UnsupportedBlobError) as raised:
+        flatten({"w": np.ones(2)}, Refusing())
+    assert raised.value.blob == "w"
+    assert raised.value.reason == "not today (float32)"
+
+
 @pytest.mark.parametrize(
     "spec",
     [

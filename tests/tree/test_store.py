@@ -8,9 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckpt_helpers import RequestCountingPath, register_storage
+from ckpt_helpers import RequestCountingPath, files_under, register_storage
 
-from ckptstore import CheckpointManager, CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore import (
+    AlreadyCommittedError,
+    CheckpointKindError,
+    CheckpointManager,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidEpochError,
+)
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CheckpointLocation, open_node, retract_epoch, verify_node
 from ckptstore.records._layout import CONTROL_DIR, manifest_key, node_commit_key
@@ -57,11 +64,49 @@ def test_nothing_saved_is_a_typed_error_that_says_what_to_do(tmp_path: Path) -> 
 
 def test_an_overwritten_epoch_holds_only_the_new_tree(tmp_path: Path) -> None:
     save_tree(str(tmp_path), 1, {"a": np.ones(3), "b": np.ones(3)}, db_type="npz")
-    save_tree(str(tmp_path), 1, {"a": np.zeros(3)}, db_type="npz")
+    save_tree(str(tmp_path), 1, {"a": np.zeros(3)}, db_type="npz", overwrite=True)
     out = load_tree(str(tmp_path), 1, db_type="npz")
     assert isinstance(out, dict)
     assert list(out) == ["a"]
     assert out["a"].tolist() == [0.0] * 3
+
+
+def test_a_committed_epoch_is_write_once_and_nothing_is_written(tmp_path: Path) -> None:
+    """As a manager's: saving a committed epoch again raises AlreadyCommittedError
+    before anything is written; the first tree stays."""
+    save_tree(str(tmp_path), 1, {"a": np.ones(3)})
+    files = files_under(tmp_path)
+    with pytest.raises(AlreadyCommittedError, match="overwrite=True") as raised:
+        save_tree(str(tmp_path), 1, {"a": np.zeros(3)})
+    assert (raised.value.epoch, raised.value.nodes) == (1, ("tree",))
+    assert files_under(tmp_path) == files
+    assert load_tree(str(tmp_path), 1)["a"].tolist() == [1.0] * 3  # type: ignore[index]
+    save_tree(str(tmp_path), 1, {"a": np.ones(3)}, node="other")  # another node: its own
+
+
+@pytest.mark.parametrize("epoch", ["2", 4.0, True, -1, None, 2**63], ids=repr)
+def test_an_epoch_that_is_not_one_is_refused_naming_it(tmp_path: Path, epoch: object) -> None:
+    """Before: '2', 4.0 and True were written (``tree.4.0``), then read back as corrupt
+    or not found; -1 wrote a directory ``ls`` ignores."""
+    root = tmp_path / "ckpt"
+    with pytest.raises(InvalidEpochError, match=r"^epoch=.* is not an epoch") as raised:
+        save_tree(str(root), epoch, {"a": 1})  # type: ignore[arg-type]
+    assert isinstance(raised.value, ValueError)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert "non-negative integer" in str(raised.value)
+    assert not root.exists()
+    save_tree(str(root), 2, {"a": 1})
+    if epoch is not None:
+        with pytest.raises(InvalidEpochError, match=r"^epoch="):
+            load_tree(str(root), epoch)  # type: ignore[arg-type]
+
+
+def test_a_numpy_integer_epoch_is_saved_as_an_int(tmp_path: Path) -> None:
+    """Before: a raw TypeError from JSON, half-way through the save."""
+    save_tree(str(tmp_path), np.int64(3), {"a": 1})  # type: ignore[arg-type]
+    assert (tmp_path / "tree.3").is_dir()
+    assert load_tree(str(tmp_path), np.int32(3)) == {"a": 1}  # type: ignore[arg-type]
+    assert type(latest_tree_epoch(str(tmp_path))) is int
 
 
 def test_a_job_checkpoint_is_not_mistaken_for_a_tree(tmp_path: Path) -> None:
@@ -71,8 +116,11 @@ def test_a_job_checkpoint_is_not_mistaken_for_a_tree(tmp_path: Path) -> None:
 
     job, _ = build_counter_job(epochs=1)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), "npz")).train(LocalSession())
-    with pytest.raises(CorruptCheckpointError, match="not written by save_tree"):
+    with pytest.raises(CheckpointKindError, match="save_tree did not write it") as raised:
         load_tree(str(tmp_path), 1, node="trainer_0")
+    assert isinstance(raised.value, ValueError)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert "trainer_0.1" in str(raised.value)
 
 
 def test_the_newest_epoch_is_one_listing_and_the_newest_record(

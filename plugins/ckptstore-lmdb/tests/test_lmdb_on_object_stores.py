@@ -123,5 +123,5 @@ def test_saving_a_tree_over_a_copied_one_is_refused_before_anything_is_retracted
     save_tree(str(local), 1, {"w": np.arange(3.0)}, db_type="lmdb")
     copy_epochs(LocalPath(str(local)), get_registry().open_path(s3_url), [1])
     with pytest.raises(JobConfigurationError, match="works only on local disk"):
-        save_tree(s3_url, 1, {"w": np.zeros(3)}, db_type="lmdb")
+        save_tree(s3_url, 1, {"w": np.zeros(3)}, db_type="lmdb", overwrite=True)
     assert load_tree(s3_url, db_type="lmdb")["w"].tolist() == [0.0, 1.0, 2.0]  # type: ignore[index]

@@ -21,7 +21,7 @@ from ckptstore import (
     WorkspaceType,
     epoch_limiter,
 )
-from ckptstore.errors import FrozenGroupError
+from ckptstore.errors import FrozenGroupError, InvalidEpochError
 
 
 def test_default_groups() -> None:
@@ -126,9 +126,11 @@ def test_compile_freezes_every_group_and_caches_the_nodes() -> None:
 
 
 def test_epoch_limiter_needs_at_least_one_epoch() -> None:
-    for bad in (0, -1):
-        with pytest.raises(JobConfigurationError):
-            epoch_limiter(Job(), bad)
+    with pytest.raises(JobConfigurationError):
+        epoch_limiter(Job(), 0)
+    for bad in (-1, "3", 2.0, True):
+        with pytest.raises(InvalidEpochError, match="num_epochs"):
+            epoch_limiter(Job(), bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("epochs", [1, 2, 5])

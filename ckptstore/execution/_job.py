@@ -27,6 +27,7 @@ from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._context import Current
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput, WorkspaceType
 from ckptstore.execution._workspace import Workspace
+from ckptstore.records import validate_epoch
 
 __all__ = ["Job", "epoch_limiter"]
 
@@ -164,6 +165,7 @@ def epoch_limiter(job: Job, num_epochs: int) -> TaskOutput:
         >>> epoch_limiter(job, 10)  # stops after the tenth epoch; returns the flag
         TaskOutput(local/epoch_limiter/0/done)
     """
+    num_epochs = validate_epoch(num_epochs, "num_epochs")  # a str or float is refused
     if num_epochs < 1:
         raise JobConfigurationError(f"epoch_limiter needs num_epochs >= 1, got {num_epochs}")
     prefix = f"epoch_limiter/{job.next_limiter_id()}"

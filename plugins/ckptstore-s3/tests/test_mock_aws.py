@@ -17,6 +17,7 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
+from ckptstore_s3 import S3Path
 from moto import mock_aws
 
 from ckptstore import (
@@ -29,7 +30,6 @@ from ckptstore import (
 from ckptstore.cli import main
 from ckptstore.testing import FaultProxy, InProcessMoto, in_process_moto
 from ckptstore.tree import load_tree, save_tree
-from ckptstore_s3 import S3Path
 
 MiB = 1 << 20
 ISO_ENDPOINT = "https://s3.us-iso-east-1.c2s.ic.gov"
@@ -41,7 +41,7 @@ does not know as AWS's: its requests still reach the mock in-process."""
 def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     """No endpoint, region or credentials from the machine or other fixtures leak in."""
     for name in list(os.environ):
-        if name.startswith("AWS_") or name.startswith("MOTO_"):
+        if name.startswith(("AWS_", "MOTO_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)

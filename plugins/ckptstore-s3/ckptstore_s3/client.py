@@ -90,12 +90,25 @@ class S3Client(ObjectStoreClient):
         self._mock_fs: tuple[str, Any] | None = None
         """moto's server's URL and an s3fs filesystem sending requests to it."""
 
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages ("the bucket does not exist at ...")."""
+        return "moto's mock_aws" if self._mocked() else self._endpoint
+
+    @endpoint.setter
+    def endpoint(self, value: str) -> None:
+        self._endpoint = value
+
+    def _mocked(self) -> bool:
+        """Whether moto's in-process ``mock_aws`` intercepts this client's requests now."""
+        return mock_aws_active() and intercepted(self.options.endpoint_url)
+
     def _filesystem(self, describe: str) -> Any:
         """The options' s3fs filesystem, or, for a request moto's in-process
         ``mock_aws`` would intercept, one sending it to moto's server in this process
         instead (:mod:`ckptstore_s3.moto_mock`). Decided for every request, so a client
         made before a mock started, or used after it ended, goes where the mock says."""
-        if not (mock_aws_active() and intercepted(self.options.endpoint_url)):
+        if not self._mocked():
             return self.fs
         try:
             endpoint = server_endpoint()

@@ -26,6 +26,7 @@ from ckptstore import (
     JobRunner,
     LocalSession,
     MultiNodeCheckpointManager,
+    StorageError,
 )
 from ckptstore.cli import main
 from ckptstore.testing import FaultProxy, InProcessMoto, in_process_moto
@@ -192,6 +193,12 @@ def test_a_bucket_in_another_region_is_shared_too() -> None:
         assert load_tree("s3://european/run") == {"ok": True}
 
 
+@mock_aws
+def test_a_missing_bucket_is_reported_as_missing_in_the_mock() -> None:
+    with pytest.raises(StorageError, match="the bucket does not exist at moto's mock_aws"):
+        S3Path("s3://never-created/run").write_bytes("a", b"x")
+
+
 def test_an_explicit_endpoint_is_left_alone_inside_the_mock(
     s3_faults: FaultProxy, s3_storage_options: dict[str, object]
 ) -> None:
@@ -328,6 +335,27 @@ def test_a_plain_script_runs_quietly_and_exits(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["context manager: 1", "decorator: 2 3"]
     assert result.stderr == ""  # no access log of moto's server, no warning
+
+
+def test_the_documented_example_passes_as_users_run_it(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(# test_with_mock_aws\.py\n.*?)```", text, re.S)
+    assert len(blocks) == 1, "docs/testing.md lost its mock_aws example"
+    assert "in_process_moto" not in blocks[0]  # plain mock_aws, nothing else
+    (tmp_path / "test_with_mock_aws.py").write_text(blocks[0])
+    assert "Run it with `pytest test_with_mock_aws.py`" in text
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_with_mock_aws.py"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
 
 
 def test_without_moto_server_the_error_says_what_to_install(tmp_path: Path) -> None:

@@ -320,18 +320,23 @@ decorated()
 """
 
 
-def test_a_plain_script_runs_quietly_and_exits(tmp_path: Path) -> None:
-    (tmp_path / "script.py").write_text(textwrap.dedent(SCRIPT))
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "script.py"],
-        cwd=tmp_path,
-        env=environment,
+def run_python(*arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """This interpreter run with ``arguments``, as a user would, without the test
+    process's AWS environment."""
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=cwd,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
+
+
+def test_a_plain_script_runs_quietly_and_exits(tmp_path: Path) -> None:
+    (tmp_path / "script.py").write_text(textwrap.dedent(SCRIPT))
+    result = run_python("script.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["context manager: 1", "decorator: 2 3"]
     assert result.stderr == ""  # no access log of moto's server, no warning
@@ -344,21 +349,14 @@ def test_the_documented_example_passes_as_users_run_it(tmp_path: Path) -> None:
     assert "in_process_moto" not in blocks[0]  # plain mock_aws, nothing else
     (tmp_path / "test_with_mock_aws.py").write_text(blocks[0])
     assert "Run it with `pytest test_with_mock_aws.py`" in text
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_with_mock_aws.py"],
-        cwd=tmp_path,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_python(
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_with_mock_aws.py", cwd=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
 
 
-def test_without_moto_server_the_error_says_what_to_install(tmp_path: Path) -> None:
+def test_without_moto_server_the_error_says_what_to_install() -> None:
     """moto without its server extra (flask made unimportable here, as if missing)."""
     script = textwrap.dedent(
         """
@@ -377,15 +375,7 @@ def test_without_moto_server_the_error_says_what_to_install(tmp_path: Path) -> N
                 print(error)
         """
     )
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", script],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-W", "ignore", "-c", script)
     assert result.returncode == 0, result.stderr
     assert "pip install 'moto[server]'" in result.stdout
     assert "s3://bucket/run/" in result.stdout

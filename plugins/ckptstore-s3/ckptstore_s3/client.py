@@ -52,7 +52,8 @@ _MOCK_AWS_SYMPTOMS = (
 @contextlib.contextmanager
 def _refuse_mock_aws(describe: str) -> Iterator[None]:
     """Turn the failures of moto's in-process ``mock_aws`` answering an aiobotocore
-    request into :class:`~ckptstore.errors.InProcessMockError`, which says what to use."""
+    request (one :meth:`S3Client._filesystem` did not send to moto's server) into
+    :class:`~ckptstore.errors.InProcessMockError`, which says what to use."""
     try:
         yield
     except (TypeError, AttributeError) as error:

@@ -40,11 +40,14 @@ _server: tuple[int, str] | None = None
 
 
 def mock_aws_active() -> bool:
-    """Whether moto's in-process ``mock_aws`` is active (its botocore hook answers
-    requests). Never imports moto."""
+    """Whether moto's in-process ``mock_aws`` is active for S3: its botocore hook
+    answers requests, and its configuration does not pass S3 through to AWS. Never
+    imports moto."""
     models = sys.modules.get("moto.core.models")
-    stubber = getattr(models, "botocore_stubber", None)
-    return bool(getattr(stubber, "enabled", False))
+    if not getattr(getattr(models, "botocore_stubber", None), "enabled", False):
+        return False
+    passthrough = getattr(sys.modules.get("moto.core.config"), "passthrough_service", None)
+    return not (passthrough is not None and passthrough("s3"))
 
 
 def intercepted(endpoint_url: str | None) -> bool:

@@ -55,6 +55,13 @@ def test_active_only_inside_the_mock() -> None:
     assert not moto_mock.mock_aws_active()
 
 
+def test_a_mock_passing_s3_through_to_aws_is_not_active_for_s3() -> None:
+    with mock_aws(config={"core": {"passthrough": {"services": ["s3"]}}}):
+        assert not moto_mock.mock_aws_active()
+    with mock_aws(config={"core": {"passthrough": {"services": ["sqs"]}}}):
+        assert moto_mock.mock_aws_active()
+
+
 def test_the_server_starts_once_per_process() -> None:
     first = moto_mock.server_endpoint()
     assert first.startswith("http://127.0.0.1:")

@@ -945,27 +945,43 @@ class RangeNotSatisfiableError(RequestError):
 
 
 class InProcessMockError(CkptStoreError, TypeError):
-    """moto's in-process ``mock_aws`` answered an aiobotocore request, which it cannot do.
+    """moto's in-process ``mock_aws`` cannot serve this S3 request.
 
-    ``mock_aws`` hands back botocore's synchronous responses; aiobotocore (under s3fs and
-    ckptstore's S3 plugin) awaits them and fails. Run moto's server in-process instead:
-    ``with mock_aws(), ckptstore.testing.in_process_moto(): ...`` (or use the
-    ``s3_mock_aws`` fixture).
+    ``mock_aws`` answers inside botocore with synchronous responses, which aiobotocore
+    (under s3fs and ckptstore's S3 plugin) cannot await. While a mock is active, the S3
+    plugin therefore sends the requests it would intercept (those bound for AWS) to
+    moto's server, run in the test process, and plain ``with mock_aws():`` just works.
+    This error remains for what that cannot cover: moto's server extra is not installed
+    (``missing`` names it), or the mock intercepted a request the plugin did not expect
+    it to (an endpoint it does not know as AWS's), where
+    ``ckptstore.testing.in_process_moto()`` is the way out.
 
     Example::
 
         >>> err = InProcessMockError("PUT s3://bucket/run/trainer_0.1/w")
         >>> err.request, isinstance(err, TypeError), "in_process_moto()" in str(err)
         ('PUT s3://bucket/run/trainer_0.1/w', True, True)
+        >>> "pip install 'moto[server]'" in str(InProcessMockError("s3://b", missing="flask"))
+        True
     """
 
-    def __init__(self, request: str) -> None:
+    def __init__(self, request: str, *, missing: str | None = None) -> None:
         self.request = request
+        if missing is not None:
+            super().__init__(
+                f"{request}: moto's in-process mock_aws is active, and ckptstore serves its "
+                "S3 requests through moto's server in this process, which needs moto's "
+                f"server extra ({missing}): pip install 'moto[server]'. Nothing is wrong "
+                "with the location or the credentials; see docs/testing.md."
+            )
+            return
         super().__init__(
             f"{request}: moto's in-process mock_aws intercepted this request, but it answers "
             "with botocore's synchronous responses, which aiobotocore (used by s3fs and the "
             "ckptstore S3 plugin) cannot await; nothing is wrong with the location or the "
-            "credentials. Use the `s3_mock_aws` pytest fixture of ckptstore.testing, or put "
-            "`with ckptstore.testing.in_process_moto():` inside your mock_aws block (it "
-            "serves the same mocked buckets over HTTP on 127.0.0.1); see docs/testing.md."
+            "credentials. ckptstore sends the requests mock_aws intercepts to moto's server "
+            "in this process by itself, but did not expect this one to be intercepted: put "
+            "`with ckptstore.testing.in_process_moto() as server:` inside your mock_aws "
+            "block and pass `storage_options=server.storage_options` (it serves the same "
+            "mocked buckets over HTTP on 127.0.0.1); see docs/testing.md."
         )

@@ -150,9 +150,10 @@ def s3_url(
 
 @pytest.fixture
 def s3_mock_aws() -> Iterator[InProcessMoto]:
-    """moto's in-process ``mock_aws`` for this test, usable by ckptstore: its S3 is also
-    served over HTTP on 127.0.0.1 (:func:`~ckptstore.testing.in_process_moto`), so
-    buckets made with boto3 in the test are the ones ckptstore reads and writes."""
+    """moto's in-process ``mock_aws`` for this test, its S3 also served over HTTP on
+    127.0.0.1 (:func:`~ckptstore.testing.in_process_moto`). Plain ``mock_aws`` is enough
+    for ckptstore; the server also lets s3fs and other aiobotocore code in the test see
+    the buckets made with boto3."""
     from moto import mock_aws
 
     with mock_aws(), in_process_moto() as server:

@@ -1,27 +1,30 @@
-"""moto's in-process ``mock_aws`` for code that checkpoints to S3 through ckptstore.
+"""moto's server in a thread of the test process, for S3 code that moto's in-process
+``mock_aws`` cannot serve by itself.
 
-``mock_aws`` answers requests inside botocore with synchronous responses; aiobotocore
-(under s3fs and ckptstore's S3 plugin) cannot await them, so under plain ``mock_aws``
-every ckptstore S3 request raises :class:`~ckptstore.errors.InProcessMockError`.
-:func:`in_process_moto` starts moto's own server in a thread of this process on
-127.0.0.1 and points ``AWS_ENDPOINT_URL_S3`` at it: ckptstore then talks HTTP to it,
-and since the server and ``mock_aws`` share moto's in-memory backends, buckets and
-objects made with boto3 inside ``mock_aws`` are the ones ckptstore sees, and back.
+ckptstore's own S3 requests need nothing: while ``mock_aws`` is active, the S3 plugin
+sends them to moto's server in this process by itself (see docs/testing.md). Other
+aiobotocore code does not: ``mock_aws`` answers inside botocore with synchronous
+responses, which aiobotocore (under s3fs) cannot await. :func:`in_process_moto` starts
+moto's server in a thread on 127.0.0.1 and points ``AWS_ENDPOINT_URL_S3`` at it; since
+the server and ``mock_aws`` share moto's in-memory backends, s3fs then sees the buckets
+and objects made inside the mock, by boto3 and by ckptstore alike. It also serves an
+endpoint the mock intercepts that the S3 plugin does not reroute
+(:class:`~ckptstore.errors.InProcessMockError`), and is a light S3 server without
+``mock_aws``.
 
 Example::
 
-    >>> import boto3
+    >>> import boto3, fsspec
     >>> from moto import mock_aws
     >>> from ckptstore.tree import load_tree, save_tree
     >>> with mock_aws():
     ...     s3 = boto3.client("s3", region_name="us-east-1")
     ...     _ = s3.create_bucket(Bucket="bucket")
-    ...     with in_process_moto():  # without it: InProcessMockError
-    ...         save_tree("s3://bucket/run", 1, {"step": 1})
-    ...         print(load_tree("s3://bucket/run"))
-    ...     print(s3.list_objects_v2(Bucket="bucket")["KeyCount"] > 0)  # boto3 sees it too
-    {'step': 1}
-    True
+    ...     save_tree("s3://bucket/run", 1, {"step": 1})  # plain mock_aws is enough here
+    ...     with in_process_moto():  # for s3fs, which cannot use the mock by itself
+    ...         fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    ...         print(fs.ls("bucket/run"))
+    ['bucket/run/_ckptstore', 'bucket/run/tree.1']
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ from ckptstore.object_store import (
     declared_size,
 )
 from ckptstore_s3.errors import S3ErrorRules
+from ckptstore_s3.moto_mock import intercepted, mock_aws_active, server_endpoint
 from ckptstore_s3.multipart import S3MultipartUpload
+from ckptstore_s3.options import S3Options
 
 __all__ = ["S3Client"]
 
@@ -50,7 +52,8 @@ _MOCK_AWS_SYMPTOMS = (
 @contextlib.contextmanager
 def _refuse_mock_aws(describe: str) -> Iterator[None]:
     """Turn the failures of moto's in-process ``mock_aws`` answering an aiobotocore
-    request into :class:`~ckptstore.errors.InProcessMockError`, which says what to use."""
+    request (one :meth:`S3Client._filesystem` did not send to moto's server) into
+    :class:`~ckptstore.errors.InProcessMockError`, which says what to use."""
     try:
         yield
     except (TypeError, AttributeError) as error:
@@ -76,12 +79,51 @@ class S3Client(ObjectStoreClient):
     scheme = "s3"
     head_action = "HEAD"
     get_action = "GET"
-    _opened: object = None
-    """The aiobotocore client last handed out by s3fs's public ``set_session`` (which
-    opens a new one by itself once this one is closed)."""
 
-    async def _s3_client(self) -> Any:
-        self._opened = client = await self.fs.set_session()
+    def __init__(self, fs: Any, options: S3Options, bucket: str) -> None:
+        super().__init__(fs, options, bucket)
+        self.options: S3Options = options
+        self._opened: dict[int, tuple[Any, object]] = {}
+        """The aiobotocore client last handed out by s3fs's public ``set_session`` (which
+        opens a new one by itself once that one is closed), by filesystem: the options'
+        one, and the one for moto's server (:meth:`_filesystem`). Replaced, never
+        changed in place: :meth:`close` may run in another thread."""
+        self._mock_fs: tuple[str, Any] | None = None
+        """moto's server's URL and an s3fs filesystem sending requests to it."""
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages ("the bucket does not exist at ...")."""
+        return "moto's mock_aws" if self._mocked() else self._endpoint
+
+    @endpoint.setter
+    def endpoint(self, value: str) -> None:
+        self._endpoint = value
+
+    def _mocked(self) -> bool:
+        """Whether moto's in-process ``mock_aws`` intercepts this client's requests now."""
+        return mock_aws_active() and intercepted(self.options.endpoint_url)
+
+    def _filesystem(self, describe: str) -> Any:
+        """The options' s3fs filesystem, or, for a request moto's in-process
+        ``mock_aws`` would intercept, one sending it to moto's server in this process
+        instead (:mod:`ckptstore_s3.moto_mock`). Decided for every request, so a client
+        made before a mock started, or used after it ended, goes where the mock says."""
+        if not self._mocked():
+            return self.fs
+        try:
+            endpoint = server_endpoint()
+        except ImportError as error:
+            raise InProcessMockError(describe, missing=str(error)) from error
+        if self._mock_fs is None or self._mock_fs[0] != endpoint:
+            kwargs = {**self.options.s3fs_kwargs(), "endpoint_url": endpoint, "loop": self.loop}
+            self._mock_fs = (endpoint, type(self.fs)(**kwargs))
+        return self._mock_fs[1]
+
+    async def _s3_client(self, describe: str) -> Any:
+        fs = self._filesystem(describe)
+        client = await fs.set_session()
+        self._opened = {**self._opened, id(fs): (fs, client)}
         return client
 
     async def call(self, method: str, describe: str, **params: Any) -> dict[str, Any]:
@@ -91,7 +133,7 @@ class S3Client(ObjectStoreClient):
         async def attempt() -> dict[str, Any]:
             if isinstance(body, PartsReader):
                 body.seek(0)  # a retry sends the whole body again
-            client = await self._s3_client()
+            client = await self._s3_client(describe)
             with _refuse_mock_aws(describe):
                 response: dict[str, Any] = await getattr(client, method)(
                     Bucket=self.bucket, **params
@@ -146,8 +188,9 @@ class S3Client(ObjectStoreClient):
         headers: dict[str, str],
         consume: Callable[[Read, int | None], Awaitable[T]],
     ) -> T:
-        client = await self._s3_client()
-        with _refuse_mock_aws(self.describe("GET", key)):
+        describe = self.describe("GET", key)
+        client = await self._s3_client(describe)
+        with _refuse_mock_aws(describe):
             response = await client.get_object(Bucket=self.bucket, Key=key, **headers)
         size = declared_size(response.get("ContentRange"), response.get("ContentLength"))
         async with response["Body"] as body:
@@ -205,6 +248,6 @@ class S3Client(ObjectStoreClient):
             token = response.get("NextContinuationToken")
 
     def close(self) -> None:
-        client, self._opened = self._opened, None
-        if client is not None:
-            type(self.fs).close_session(self.fs.loop, client)
+        opened, self._opened = self._opened, {}
+        for fs, client in opened.values():
+            type(fs).close_session(fs.loop, client)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
-__all__ = ["CliParser", "UsageError", "did_you_mean"]
+__all__ = ["CliParser", "UsageError", "at_least", "did_you_mean"]
 
 _INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '([^']*)'")
 
@@ -43,6 +43,35 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``"; did you mean X?"`` for the closest of ``candidates`` to ``word``, else ``""``."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """argparse ``type=`` of a whole-number option with a lower bound: a smaller value
+    (``gc --keep-last 0``) is a usage error (exit 2) naming the bound, as a non-number is.
+
+    Example::
+
+        >>> at_least(1)("3")
+        3
+        >>> at_least(1)("0")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: 0 is too small: expected a whole number >= 1
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number (expected one >= {minimum})"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{value} is too small: expected a whole number >= {minimum}"
+            )
+        return value
+
+    return parse
 
 
 class CliParser(argparse.ArgumentParser):

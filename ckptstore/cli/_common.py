@@ -50,6 +50,7 @@ from ckptstore.cli._options import key_value, open_with_options, parse_options
 from ckptstore.cli._output import fail
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
+from ckptstore.execution._node import DEFAULT_NODE
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing, require_commit
@@ -61,6 +62,8 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_USAGE",
+    "DEFAULT_NODE_MARK",
+    "DEFAULT_NODE_NOTE",
     "add_command",
     "add_epoch_selection",
     "add_json_flag",
@@ -83,6 +86,15 @@ EXIT_NOT_FOUND = 4
 """The epoch or checkpoint asked for is not committed."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
+
+DEFAULT_NODE_MARK = "(default node)"
+"""Shown beside the default node's name in listings."""
+DEFAULT_NODE_NOTE = (
+    f"note: node {DEFAULT_NODE!r} {DEFAULT_NODE_MARK} runs the tasks created outside any "
+    "`with Node(...)`, such as epoch_limiter's epoch counter; it is checkpointed with the "
+    "job's other nodes"
+)
+"""Printed once under a listing that shows the default node, saying what it is."""
 
 Runner = Callable[[argparse.Namespace], int]
 ROOT = (("url", "checkpoint root"),)

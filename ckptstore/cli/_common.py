@@ -54,6 +54,7 @@ from ckptstore.execution._node import DEFAULT_NODE
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing, require_commit
+from ckptstore.records._layout import CONTROL_DIR
 
 __all__ = [
     "EXIT_CORRUPT",
@@ -175,15 +176,36 @@ def location_exists(storage: PathType) -> bool:
 
 
 def nothing_at(storage: PathType, args: argparse.Namespace) -> int:
-    """Say that nothing is at ``storage``'s URL (a mistyped root, not an empty one); the
-    exit code for it."""
+    """Say that nothing is at ``storage``'s URL (a mistyped root, not an empty one), or
+    that it is a file where a checkpoint root (a directory) is expected; the exit code
+    for it."""
+    path = storage.local_directory()
+    if path is not None and os.path.isfile(path):
+        message = f"{storage.display_url} is a file, not a checkpoint root: {_instead(path)}"
+    else:
+        message = (
+            f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
+            "(and -o options such as the endpoint)"
+        )
     return fail(
-        f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
-        "(and -o options such as the endpoint)",
+        message,
         EXIT_NOT_FOUND,
         json_mode=bool(getattr(args, "json", False)),
         kind="NotFound",
     )
+
+
+def _instead(path: str) -> str:
+    """What to pass instead of the file ``path``: the checkpoint root it is in (the
+    nearest directory above it holding ckptstore's control directory), else a directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    candidate = directory
+    while not os.path.isdir(os.path.join(candidate, CONTROL_DIR)):
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            return f"pass the directory that holds the checkpoints (this file is in {directory})"
+        candidate = parent
+    return f"pass the checkpoint root it belongs to, {candidate}"
 
 
 def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:

@@ -245,3 +245,27 @@ def test_as_a_process_a_user_error_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == EXIT_ERROR
     assert "-o x=1" in one_line_error(result.stderr)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["ls"], ["gc", "--keep-last", "1"], ["catalog", "rebuild"]],
+    ids=["ls", "gc", "catalog-rebuild"],
+)
+def test_a_file_where_a_root_is_expected_is_named_as_a_file(
+    cli: Cli, run_url: str, tmp_path: Path, argv: list[str]
+) -> None:
+    """``ckptstore ls run/trainer_0.1/blobs.npz`` is a file, not a missing directory: the
+    message says so and names the root to pass instead (exit 4: no checkpoint root there)."""
+    inside = next(Path(run_url).glob("trainer_0.1/*"))
+    result = cli(*_with_url(argv, str(inside)))
+    assert result.code == EXIT_NOT_FOUND
+    line = one_line_error(result.err)
+    assert f"{inside} is a file, not a checkpoint root" in line
+    assert f"pass the checkpoint root it belongs to, {run_url}" in line
+    alone = tmp_path / "notes.txt"
+    alone.write_text("not a checkpoint")
+    line = one_line_error(cli(*_with_url(argv, str(alone))).err)
+    assert f"{alone} is a file, not a checkpoint root" in line
+    assert f"pass the directory that holds the checkpoints (this file is in {tmp_path})" in line
+    assert alone.read_text() == "not a checkpoint"

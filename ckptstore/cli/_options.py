@@ -15,13 +15,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import difflib
 import inspect
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ckptstore._suggest import closest
 from ckptstore.errors import CkptStoreError, StorageOptionError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
@@ -92,8 +92,7 @@ def open_with_options(
         guesses = [
             f"{flag} {close}=..."
             for key in options
-            if key not in accepted
-            for close in difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+            if key not in accepted and (close := closest(key, accepted)) is not None
         ]
         named = [  # options the error names whose name is not what is wrong
             key for key in options if key in str(error) and (key in accepted or not accepted)

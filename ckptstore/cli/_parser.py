@@ -21,10 +21,11 @@ Example::
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
+
+from ckptstore._suggest import closest
 
 __all__ = ["CliParser", "UsageError", "at_least", "did_you_mean"]
 
@@ -41,8 +42,8 @@ class UsageError(Exception):
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``"; did you mean X?"`` for the closest of ``candidates`` to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    close = closest(word, candidates)
+    return f"; did you mean {close}?" if close else ""
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

@@ -51,20 +51,21 @@ from ckptstore.cli._output import fail
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.execution._node import DEFAULT_NODE
+from ckptstore.object_store._masking import credential_values, mask, masking_logs, url_secrets
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing, require_commit
 from ckptstore.records._layout import CONTROL_DIR
 
 __all__ = [
+    "DEFAULT_NODE_MARK",
+    "DEFAULT_NODE_NOTE",
     "EXIT_CORRUPT",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_USAGE",
-    "DEFAULT_NODE_MARK",
-    "DEFAULT_NODE_NOTE",
     "add_command",
     "add_epoch_selection",
     "add_json_flag",
@@ -73,6 +74,7 @@ __all__ = [
     "chosen_epochs",
     "committed",
     "format_bytes",
+    "given_secrets",
     "guarded",
     "location_exists",
     "no_committed_epoch",
@@ -224,29 +226,44 @@ def guarded(run: Runner) -> Runner:
     @functools.wraps(run)
     def wrapper(args: argparse.Namespace) -> int:
         json_mode = bool(getattr(args, "json", False))
+        secrets = given_secrets(args)
         try:
-            return run(args)
+            with masking_logs(secrets):
+                return run(args)
         except CheckpointNotFoundError as error:
-            return _fail(error, EXIT_NOT_FOUND, json_mode)
+            return _fail(error, EXIT_NOT_FOUND, json_mode, secrets)
         except CorruptCheckpointError as error:
-            return _fail(error, EXIT_CORRUPT, json_mode)
+            return _fail(error, EXIT_CORRUPT, json_mode, secrets)
         except CkptStoreError as error:
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
         except ValueError as error:  # bad option values (IOSettings, path type options)
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
         except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
         except (OSError, MemoryError, RecursionError) as error:
             # never a traceback: whatever is stored, the operator gets one line
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
 
     return wrapper
 
 
-def _fail(error: Exception, code: int, json_mode: bool) -> int:
+def given_secrets(args: argparse.Namespace) -> list[str]:
+    """Every credential on the command line: the values of credential-named storage
+    options (``-o secret=...``, ``--dst-option token=...``) and those in URLs
+    (``user:password@``, ``?sig=...``), to mask in whatever the command prints."""
+    secrets: list[str] = []
+    for name, value in vars(args).items():
+        if name.endswith("options") and isinstance(value, list):
+            secrets += credential_values(parse_options(value))
+        elif isinstance(value, str) and "://" in value:
+            secrets += url_secrets(value)
+    return secrets
+
+
+def _fail(error: Exception, code: int, json_mode: bool, secrets: Sequence[str]) -> int:
     message = " ".join(str(error).split()) or type(error).__name__  # one line, always
-    return fail(message, code, json_mode=json_mode, kind=type(error).__name__)
+    return fail(mask(message, secrets), code, json_mode=json_mode, kind=type(error).__name__)
 
 
 def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:

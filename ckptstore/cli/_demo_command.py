@@ -23,7 +23,9 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--dir", default="./ckptstore-demo", help="checkpoint directory")
     parser.add_argument("--epochs", type=at_least(1), default=6, help="train up to this epoch")
-    parser.add_argument("--nodes", type=at_least(2), default=3, help="number of nodes (classes), at least 2")
+    parser.add_argument(
+        "--nodes", type=at_least(2), default=3, help="number of nodes (classes), at least 2"
+    )
     parser.add_argument("--db-type", default="zarr", help="checkpoint format (zarr, npz...)")
     parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
     parser.set_defaults(run=run)

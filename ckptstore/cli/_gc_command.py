@@ -32,7 +32,9 @@ def register(commands: Any) -> None:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-last", type=at_least(1), required=True, metavar="N")
-    parser.add_argument("--keep-every", type=at_least(1), metavar="K", help="also keep epochs %% K == 0")
+    parser.add_argument(
+        "--keep-every", type=at_least(1), metavar="K", help="also keep epochs %% K == 0"
+    )
     parser.add_argument(
         "--node",
         action="append",

@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
             f"({common.format_bytes(node['stored_bytes'])} stored)"
         )
         if node["blobs"]:
-            print(f"    {'BLOB':<40} {'DTYPE':<8} {'SHAPE':<16} {'BYTES':>10}  {'CHUNKS':>6}  CODEC")
+            print(
+                f"    {'BLOB':<40} {'DTYPE':<8} {'SHAPE':<16} {'BYTES':>10}  {'CHUNKS':>6}  CODEC"
+            )
         for blob in node["blobs"]:
             shape = (
                 "("

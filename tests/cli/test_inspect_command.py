@@ -7,14 +7,14 @@ from pathlib import Path
 from cli_helpers import Cli, train_with_limiter_outside_nodes
 
 from ckptstore import protocol
+from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
-from ckptstore.execution._session import LocalSession
-from ckptstore.testing.conformance import counting_job
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.cli._common import DEFAULT_NODE_NOTE
+from ckptstore.execution._session import LocalSession
 from ckptstore.records._layout import node_commit_key
+from ckptstore.testing.conformance import counting_job
 
 
 def test_describes_nodes_and_blobs(cli: Cli, run_url: str) -> None:

@@ -94,7 +94,8 @@ def test_the_default_node_is_listed_and_said_what_it_is(cli: Cli, tmp_path: Path
     assert not any("(default node)" in line for line in text.splitlines() if "trainer_" in line)
     assert text.splitlines()[-1] == DEFAULT_NODE_NOTE
     assert text.count(DEFAULT_NODE_NOTE) == 1
-    assert "epoch_limiter" in DEFAULT_NODE_NOTE and "outside any `with Node" in DEFAULT_NODE_NOTE
+    assert "epoch_limiter" in DEFAULT_NODE_NOTE
+    assert "outside any `with Node" in DEFAULT_NODE_NOTE
     assert cli("ls", url).out.splitlines()[-1] == DEFAULT_NODE_NOTE  # it explains 3/3
 
 

@@ -68,8 +68,10 @@ def test_a_misspelt_storage_option_is_named_with_the_closest_accepted_one(
 
 def test_an_unknown_storage_option_lists_the_accepted_ones(cli: Cli, run_url: str) -> None:
     line = one_line_error(cli("verify", run_url, "-o", "region=eu").err)
-    assert "-o region='eu'" in line
-    assert "accepts: direct_io, durability" in line
+    # the value of an option the path type does not know is not echoed: it may be a
+    # credential under a mistyped name
+    assert "-o region=*** refused" in line
+    assert "remove -o region (options 'local' accepts: direct_io, durability)" in line
 
 
 def test_a_bad_storage_option_value_is_named(cli: Cli, run_url: str) -> None:
@@ -244,7 +246,7 @@ def test_as_a_process_a_user_error_is_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == EXIT_ERROR
-    assert "-o x=1" in one_line_error(result.stderr)
+    assert "-o x=*** refused" in one_line_error(result.stderr)  # an unknown option's value: hidden
 
 
 @pytest.mark.parametrize(

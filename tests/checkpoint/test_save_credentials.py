@@ -5,7 +5,6 @@ authentication, on after the request that creates the bucket)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import traceback
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import without_aws
 from cli_helpers import train
 
 from ckptstore.checkpoint._manager import CheckpointManager
@@ -37,12 +37,7 @@ def checking_server() -> Iterator[MotoServer]:
 @pytest.fixture
 def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No credential anywhere botocore looks (variables, files, instance metadata)."""
-    for variable in list(os.environ):
-        if variable.startswith("AWS_"):
-            monkeypatch.delenv(variable)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws(monkeypatch)
 
 
 def save(server: MotoServer, **credentials: str) -> BaseException:

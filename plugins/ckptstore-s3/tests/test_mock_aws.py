@@ -12,6 +12,7 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
+from ckpt_helpers import without_aws
 from moto import mock_aws
 
 from ckptstore import (
@@ -28,12 +29,7 @@ from ckptstore.tree import load_tree, save_tree
 @pytest.fixture(autouse=True)
 def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     """No endpoint or credentials from the machine or other fixtures leak in."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws(monkeypatch)
 
 
 def test_plain_mock_aws_is_refused_with_a_typed_error_naming_the_adapter() -> None:

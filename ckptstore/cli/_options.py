@@ -31,11 +31,22 @@ from typing import Any
 
 from ckptstore._suggest import closest
 from ckptstore.errors import CkptStoreError, StorageOptionError
-from ckptstore.object_store._masking import credential_values, is_credential_name, mask
+from ckptstore.object_store._masking import (
+    credential_values,
+    is_credential_name,
+    mask,
+    url_secrets,
+)
 from ckptstore.plugin._path_type import PathType, redact_url
 from ckptstore.plugin._registry import Registry
 
-__all__ = ["accepted_options", "key_value", "open_with_options", "parse_options"]
+__all__ = [
+    "accepted_options",
+    "command_line_secrets",
+    "key_value",
+    "open_with_options",
+    "parse_options",
+]
 
 _ACCEPTED = re.compile(r"accepted: ([\w, ]+)")
 _NOT_OPTIONS = {"self", "url"}
@@ -45,10 +56,30 @@ def key_value(text: str) -> tuple[str, str]:
     """argparse ``type=`` of ``-o``: ``"anon=true"`` -> ``("anon", "true")``."""
     key, separator, raw = text.partition("=")
     if not separator or not key.strip():
+        shown = text if not separator else "=***"  # never echo a value: it may be a secret
         raise argparse.ArgumentTypeError(
-            f"storage option {text!r} is not KEY=VALUE (for example: -o anon=true)"
+            f"storage option {shown!r} is not KEY=VALUE (for example: -o anon=true)"
         )
     return key.strip(), raw
+
+
+def command_line_secrets(words: Sequence[str]) -> list[str]:
+    """The credentials in raw command-line ``words`` (before they are parsed, for usage
+    errors): values of credential-named ``KEY=VALUE`` words and those in URLs.
+
+    Example::
+
+        >>> command_line_secrets(["ls", "ftp://me:hunter22@host/x", "-o", "secret=s3cr3t"])
+        ['hunter22', 's3cr3t']
+    """
+    found: list[str] = []
+    for word in words:
+        if "://" in word:
+            found += url_secrets(word)
+        elif "=" in word:
+            key, _, value = word.lstrip("-").partition("=")
+            found += credential_values({key: value})
+    return found
 
 
 def parse_options(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:

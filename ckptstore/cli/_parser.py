@@ -102,8 +102,11 @@ class CliParser(argparse.ArgumentParser):
 
     def unrecognized(self, extras: Sequence[str]) -> NoReturn:
         option = next((word.split("=", 1)[0] for word in extras if word.startswith("-")), None)
-        if option is None:
-            raise UsageError(f"unexpected argument(s): {' '.join(extras)}", self)
+        if option is None:  # a KEY=VALUE word is shown without its value: it may be a secret
+            shown = [word.split("=", 1)[0] + "=***" if "=" in word else word for word in extras]
+            assigned = any("=" in word for word in extras)
+            hint = "; a storage option goes after -o (-o KEY=VALUE)" if assigned else ""
+            raise UsageError(f"unexpected argument(s): {' '.join(shown)}{hint}", self)
         raise UsageError(
             f"unknown option {option}{did_you_mean(option, self.option_names())}", self
         )

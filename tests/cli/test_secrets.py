@@ -16,7 +16,7 @@ import pytest
 from cli_helpers import Cli
 
 from ckptstore.checkpoint._manager import CheckpointManager
-from ckptstore.cli._common import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK
+from ckptstore.cli._common import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from ckptstore.execution._session import LocalSession
 from ckptstore.object_store._masking import masking_logs
 from ckptstore.testing.fixtures import s3_server, s3_url
@@ -96,6 +96,22 @@ def test_no_secret_from_an_object_store(
     assert unreachable.code == EXIT_ERROR
     for result in (refused, misspelt, nested, copied, listed, unreachable):
         assert_hidden(result.out, result.err, printed.text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls", "{url}", f"secret={SECRET}"],  # -o forgotten
+        ["ls", "{url}", "-o", f"={SECRET}"],  # no KEY
+        ["ls", "{url}", f"ftp://user:{SECRET}@host/run"],  # a second URL
+        ["cp", "{url}", f"memory://user:{SECRET}@host/run", "--forse"],
+    ],
+)
+def test_no_secret_in_a_usage_error(cli: Cli, run_url: str, argv: list[str]) -> None:
+    result = cli(*[word.format(url=run_url) for word in argv], "--json")
+    assert result.code == EXIT_USAGE
+    assert result.json()["error"]["type"] == "UsageError"
+    assert_hidden(result.out, result.err)
 
 
 def test_no_secret_as_a_process(run_url: str, tmp_path: Path) -> None:

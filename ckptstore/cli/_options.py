@@ -65,11 +65,12 @@ def key_value(text: str) -> tuple[str, str]:
 
 def command_line_secrets(words: Sequence[str]) -> list[str]:
     """The credentials in raw command-line ``words`` (before they are parsed, for usage
-    errors): values of credential-named ``KEY=VALUE`` words and those in URLs.
+    errors): values of credential-named ``KEY=VALUE`` words (``--option=KEY=VALUE`` and
+    ``--secret=VALUE`` too; JSON values looked into) and those in URLs.
 
     Example::
 
-        >>> command_line_secrets(["ls", "ftp://me:hunter22@host/x", "-o", "secret=s3cr3t"])
+        >>> command_line_secrets(["ls", "ftp://me:hunter22@host/x", "--option=secret=s3cr3t"])
         ['hunter22', 's3cr3t']
     """
     found: list[str] = []
@@ -78,7 +79,11 @@ def command_line_secrets(words: Sequence[str]) -> list[str]:
             found += url_secrets(word)
         elif "=" in word:
             key, _, value = word.lstrip("-").partition("=")
-            found += credential_values({key: value})
+            pairs = [(key, value)]
+            if word.startswith("-") and "=" in value:  # --option=KEY=VALUE
+                inner, _, inner_value = value.partition("=")
+                pairs.append((inner, inner_value))
+            found += credential_values(parse_options(pairs))
     return found
 
 

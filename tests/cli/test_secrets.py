@@ -103,12 +103,15 @@ def test_no_secret_from_an_object_store(
     [
         ["ls", "{url}", f"secret={SECRET}"],  # -o forgotten
         ["ls", "{url}", "-o", f"={SECRET}"],  # no KEY
+        ["ls", "{url}", f"--option=secret={SECRET}", "--jsn", "extra"],
+        ["ls", "{url}", f"--secret={SECRET}", "-o"],
+        ["ls", "{url}", "extra", "-o", f'client_kwargs={{"aws_secret_access_key": "{SECRET}"}}'],
         ["ls", "{url}", f"ftp://user:{SECRET}@host/run"],  # a second URL
         ["cp", "{url}", f"memory://user:{SECRET}@host/run", "--forse"],
     ],
 )
 def test_no_secret_in_a_usage_error(cli: Cli, run_url: str, argv: list[str]) -> None:
-    result = cli(*[word.format(url=run_url) for word in argv], "--json")
+    result = cli(*[word.replace("{url}", run_url) for word in argv], "--json")
     assert result.code == EXIT_USAGE
     assert result.json()["error"]["type"] == "UsageError"
     assert_hidden(result.out, result.err)

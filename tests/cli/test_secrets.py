@@ -181,3 +181,22 @@ def test_a_library_save_with_bad_options_prints_no_secret(
         save()
     assert_hidden(str(raised.value), "".join(traceback.format_exception(raised.value)))
     assert_hidden(printed.text)
+
+
+def test_log_lines_are_masked_without_any_logging_configured(tmp_path: Path) -> None:
+    """The CLI configures no logging: warnings reach stderr through logging's last
+    resort handler, which is masked too."""
+    script = (
+        "import logging\n"
+        "from ckptstore.object_store._masking import masking_logs\n"
+        "with masking_logs([SECRET]):\n"
+        "    logging.getLogger('ckptstore.x').warning('refused %s', SECRET)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"SECRET = {SECRET!r}\n{script}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.stderr == "refused ***\n"

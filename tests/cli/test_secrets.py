@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from ckptstore.testing.servers import free_port
 __all__ = ["s3_server", "s3_url"]  # the fixtures this module uses
 
 SECRET = f"SeCrEt-{secrets.token_hex(8)}"
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
 
 
 @pytest.fixture
@@ -136,6 +139,7 @@ def test_no_secret_as_a_process(run_url: str, tmp_path: Path) -> None:
         text=True,
         timeout=60,
         cwd=tmp_path,
+        env=ENV,
     )
     assert result.returncode == EXIT_ERROR
     assert json.loads(result.stdout)["error"]["type"] == "StorageOptionError"
@@ -198,5 +202,6 @@ def test_log_lines_are_masked_without_any_logging_configured(tmp_path: Path) -> 
         text=True,
         timeout=60,
         cwd=tmp_path,
+        env=ENV,
     )
     assert result.stderr == "refused ***\n"

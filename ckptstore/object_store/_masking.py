@@ -102,11 +102,11 @@ def url_secrets(url: str) -> list[str]:
         >>> url_secrets("ftp://me:hunter22@host/run?sig=abcdef&x=1")
         ['hunter22', 'abcdef']
     """
-    parts = urlsplit(url)
     try:
+        parts = urlsplit(url)
         password = parts.password
-    except ValueError:  # not a URL urllib can split: nothing it would find
-        password = None
+    except ValueError:  # not a URL urllib can split (`http://[broken`): nothing to find
+        return []
     query = dict(parse_qsl(parts.query))
     return ([password] if password else []) + credential_values(query)
 

@@ -23,6 +23,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ckptstore._suggest import closest
+
 __all__ = [
     "AlreadyCommittedError",
     "BlobNotFoundError",
@@ -100,7 +102,8 @@ class PluginError(CkptStoreError):
 
 
 class UnknownPluginError(PluginError, KeyError):
-    """No installed plugin provides the requested name.
+    """No installed plugin provides the requested name; ``suggestion`` is the installed
+    name closest to it, if one is alike (a typo), and the message asks "did you mean".
 
     Example::
 
@@ -108,6 +111,11 @@ class UnknownPluginError(PluginError, KeyError):
         >>> get_registry().db_type("nosuchformat")
         Traceback (most recent call last):
         ckptstore.errors.UnknownPluginError: ...
+        >>> try:
+        ...     get_registry().db_type("nzp")
+        ... except UnknownPluginError as error:
+        ...     print(error.suggestion, "|", error)
+        npz | unknown db type 'nzp' (did you mean 'npz'?); installed: ...
     """
 
     def __init__(self, kind: str, name: str, installed: Iterable[str], hint: str | None) -> None:
@@ -115,8 +123,13 @@ class UnknownPluginError(PluginError, KeyError):
         self.name = name
         self.installed = tuple(sorted(installed))
         listing = ", ".join(self.installed) or "none"
+        close = closest(name, self.installed)
+        self.suggestion = close
+        guess = f" (did you mean {close!r}?)" if close else ""
         fix = hint or "install a plugin that provides it (see `ckptstore plugins`)"
-        super().__init__(f"unknown {kind} {name!r}; installed: {listing}. To use {name!r}, {fix}.")
+        super().__init__(
+            f"unknown {kind} {name!r}{guess}; installed: {listing}. To use {name!r}, {fix}."
+        )
 
 
 class BrokenPluginError(UnknownPluginError):

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import fsspec
 import numpy as np
+import pytest
 
 from ckptstore import (
     CheckpointManager,
@@ -484,3 +485,15 @@ def fail_epochs(*epochs: int) -> Callable[[str], bool]:
         return any(head.endswith(f".{epoch}") for epoch in epochs)
 
     return should_fail
+
+
+def without_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS endpoint or credential from the machine or other fixtures leaks in: no
+    ``AWS_*`` or ``MOTO_*`` variable, no config or credentials file, no instance
+    metadata."""
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "MOTO_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -50,12 +50,17 @@ from ckptstore.cli._options import key_value, open_with_options, parse_options
 from ckptstore.cli._output import fail
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
+from ckptstore.execution._node import DEFAULT_NODE
+from ckptstore.object_store._masking import credential_values, mask, masking_logs, url_secrets
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing, require_commit
 from ckptstore.records import validate_epoch
+from ckptstore.records._layout import CONTROL_DIR
 
 __all__ = [
+    "DEFAULT_NODE_MARK",
+    "DEFAULT_NODE_NOTE",
     "EXIT_CORRUPT",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -71,6 +76,7 @@ __all__ = [
     "committed",
     "epoch_argument",
     "format_bytes",
+    "given_secrets",
     "guarded",
     "location_exists",
     "no_committed_epoch",
@@ -85,6 +91,15 @@ EXIT_NOT_FOUND = 4
 """The epoch or checkpoint asked for is not committed."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
+
+DEFAULT_NODE_MARK = "(default node)"
+"""Shown beside the default node's name in listings."""
+DEFAULT_NODE_NOTE = (
+    f"note: node {DEFAULT_NODE!r} {DEFAULT_NODE_MARK} runs the tasks created outside any "
+    "`with Node(...)`, such as epoch_limiter's epoch counter; it is checkpointed with the "
+    "job's other nodes"
+)
+"""Printed once under a listing that shows the default node, saying what it is."""
 
 Runner = Callable[[argparse.Namespace], int]
 ROOT = (("url", "checkpoint root"),)
@@ -178,15 +193,36 @@ def location_exists(storage: PathType) -> bool:
 
 
 def nothing_at(storage: PathType, args: argparse.Namespace) -> int:
-    """Say that nothing is at ``storage``'s URL (a mistyped root, not an empty one); the
-    exit code for it."""
+    """Say that nothing is at ``storage``'s URL (a mistyped root, not an empty one), or
+    that it is a file where a checkpoint root (a directory) is expected; the exit code
+    for it."""
+    path = storage.local_directory()
+    if path is not None and os.path.isfile(path):
+        message = f"{storage.display_url} is a file, not a checkpoint root: {_instead(path)}"
+    else:
+        message = (
+            f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
+            "(and -o options such as the endpoint)"
+        )
     return fail(
-        f"nothing at {storage.display_url}: no such directory or prefix; check the URL "
-        "(and -o options such as the endpoint)",
+        message,
         EXIT_NOT_FOUND,
         json_mode=bool(getattr(args, "json", False)),
         kind="NotFound",
     )
+
+
+def _instead(path: str) -> str:
+    """What to pass instead of the file ``path``: the checkpoint root it is in (the
+    nearest directory above it holding ckptstore's control directory), else a directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    candidate = directory
+    while not os.path.isdir(os.path.join(candidate, CONTROL_DIR)):
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            return f"pass the directory that holds the checkpoints (this file is in {directory})"
+        candidate = parent
+    return f"pass the checkpoint root it belongs to, {candidate}"
 
 
 def no_committed_epoch(storage: PathType, args: argparse.Namespace) -> int:
@@ -205,29 +241,44 @@ def guarded(run: Runner) -> Runner:
     @functools.wraps(run)
     def wrapper(args: argparse.Namespace) -> int:
         json_mode = bool(getattr(args, "json", False))
+        secrets = given_secrets(args)
         try:
-            return run(args)
+            with masking_logs(secrets):
+                return run(args)
         except CheckpointNotFoundError as error:
-            return _fail(error, EXIT_NOT_FOUND, json_mode)
+            return _fail(error, EXIT_NOT_FOUND, json_mode, secrets)
         except CorruptCheckpointError as error:
-            return _fail(error, EXIT_CORRUPT, json_mode)
+            return _fail(error, EXIT_CORRUPT, json_mode, secrets)
         except CkptStoreError as error:
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
         except ValueError as error:  # bad option values (IOSettings, path type options)
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
         except BrokenPipeError:  # `ckptstore ls URL | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
         except (OSError, MemoryError, RecursionError) as error:
             # never a traceback: whatever is stored, the operator gets one line
-            return _fail(error, EXIT_ERROR, json_mode)
+            return _fail(error, EXIT_ERROR, json_mode, secrets)
 
     return wrapper
 
 
-def _fail(error: Exception, code: int, json_mode: bool) -> int:
+def given_secrets(args: argparse.Namespace) -> list[str]:
+    """Every credential on the command line: the values of credential-named storage
+    options (``-o secret=...``, ``--dst-option token=...``) and those in URLs
+    (``user:password@``, ``?sig=...``), to mask in whatever the command prints."""
+    secrets: list[str] = []
+    for name, value in vars(args).items():
+        if name.endswith("options") and isinstance(value, list):
+            secrets += credential_values(parse_options(value))
+        elif isinstance(value, str) and "://" in value:
+            secrets += url_secrets(value)
+    return secrets
+
+
+def _fail(error: Exception, code: int, json_mode: bool, secrets: Sequence[str]) -> int:
     message = " ".join(str(error).split()) or type(error).__name__  # one line, always
-    return fail(message, code, json_mode=json_mode, kind=type(error).__name__)
+    return fail(mask(message, secrets), code, json_mode=json_mode, kind=type(error).__name__)
 
 
 def add_storage_options(parser: argparse.ArgumentParser, *names: str) -> None:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
+from ckptstore.cli._parser import at_least
 from ckptstore.tools._replication import copy_epochs, copy_passes
 
 
@@ -26,7 +27,9 @@ def register(commands: Any) -> None:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     common.add_epoch_selection(parser, "epoch (repeatable)")
-    parser.add_argument("--jobs", type=int, default=4, help="nodes copied at once (default 4)")
+    parser.add_argument(
+        "--jobs", type=at_least(1), default=4, help="nodes copied at once (default 4)"
+    )
     parser.add_argument("--force", action="store_true", help="copy nodes already at DST too")
     parser.add_argument(
         "--no-verify", dest="verify", action="store_false", help="skip reading the copy back"

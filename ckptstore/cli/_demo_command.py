@@ -9,6 +9,7 @@ from ckptstore.builtin._local_path import LocalPath
 from ckptstore.cli._common import committed
 from ckptstore.cli._main import EXIT_ERROR, EXIT_OK
 from ckptstore.cli._output import fail
+from ckptstore.cli._parser import at_least
 from ckptstore.tools._demo import DemoConfig, run_demo
 
 
@@ -21,8 +22,10 @@ def register(commands: Any) -> None:
         "from the last complete epoch.",
     )
     parser.add_argument("--dir", default="./ckptstore-demo", help="checkpoint directory")
-    parser.add_argument("--epochs", type=int, default=6, help="train up to this epoch")
-    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (classes)")
+    parser.add_argument("--epochs", type=at_least(1), default=6, help="train up to this epoch")
+    parser.add_argument(
+        "--nodes", type=at_least(2), default=3, help="number of nodes (classes), at least 2"
+    )
     parser.add_argument("--db-type", default="zarr", help="checkpoint format (zarr, npz...)")
     parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
     parser.set_defaults(run=run)

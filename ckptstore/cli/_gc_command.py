@@ -9,6 +9,7 @@ from typing import Any
 from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog
 from ckptstore.checkpoint._retention import KeepLast, carry_out, plan_retention
 from ckptstore.cli import _common as common
+from ckptstore.cli._parser import at_least
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.plugin._path_type import PathType
 
@@ -30,8 +31,10 @@ def register(commands: Any) -> None:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keep-last", type=int, required=True, metavar="N")
-    parser.add_argument("--keep-every", type=int, metavar="K", help="also keep epochs %% K == 0")
+    parser.add_argument("--keep-last", type=at_least(1), required=True, metavar="N")
+    parser.add_argument(
+        "--keep-every", type=at_least(1), metavar="K", help="also keep epochs %% K == 0"
+    )
     parser.add_argument(
         "--node",
         action="append",

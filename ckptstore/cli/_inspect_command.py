@@ -14,7 +14,7 @@ def register(commands: Any) -> None:
         commands,
         "inspect",
         run,
-        summary="show an epoch's nodes and blobs (dtype, shape, bytes)",
+        summary="show an epoch's nodes and blobs (dtype, shape, bytes, chunks, codec)",
         description="Describe a committed epoch from its manifests (no blob data is read).",
         arguments=_arguments,
         progress=False,
@@ -48,11 +48,16 @@ def run(args: argparse.Namespace) -> int:
         f"{common.format_bytes(description['nbytes'])} in {len(description['nodes'])} node(s)"
     )
     for node in description["nodes"]:
+        mark = f" {common.DEFAULT_NODE_MARK}" if node["default_node"] else ""
         print(
-            f"  node {node['node']}  {node['db_type']}  {len(node['blobs'])} blobs  "
+            f"  node {node['node']}{mark}  {node['db_type']}  {len(node['blobs'])} blobs  "
             f"{common.format_bytes(node['nbytes'])} "
             f"({common.format_bytes(node['stored_bytes'])} stored)"
         )
+        if node["blobs"]:
+            print(
+                f"    {'BLOB':<40} {'DTYPE':<8} {'SHAPE':<16} {'BYTES':>10}  {'CHUNKS':>6}  CODEC"
+            )
         for blob in node["blobs"]:
             shape = (
                 "("
@@ -62,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             )
             print(
                 f"    {blob['name']:<40} {blob['dtype']:<8} {shape:<16} "
-                f"{common.format_bytes(blob['nbytes']):>10}  {blob['chunks']} chunk(s)"
+                f"{common.format_bytes(blob['nbytes']):>10}  {blob['chunks']:>6}  {blob['codec']}"
             )
+    if any(node["default_node"] for node in description["nodes"]):
+        print(common.DEFAULT_NODE_NOTE)
     return common.EXIT_OK

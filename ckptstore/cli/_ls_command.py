@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.protocol._inventory import scan
+from ckptstore.protocol._inventory import RunEntry, scan
 
 
 def register(commands: Any) -> None:
@@ -40,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no checkpoints under {storage.display_url}")
         return common.EXIT_OK
+    _print_runs(runs, show_nodes=args.nodes)
+    if any(node.default_node for run in runs for epoch in run.epochs for node in epoch.nodes):
+        print(common.DEFAULT_NODE_NOTE)
+    return common.EXIT_OK
+
+
+def _print_runs(runs: list[RunEntry], *, show_nodes: bool) -> None:
     for entry in runs:
         print(f"{entry.url}")
         print(f"  {'EPOCH':>6}  {'STATE':<11}  {'NODES':>5}  {'SIZE':>10}  COMMITTED AT")
@@ -49,10 +56,11 @@ def run(args: argparse.Namespace) -> int:
             size = common.format_bytes(epoch.stored_bytes)
             when = epoch.committed_at or "-"
             print(f"  {epoch.epoch:>6}  {epoch.state:<11}  {nodes:>5}  {size:>10}  {when}")
-            if args.nodes:
+            if show_nodes:
                 for node in epoch.nodes:
+                    mark = f"  {common.DEFAULT_NODE_MARK}" if node.default_node else ""
                     print(
                         f"  {'':>6}    {node.node:<24} {node.state:<11} "
-                        f"{node.db_type or '-':<6} {common.format_bytes(node.stored_bytes):>10}"
+                        f"{node.db_type or '-':<6} "
+                        f"{common.format_bytes(node.stored_bytes):>10}{mark}"
                     )
-    return common.EXIT_OK

@@ -22,9 +22,11 @@ from typing import Any
 
 import ckptstore.cli
 from ckptstore import __version__
+from ckptstore.cli._options import command_line_secrets
 from ckptstore.cli._output import fail, wants_json
 from ckptstore.cli._parser import CliParser, UsageError
 from ckptstore.errors import CkptStoreError
+from ckptstore.object_store._masking import mask
 
 __all__ = ["main"]
 
@@ -67,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(arguments)
     except UsageError as error:
         error.parser.print_usage(sys.stderr)
-        return fail(str(error), EXIT_USAGE, json_mode=json_mode, kind="UsageError")
+        message = mask(str(error), command_line_secrets(arguments))
+        return fail(message, EXIT_USAGE, json_mode=json_mode, kind="UsageError")
     try:
         code: int = args.run(args)
     except CkptStoreError as error:

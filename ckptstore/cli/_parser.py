@@ -21,12 +21,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
-__all__ = ["CliParser", "UsageError", "did_you_mean"]
+from ckptstore._suggest import closest
+
+__all__ = ["CliParser", "UsageError", "at_least", "did_you_mean"]
 
 _INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '([^']*)'")
 
@@ -41,8 +42,37 @@ class UsageError(Exception):
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``"; did you mean X?"`` for the closest of ``candidates`` to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    close = closest(word, candidates)
+    return f"; did you mean {close}?" if close else ""
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """argparse ``type=`` of a whole-number option with a lower bound: a smaller value
+    (``gc --keep-last 0``) is a usage error (exit 2) naming the bound, as a non-number is.
+
+    Example::
+
+        >>> at_least(1)("3")
+        3
+        >>> at_least(1)("0")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: 0 is too small: expected a whole number >= 1
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number (expected one >= {minimum})"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{value} is too small: expected a whole number >= {minimum}"
+            )
+        return value
+
+    return parse
 
 
 class CliParser(argparse.ArgumentParser):
@@ -72,8 +102,11 @@ class CliParser(argparse.ArgumentParser):
 
     def unrecognized(self, extras: Sequence[str]) -> NoReturn:
         option = next((word.split("=", 1)[0] for word in extras if word.startswith("-")), None)
-        if option is None:
-            raise UsageError(f"unexpected argument(s): {' '.join(extras)}", self)
+        if option is None:  # a KEY=VALUE word is shown without its value: it may be a secret
+            shown = [word.split("=", 1)[0] + "=***" if "=" in word else word for word in extras]
+            assigned = any("=" in word for word in extras)
+            hint = "; a storage option goes after -o (-o KEY=VALUE)" if assigned else ""
+            raise UsageError(f"unexpected argument(s): {' '.join(shown)}{hint}", self)
         raise UsageError(
             f"unknown option {option}{did_you_mean(option, self.option_names())}", self
         )

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.execution._node import DEFAULT_NODE
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records._layout import (
@@ -76,9 +77,16 @@ class NodeEntry:
     stored_bytes: int | None = None
     nblobs: int | None = None
 
+    @property
+    def default_node(self) -> bool:
+        """Whether this is the default node (``"local"``): the node of the tasks
+        created outside any ``with Node(...)``, such as ``epoch_limiter``'s counter."""
+        return self.node == DEFAULT_NODE
+
     def to_json(self) -> JSONObject:
         return {
             "node": self.node,
+            "default_node": self.default_node,
             "state": self.state,
             "db_type": self.db_type,
             "nbytes": self.nbytes,

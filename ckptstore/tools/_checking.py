@@ -27,6 +27,7 @@ from typing import TypedDict
 from ckptstore import protocol
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
+from ckptstore.execution._node import DEFAULT_NODE
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
@@ -59,6 +60,9 @@ class NodeDescription(TypedDict):
     """One node's checkpoint of an epoch, as :func:`describe_epoch` reports it."""
 
     node: str
+    default_node: bool
+    """Whether ``node`` is the default node (``"local"``), which runs the tasks created
+    outside any ``with Node(...)``, such as ``epoch_limiter``'s counter."""
     db_type: str
     nbytes: int
     stored_bytes: int
@@ -101,6 +105,7 @@ def describe_epoch(
 def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> NodeDescription:
     return {
         "node": manifest.node,
+        "default_node": manifest.node == DEFAULT_NODE,
         "db_type": manifest.db_type,
         "nbytes": manifest.nbytes,
         "stored_bytes": commit.stored_bytes,

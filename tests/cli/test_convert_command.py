@@ -62,3 +62,13 @@ def test_an_unknown_format_is_an_error(cli: Cli, run_url: str) -> None:
     result = cli("convert", run_url, "--to", "parquet")
     assert result.code == 1
     assert "unknown db type 'parquet'" in result.err
+    assert "did you mean" not in result.err  # nothing installed is alike
+
+
+def test_a_mistyped_format_gets_the_closest_installed_one(cli: Cli, run_url: str) -> None:
+    result = cli("convert", run_url, "--to", "nzp")
+    assert result.code == 1
+    assert "unknown db type 'nzp' (did you mean 'npz'?); installed: " in result.err
+    demo = cli("demo", "--db-type", "zar", "--dir", f"{run_url}-demo")
+    assert demo.code == 1
+    assert "unknown db type 'zar' (did you mean 'zarr'?)" in demo.err

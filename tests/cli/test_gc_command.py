@@ -37,8 +37,9 @@ def test_keeps_the_last_n_and_every_kth(cli: Cli, tmp_path: Path) -> None:
 
 def test_keep_last_must_be_positive(cli: Cli, run_url: str) -> None:
     result = cli("gc", run_url, "--keep-last", "0")
-    assert result.code == 1
-    assert "keep-last must be at least 1" in result.err
+    assert result.code == 2  # a bad command line, refused before anything is opened
+    assert "argument --keep-last: 0 is too small: expected a whole number >= 1" in result.err
+    assert committed_epochs(LocalPath(run_url)) == [0, 1, 2, 3]
 
 
 def test_gc_of_one_node_leaves_the_other_nodes_committed(cli: Cli, run_url: str) -> None:

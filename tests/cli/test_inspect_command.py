@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli_helpers import Cli
+from cli_helpers import Cli, train_with_limiter_outside_nodes
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.cli._common import DEFAULT_NODE_NOTE
+from ckptstore.execution._session import LocalSession
 from ckptstore.records._layout import node_commit_key
+from ckptstore.testing.conformance import counting_job
 
 
 def test_describes_nodes_and_blobs(cli: Cli, run_url: str) -> None:
@@ -64,3 +70,37 @@ def test_a_retracted_newest_epoch_is_passed_over(cli: Cli, run_url: str) -> None
     result = cli("inspect", run_url)
     assert result.code == 0
     assert "epoch 2" in result.out
+
+
+def test_shows_each_blobs_codec(cli: Cli, run_url: str) -> None:
+    """docs/cli.md promises dtype, shape, bytes, chunks and codec per blob."""
+    lines = cli("inspect", run_url, "--node", "trainer_1").out.splitlines()
+    header = next(line for line in lines if line.split()[:1] == ["BLOB"])
+    assert header.split() == ["BLOB", "DTYPE", "SHAPE", "BYTES", "CHUNKS", "CODEC"]
+    row = next(line for line in lines if line.split()[:1] == ["trainer_1/w"])
+    assert row.split() == ["trainer_1/w", "<f4", "(64,)", "256", "B", "1", "raw"]
+
+
+def test_shows_a_compressed_blobs_codec(cli: Cli, tmp_path: Path) -> None:
+    url = str(tmp_path / "zstd")
+    manager = MultiNodeCheckpointManager(url, ZarrDB(compression="zstd"))
+    JobRunner(counting_job(epochs=1), manager).train(LocalSession())
+    described = cli("inspect", url, "--json").json()
+    assert {blob["codec"] for node in described["nodes"] for blob in node["blobs"]} == {"zstd"}
+    row = next(line for line in cli("inspect", url).out.splitlines() if "trainer_0/w" in line)
+    assert row.split()[-1] == "zstd"
+
+
+def test_the_default_node_is_marked_and_explained(cli: Cli, tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    train_with_limiter_outside_nodes(url)
+    described = cli("inspect", url, "--json").json()
+    assert {n["node"]: n["default_node"] for n in described["nodes"]} == {
+        "local": True,
+        "trainer_0": False,
+        "trainer_1": False,
+    }
+    text = cli("inspect", url).out
+    assert "  node local (default node)  npz" in text
+    assert "node trainer_0 (default node)" not in text
+    assert text.splitlines()[-1] == DEFAULT_NODE_NOTE

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from cli_helpers import Cli, train
+from cli_helpers import Cli, train, train_with_limiter_outside_nodes
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.cli._common import DEFAULT_NODE_NOTE
 from ckptstore.io._engine import ParallelIO
 from ckptstore.testing.servers import free_port
 
@@ -98,3 +99,31 @@ def test_a_user_waiting_on_an_unreachable_object_store_sees_the_retries() -> Non
     assert waiting[0].startswith("Still retrying LIST s3://bucket/run/ after ")
     assert "of 14 in" in waiting[-1]
     assert "Traceback" not in result.stderr
+
+
+def test_the_default_node_is_listed_and_said_what_it_is(cli: Cli, tmp_path: Path) -> None:
+    """A two-node job whose epoch_limiter was created outside any Node has a third node
+    checkpoint, ``local``: listed (never hidden), marked, and explained once."""
+    url = str(tmp_path / "run")
+    train_with_limiter_outside_nodes(url)
+    listing = cli("ls", url, "--json").json()
+    nodes = listing["runs"][0]["epochs"][-1]["nodes"]
+    assert [(n["node"], n["default_node"]) for n in nodes] == [
+        ("local", True),
+        ("trainer_0", False),
+        ("trainer_1", False),
+    ]
+    text = cli("ls", url, "--nodes").out
+    local = [line for line in text.splitlines() if line.split()[:1] == ["local"]]
+    assert len(local) == 3  # epochs 0, 1 and 2
+    assert all(line.endswith("(default node)") for line in local)
+    assert not any("(default node)" in line for line in text.splitlines() if "trainer_" in line)
+    assert text.splitlines()[-1] == DEFAULT_NODE_NOTE
+    assert text.count(DEFAULT_NODE_NOTE) == 1
+    assert "epoch_limiter" in DEFAULT_NODE_NOTE
+    assert "outside any `with Node" in DEFAULT_NODE_NOTE
+    assert cli("ls", url).out.splitlines()[-1] == DEFAULT_NODE_NOTE  # it explains 3/3
+
+
+def test_no_note_without_a_default_node(cli: Cli, run_url: str) -> None:
+    assert "(default node)" not in cli("ls", run_url, "--nodes").out

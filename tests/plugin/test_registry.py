@@ -253,3 +253,16 @@ def test_unregister_removes_what_a_plugin_provided(registry: Registry) -> None:
     assert registry.db_types["extra"] is Extra
     registry.unregister(plugin)
     assert "extra" not in registry.db_types
+
+
+def test_a_mistyped_plugin_name_gets_the_closest_installed_one() -> None:
+    registry = get_registry()
+    with pytest.raises(UnknownPluginError, match=r"'nzp' \(did you mean 'npz'\?\)") as info:
+        registry.db_type("nzp")
+    assert info.value.suggestion == "npz"
+    with pytest.raises(UnknownPluginError) as far:
+        registry.db_type("parquet")
+    assert far.value.suggestion is None
+    assert "did you mean" not in str(far.value)
+    with pytest.raises(UnknownPluginError, match=r"did you mean 'json'\?"):
+        registry.metadata_handler("jsno")

@@ -18,6 +18,7 @@ from pathlib import Path
 import boto3
 import numpy as np
 import pytest
+from ckpt_helpers import without_aws
 from ckptstore_s3 import S3Path
 from moto import mock_aws
 
@@ -41,13 +42,8 @@ does not know as AWS's: its requests still reach the mock in-process."""
 
 @pytest.fixture(autouse=True)
 def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No endpoint, region or credentials from the machine or other fixtures leak in."""
-    for name in list(os.environ):
-        if name.startswith(("AWS_", "MOTO_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    """No endpoint or credentials from the machine or other fixtures leak in."""
+    without_aws(monkeypatch)
 
 
 def keys(bucket: str) -> list[str]:

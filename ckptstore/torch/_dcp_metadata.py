@@ -159,13 +159,13 @@ def decode_metadata(data: bytes, *, url: str, key: str) -> DecodedMetadata:
         return _decode(document)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
         # InvalidNameError is a ValueError; stored text is untrusted: name the type only
-        detail = error.args[0] if isinstance(error, _Bad) else type(error).__name__
+        detail = error.args[0] if isinstance(error, _BadFieldError) else type(error).__name__
         raise CorruptCheckpointError(
             f"the DCP metadata document is malformed: {detail}", url=url, file=key
         ) from None
 
 
-class _Bad(ValueError):
+class _BadFieldError(ValueError):
     """A field that fails its check; the message is ours, not the stored text."""
 
 
@@ -175,7 +175,7 @@ def _decode(document: Mapping[str, object]) -> DecodedMetadata:
         state[fqn] = _tensor(fqn, _mapping(raw, "a tensor entry"))
     for fqn in _list(document["bytes"], "bytes"):
         if not isinstance(fqn, str) or fqn in state:
-            raise _Bad("a byte entry's key is not a new string")
+            raise _BadFieldError("a byte entry's key is not a new string")
         state[fqn] = BytesStorageMetadata()
     nodes: dict[str, int] = {}
     for node, crc in _mapping(document["nodes"], "nodes").items():
@@ -184,10 +184,10 @@ def _decode(document: Mapping[str, object]) -> DecodedMetadata:
     for raw_item in _list(document["items"], "items"):
         fqn, offset, node, blob = _list(raw_item, "an item")
         if not isinstance(fqn, str) or fqn not in state or node not in nodes:
-            raise _Bad("an item names an unknown entry or node")
+            raise _BadFieldError("an item names an unknown entry or node")
         offsets = None if offset is None else tuple(_ints(offset, "an item's offsets"))
         if (offsets is None) != isinstance(state[fqn], BytesStorageMetadata):
-            raise _Bad("an item's offsets do not match its entry's kind")
+            raise _BadFieldError("an item's offsets do not match its entry's kind")
         items[(fqn, offsets)] = (str(node), validate_blob_name(blob, new=False))
     for fqn, entry in state.items():
         wanted = (
@@ -196,7 +196,7 @@ def _decode(document: Mapping[str, object]) -> DecodedMetadata:
             else [(fqn, tuple(chunk.offsets)) for chunk in entry.chunks]
         )
         if any(key not in items for key in wanted):
-            raise _Bad(f"an item of {fqn!r} has no stored location")
+            raise _BadFieldError(f"an item of {fqn!r} has no stored location")
     version = document.get("dcp_version")
     metadata = Metadata(
         state_dict_metadata=state,
@@ -211,15 +211,15 @@ def _tensor(fqn: str, raw: Mapping[str, object]) -> TensorStorageMetadata:
     dtype = _DTYPES.get(str(raw["dtype"]))
     memory_format = _MEMORY_FORMATS.get(str(raw["memory_format"]))
     if dtype is None or memory_format is None or not isinstance(raw["requires_grad"], bool):
-        raise _Bad(f"tensor {fqn!r} has an unknown dtype or memory format")
+        raise _BadFieldError(f"tensor {fqn!r} has an unknown dtype or memory format")
     size = _ints(raw["size"], "a tensor size")
     chunks = []
     for chunk in _list(raw["chunks"], "chunks"):
         offsets, sizes = (_ints(part, "a chunk") for part in _list(chunk, "a chunk"))
         if len(offsets) != len(size) or len(sizes) != len(size):
-            raise _Bad(f"a chunk of {fqn!r} has another rank than the tensor")
+            raise _BadFieldError(f"a chunk of {fqn!r} has another rank than the tensor")
         if any(o + s > n for o, s, n in zip(offsets, sizes, size, strict=True)):
-            raise _Bad(f"a chunk of {fqn!r} lies outside the tensor")
+            raise _BadFieldError(f"a chunk of {fqn!r} lies outside the tensor")
         chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
     properties = TensorProperties(
         dtype=dtype, requires_grad=raw["requires_grad"], memory_format=memory_format
@@ -234,31 +234,31 @@ def _planner_data(raw: object) -> dict[str, tuple[str | int, ...]] | None:
     for key, path in _mapping(raw, "planner_data").items():
         steps = _list(path, "a planner_data path")
         if not all(_plain_step(step) for step in steps):
-            raise _Bad("a planner_data path holds something other than str and int")
+            raise _BadFieldError("a planner_data path holds something other than str and int")
         mapping[key] = tuple(steps)  # type: ignore[arg-type]  # checked just above
     return mapping
 
 
 def _mapping(value: object, what: str) -> dict[str, object]:
     if not isinstance(value, dict):
-        raise _Bad(f"{what} is not a JSON object")
+        raise _BadFieldError(f"{what} is not a JSON object")
     return value
 
 
 def _list(value: object, what: str) -> list[object]:
     if not isinstance(value, list):
-        raise _Bad(f"{what} is not a JSON list")
+        raise _BadFieldError(f"{what} is not a JSON list")
     return value
 
 
 def _int(value: object, end: int = 1 << 62) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < end:
-        raise _Bad("a size, offset or checksum is not an integer in range")
+        raise _BadFieldError("a size, offset or checksum is not an integer in range")
     return value
 
 
 def _ints(value: object, what: str) -> list[int]:
     values = [_int(item) for item in _list(value, what)]
     if len(values) > MAX_DIMS or math.prod(values) >= 1 << 62:
-        raise _Bad(f"{what} has too many dimensions or elements")
+        raise _BadFieldError(f"{what} has too many dimensions or elements")
     return values

@@ -37,7 +37,10 @@ class Partial:
 
 
 def covering(
-    record: BlobRecord, itemsize: int, shape: Sequence[int], offsets: Sequence[int],
+    record: BlobRecord,
+    itemsize: int,
+    shape: Sequence[int],
+    offsets: Sequence[int],
     lengths: Sequence[int],
 ) -> Partial:
     """The pieces of ``record`` (a C-order array of ``shape``) holding the box at

@@ -231,9 +231,7 @@ class Writer(StorageWriter):
         weakref.finalize(self, lease.release)  # a save that failed elsewhere lets go
         try:
             if committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
-                raise AlreadyCommittedError(
-                    self.storage.display_url, self.epoch, [METADATA_NODE]
-                )
+                raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
             # ranks committed without the metadata node: a commit cut short, never visible
             stale = {n for n in committed_nodes(self.storage, self.epoch) if n.startswith("rank_")}
             if stale:
@@ -277,9 +275,11 @@ class Writer(StorageWriter):
         )
         return _done(
             [
-                WriteResult(index=item.index, size_in_bytes=size, storage_data=StoredItem(
-                    node, _blob_name(item.index), commit
-                ))
+                WriteResult(
+                    index=item.index,
+                    size_in_bytes=size,
+                    storage_data=StoredItem(node, _blob_name(item.index), commit),
+                )
                 for item, size in zip(plan.items, sizes, strict=True)
             ]
         )
@@ -377,9 +377,7 @@ class Reader(StorageReader):
             try:
                 return epoch, self._read_metadata(epoch)
             except CorruptCheckpointError as error:
-                log.warning(
-                    "Skipping DCP epoch %d, whose metadata is damaged: %s", epoch, error
-                )
+                log.warning("Skipping DCP epoch %d, whose metadata is damaged: %s", epoch, error)
                 before = epoch
         raise self._not_found("no epoch of it is committed")
 

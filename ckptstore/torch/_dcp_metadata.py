@@ -173,22 +173,22 @@ def _decode(document: Mapping[str, object]) -> DecodedMetadata:
     state: dict[str, TensorStorageMetadata | BytesStorageMetadata] = {}
     for fqn, raw in _mapping(document["tensors"], "tensors").items():
         state[fqn] = _tensor(fqn, _mapping(raw, "a tensor entry"))
-    for fqn in _list(document["bytes"], "bytes"):
-        if not isinstance(fqn, str) or fqn in state:
+    for key in _list(document["bytes"], "bytes"):
+        if not isinstance(key, str) or key in state:
             raise _BadFieldError("a byte entry's key is not a new string")
-        state[fqn] = BytesStorageMetadata()
+        state[key] = BytesStorageMetadata()
     nodes: dict[str, int] = {}
     for node, crc in _mapping(document["nodes"], "nodes").items():
         nodes[_validate_node_name(node)] = _int(crc, 1 << 32)
     items: dict[ItemKey, tuple[str, str]] = {}
     for raw_item in _list(document["items"], "items"):
-        fqn, offset, node, blob = _list(raw_item, "an item")
-        if not isinstance(fqn, str) or fqn not in state or node not in nodes:
+        name, offset, holder, blob = _list(raw_item, "an item")
+        if not isinstance(name, str) or name not in state or holder not in nodes:
             raise _BadFieldError("an item names an unknown entry or node")
         offsets = None if offset is None else tuple(_ints(offset, "an item's offsets"))
-        if (offsets is None) != isinstance(state[fqn], BytesStorageMetadata):
+        if (offsets is None) != isinstance(state[name], BytesStorageMetadata):
             raise _BadFieldError("an item's offsets do not match its entry's kind")
-        items[(fqn, offsets)] = (str(node), validate_blob_name(blob, new=False))
+        items[(name, offsets)] = (str(holder), validate_blob_name(blob, new=False))
     for fqn, entry in state.items():
         wanted = (
             [(fqn, None)]

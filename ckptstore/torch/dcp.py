@@ -46,7 +46,7 @@ import logging
 import os
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -116,6 +116,7 @@ reads at most two pieces more than it needs per saved chunk it touches."""
 MAX_METADATA_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def rank_node(rank: int) -> str:
@@ -165,8 +166,8 @@ def _no_checkpoint_id(checkpoint_id: str | os.PathLike[str] | None, what: str) -
         )
 
 
-def _done(value: Any) -> Future[Any]:
-    future: Future[Any] = Future()
+def _done(value: T) -> Future[T]:
+    future: Future[T] = Future()
     future.set_result(value)
     return future
 
@@ -212,7 +213,7 @@ class Writer(StorageWriter):
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         _no_checkpoint_id(checkpoint_id, "Writer")
 
-    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+    def set_up_storage_writer(self, is_coordinator: bool, *args: object, **kwargs: object) -> None:
         self.is_coordinator = is_coordinator
         rank = kwargs.get("rank")
         if not isinstance(rank, int):
@@ -396,11 +397,11 @@ class Reader(StorageReader):
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         _no_checkpoint_id(checkpoint_id, "Reader")
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+    def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
         return self._decoded.metadata
 
     def set_up_storage_reader(
-        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
+        self, metadata: Metadata, is_coordinator: bool, *args: object, **kwargs: object
     ) -> None:
         pass
 
@@ -511,7 +512,7 @@ class Reader(StorageReader):
                 self.storage, partial_manifest, list(records), reader, self.location.engine()
             )
         except CorruptCheckpointError as error:
-            if error.blob not in batch:
+            if error.blob is None or error.blob not in batch:
                 raise
             item, partial = batch[error.blob]
             raise in_tensor(error, item.storage_index.fqn, partial) from None

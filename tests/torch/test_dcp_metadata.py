@@ -8,14 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.distributed.checkpoint.metadata import (
-    BytesStorageMetadata,
-    ChunkStorageMetadata,
-    Metadata,
-    MetadataIndex,
-    TensorProperties,
-    TensorStorageMetadata,
-)
+from torch.distributed.checkpoint import metadata as dcp_metadata
 
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.protocol import NodeCommit
@@ -28,30 +21,32 @@ from ckptstore.torch._dcp_metadata import (
 )
 
 
-def _metadata(planner_data: object = None) -> tuple[Metadata, list[Any]]:
+def _metadata(planner_data: object = None) -> tuple[dcp_metadata.Metadata, list[Any]]:
     chunks = [
-        ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([2, 3])),
-        ChunkStorageMetadata(torch.Size([2, 0]), torch.Size([1, 3])),
+        dcp_metadata.ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([2, 3])),
+        dcp_metadata.ChunkStorageMetadata(torch.Size([2, 0]), torch.Size([1, 3])),
     ]
-    tensor = TensorStorageMetadata(
-        TensorProperties(dtype=torch.bfloat16, requires_grad=True), torch.Size([3, 3]), chunks
+    tensor = dcp_metadata.TensorStorageMetadata(
+        dcp_metadata.TensorProperties(dtype=torch.bfloat16, requires_grad=True),
+        torch.Size([3, 3]),
+        chunks,
     )
-    metadata = Metadata(
-        {"model.w": tensor, "step": BytesStorageMetadata()},
+    metadata = dcp_metadata.Metadata(
+        {"model.w": tensor, "step": dcp_metadata.BytesStorageMetadata()},
         planner_data=planner_data,
         version="1.0.0",
     )
     commits = [NodeCommit(f"rank_{r}", 4, "zarr", 1000 + r, 10, 20, 2) for r in range(2)]
     stored = [
         (
-            MetadataIndex("model.w", torch.Size([0, 0])),
+            dcp_metadata.MetadataIndex("model.w", torch.Size([0, 0])),
             StoredItem("rank_0", "model.w#0,0", commits[0]),
         ),
         (
-            MetadataIndex("model.w", torch.Size([2, 0])),
+            dcp_metadata.MetadataIndex("model.w", torch.Size([2, 0])),
             StoredItem("rank_1", "model.w#2,0", commits[1]),
         ),
-        (MetadataIndex("step"), StoredItem("rank_0", "step", commits[0])),
+        (dcp_metadata.MetadataIndex("step"), StoredItem("rank_0", "step", commits[0])),
     ]
     return metadata, stored
 

@@ -84,6 +84,8 @@ def box_of(
     last = [o + n - 1 for o, n in zip(offsets, lengths, strict=True)]
     high = (sum(o * s for o, s in zip(last, strides, strict=True)) + 1) * itemsize
     raw = data.reshape(-1)[low : high - partial.start]
+    if low < 0 or raw.nbytes != high - partial.start - low:
+        raise ValueError("the stored pieces do not cover the bytes the box needs")
     if raw.ctypes.data % itemsize:
         raw = raw.copy()
     flat = torch.from_numpy(raw).view(dtype)

@@ -553,8 +553,16 @@ class Reader(StorageReader):
             )
         if target.numel():
             shape = self._chunk_shape(item, entry)
-            box = box_of(
-                data, partial, entry.properties.dtype, shape, item.storage_offsets, item.lengths
-            )
+            try:
+                box = box_of(
+                    data, partial, entry.properties.dtype, shape, item.storage_offsets, item.lengths
+                )
+            except ValueError as error:  # a manifest whose pieces do not add up to the blob
+                raise CorruptCheckpointError(
+                    f"{error} (tensor {item.storage_index.fqn!r})",
+                    url=self.storage.display_url,
+                    blob=partial.record.name,
+                    epoch=self.epoch,
+                ) from None
             target.copy_(box)
         planner.commit_tensor(item, target)

@@ -9,6 +9,7 @@ can, in the module-scoped fixtures."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -293,3 +294,35 @@ def test_ls_verify_and_gc_keep_last_see_dcp_epochs(saved: dict[str, Any]) -> Non
     assert committed_nodes(storage, 5) == set()
     assert not (root / "rank_0.5").exists()
     assert Reader(root).epoch == 6
+
+
+def test_a_round_trip_on_the_gcs_emulator(
+    gcs_url: str, gcs_storage_options: dict[str, Any]
+) -> None:
+    state = {"w": torch.arange(300_000.0).reshape(1000, 300), "step": 3, "tag": "gcs"}
+    writer = Writer(gcs_url, epoch=2, storage_options=gcs_storage_options)
+    dcp.save(state, storage_writer=writer, no_dist=True)
+    loaded = {"w": torch.zeros(1000, 300), "step": 0, "tag": ""}
+    reader = Reader(gcs_url, storage_options=gcs_storage_options)
+    dcp.load(loaded, storage_reader=reader, no_dist=True)
+    assert reader.epoch == 2
+    assert torch.equal(loaded["w"], state["w"])
+    assert (loaded["step"], loaded["tag"]) == (3, "gcs")
+
+
+def test_a_failed_save_lets_go_of_the_lease(tmp_path: Path) -> None:
+    """A save failing after the coordinator took the lease (here: an entry DCP cannot
+    pickle) releases it once its Writer is gone, so the next save need not wait for
+    the lease to expire; nothing of the failed save is committed."""
+
+    class Unpicklable:
+        pass
+
+    writer = Writer(tmp_path, epoch=1)
+    with pytest.raises(CheckpointException):
+        dcp.save({"o": Unpicklable()}, storage_writer=writer, no_dist=True)
+    assert committed_nodes(CheckpointLocation.open(str(tmp_path), "zarr").storage, 1) == set()
+    del writer
+    gc.collect()
+    dcp.save({"w": torch.ones(2)}, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
+    assert Reader(tmp_path).epoch == 1

@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -74,6 +75,7 @@ from ckptstore.errors import (
     AlreadyCommittedError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    InvalidNameError,
     JobConfigurationError,
     UnsupportedBlobError,
 )
@@ -92,7 +94,7 @@ from ckptstore.protocol import (
     retract_epoch,
     write_node,
 )
-from ckptstore.records import NodeManifest
+from ckptstore.records import NodeManifest, validate_blob_name
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
@@ -126,11 +128,17 @@ def rank_node(rank: int) -> str:
 
 def _blob_name(index: MetadataIndex) -> str:
     """``<key>`` for a byte entry, ``<key>#<offsets>`` for a tensor chunk (``#`` never
-    appears in an encoded key, so the two cannot collide)."""
+    appears in an encoded key, so the two cannot collide). A name longer than a blob
+    name may be keeps its start and ends with a hash of the whole (``~<hash>``); the
+    metadata maps every item to its blob, so the name need only be unique."""
     name = encode_segment(index.fqn)
-    if index.offset is None:
-        return name
-    return f"{name}#{','.join(str(o) for o in index.offset)}"
+    if index.offset is not None:
+        name = f"{name}#{','.join(str(o) for o in index.offset)}"
+    try:
+        return validate_blob_name(name)
+    except InvalidNameError:  # too long: encoded keys hold only safe ASCII characters
+        digest = hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+        return f"{name[:64]}~{digest}"
 
 
 def _open(

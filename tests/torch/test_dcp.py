@@ -326,3 +326,13 @@ def test_a_failed_save_lets_go_of_the_lease(tmp_path: Path) -> None:
     gc.collect()
     dcp.save({"w": torch.ones(2)}, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
     assert Reader(tmp_path).epoch == 1
+
+
+def test_keys_longer_than_a_blob_name_are_stored_under_a_hashed_name(tmp_path: Path) -> None:
+    long_key = "module." * 60 + "weight"
+    state = {long_key: torch.arange(4.0), "a" * 300: "long"}
+    dcp.save(state, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
+    loaded: dict[str, Any] = {long_key: torch.zeros(4), "a" * 300: ""}
+    dcp.load(loaded, storage_reader=Reader(tmp_path), no_dist=True)
+    assert torch.equal(loaded[long_key], state[long_key])
+    assert loaded["a" * 300] == "long"

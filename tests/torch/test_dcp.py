@@ -285,10 +285,16 @@ def test_non_tensor_entries_are_checked_before_dcp_unpickles_them(tmp_path: Path
     assert trusted == {"o": third, "n": 1}
 
 
-def test_ls_verify_and_gc_keep_last_see_dcp_epochs(saved: dict[str, Any]) -> None:
+def test_ls_verify_cp_and_gc_keep_last_see_dcp_epochs(saved: dict[str, Any]) -> None:
     root = _corrupted_copy(saved, "for-gc")  # an intact copy, to delete from
     assert main(["ls", str(root)]) == 0
     assert main(["verify", str(root)]) == 0
+    copy = saved["base"] / "copied"
+    assert main(["cp", str(root), str(copy), "--epoch", "5"]) == 0
+    expected = torch.load(saved["expected"], weights_only=True)
+    state = _full_target(expected)
+    dcp.load(state, storage_reader=Reader(copy), no_dist=True)
+    _same(state, expected)
     assert main(["gc", str(root), "--keep-last", "1"]) == 0
     storage = CheckpointLocation.open(str(root), "zarr").storage
     assert committed_nodes(storage, 5) == set()

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -191,6 +192,16 @@ def main() -> None:
             planner = NeededPlanner()
             load_and_check(mesh, reader, expected, planner=planner)
             out = {"read": count[0], "reader_read": reader.bytes_read, "needed": planner.needed}
+        elif scenario == "race":  # each rank is a job of its own; the group is a barrier
+            state = {"w": torch.full((256, 256), float(rank_)), "who": rank_}
+            writer = Writer(args["root"], epoch=9)  # both pass: nothing is committed yet
+            dist.barrier()
+            try:
+                dcp.save(state, storage_writer=writer, no_dist=True)
+                out = {"won": True}
+            except CheckpointException as error:
+                cause = next(iter(error.failures.values()))[0]
+                out = {"won": False, "cause": type(cause).__name__}
         else:
             raise SystemExit(f"unknown scenario {scenario!r}")
     finally:

@@ -270,6 +270,23 @@ def test_two_saves_of_one_epoch_race_and_one_wins(tmp_path: Path) -> None:
     assert torch.equal(loaded["w"], states[winner]["w"])
 
 
+def test_two_jobs_saving_one_epoch_one_wins(tmp_path: Path) -> None:
+    """Two processes, each saving epoch 9 as a job of its own, released together by a
+    barrier after both passed their Writer's check: one commits, the other is refused
+    before writing, and the epoch holds the winner's bytes only."""
+    results = run_job("race", 2, {"root": str(tmp_path / "race")}, tmp_path / "out")
+    winners = [rank for rank, result in enumerate(results) if result["won"]]
+    assert len(winners) == 1
+    loser = results[1 - winners[0]]
+    assert loser["cause"] in ("LeaseHeldError", "AlreadyCommittedError")
+    loaded = {"w": torch.zeros(256, 256), "who": -1}
+    dcp.load(loaded, storage_reader=Reader(tmp_path / "race"), no_dist=True)
+    assert loaded["who"] == winners[0]
+    assert torch.equal(loaded["w"], torch.full((256, 256), float(winners[0])))
+    storage = CheckpointLocation.open(str(tmp_path / "race"), "zarr").storage
+    assert committed_nodes(storage, 9) == {METADATA_NODE, "rank_0"}
+
+
 def test_non_tensor_entries_are_checked_before_dcp_unpickles_them(tmp_path: Path) -> None:
     """DCP's planner unpickles byte entries with ``weights_only=False``; the reader
     first lets ``torch.load(weights_only=True)`` refuse what it would not load."""

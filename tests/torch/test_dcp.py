@@ -206,7 +206,9 @@ def test_a_flipped_data_byte_fails_the_load_naming_file_and_tensor(saved: dict[s
     assert "tensor 'model.0.weight'" in str(error)
 
 
-def test_a_flipped_manifest_or_metadata_byte_is_corruption(saved: dict[str, Any]) -> None:
+def test_a_flipped_byte_in_a_manifest_record_or_metadata_is_corruption(
+    saved: dict[str, Any],
+) -> None:
     root = _corrupted_copy(saved, "flipped-control")
     _flip(root / "rank_0.6" / "ckptstore.manifest.json", 40)
     expected = torch.load(saved["expected"], weights_only=True)
@@ -215,12 +217,18 @@ def test_a_flipped_manifest_or_metadata_byte_is_corruption(saved: dict[str, Any]
     error = raised.value.failures[0][0]
     assert isinstance(error, CorruptCheckpointError)
     assert error.file == "rank_0.6/ckptstore.manifest.json"
+    _flip(root / "_ckptstore" / "epoch-5" / "rank_1.commit.json", 30)
+    with pytest.raises(CheckpointException) as raised:
+        dcp.load(_full_target(expected), storage_reader=Reader(root, epoch=5), no_dist=True)
+    error = raised.value.failures[0][0]
+    assert isinstance(error, CorruptCheckpointError)
+    assert error.file == "_ckptstore/epoch-5/rank_1.commit.json"
     storage = CheckpointLocation.open(str(root), "zarr").storage
     metadata = open_node(storage, METADATA_NODE, 6).blobs["metadata"].chunks[0]
     _flip(root / "dcp.6" / metadata.key, metadata.offset + 30)
     with pytest.raises(CorruptCheckpointError, match="blob 'metadata'"):
         Reader(root, epoch=6)
-    assert Reader(root).epoch == 5  # the newest intact epoch
+    assert Reader(root).epoch == 5  # the newest intact metadata (its data is damaged)
 
 
 def test_a_committed_epoch_is_write_once(saved: dict[str, Any]) -> None:

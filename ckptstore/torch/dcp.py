@@ -47,6 +47,7 @@ import logging
 import os
 import weakref
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -79,7 +80,6 @@ from ckptstore.errors import (
     JobConfigurationError,
     UnsupportedBlobError,
 )
-from ckptstore.io import IOSettings
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
@@ -149,15 +149,8 @@ def _open(
     location = CheckpointLocation.open(os.fspath(root), "zarr", storage_options=storage_options)
     if chunk_bytes is None:
         return location
-    settings = IOSettings(**{**location.io_settings.__dict__, "chunk_bytes": chunk_bytes})
-    return CheckpointLocation(
-        location.storage,
-        location.db_type,
-        settings,
-        location.prefix,
-        location.path_type,
-        location.storage_options,
-    )
+    settings = replace(location.io_settings, chunk_bytes=chunk_bytes)
+    return replace(location, io_settings=settings, _others={})
 
 
 def _epoch(epoch: object) -> int:
@@ -263,6 +256,7 @@ class Writer(StorageWriter):
             return _done([])
         node = rank_node(self.rank)
         blobs: dict[str, object] = {}
+        names: list[str] = []
         sizes: list[int] = []
         for item in plan.items:
             data = planner.resolve_data(item)
@@ -277,7 +271,8 @@ class Writer(StorageWriter):
                 if converted is None:
                     raise UnsupportedBlobError(item.index.fqn, "a tensor item is not a tensor")
                 array = converted[0]
-            blobs[_blob_name(item.index)] = array
+            names.append(_blob_name(item.index))
+            blobs[names[-1]] = array
             sizes.append(array.nbytes)
         commit = write_node(
             self.storage, node, self.epoch, blobs, self.location.db_type, self.location.engine()
@@ -287,9 +282,9 @@ class Writer(StorageWriter):
                 WriteResult(
                     index=item.index,
                     size_in_bytes=size,
-                    storage_data=StoredItem(node, _blob_name(item.index), commit),
+                    storage_data=StoredItem(node, name, commit),
                 )
-                for item, size in zip(plan.items, sizes, strict=True)
+                for item, name, size in zip(plan.items, names, sizes, strict=True)
             ]
         )
 

@@ -114,7 +114,8 @@ METADATA_BLOB = "metadata"
 """The blob of :data:`METADATA_NODE` holding the metadata document."""
 CHUNK_BYTES = 256 << 10
 """Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
-reads at most two pieces more than it needs per saved chunk it touches."""
+reads, per saved chunk it touches, the pieces between the first and last element it
+needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""
 MAX_METADATA_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)

@@ -2,6 +2,9 @@
 optimizers and anything with ``state_dict()``, saved bit-exactly without pickle through
 the tree API (:mod:`ckptstore.tree`), zero-copy where numpy has the dtype.
 
+Sharded state goes through ``torch.distributed.checkpoint`` with ckptstore as its
+storage: :mod:`ckptstore.torch.dcp` (``Writer``, ``Reader``).
+
 Sits above :mod:`ckptstore.tree`; nothing else in ckptstore imports torch.
 
 Example::

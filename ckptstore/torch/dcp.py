@@ -1,0 +1,572 @@
+"""ckptstore as the storage of ``torch.distributed.checkpoint`` (DCP).
+
+:class:`Writer` and :class:`Reader` are DCP's ``StorageWriter`` and ``StorageReader``
+over any ckptstore root (local disk, ``s3://``, ``gs://`` with their plugins). DCP plans
+the save and the load (sharding, deduplication, resharding); ckptstore stores the bytes
+and decides what is committed::
+
+    dcp.save(state, storage_writer=Writer("s3://bucket/run", epoch=7))
+    dcp.load(state, storage_reader=Reader("s3://bucket/run"))  # the newest epoch
+
+Layout and commit (docs/design.md, "DCP checkpoints"): each rank's items are the node
+checkpoint ``rank_<r>.<epoch>`` (format zarr: packed archives, a CRC per piece of at
+most ``chunk_bytes``); DCP's global metadata is a JSON document (never pickle) in the
+node ``dcp.<epoch>``, written by the coordinator once every rank's data is durable, and
+only then is every node's create-once commit record written, the ``dcp`` node's last.
+An epoch is visible when its ``dcp`` node is committed. The coordinator holds the
+writer lease of the node ``dcp`` from the global plan to the commit, so two jobs
+saving under one root never interleave; a committed epoch is never written again
+(:class:`~ckptstore.errors.AlreadyCommittedError`).
+
+Loading reads, for each saved chunk a rank needs, only the stored pieces overlapping
+the part it needs (ranged reads), each checked against its CRC; a damaged byte raises
+:class:`~ckptstore.errors.CorruptCheckpointError` naming the file and the tensor (DCP
+reports a rank's failure as its ``CheckpointException``, whose ``failures`` hold it).
+Non-tensor entries, which DCP's planner pickles with ``torch.save``, are stored as opaque
+bytes; on load they are first checked with ``torch.load(weights_only=True)`` (unless
+``allow_pickle=True``) before DCP's planner unpickles them.
+
+Example::
+
+    >>> import torch
+    >>> import torch.distributed.checkpoint as dcp
+    >>> from ckptstore.torch.dcp import Reader, Writer
+    >>> state = {"w": torch.arange(6.0).reshape(2, 3), "step": 7}
+    >>> _ = dcp.save(state, storage_writer=Writer("./dcp-ckpt", epoch=7), no_dist=True)
+    >>> loaded = {"w": torch.zeros(2, 3), "step": 0}
+    >>> dcp.load(loaded, storage_reader=Reader("./dcp-ckpt"), no_dist=True)
+    >>> loaded["step"], torch.equal(loaded["w"], state["w"])
+    (7, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    ReadItem,
+    SavePlan,
+    SavePlanner,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from ckptstore.errors import (
+    AlreadyCommittedError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidNameError,
+    JobConfigurationError,
+    UnsupportedBlobError,
+)
+from ckptstore.protocol import (
+    CheckpointLocation,
+    CommitListing,
+    NodeCommit,
+    WriterLease,
+    check_can_hold,
+    commit_epoch,
+    committed_nodes,
+    open_node,
+    open_node_record,
+    read_blobs,
+    retract_epoch,
+    write_node,
+)
+from ckptstore.records import NodeManifest, validate_blob_name
+from ckptstore.torch._adapter import TorchAdapter
+from ckptstore.torch._dcp_metadata import (
+    DecodedMetadata,
+    StoredItem,
+    decode_metadata,
+    encode_metadata,
+    item_key,
+)
+from ckptstore.torch._dcp_read import Partial, box_of, covering, in_tensor
+from ckptstore.tree import encode_segment
+
+__all__ = ["CHUNK_BYTES", "METADATA_BLOB", "METADATA_NODE", "Reader", "Writer", "rank_node"]
+
+METADATA_NODE = "dcp"
+"""The node holding DCP's global metadata (and whose writer lease a save holds)."""
+METADATA_BLOB = "metadata"
+"""The blob of :data:`METADATA_NODE` holding the metadata document."""
+CHUNK_BYTES = 256 << 10
+"""Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
+reads, per saved chunk it touches, the pieces between the first and last element it
+needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""
+MAX_METADATA_BYTES = 64 << 20
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def rank_node(rank: int) -> str:
+    """The node checkpoint holding rank ``rank``'s items (``rank_<r>``)."""
+    return f"rank_{rank}"
+
+
+def _blob_name(index: MetadataIndex) -> str:
+    """``<key>`` for a byte entry, ``<key>#<offsets>`` for a tensor chunk (``#`` never
+    appears in an encoded key, so the two cannot collide). A name longer than a blob
+    name may be keeps its start and ends with a hash of the whole (``~<hash>``); the
+    metadata maps every item to its blob, so the name need only be unique."""
+    name = encode_segment(index.fqn)
+    if index.offset is not None:
+        name = f"{name}#{','.join(str(o) for o in index.offset)}"
+    try:
+        return validate_blob_name(name)
+    except InvalidNameError:  # too long: encoded keys hold only safe ASCII characters
+        digest = hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+        return f"{name[:64]}~{digest}"
+
+
+def _open(
+    root: str | os.PathLike[str],
+    storage_options: Mapping[str, object] | None,
+    chunk_bytes: int | None,
+) -> CheckpointLocation:
+    location = CheckpointLocation.open(os.fspath(root), "zarr", storage_options=storage_options)
+    if chunk_bytes is None:
+        return location
+    settings = replace(location.io_settings, chunk_bytes=chunk_bytes)
+    return replace(location, io_settings=settings, _others={})
+
+
+def _epoch(epoch: object) -> int:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise JobConfigurationError(f"epoch must be a non-negative int, not {epoch!r}")
+    return epoch
+
+
+def _no_checkpoint_id(checkpoint_id: str | os.PathLike[str] | None, what: str) -> None:
+    if checkpoint_id is not None:
+        raise JobConfigurationError(
+            f"a ckptstore {what} is given its root and epoch when made; call DCP without "
+            f"checkpoint_id (got {checkpoint_id!r}), or make a new {what} for another root"
+        )
+
+
+def _done(value: T) -> Future[T]:
+    future: Future[T] = Future()
+    future.set_result(value)
+    return future
+
+
+class Writer(StorageWriter):
+    """DCP's storage writer for one save of ``epoch`` under ``root``.
+
+    Make a new one per save. Raises :class:`~ckptstore.errors.AlreadyCommittedError`
+    if ``epoch`` is committed under ``root`` (write-once), and the usual ckptstore
+    errors for a root or ``storage_options`` it cannot open. ``chunk_bytes`` is the
+    size of the CRC-checked pieces saved chunks are cut into (see :data:`CHUNK_BYTES`).
+
+    Example::
+
+        >>> import torch
+        >>> import torch.distributed.checkpoint as dcp
+        >>> _ = dcp.save({"w": torch.ones(3)}, storage_writer=Writer("./w", epoch=1), no_dist=True)
+        >>> Writer("./w", epoch=1)
+        Traceback (most recent call last):
+        ckptstore.errors.AlreadyCommittedError: epoch 1 is already committed ...
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        epoch: int,
+        storage_options: Mapping[str, object] | None = None,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        super().__init__()
+        self.epoch = _epoch(epoch)
+        self.location = _open(root, storage_options, chunk_bytes)
+        self.storage = self.location.storage
+        check_can_hold(self.storage, self.location.db_type)
+        if committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+            raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
+        self.is_coordinator = False
+        self.rank = 0
+        self._lease: WriterLease | None = None
+        self._adapter = TorchAdapter()
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        _no_checkpoint_id(checkpoint_id, "Writer")
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: object, **kwargs: object) -> None:
+        self.is_coordinator = is_coordinator
+        rank = kwargs.get("rank")
+        if not isinstance(rank, int):
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.rank = rank
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        """On the coordinator, before any rank writes: take the root's DCP writer lease,
+        then check again, under it, that the epoch is not committed."""
+        lease = WriterLease(self.storage, [METADATA_NODE])
+        lease.acquire()
+        self._lease = lease
+        weakref.finalize(self, lease.release)  # a save that failed elsewhere lets go
+        try:
+            if committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+                raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
+            # ranks committed without the metadata node: a commit cut short, never visible
+            stale = {n for n in committed_nodes(self.storage, self.epoch) if n.startswith("rank_")}
+            if stale:
+                log.warning(
+                    "Epoch %d under %s has commit records for %s but none for its DCP "
+                    "metadata: an interrupted commit; retracting them and saving again",
+                    self.epoch,
+                    self.storage.display_url,
+                    sorted(stale),
+                )
+                retract_epoch(self.storage, self.epoch, stale)
+        except BaseException:
+            self._release()
+            raise
+        return plans
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        """Write this rank's items as its node checkpoint (not committed yet)."""
+        if not plan.items:
+            return _done([])
+        node = rank_node(self.rank)
+        blobs: dict[str, object] = {}
+        names: list[str] = []
+        sizes: list[int] = []
+        for item in plan.items:
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                if not isinstance(data, io.BytesIO):
+                    raise UnsupportedBlobError(item.index.fqn, "a byte item is not a BytesIO")
+                array = np.frombuffer(data.getbuffer(), dtype=np.uint8).copy()
+            else:
+                if not isinstance(data, torch.Tensor):
+                    raise UnsupportedBlobError(item.index.fqn, "a tensor item is not a tensor")
+                converted = self._adapter.to_numpy(data.detach().cpu().contiguous())
+                if converted is None:
+                    raise UnsupportedBlobError(item.index.fqn, "a tensor item is not a tensor")
+                array = converted[0]
+            names.append(_blob_name(item.index))
+            blobs[names[-1]] = array
+            sizes.append(array.nbytes)
+        commit = write_node(
+            self.storage, node, self.epoch, blobs, self.location.db_type, self.location.engine()
+        )
+        return _done(
+            [
+                WriteResult(
+                    index=item.index,
+                    size_in_bytes=size,
+                    storage_data=StoredItem(node, name, commit),
+                )
+                for item, name, size in zip(plan.items, names, sizes, strict=True)
+            ]
+        )
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        """On the coordinator, once every rank's data is durable: write the metadata
+        node, then create every node's commit record (the metadata node's last)."""
+        try:
+            stored = [(result.index, result.storage_data) for rank in results for result in rank]
+            if not all(isinstance(item, StoredItem) for _, item in stored):
+                raise JobConfigurationError("a rank's write results were not made by Writer")
+            commits: dict[str, NodeCommit] = {item.commit.node: item.commit for _, item in stored}
+            document = encode_metadata(metadata, stored)
+            meta = write_node(
+                self.storage,
+                METADATA_NODE,
+                self.epoch,
+                {METADATA_BLOB: np.frombuffer(document, dtype=np.uint8)},
+                self.location.db_type,
+                self.location.engine(),
+            )
+            commit_epoch(self.storage, self.epoch, [*commits.values(), meta])
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return False  # never picked by DCP from a checkpoint_id: pass a Writer
+
+    def storage_meta(self) -> StorageMeta | None:
+        return None
+
+
+class Reader(StorageReader):
+    """DCP's storage reader of one committed epoch under ``root``: ``epoch``, or the
+    newest one whose save completed.
+
+    The epoch and its metadata are found and checked when the reader is made: raises
+    :class:`~ckptstore.errors.CheckpointNotFoundError` if there is no such committed
+    epoch and :class:`~ckptstore.errors.CorruptCheckpointError` if its metadata is
+    damaged (without ``epoch``, an older intact epoch is taken instead, with a warning).
+    ``allow_pickle=True`` lets DCP's planner unpickle non-tensor entries that
+    ``torch.load(weights_only=True)`` refuses (only for checkpoints you trust).
+
+    Example::
+
+        >>> Reader("./nothing-here")
+        Traceback (most recent call last):
+        ckptstore.errors.CheckpointNotFoundError: no committed DCP checkpoint under ...
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        epoch: int | None = None,
+        storage_options: Mapping[str, object] | None = None,
+        *,
+        allow_pickle: bool = False,
+    ) -> None:
+        super().__init__()
+        self.location = _open(root, storage_options, None)
+        self.storage = self.location.storage
+        self.allow_pickle = allow_pickle
+        self.bytes_read = 0
+        """Bytes of stored pieces this reader read (each checked against its CRC)."""
+        self._manifests: dict[str, NodeManifest] = {}
+        if epoch is None:
+            self.epoch, self._decoded = self._newest()
+        else:
+            self.epoch = _epoch(epoch)
+            if not committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+                raise self._not_found(f"epoch {self.epoch} is not committed")
+            self._decoded = self._read_metadata(self.epoch)
+
+    def _not_found(self, detail: str) -> CheckpointNotFoundError:
+        url = self.storage.display_url
+        return CheckpointNotFoundError(
+            url,
+            METADATA_NODE,
+            None,
+            f"no committed DCP checkpoint under {url} ({detail}); save one with "
+            f"dcp.save(state, storage_writer=Writer(root, epoch=...)), or `ckptstore ls {url}` "
+            "to see what is there",
+        )
+
+    def _newest(self) -> tuple[int, DecodedMetadata]:
+        listing = CommitListing.of(self.storage)
+        before: int | None = None
+        while (epoch := listing.newest_complete([METADATA_NODE], before=before)) is not None:
+            try:
+                return epoch, self._read_metadata(epoch)
+            except CorruptCheckpointError as error:
+                log.warning("Skipping DCP epoch %d, whose metadata is damaged: %s", epoch, error)
+                before = epoch
+        raise self._not_found("no epoch of it is committed")
+
+    def _read_metadata(self, epoch: int) -> DecodedMetadata:
+        manifest = open_node(self.storage, METADATA_NODE, epoch)
+        record = manifest.blobs.get(METADATA_BLOB)
+        url = self.location.db_path(METADATA_NODE, epoch)
+        if record is None or record.dtype != "|u1" or record.nbytes > MAX_METADATA_BYTES:
+            raise CorruptCheckpointError(
+                "it holds no DCP metadata document of a sane size", url=url, blob=METADATA_BLOB
+            )
+        reader = self.location.reader_for(manifest)
+        raw = read_blobs(self.storage, manifest, [METADATA_BLOB], reader, self.location.engine())
+        return decode_metadata(raw[METADATA_BLOB].tobytes(), url=url, key=METADATA_BLOB)
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        _no_checkpoint_id(checkpoint_id, "Reader")
+
+    def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
+        return self._decoded.metadata
+
+    def set_up_storage_reader(
+        self, metadata: Metadata, is_coordinator: bool, *args: object, **kwargs: object
+    ) -> None:
+        pass
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        return plans
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return False  # never picked by DCP from a checkpoint_id: pass a Reader
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """Read every item of ``plan``: for a tensor, only the stored pieces holding the
+        part asked for, each checked against its CRC, then copied into the planner's
+        tensor; a byte entry whole, checked, then handed to the planner."""
+        by_node: dict[str, list[tuple[ReadItem, str]]] = {}
+        for item in plan.items:
+            node, blob = self._decoded.items[item_key(item.storage_index)]
+            by_node.setdefault(node, []).append((item, blob))
+        for node, wanted in by_node.items():
+            manifest = self._manifest(node)
+            rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
+            for item, blob in wanted:
+                if blob not in manifest.blobs:
+                    raise CorruptCheckpointError(
+                        f"the metadata names blob {blob!r}, which the node lacks",
+                        url=self.storage.display_url,
+                        node=node,
+                        epoch=self.epoch,
+                    )
+                if blob in rounds[-1]:
+                    rounds.append({})
+                rounds[-1][blob] = (item, self._partial(item, manifest, blob))
+            for batch in rounds:
+                self._read_batch(manifest, batch, planner)
+        return _done(None)
+
+    def _manifest(self, node: str) -> NodeManifest:
+        manifest = self._manifests.get(node)
+        if manifest is None:
+            manifest, _, commit = open_node_record(self.storage, node, self.epoch)
+            if commit.manifest_crc32c != self._decoded.nodes.get(node):
+                raise CorruptCheckpointError(
+                    "the node's committed manifest is not the one the DCP metadata names",
+                    url=self.storage.display_url,
+                    node=node,
+                    epoch=self.epoch,
+                )
+            self._manifests[node] = manifest
+        return manifest
+
+    def _entry(self, item: ReadItem) -> TensorStorageMetadata | BytesStorageMetadata:
+        return self._decoded.metadata.state_dict_metadata[item.storage_index.fqn]
+
+    def _partial(self, item: ReadItem, manifest: NodeManifest, blob: str) -> Partial | None:
+        entry = self._entry(item)
+        if item.type == LoadItemType.BYTE_IO or not isinstance(entry, TensorStorageMetadata):
+            return None
+        record = manifest.blobs[blob]
+        shape = self._chunk_shape(item, entry)
+        itemsize = entry.properties.dtype.itemsize
+        if record.shape != tuple(shape) or record.numpy_dtype().itemsize != itemsize:
+            raise CorruptCheckpointError(
+                f"blob {blob!r} is {record.shape} of {record.dtype}, not the saved chunk "
+                f"{tuple(shape)} of {entry.properties.dtype} the DCP metadata names",
+                url=self.storage.display_url,
+                node=manifest.node,
+                epoch=self.epoch,
+            )
+        if 0 in item.lengths:
+            return covering(record, itemsize, shape, [0] * len(shape), [1] * len(shape))
+        return covering(record, itemsize, shape, item.storage_offsets, item.lengths)
+
+    def _chunk_shape(self, item: ReadItem, entry: TensorStorageMetadata) -> list[int]:
+        offsets = item_key(item.storage_index)[1]
+        for chunk in entry.chunks:
+            if tuple(chunk.offsets) == offsets:
+                if any(
+                    o + n > s
+                    for o, n, s in zip(item.storage_offsets, item.lengths, chunk.sizes, strict=True)
+                ):
+                    break
+                return list(chunk.sizes)
+        raise CorruptCheckpointError(
+            f"the load asks for a part of {item.storage_index.fqn!r} that no saved chunk holds",
+            url=self.storage.display_url,
+            epoch=self.epoch,
+        )
+
+    def _read_batch(
+        self,
+        manifest: NodeManifest,
+        batch: Mapping[str, tuple[ReadItem, Partial | None]],
+        planner: LoadPlanner,
+    ) -> None:
+        records = {
+            blob: manifest.blobs[blob] if partial is None else partial.record
+            for blob, (_, partial) in batch.items()
+        }
+        partial_manifest = NodeManifest(
+            manifest.node, manifest.epoch, manifest.db_type, records, manifest.files
+        )
+        reader = self.location.reader_for(manifest)
+        try:
+            arrays = read_blobs(
+                self.storage, partial_manifest, list(records), reader, self.location.engine()
+            )
+        except CorruptCheckpointError as error:
+            if error.blob is None or error.blob not in batch:
+                raise
+            item, partial = batch[error.blob]
+            raise in_tensor(error, item.storage_index.fqn, partial) from None
+        self.bytes_read += sum(record.stored_bytes for record in records.values())
+        for blob, (item, partial) in batch.items():
+            data = arrays[blob]
+            if partial is None:
+                self._load_bytes(item, planner, data, manifest.node, blob)
+            else:
+                self._load_tensor(item, planner, data, partial)
+
+    def _load_bytes(
+        self, item: ReadItem, planner: LoadPlanner, data: np.ndarray[Any, Any], node: str, blob: str
+    ) -> None:
+        value = data.tobytes()
+        if not self.allow_pickle:
+            try:
+                torch.load(io.BytesIO(value), weights_only=True)
+            except Exception as error:
+                raise UnsupportedBlobError(
+                    item.storage_index.fqn,
+                    f"the stored entry (node {node!r}, blob {blob!r}) holds objects "
+                    f"torch.load(weights_only=True) refuses ({type(error).__name__}); if you "
+                    "trust this checkpoint, load it with Reader(..., allow_pickle=True)",
+                ) from None
+        planner.load_bytes(item, io.BytesIO(value))
+
+    def _load_tensor(
+        self, item: ReadItem, planner: LoadPlanner, data: np.ndarray[Any, Any], partial: Partial
+    ) -> None:
+        entry = self._entry(item)
+        assert isinstance(entry, TensorStorageMetadata)
+        target = planner.resolve_tensor(item).detach()
+        if tuple(target.size()) != tuple(item.lengths):
+            raise JobConfigurationError(
+                f"the planner's tensor for {item.dest_index.fqn!r} is {tuple(target.size())}, "
+                f"not the {tuple(item.lengths)} it asked for"
+            )
+        if target.numel():
+            shape = self._chunk_shape(item, entry)
+            try:
+                box = box_of(
+                    data, partial, entry.properties.dtype, shape, item.storage_offsets, item.lengths
+                )
+            except ValueError as error:  # a manifest whose pieces do not add up to the blob
+                raise CorruptCheckpointError(
+                    f"{error} (tensor {item.storage_index.fqn!r})",
+                    url=self.storage.display_url,
+                    blob=partial.record.name,
+                    epoch=self.epoch,
+                ) from None
+            target.copy_(box)
+        planner.commit_tensor(item, target)

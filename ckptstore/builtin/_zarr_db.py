@@ -509,10 +509,10 @@ def _large_chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]
     chunk_shape = grid_chunk_shape(shape, itemsize, CHUNK_BYTES)
     axis = next((a for a, c in enumerate(chunk_shape) if c != 1), len(shape) - 1)
     most, length = chunk_shape[axis], shape[axis]
-    steps = min(
-        range(max(1, most // 2), most + 1),
-        key=lambda k: (-(-length // k) * k - length, -k),
-    )
+    # each count of chunks along the axis, from the fewest, with the fewest steps it takes
+    fewest = -(-length // most)
+    counts = range(fewest, max(fewest, -(-length // max(1, most // 2))) + 1)
+    steps = min((-(-length // n) for n in counts), key=lambda k: -(-length // k) * k - length)
     return (*chunk_shape[:axis], steps, *chunk_shape[axis + 1 :])
 
 

@@ -272,6 +272,9 @@ class ZarrDB(DBType):
         chunk_keys = {0: "0", 1: "0"}
         for name in names:
             array = blobs[name]
+            if array.nbytes > CHUNKED_FROM:
+                members.extend(self._chunk_members(name, array))
+                continue
             dtype, shape = array.dtype, array.shape
             kind = (dtype.str, dtype.type, shape)
             known = documents.get(kind)
@@ -284,9 +287,6 @@ class ZarrDB(DBType):
             members.append(
                 Member(f"{name}/{METADATA}", document.prefix, None, None, document.inflated)
             )
-            if array.nbytes > CHUNKED_FROM:
-                members.extend(self._chunk_members(name, array))
-                continue
             if array.size:  # no zero-length axis: the one chunk is the array, unrecorded
                 key = chunk_keys.get(array.ndim) or _member_key((0,) * array.ndim)
                 members.append(Member(f"{name}/{key}", b"", name, array))

@@ -367,3 +367,11 @@ def test_large_arrays_chunk_the_first_axis_and_pad_little() -> None:
         assert int(np.prod(padded)) <= int(np.prod(shape)) * 1.01
     assert _zarr_db._large_chunk_shape((1 << 14, 1 << 14), itemsize) == (256, 1 << 14)
     assert _zarr_db._large_chunk_shape((5, 7, 1 << 22), itemsize) == (1, 1, 1 << 22)
+
+
+def test_every_member_name_is_written_once(tmp_path: Path, small_large_arrays: None) -> None:
+    """No duplicate members (zipfile takes the last of two, TensorStore refuses both)."""
+    save(LocalPath(str(tmp_path)), large_values())
+    with zipfile.ZipFile(tmp_path / "trainer_0.1" / "blobs.zarr.zip") as opened:
+        names = opened.namelist()
+    assert len(names) == len(set(names))

@@ -249,7 +249,8 @@ class ZarrDB(DBType):
         """The hierarchy in ZIPs (one, or a few for hundreds of MiB: see
         :func:`~ckptstore.builtin._packed.archive_shares`), each a zarr group holding
         its share of the arrays; one chunk per array (its shape recorded in the blob's
-        layout only when it differs from the array's: empty arrays)."""
+        layout only when it differs from the array's: empty arrays), or one member per
+        chunk for arrays over ``CHUNKED_FROM``."""
         empty: dict[str, BlobRecord] = {}
         written = write_shared(db, ARCHIVE, blobs, lambda share: self._members(share, blobs, empty))
         found = written.blobs
@@ -305,9 +306,7 @@ class ZarrDB(DBType):
         its own member, in C order: a plain reader (zarr-python through a ZIP reader,
         which reads a member from its start) fetches only the chunks a slice overlaps."""
         chunk_shape = _large_chunk_shape(array.shape, array.dtype.itemsize)
-        document = _document_member(
-            name, self._array_document(_Plan(name, array, chunk_shape, ()))
-        )
+        document = _document_member(name, self._array_document(_Plan(name, array, chunk_shape, ())))
         members = [document]
         for chunk in array_chunks(array.shape, array.dtype.itemsize, chunk_shape):
             region = tuple(

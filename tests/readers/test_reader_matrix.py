@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from ckptstore.builtin import _zarr_db
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._dtypes import ML_DTYPE_NAMES, plain_dtype
@@ -47,6 +48,7 @@ def _samples() -> dict[str, Array]:
     samples.update({name: _ml_sample(name) for name in sorted(ML_DTYPE_NAMES)})
     samples["0-d"] = np.array(7.25)
     samples["empty"] = np.zeros((2, 0, 3), np.float32)
+    samples["chunks"] = np.arange(1009 * 300, dtype=">f4").reshape(1009, 300)  # see write_node
     return samples
 
 
@@ -62,7 +64,7 @@ def category(sample: str) -> str:
     own name (``<f4``, ``0-d``...)."""
     if sample in ML_DTYPE_NAMES:
         return "ml_dtypes"
-    if sample in ("0-d", "empty"):
+    if sample in ("0-d", "empty", "chunks"):
         return sample
     dtype = np.dtype(sample)
     if dtype.kind in "fc" and dtype.itemsize not in _ZARR_FLOATS[dtype.kind]:
@@ -93,11 +95,17 @@ def same(got: Any, expected: Array) -> bool:
 
 
 def write_node(url: str, node: str, db_type: str) -> None:
+    """Every sample, at the root and under ``TREE``. Arrays over 1 MiB are stored as
+    chunks of at most 64 KiB (64 and 16 MiB by default), so that the ``chunks`` sample
+    (1.2 MiB) is a chunk grid with a padded edge chunk, as large arrays are."""
     location = CheckpointLocation.open(url, db_type)
     blobs = {**BLOBS, **{f"{TREE}/{name}": array for name, array in BLOBS.items()}}
-    commit = protocol.write_node(
-        location.storage, node, 1, blobs, location.db_type, location.engine()
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_zarr_db, "CHUNKED_FROM", 1 << 20)
+        patch.setattr(_zarr_db, "CHUNK_BYTES", 64 << 10)
+        commit = protocol.write_node(
+            location.storage, node, 1, blobs, location.db_type, location.engine()
+        )
     protocol.commit_epoch(location.storage, 1, [commit])
 
 
@@ -225,6 +233,16 @@ def test_numpy_reads_every_value_of_an_npz_node(local_root: Path) -> None:
     with np.load(local_root / "npz_node.1" / NPZ_ARCHIVE, allow_pickle=False) as opened:
         failures = failures_of(lambda name: opened[name], npy=True)
     assert_matches_the_list("numpy", failures)
+
+
+def test_the_chunks_sample_is_a_chunk_grid(local_root: Path) -> None:
+    import zarr
+
+    store = zarr.storage.ZipStore(local_root / "zarr_node.1" / ZARR_ARCHIVE, mode="r")
+    array = zarr.open_group(store, mode="r")[NAMES["chunks"]]
+    assert isinstance(array, zarr.Array)
+    assert array.chunks[0] < SAMPLES["chunks"].shape[0]
+    assert SAMPLES["chunks"].shape[0] % array.chunks[0]  # an edge chunk, padded
 
 
 def test_ml_dtypes_blobs_name_their_type_for_plain_readers(local_root: Path) -> None:

@@ -493,8 +493,9 @@ def _document_member(name: str, document: bytes) -> Member:
 
 def _large_chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """The chunk shape of an array of more than ``CHUNKED_FROM`` bytes: chunks of at most
-    ``CHUNK_BYTES``, each a contiguous range of the array's bytes (whole trailing axes,
-    :func:`~ckptstore.io.grid_chunk_shape`), along the first axis where its rows allow.
+    ``CHUNK_BYTES`` (or one item, if larger), each a contiguous range of the array's
+    bytes (whole trailing axes, :func:`~ckptstore.io.grid_chunk_shape`), along the first
+    axis where its rows allow.
     zarr stores an edge chunk whole, padded: of the steps along the cut axis from half
     the most that fit up to that most, the one that pads least (the largest if tied).
 
@@ -506,6 +507,8 @@ def _large_chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]
         (8388608,)
     """
     chunk_shape = grid_chunk_shape(shape, itemsize, CHUNK_BYTES)
+    if not shape:  # a 0-d array of one huge item (bytes, text): one chunk
+        return chunk_shape
     axis = next((a for a, c in enumerate(chunk_shape) if c != 1), len(shape) - 1)
     most, length = chunk_shape[axis], shape[axis]
     # each count of chunks along the axis, from the fewest, with the fewest steps it takes

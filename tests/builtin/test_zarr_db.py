@@ -375,3 +375,24 @@ def test_every_member_name_is_written_once(tmp_path: Path, small_large_arrays: N
     with zipfile.ZipFile(tmp_path / "trainer_0.1" / "blobs.zarr.zip") as opened:
         names = opened.namelist()
     assert len(names) == len(set(names))
+
+
+def test_arrays_of_few_huge_items_are_chunks_of_one_item(
+    tmp_path: Path, small_large_arrays: None
+) -> None:
+    """A 0-d array, or one whose items are each larger than a chunk, above
+    ``CHUNKED_FROM`` (fixed-width bytes can be): one chunk per item, read back."""
+    values = {
+        "one": np.array(b"x" * (80 << 10), dtype="S81920"),
+        "few": np.array([b"a" * (40 << 10), b"b"], dtype="S40960"),
+    }
+    storage = LocalPath(str(tmp_path))
+    save(storage, values)
+    group = open_plain(tmp_path / "trainer_0.1")
+    assert group["few"].chunks == (1,)
+    loaded = protocol.read_blobs(
+        storage, protocol.open_node(storage, NODE, 1), None, ZarrDB(), engine()
+    )
+    for name, value in values.items():
+        np.testing.assert_array_equal(group[name][...], value)
+        np.testing.assert_array_equal(loaded[name], value)

@@ -470,25 +470,22 @@ class _ArchivePlan:
     def records(self) -> WrittenDB:
         """Each blob's record: its members' ranges, in archive order."""
         found = self.found
-        chunks_of: dict[str, tuple[ChunkRecord, ...]] = {}
-        first: dict[str, Member] = {}  # each blob's first member
+        blobs: dict[str, BlobRecord] = {}
         for index, member in enumerate(self.members):
-            blob = member.blob
-            if blob is None or member.array is None:
+            blob, array = member.blob, member.array
+            if blob is None or array is None:
                 continue
             chunks: tuple[ChunkRecord, ...] | None = found.run_chunks.get(index)
             if chunks is None:  # written in pieces (or empty)
                 pieces = found.blob_chunks.get(index, {})
                 chunks = tuple(pieces[n] for n in sorted(pieces))
-            first.setdefault(blob, member)
-            chunks_of[blob] = chunks_of.get(blob, ()) + chunks
-        blobs = {}
-        for blob, member in first.items():
-            array = member.array
-            assert array is not None
-            shape = array.shape if member.blob_shape is None else member.blob_shape
+            if member.blob_shape is None:  # the whole blob (the common case)
+                blobs[blob] = BlobRecord(blob, encode_dtype(blob, array.dtype), array.shape, chunks)
+                continue
+            known = blobs.get(blob)  # a chunk of a blob held in several members
+            held = () if known is None else known.chunks
             dtype = encode_dtype(blob, array.dtype)
-            blobs[blob] = BlobRecord(blob, dtype, shape, chunks_of[blob])
+            blobs[blob] = BlobRecord(blob, dtype, member.blob_shape, held + chunks)
         return WrittenDB(blobs, tuple(sorted(found.files, key=lambda record: record.offset)))
 
 

@@ -5,16 +5,21 @@ Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: t
 hierarchy inside a ZIP, the layout zarr's own ``ZipStore`` and fsspec's ``zip::`` URLs
 read (from 512 MiB of large blobs, up to four such files, each a group holding its share
 of the arrays: see :func:`~ckptstore.builtin._packed.archive_shares`). Chunks are stored
-as they are; each ``zarr.json`` is deflated (ZIP method 8: 300 bytes in 174 for a
+as they are; each ``zarr.json`` is deflated (ZIP method 8: 293 bytes in 179 for a
 float32 vector, which thousands of small blobs feel).
-Each array is a single chunk (chunk shape = array shape: no edge padding), written by
-the shared parallel archive writer (:mod:`ckptstore.builtin._packed`) in pieces at
-precomputed offsets; the manifest records those pieces' byte ranges and CRC-32s, so
-loads stay parallel and partial.
+An array of up to 64 MiB (``CHUNKED_FROM``) is a single chunk (chunk shape = array
+shape: no edge padding); a larger one is cut into chunks of at most 16 MiB, each its own
+ZIP member, so that a plain reader reads a slice without the rest of the array
+(:func:`_large_chunk_shape`). Members are written by the shared parallel archive writer
+(:mod:`ckptstore.builtin._packed`) in pieces at precomputed offsets; the manifest
+records those pieces' byte ranges and CRC-32s, so loads stay parallel and partial.
+Each array names its dimensions (``dimension_names``: ``dim<axis>_<length>``), which
+xarray needs to open a group.
 
 With ``compression="zstd"`` or ``"blosc"``, chunks are compressed one by one (sizes
 unknown in advance), so that layout is a zarr directory store: one file per chunk and
-per document. Chunk keys use zarr's default encoding with the ``.`` separator.
+per document. Chunk keys use zarr's ``v2`` encoding in a ZIP (``w/0.0``, the shortest)
+and its default encoding with the ``.`` separator in a directory (``w/c.0.0``).
 
 Every plain dtype is stored (:mod:`ckptstore.records._dtypes`): zarr's core types,
 ``S``/``U``/datetime64/timedelta64 as the data types zarr-python defines, longdouble as
@@ -83,6 +88,11 @@ _DATA_TYPES = {
 }
 _FILL_VALUES = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": [0.0, 0.0]}
 _NAT = -(2**63)
+CHUNKED_FROM = 64 << 20
+"""Arrays of more bytes than this are cut into chunks (:func:`_large_chunk_shape`), each
+its own archive member, so that a plain reader reads a slice without the rest."""
+CHUNK_BYTES = 16 << 20
+"""The most bytes of a chunk of such an array."""
 
 
 def _zarr_data_type(dtype: np.dtype[Any]) -> tuple[Any, Any, bool]:
@@ -122,11 +132,25 @@ def _document(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-_SHAPE, _CHUNKS = "@@shape@@", "@@chunks@@"  # placeholders in array document templates
+_SHAPE, _CHUNKS, _DIMENSIONS = "@@shape@@", "@@chunks@@", "@@dims@@"  # template placeholders
 
 
 def _json_list(values: tuple[int, ...]) -> bytes:
     return b"[" + b",".join(b"%d" % value for value in values) + b"]"
+
+
+def _dimension_names(shape: tuple[int, ...]) -> bytes:
+    """The array's ``dimension_names`` (JSON): ``dim<axis>_<length>``, which xarray needs
+    to open a group. Named by axis and length, they are unique within an array and
+    agree wherever two arrays share one (an xarray dataset wants each dimension to have
+    one length), and they depend on the shape alone, so documents stay shared.
+
+    Example::
+
+        >>> _dimension_names((3, 5))
+        b'["dim0_3","dim1_5"]'
+    """
+    return b"[" + b",".join(b'"dim%d_%d"' % pair for pair in enumerate(shape)) + b"]"
 
 
 def _group_document() -> bytes:
@@ -153,7 +177,14 @@ def _group_keys(names: Iterable[str]) -> list[str]:
 
 
 def _chunk_key(index: tuple[int, ...]) -> str:
+    """A chunk's key in a directory: zarr's default encoding with ``.`` (``c.0.1``)."""
     return "c" + "".join(f".{i}" for i in index)
+
+
+def _member_key(index: tuple[int, ...]) -> str:
+    """A chunk's key in a ZIP: zarr's ``v2`` encoding (``0.1``; ``0`` for a 0-d array),
+    the shortest (each key is in the archive twice: 4 bytes a blob less than ``c/0``)."""
+    return ".".join(map(str, index)) or "0"
 
 
 @dataclass(frozen=True)
@@ -218,7 +249,8 @@ class ZarrDB(DBType):
         """The hierarchy in ZIPs (one, or a few for hundreds of MiB: see
         :func:`~ckptstore.builtin._packed.archive_shares`), each a zarr group holding
         its share of the arrays; one chunk per array (its shape recorded in the blob's
-        layout only when it differs from the array's: empty arrays)."""
+        layout only when it differs from the array's: empty arrays), or one member per
+        chunk for arrays over ``CHUNKED_FROM``."""
         empty: dict[str, BlobRecord] = {}
         written = write_shared(db, ARCHIVE, blobs, lambda share: self._members(share, blobs, empty))
         found = written.blobs
@@ -238,9 +270,12 @@ class ZarrDB(DBType):
         # thousands of blobs share a few dtypes and shapes: their documents are made (and
         # deflated) once
         documents: dict[tuple[str, type, tuple[int, ...]], tuple[Member, tuple[int, ...]]] = {}
-        chunk_keys = {0: "c", 1: "c.0"}
+        chunk_keys = {0: "0", 1: "0"}
         for name in names:
             array = blobs[name]
+            if array.nbytes > CHUNKED_FROM:
+                members.extend(self._chunk_members(name, array))
+                continue
             dtype, shape = array.dtype, array.shape
             kind = (dtype.str, dtype.type, shape)
             known = documents.get(kind)
@@ -254,7 +289,7 @@ class ZarrDB(DBType):
                 Member(f"{name}/{METADATA}", document.prefix, None, None, document.inflated)
             )
             if array.size:  # no zero-length axis: the one chunk is the array, unrecorded
-                key = chunk_keys.get(array.ndim) or _chunk_key((0,) * array.ndim)
+                key = chunk_keys.get(array.ndim) or _member_key((0,) * array.ndim)
                 members.append(Member(f"{name}/{key}", b"", name, array))
             else:
                 empty[name] = BlobRecord(
@@ -264,6 +299,30 @@ class ZarrDB(DBType):
                     (),
                     layout={"chunk_shape": list(chunk_shape)},
                 )
+        return members
+
+    def _chunk_members(self, name: str, array: np.ndarray[Any, Any]) -> list[Member]:
+        """A large array's document and chunks (:func:`_large_chunk_shape`), each chunk
+        its own member, in C order: a plain reader (zarr-python through a ZIP reader,
+        which reads a member from its start) fetches only the chunks a slice overlaps."""
+        chunk_shape = _large_chunk_shape(array.shape, array.dtype.itemsize)
+        document = _document_member(name, self._array_document(_Plan(name, array, chunk_shape, ())))
+        members = [document]
+        for chunk in array_chunks(array.shape, array.dtype.itemsize, chunk_shape):
+            region = tuple(
+                slice(i * c, min((i + 1) * c, d))
+                for i, c, d in zip(chunk.index, chunk_shape, array.shape, strict=True)
+            )
+            members.append(
+                Member(
+                    f"{name}/{_member_key(chunk.index)}",
+                    b"",
+                    name,
+                    array[region],
+                    padding=chunk.padded - chunk.nbytes,
+                    blob_shape=array.shape,
+                )
+            )
         return members
 
     def _write_directory(
@@ -320,7 +379,12 @@ class ZarrDB(DBType):
         template = self._templates.get(plan.array.dtype)
         if template is None:
             template = self._templates[plan.array.dtype] = self._array_template(plan.array.dtype)
-        return template % (_json_list(plan.array.shape), _json_list(plan.chunk_shape))
+        shape = plan.array.shape
+        return template % (
+            _json_list(shape),
+            _json_list(plan.chunk_shape),
+            _dimension_names(shape),
+        )
 
     def _array_template(self, dtype: np.dtype[Any]) -> bytes:
         data_type, fill_value, has_endian = _zarr_data_type(plain_dtype(dtype))
@@ -353,16 +417,23 @@ class ZarrDB(DBType):
                 "shape": _SHAPE,
                 "data_type": data_type,
                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": _CHUNKS}},
-                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
+                # "v2" ("." its default separator) in a ZIP: the shortest keys and
+                # document (see _member_key); "default" with "." in a directory
+                "chunk_key_encoding": (
+                    {"name": "v2"}
+                    if self.compression is None
+                    else {"name": "default", "configuration": {"separator": "."}}
+                ),
                 "fill_value": fill_value,
                 "codecs": codecs,
+                "dimension_names": _DIMENSIONS,
                 # optional in zarr v3 and left out when empty (as "storage_transformers"
                 # always): one document per blob, so its bytes count
                 **({"attributes": attributes} if (attributes := _attributes(dtype)) else {}),
             }
         )
         document = document.replace(b"%", b"%%")
-        for placeholder in (_SHAPE, _CHUNKS):
+        for placeholder in (_SHAPE, _CHUNKS, _DIMENSIONS):
             document = document.replace(f'"{placeholder}"'.encode(), b"%s")
         return document
 
@@ -414,6 +485,37 @@ class ZarrDB(DBType):
         except CorruptCheckpointError as error:
             return [error]
         return verify_records(db, manifest, check_chunk=_check_declared_size)
+
+
+def _document_member(name: str, document: bytes) -> Member:
+    return document_member(f"{name}/{METADATA}", document)
+
+
+def _large_chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The chunk shape of an array of more than ``CHUNKED_FROM`` bytes: chunks of at most
+    ``CHUNK_BYTES`` (or one item, if larger), each a contiguous range of the array's
+    bytes (whole trailing axes, :func:`~ckptstore.io.grid_chunk_shape`), along the first
+    axis where its rows allow.
+    zarr stores an edge chunk whole, padded: of the steps along the cut axis from half
+    the most that fit up to that most, the one that pads least (the largest if tied).
+
+    Example::
+
+        >>> _large_chunk_shape((1000, 1 << 18), 4)  # rows of 1 MiB: 16 fit, 10 pad none
+        (10, 262144)
+        >>> _large_chunk_shape((1 << 26,), 2)  # 128 MiB of float16: 8 chunks of 16 MiB
+        (8388608,)
+    """
+    chunk_shape = grid_chunk_shape(shape, itemsize, CHUNK_BYTES)
+    if not shape:  # a 0-d array of one huge item (bytes, text): one chunk
+        return chunk_shape
+    axis = next((a for a, c in enumerate(chunk_shape) if c != 1), len(shape) - 1)
+    most, length = chunk_shape[axis], shape[axis]
+    # each count of chunks along the axis, from the fewest, with the fewest steps it takes
+    fewest = -(-length // most)
+    counts = range(fewest, max(fewest, -(-length // max(1, most // 2))) + 1)
+    steps = min((-(-length // n) for n in counts), key=lambda k: -(-length // k) * k - length)
+    return (*chunk_shape[:axis], steps, *chunk_shape[axis + 1 :])
 
 
 def _refuse_nested_arrays(blobs: Mapping[str, Any]) -> None:

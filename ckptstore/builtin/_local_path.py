@@ -31,6 +31,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
+import hashlib
 import io
 import os
 import secrets
@@ -46,6 +48,7 @@ from ckptstore._environment import choice_variable
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import (
     CorruptCheckpointError,
+    DocumentChangedError,
     KeyExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -118,6 +121,7 @@ class LocalPath(PathType):
     protocols: ClassVar[tuple[str, ...]] = ("", "file", "local")
     supports_rename = True
     atomic_create = True
+    atomic_replace = True  # an exclusive flock on the document, then a rename
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=32 << 20, concurrency=4, memory_budget=256 << 20)
@@ -446,6 +450,52 @@ class LocalPath(PathType):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temporary, dir_fd=parent)
             os.fsync(parent)
+
+    def replace_document(self, key: str, data: bytes, version: str | None) -> None:
+        """Compare and swap on local disk: open the document (no link followed), take
+        an exclusive ``flock`` on it, check that ``key`` still names that file (a
+        replace renames a new file over it, so a writer that waited on the lock of the
+        old one sees a different file) and that its bytes are still at ``version``,
+        then rename the new document over it and fsync the directory. Every writer of
+        the document goes through the lock, so exactly one of several racing replaces
+        from one version wins. ``version=None`` creates (:meth:`create_document`)."""
+        if version is None:
+            try:
+                self.create_document(key, data)
+            except KeyExistsError:
+                raise DocumentChangedError(self.display_url, key) from None
+            return
+        with self._errors("replace", key), self._parent(key) as (parent, name):
+            try:
+                fd = os.open(name, os.O_RDONLY | _FILE_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                raise DocumentChangedError(self.display_url, key) from None
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise self._not_followed(key, name) from None
+                raise
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                opened = os.fstat(fd)
+                try:
+                    named = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                except FileNotFoundError:
+                    raise DocumentChangedError(self.display_url, key) from None
+                if (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino):
+                    raise DocumentChangedError(self.display_url, key)
+                current = os.pread(fd, current_limits().max_document_bytes + 1, 0)
+                if hashlib.sha256(current).hexdigest() != version:
+                    raise DocumentChangedError(self.display_url, key)
+                temporary = _write_temporary(parent, name, data)
+                try:
+                    os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temporary, dir_fd=parent)
+                    raise
+                os.fsync(parent)
+            finally:
+                os.close(fd)  # releases the lock
 
     def sync(self) -> None:
         with self._errors("sync", None):

@@ -191,12 +191,39 @@ class GCSClient(ObjectStoreClient):
             raise
         return True
 
+    async def put_if_version(self, key: str, body: Body, version: str) -> bool:
+        """Upload with ``ifGenerationMatch=<generation>``: GCS itself refuses it (412
+        ``conditionNotMet``) when ``key`` changed. A metadata request goes first, so a
+        store that ignores the precondition (gcp-storage-emulator does) still refuses
+        a stale writer, though not two racing ones."""
+        info = await self.head(key)
+        if info is None or info.version != version:
+            return False
+        try:
+            await self.request(
+                "POST",
+                f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o",
+                self.describe("upload", key) + f" (ifGenerationMatch={version})",
+                params={"uploadType": "media", "name": key, "ifGenerationMatch": version},
+                headers={"Content-Type": "application/octet-stream"},
+                data=body,
+            )
+        except RequestError as error:
+            if error.status == 412:
+                return False
+            raise
+        return True
+
     async def head(self, key: str) -> ObjectInfo | None:
         try:
             raw = await self.request("GET", self._object_url(key), self.describe("stat", key))
         except MissingObjectError:
             return None
-        return ObjectInfo(size=int(json.loads(raw)["size"]))
+        metadata = json.loads(raw)
+        generation = metadata.get("generation")
+        return ObjectInfo(
+            size=int(metadata["size"]), version=None if generation is None else str(generation)
+        )
 
     async def ranged_get(
         self,

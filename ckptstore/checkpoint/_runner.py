@@ -39,7 +39,6 @@ from ckptstore.errors import (
     JobConfigurationError,
     ObjectNotFoundError,
     SaveFailedError,
-    StorageError,
     TooManySaveFailuresError,
     is_disk_full,
     is_permanent,
@@ -140,10 +139,14 @@ class JobRunner:
 
     :meth:`train` takes a writer lease on each node it saves (see
     :mod:`ckptstore.protocol._lease`): a second job on the same prefix and node stops
-    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. The
-    lease is renewed at each save, released at the end, and taken over with a warning
-    once its holder is gone (``lease_ttl`` seconds without a save, or at once when its
-    process on this host died); ``lease_ttl=None`` takes no lease.
+    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. A
+    heartbeat thread renews the lease every ``lease_ttl / 3`` seconds (default 60 s
+    ttl), whatever the saves do; it is released at the end, and taken over with a
+    warning once its holder is gone (``lease_ttl`` seconds after its last renewal, or
+    at once when its process on this host died or is a zombie). A storage error while
+    taking it raises. A job that lost its lease (taken over, or broken with
+    ``ckptstore lease break``) commits nothing more: :meth:`train` raises
+    :class:`~ckptstore.errors.LeaseLostError`. ``lease_ttl=None`` takes no lease.
 
     With ``async_save`` each save returns once the blobs are copied into staging
     buffers and is written, committed, catalogued and retained in the background while
@@ -245,25 +248,31 @@ class JobRunner:
         finally:
             self._lease = None
             self._commits = None
+            if self.checkpoint_manager is not None:
+                self.checkpoint_manager.writer_fence = None
             if lease is not None:
                 lease.release()
 
     def _take_lease(self) -> WriterLease | None:
         """The writer lease of the nodes this job saves, taken (``None`` without a
-        manager or ``lease_ttl``). Storage that cannot even hold the lease is warned
-        about and left to fail the saves themselves."""
+        manager or ``lease_ttl``). A storage error while taking it raises: a job
+        writes without a lease only when told to (``lease_ttl=None``)."""
         manager = self.checkpoint_manager
         if manager is None or self.lease_ttl is None:
             return None
         nodes = self._saved_nodes(manager)
         lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
-        try:
-            lease.acquire()
-        except StorageError as error:
-            log.warning("Could not take the writer lease (%s); saving without it", error)
-            return None
+        lease.acquire()
         self._lease = lease
         return lease
+
+    def _fence_writes(self, manager: ManagerBase, resume: int | None) -> None:
+        """Before anything is saved: record where this job resumes in the leases it took
+        over, and hand the manager's commits the fence to check."""
+        if self._lease is None:
+            return
+        self._lease.record_resume(resume)
+        manager.writer_fence = self._lease.fence()
 
     def _saved_nodes(self, manager: ManagerBase) -> list[str]:
         """The node names this job's checkpoints are filed under."""
@@ -328,6 +337,7 @@ class JobRunner:
             resume = self._resume_epoch(manager)
             if resume is not None:
                 log.info("Resuming from epoch %d", resume)
+            self._fence_writes(manager, resume)
         elif resume is not None:
             raise JobConfigurationError(
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
@@ -470,7 +480,7 @@ class JobRunner:
         self.collect_saves(self.max_saves_in_flight - 1)
         try:
             if self._lease is not None:
-                self._lease.renew()
+                self._lease.check()
             _require_accessible(manager, epoch)
             with self._replacing_damaged(manager, epoch):
                 future = manager.save_async(
@@ -554,7 +564,7 @@ class JobRunner:
         """Run the manager's save of ``epoch``. An epoch the runner fell back past
         (committed, but it could not be restored) is replaced: it holds nothing usable."""
         if self._lease is not None:
-            self._lease.renew()
+            self._lease.check()
         with self._replacing_damaged(manager, epoch):
             session.run(manager.save(epoch))
 

@@ -143,13 +143,17 @@ class PathTypeConformance:
         with pytest.raises(DocumentChangedError):
             storage.replace_document(key, b"again", None)
         first = storage.get_versioned_document(key)
-        assert first is not None and first[0] == b"first"
+        assert first is not None
+        assert first[0] == b"first"
         storage.replace_document(key, b"second", first[1])
         second = storage.get_versioned_document(key)
-        assert second is not None and second[0] == b"second" and second[1] != first[1]
+        assert second is not None
+        assert second == (b"second", second[1])
+        assert second[1] != first[1]
         with pytest.raises(DocumentChangedError) as caught:
             storage.replace_document(key, b"stale", first[1])
-        assert isinstance(caught.value, FileExistsError) and caught.value.key == key
+        assert isinstance(caught.value, FileExistsError)
+        assert caught.value.key == key
         assert storage.get_document(key) == b"second"
         assert storage.list_keys("_ckptstore") == [key]  # no temporaries
         storage.delete([key])

@@ -38,7 +38,8 @@ class TestGCS(ObjectStoreKit):
         storage = GCSPath(store.url, **store.storage_options)
         storage.create_document("_ckptstore/lease/n.json", b"first")
         current = storage.get_versioned_document("_ckptstore/lease/n.json")
-        assert current is not None and current[1].isdigit()  # the object's generation
+        assert current is not None
+        assert current[1].isdigit()  # the object's generation
         storage.replace_document("_ckptstore/lease/n.json", b"second", current[1])
         uploads = [r for r in store.faults.requests if r.method == "POST" and "upload" in r.path]
         assert uploads[-1].params.get("ifGenerationMatch") == [current[1]]

@@ -318,6 +318,8 @@ class JobRunner:
         before anything is saved (resume and its fallback ask it; saves never do)."""
         if self._commits is None:
             self._commits = CommitListing.of(manager.location.storage)
+            if self._lease is not None:  # just read to take the lease: no request more
+                self._commits.know_fences(self._lease.fences)
         return self._commits
 
     def _train(self, session: Session) -> int:

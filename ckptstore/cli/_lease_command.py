@@ -49,9 +49,7 @@ def register(commands: Any) -> None:
 
 
 def _break_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--node", action="append", required=True, metavar="NODE", help="repeatable"
-    )
+    parser.add_argument("--node", action="append", required=True, metavar="NODE", help="repeatable")
 
 
 @common.guarded

@@ -211,6 +211,15 @@ def _fence(pair: object) -> tuple[int, int]:
     return generation, epoch
 
 
+def _with_fence(
+    fences: tuple[tuple[int, int], ...], fence: tuple[int, int]
+) -> tuple[tuple[int, int], ...]:
+    """``fences`` with ``fence`` replacing any of its generation, newest last, at most
+    :data:`MAX_FENCES` of them."""
+    kept = [pair for pair in fences if pair[0] != fence[0]]
+    return (*kept, fence)[-MAX_FENCES:]
+
+
 def fenced_out(fences: Iterable[tuple[int, int]], generation: int | None, epoch: int) -> bool:
     """Whether a commit record of ``epoch`` written under lease ``generation`` is fenced
     out: a later generation of the lease resumed from an earlier epoch, so the record's
@@ -409,6 +418,8 @@ class WriterLease:
         self._clock = clock
         self._started = clock()
         self._expires = self._started + ttl
+        self.fences: dict[str, tuple[tuple[int, int], ...]] = {}
+        """The fences each lease held when it was taken (and those this job added)."""
         self._taken_over: set[str] = set()
         self._resumed_after: dict[str, int] = {}
         self._lost: LeaseLostError | None = None
@@ -493,6 +504,7 @@ class WriterLease:
                 )
             except DocumentChangedError:
                 continue  # another job acted on the same version: look again
+            self.fences[node] = fences
             if prior is None or prior.state != RELEASED:
                 # the last holder may still be alive: its commits after this job's resume
                 # point are fenced out (a fresh lease or a clean release needs no fence)
@@ -509,15 +521,14 @@ class WriterLease:
         after = -1 if epoch is None else epoch
         with self._lock:
             for node in sorted(self._taken_over & set(self.generations)):
-                generation = self.generations[node]
+                fence = (self.generations[node], after)
 
-                def add(holder: LeaseHolder, generation: int = generation) -> LeaseHolder:
-                    kept = [pair for pair in holder.fences if pair[0] != generation]
-                    fences = (*kept, (generation, after))[-MAX_FENCES:]
-                    return replace(holder, fences=tuple(fences))
+                def add(holder: LeaseHolder, fence: tuple[int, int] = fence) -> LeaseHolder:
+                    return replace(holder, fences=_with_fence(holder.fences, fence))
 
                 self._rewrite(node, add)
                 self._resumed_after[node] = after
+                self.fences[node] = _with_fence(self.fences.get(node, ()), fence)
 
     # -- keeping ------------------------------------------------------------------------
 
@@ -579,6 +590,12 @@ class WriterLease:
         if self._lost is None:
             self._lost = error
         raise error
+
+    @property
+    def lost(self) -> LeaseLostError | None:
+        """Why this job lost its lease (the heartbeat found it taken over or broken),
+        or ``None`` while it holds it as far as it knows."""
+        return self._lost
 
     def check(self) -> None:
         """Raise :class:`~ckptstore.errors.LeaseLostError` if the lease is lost, or was

@@ -148,6 +148,11 @@ class CommitListing:
             )
         return not fenced
 
+    def know_fences(self, fences: Mapping[str, tuple[tuple[int, int], ...]]) -> None:
+        """Use these nodes' lease fences instead of reading their lease documents (a
+        job that has just read them to take its leases: no extra request)."""
+        self._fences.update(fences)
+
     def fences(self, node: str) -> tuple[tuple[int, int], ...]:
         """The fences of ``node``'s writer lease (read once per listing; none if it has
         no lease document or it is unreadable)."""

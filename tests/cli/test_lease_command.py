@@ -76,9 +76,7 @@ def test_show_reports_an_unreadable_lease_as_corrupt(cli: Cli, tmp_path: Path) -
     assert "Traceback" not in result.err
 
 
-def test_break_frees_the_lease_at_once_and_fences_the_old_holder(
-    cli: Cli, tmp_path: Path
-) -> None:
+def test_break_frees_the_lease_at_once_and_fences_the_old_holder(cli: Cli, tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     old = WriterLease(storage, ["trainer_0"], ttl=600, heartbeat=False)
     old.acquire()

@@ -23,10 +23,12 @@ from ckptstore import (
 )
 from ckptstore.errors import (
     AlreadyCommittedError,
+    DocumentChangedError,
     FrozenGroupError,
     InvalidPluginError,
     KeyExistsError,
     LeaseHeldError,
+    LeaseLostError,
     NodeLostError,
     NotRunError,
     ObjectNotFoundError,
@@ -53,6 +55,8 @@ ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
     (KeyExistsError("/c", "_ckptstore/x"), FileExistsError),
     (AlreadyCommittedError("/c", 3, ["n"]), FileExistsError),
     (LeaseHeldError("/c", "n", "host h, pid 1", 30.0), RuntimeError),
+    (DocumentChangedError("/c", "_ckptstore/lease/n.json"), FileExistsError),
+    (LeaseLostError("/c", "n", 3, "an operator broke it"), RuntimeError),
 ]
 
 

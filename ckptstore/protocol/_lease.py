@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import NoReturn
 
 from ckptstore.errors import (
@@ -550,13 +551,9 @@ class WriterLease:
         self.check()
         with self._lock:
             now = self._clock()
+            renewed = partial(replace, renewed_at=now, expires_at=now + self.ttl)
             for node in sorted(self.generations):
-                self._rewrite(
-                    node,
-                    lambda holder, now=now: replace(
-                        holder, renewed_at=now, expires_at=now + self.ttl
-                    ),
-                )
+                self._rewrite(node, renewed)
             self._expires = now + self.ttl
 
     def _rewrite(self, node: str, change: Callable[[LeaseHolder], LeaseHolder]) -> None:

@@ -10,7 +10,7 @@ Example::
     >>> client = GCSPath("gs://bucket/run", **options).client  # GCSClient(fs, options, "bucket")
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
-    ObjectInfo(size=4)
+    ObjectInfo(size=4, version=...)
     >>> client.close()
 """
 

@@ -9,7 +9,7 @@ Example::
     >>> client = S3Path("s3://client-module/run", **options).client  # an S3Client
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
-    ObjectInfo(size=4)
+    ObjectInfo(size=4, version='"8d777f385d3dfec8815d20f7496026dc"')
 """
 
 from __future__ import annotations

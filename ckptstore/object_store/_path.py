@@ -40,7 +40,7 @@ from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._path_type import CONTENT_VERSION, PathType
 from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
@@ -196,14 +196,11 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
             return super().get_versioned_document(key)
         return data, info.version
 
-    def replace_document(self, key: str, data: bytes, version: str | None) -> None:
-        """A single conditional upload (:meth:`ObjectStoreClient.put_if_version`;
-        ``version=None``: :meth:`create_document`)."""
-        if version is None:
-            try:
-                self.create_document(key, data)
-            except KeyExistsError:
-                raise DocumentChangedError(self.display_url, key) from None
+    def replace_existing_document(self, key: str, data: bytes, version: str) -> None:
+        """A single conditional upload (:meth:`ObjectStoreClient.put_if_version`); for a
+        store that names no versions (a content version), a check, then a write."""
+        if version.startswith(CONTENT_VERSION):
+            super().replace_existing_document(key, data, version)
             return
         name = self._object(key)
         with self._errors("replace", key):

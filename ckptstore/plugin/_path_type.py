@@ -30,9 +30,32 @@ from ckptstore.errors import (
 from ckptstore.io._settings import IOSettings
 from ckptstore.records._limits import current_limits
 
-__all__ = ["PathType", "PositionalReader", "PositionalWriter", "redact_url"]
+__all__ = [
+    "CONTENT_VERSION",
+    "PathType",
+    "PositionalReader",
+    "PositionalWriter",
+    "content_version",
+    "redact_url",
+]
 
 _CREDENTIALS_IN_URL = re.compile(r"(?<=://)[^/@]*@")
+
+
+CONTENT_VERSION = "sha256:"
+"""The prefix of a version that is the hash of the bytes (:func:`content_version`)."""
+
+
+def content_version(data: bytes) -> str:
+    """The version of a document that is its bytes' SHA-256 (``sha256:<hex>``): what
+    :meth:`PathType.get_versioned_document` gives by default.
+
+    Example::
+
+        >>> content_version(b"lease")[:15]
+        'sha256:b544a768'
+    """
+    return CONTENT_VERSION + hashlib.sha256(data).hexdigest()
 
 
 def redact_url(url: str) -> str:
@@ -302,7 +325,7 @@ class PathType(ABC):
         data = self.get_document(key)
         if data is None:
             return None
-        return data, hashlib.sha256(data).hexdigest()
+        return data, content_version(data)
 
     def replace_document(self, key: str, data: bytes, version: str | None) -> None:
         """Store a control document only if it is still at ``version`` (from
@@ -313,8 +336,8 @@ class PathType(ABC):
 
         This default checks, then writes (``atomic_replace = False``): two writers
         racing can both succeed. Path types whose storage can refuse the write itself
-        override it and set ``atomic_replace = True``; the conformance kit holds them
-        to it.
+        override :meth:`replace_existing_document` and set ``atomic_replace = True``; the
+        conformance kit holds them to it.
         """
         if version is None:
             try:
@@ -322,6 +345,12 @@ class PathType(ABC):
             except KeyExistsError:
                 raise DocumentChangedError(self.display_url, key) from None
             return
+        self.replace_existing_document(key, data, version)
+
+    def replace_existing_document(self, key: str, data: bytes, version: str) -> None:
+        """:meth:`replace_document` of a document read at ``version`` (not ``None``):
+        what a path type with a precondition overrides. The default checks, then
+        writes."""
         current = self.get_versioned_document(key)
         if current is None or current[1] != version:
             raise DocumentChangedError(self.display_url, key)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -111,21 +112,35 @@ class PathTypeConformance:
         assert storage.get_document("_ckptstore/once.json") == b"third"
 
     def test_racing_creates_have_one_winner(self, storage: PathType) -> None:
+        won = self.race(
+            lambda index: storage.create_document("_ckptstore/race.json", b"writer-%d" % index),
+            KeyExistsError,
+        )
+        stored = storage.get_document("_ckptstore/race.json")
+        self.assert_one_winner(won, stored, refused=self.races_are_refused(storage))
+
+    def race(self, attempt: Callable[[int], None], refusal: type[Exception]) -> list[int]:
+        """Run ``attempt(i)`` from :attr:`RACERS` threads released at once; the indexes
+        of those that were not refused with ``refusal``."""
         start = threading.Barrier(self.RACERS)
 
-        def create(index: int) -> bool:
+        def run(index: int) -> bool:
             start.wait()
             try:
-                storage.create_document("_ckptstore/race.json", b"writer-%d" % index)
-            except KeyExistsError:
+                attempt(index)
+            except refusal:
                 return False
             return True
 
         with ThreadPoolExecutor(self.RACERS) as pool:
-            won = [i for i, ok in enumerate(pool.map(create, range(self.RACERS))) if ok]
-        stored = storage.get_document("_ckptstore/race.json")
-        if self.races_are_refused(storage):
-            assert len(won) == 1, f"{len(won)} racing creates all succeeded"
+            return [i for i, ok in enumerate(pool.map(run, range(self.RACERS))) if ok]
+
+    @staticmethod
+    def assert_one_winner(won: list[int], stored: bytes | None, *, refused: bool) -> None:
+        """Exactly one racer won and its bytes are stored (``refused``: the store
+        refuses the losers); else at least one won and the document is whole."""
+        if refused:
+            assert len(won) == 1, f"{len(won)} racing writers all succeeded"
             assert stored == b"writer-%d" % won[0]
         else:  # a check-then-write fallback: at least one wins, the document is whole
             assert won
@@ -166,25 +181,12 @@ class PathTypeConformance:
         storage.create_document(key, b"start")
         current = storage.get_versioned_document(key)
         assert current is not None
-        start = threading.Barrier(self.RACERS)
-
-        def replace(index: int) -> bool:
-            start.wait()
-            try:
-                storage.replace_document(key, b"writer-%d" % index, current[1])
-            except DocumentChangedError:
-                return False
-            return True
-
-        with ThreadPoolExecutor(self.RACERS) as pool:
-            won = [i for i, ok in enumerate(pool.map(replace, range(self.RACERS))) if ok]
+        won = self.race(
+            lambda index: storage.replace_document(key, b"writer-%d" % index, current[1]),
+            DocumentChangedError,
+        )
         stored = storage.get_document(key)
-        if self.replaces_are_refused(storage):
-            assert len(won) == 1, f"{len(won)} racing replaces all succeeded"
-            assert stored == b"writer-%d" % won[0]
-        else:  # a check-then-write fallback: at least one wins, the document is whole
-            assert won
-            assert stored in {b"writer-%d" % i for i in won}
+        self.assert_one_winner(won, stored, refused=self.replaces_are_refused(storage))
 
     def test_write_parts_stores_their_concatenation(self, storage: PathType) -> None:
         parts: list[Buffer] = [b"head-", bytearray(b"middle-"), np.arange(4, dtype="<u2")]

@@ -476,6 +476,8 @@ class WriterLease:
         for _ in range(_ATTEMPTS):
             current = self.storage.get_versioned_document(key)
             version = None if current is None else current[1]
+            now = self._clock()
+            floor = 0  # the generation the new one must exceed
             try:
                 prior = (
                     None if current is None else LeaseHolder.decode(current[0], url=url, key=key)
@@ -483,7 +485,8 @@ class WriterLease:
             except CorruptCheckpointError as error:
                 log.warning("Taking over the unreadable writer lease %s/%s (%s)", url, key, error)
                 prior = None
-            now = self._clock()
+                # its generation is lost: milliseconds since 1970 exceed any counted one
+                floor = int(now * 1000)
             if prior is not None and prior.held and prior.token != self.token:
                 if not prior.gone(now):
                     raise LeaseHeldError(url, node, prior.describe(), prior.expires_at - now)
@@ -497,7 +500,7 @@ class WriterLease:
             if prior is not None and prior.held and prior.token == self.token:
                 generation = prior.generation  # this object's own lease, taken again
             else:
-                generation = (prior.generation if prior is not None else 0) + 1
+                generation = max(prior.generation if prior is not None else 0, floor) + 1
             fences = prior.fences if prior is not None else ()
             try:
                 self.storage.replace_document(
@@ -506,7 +509,7 @@ class WriterLease:
             except DocumentChangedError:
                 continue  # another job acted on the same version: look again
             self.fences[node] = fences
-            if prior is None or prior.state != RELEASED:
+            if current is not None and (prior is None or prior.state != RELEASED):
                 # the last holder may still be alive: its commits after this job's resume
                 # point are fenced out (a fresh lease or a clean release needs no fence)
                 self._taken_over.add(node)

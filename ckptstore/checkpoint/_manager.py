@@ -49,7 +49,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
-from ckptstore.protocol._lease import LeaseFence
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_node_name
 from ckptstore.records._stats import NodeStats

@@ -40,7 +40,7 @@ from ckptstore.execution._workspace import Workspace
 from ckptstore.io import paused_gc
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._lease import LeaseFence
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import validate_blob_name
 from ckptstore.records._stats import NodeStats

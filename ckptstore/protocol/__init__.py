@@ -47,11 +47,10 @@ from ckptstore.protocol._inventory import (
     committed_epochs_in,
     scan,
 )
-from ckptstore.protocol._lease import (
-    DEFAULT_LEASE_TTL,
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.protocol._lease_document import (
     LeaseFence,
     LeaseHolder,
-    WriterLease,
     break_lease,
     fenced_out,
     read_lease,

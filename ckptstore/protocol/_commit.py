@@ -72,7 +72,7 @@ from ckptstore.io._gc import paused_gc
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
-from ckptstore.protocol._lease import LeaseFence
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
     commit_record_key,

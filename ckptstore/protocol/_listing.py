@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
-from ckptstore.protocol._lease import fenced_out, read_lease_document
+from ckptstore.protocol._lease_document import fenced_out, read_lease_document
 from ckptstore.records._layout import (
     CONTROL_DIR,
     LEASE_DIR,

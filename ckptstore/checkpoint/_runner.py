@@ -261,7 +261,9 @@ class JobRunner:
         if manager is None or self.lease_ttl is None:
             return None
         nodes = self._saved_nodes(manager)
-        lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
+        storage = manager.location.storage
+        storage.check_writable()  # an unusable root says so, not the lease's first write
+        lease = WriterLease(storage, nodes, ttl=self.lease_ttl)
         lease.acquire()
         self._lease = lease
         return lease

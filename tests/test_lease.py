@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,23 +26,30 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
+    NpzDB,
     Task,
     epoch_limiter,
 )
 from ckptstore.errors import (
+    AlreadyCommittedError,
     JobConfigurationError,
     LeaseHeldError,
     LeaseLostError,
     StorageError,
 )
+from ckptstore.io import ParallelIO
 from ckptstore.plugin import PathType
 from ckptstore.protocol import (
+    CommitListing,
     LeaseHolder,
     WriterLease,
     break_lease,
+    commit_epoch,
     committed_nodes,
+    read_commit,
     read_lease,
     read_lease_document,
+    write_node,
 )
 from ckptstore.records._layout import lease_key
 
@@ -347,3 +355,51 @@ def test_a_storage_error_while_taking_the_lease_raises(
     s3_faults.clear_faults()
     assert "saving without it" not in caplog.text
     assert s3_faults.count(method="PUT") == 0  # nothing was saved
+
+
+def expire_as_if_crashed(storage: PathType) -> None:
+    """Make the released lease look held by a job on another host that stopped
+    renewing (its generation kept): the next job takes it over."""
+    holder = read_lease_document(storage, NODE)
+    assert holder is not None
+    crashed = replace(holder, state="held", host="elsewhere", expires_at=holder.started_at)
+    storage.put_document(lease_key(NODE), crashed.encode())
+
+
+def test_a_late_commit_of_the_old_holder_is_fenced_out_and_saved_over(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    JobRunner(long_epoch_job(0, 2), manager).train(LocalSession())  # epochs 0-2, generation 1
+    expire_as_if_crashed(storage)
+
+    def zombie(epoch: int) -> None:  # the old holder's create lands after the takeover
+        if epoch == 3:
+            commit = write_node(storage, NODE, 3, {"w": np.zeros(4)}, NpzDB(), ParallelIO())
+            commit_epoch(storage, 3, [replace(commit, lease_generation=1)])
+            assert CommitListing.of(storage).newest_complete([NODE]) == 2  # not counted
+
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(long_epoch_job(0, 4, [zombie]), manager)
+    assert runner.train(LocalSession()) == 4
+    assert runner.committed_epochs == [3, 4]
+    record = read_commit(storage, 3, [NODE])
+    assert record is not None
+    assert record.nodes[NODE].lease_generation == 2  # the new holder's, saved over it
+    stored = read_lease_document(storage, NODE)
+    assert stored is not None
+    assert stored.fences == ((2, 2),)
+
+
+def test_a_takeover_never_hides_epochs_committed_before_it(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    JobRunner(long_epoch_job(0, 3), manager).train(LocalSession())  # epochs 0-3
+    expire_as_if_crashed(storage)
+    manager = MultiNodeCheckpointManager(str(tmp_path), "npz", metadata_handler="json")
+    runner = JobRunner(long_epoch_job(0, 5), manager, resume_from_epoch=1)
+    with pytest.raises(AlreadyCommittedError):  # write-once, as without a takeover
+        runner.train(LocalSession())
+    assert CommitListing.of(storage).newest_complete([NODE]) == 3  # still committed
+    stored = read_lease_document(storage, NODE)
+    assert stored is not None
+    assert stored.fences == ((2, 3),)  # past every record listed at the takeover

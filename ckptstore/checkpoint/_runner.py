@@ -270,11 +270,19 @@ class JobRunner:
 
     def _fence_writes(self, manager: ManagerBase, resume: int | None) -> None:
         """Before anything is saved: record where this job resumes in the leases it took
-        over, and hand the manager's commits the fence to check."""
-        if self._lease is None:
+        over (past every record listed since the takeover, which the fence must never
+        hide: only one listing, shared with resume, and only after a takeover), and hand
+        the manager's commits the fence to check."""
+        lease = self._lease
+        if lease is None:
             return
-        self._lease.record_resume(resume)
-        manager.writer_fence = self._lease.fence()
+        if lease.taken_over:
+            listing = self._listing(manager)
+            listed = {node: listing.newest_listed(node) for node in lease.taken_over}
+            lease.record_resume(
+                resume, {node: epoch for node, epoch in listed.items() if epoch is not None}
+            )
+        manager.writer_fence = lease.fence()
 
     def _saved_nodes(self, manager: ManagerBase) -> list[str]:
         """The node names this job's checkpoints are filed under."""

@@ -53,7 +53,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import NoReturn
@@ -233,14 +233,23 @@ class WriterLease:
         describe = prior.describe() if prior is not None else "several jobs starting at once"
         raise LeaseHeldError(url, node, describe, self.ttl)
 
-    def record_resume(self, epoch: int | None) -> None:
-        """Record in each lease taken over (not fresh, not cleanly released) that this
-        generation writes the epochs after ``epoch`` (``None``: from scratch), before
-        anything is saved: commit records of older generations for later epochs are
-        then fenced out (:func:`fenced_out`)."""
-        after = -1 if epoch is None else epoch
+    @property
+    def taken_over(self) -> frozenset[str]:
+        """The nodes whose lease this job took over (not fresh, not cleanly released):
+        their last holder may still be alive."""
+        return frozenset(self._taken_over & set(self.generations))
+
+    def record_resume(self, epoch: int | None, listed: Mapping[str, int] | None = None) -> None:
+        """Record in each lease taken over that this generation writes the epochs after
+        ``epoch`` (``None``: from scratch) and after ``listed[node]`` (the newest epoch
+        with a record of that node a listing found since the takeover), before
+        anything is saved: commit records of older generations for later epochs, which
+        can only have been created after that listing, are then fenced out
+        (:func:`fenced_out`). Records listed before stay as they are."""
+        listed = listed or {}
         with self._lock:
-            for node in sorted(self._taken_over & set(self.generations)):
+            for node in sorted(self.taken_over):
+                after = max(-1 if epoch is None else epoch, listed.get(node, -1))
                 fence = (self.generations[node], after)
 
                 def add(holder: LeaseHolder, fence: tuple[int, int] = fence) -> LeaseHolder:

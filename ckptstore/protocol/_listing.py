@@ -112,6 +112,11 @@ class CommitListing:
             self.storage, epoch, self.nodes.get(epoch, ()), legacy=epoch in self.legacy
         )
 
+    def newest_listed(self, node: str) -> int | None:
+        """The newest epoch with a per-node record of ``node`` in this listing (read
+        or not), or ``None``."""
+        return max((epoch for epoch, names in self.nodes.items() if node in names), default=None)
+
     def complete_on(self, nodes: Iterable[str], *, before: int | None = None) -> list[int]:
         """The epochs (before ``before``, if given) whose listing names every one of
         ``nodes``, ascending: the candidates, their records not read yet."""

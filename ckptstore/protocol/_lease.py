@@ -15,7 +15,8 @@ free, so generations only grow.
   gone: its own ``renewed_at + ttl`` has passed (hosts are assumed to keep their clocks
   roughly in sync), or it ran on this host and its process no longer exists or is a
   zombie (killed, not yet reaped). A lease broken by an operator
-  (:func:`break_lease`) is free. An unreadable lease is taken over with a warning.
+  (:func:`~ckptstore.protocol.break_lease`) is free. An unreadable lease is taken over
+  with a warning.
 * **Keeping it.** A heartbeat thread renews every lease every ``ttl / 3`` seconds,
   whatever the saves do, so epochs longer than the ttl keep it. A renewal that finds
   the lease changed hands marks it lost: :meth:`WriterLease.check` (before each save)
@@ -28,7 +29,8 @@ free, so generations only grow.
   carries that generation (``lease_generation``). A job that took a lease over records
   the epoch it resumes from in the lease (:meth:`WriterLease.record_resume`): commit
   records of an older generation for later epochs are not committed
-  (:func:`fenced_out`), which closes the window between the check and the create.
+  (:func:`~ckptstore.protocol.fenced_out`), which closes the window between the check
+  and the create.
 
 Example::
 
@@ -245,7 +247,7 @@ class WriterLease:
         with a record of that node a listing found since the takeover), before
         anything is saved: commit records of older generations for later epochs, which
         can only have been created after that listing, are then fenced out
-        (:func:`fenced_out`). Records listed before stay as they are."""
+        (:func:`~ckptstore.protocol.fenced_out`). Records listed before stay as they are."""
         listed = listed or {}
         with self._lock:
             for node in sorted(self.taken_over):

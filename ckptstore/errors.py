@@ -34,6 +34,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CkptStoreError",
     "CorruptCheckpointError",
+    "DocumentChangedError",
     "DuplicatePluginError",
     "FrozenGroupError",
     "InProcessMockError",
@@ -43,6 +44,7 @@ __all__ = [
     "JobConfigurationError",
     "KeyExistsError",
     "LeaseHeldError",
+    "LeaseLostError",
     "MissingDependencyError",
     "MissingObjectError",
     "NodeLostError",
@@ -650,6 +652,37 @@ class KeyExistsError(StorageError, FileExistsError):
         )
 
 
+class DocumentChangedError(StorageError, FileExistsError):
+    """A conditional replace (:meth:`PathType.replace_document`) found the document
+    changed (or created, or deleted) since it was read: another writer got there first.
+    Nothing was written.
+
+    Example::
+
+        >>> from ckptstore import LocalPath
+        >>> storage = LocalPath("documents")
+        >>> storage.create_document("state", b"one")
+        >>> _, version = storage.get_versioned_document("state")
+        >>> storage.replace_document("state", b"two", version)
+        >>> try:
+        ...     storage.replace_document("state", b"three", version)  # a stale version
+        ... except DocumentChangedError as err:  # also a FileExistsError
+        ...     print(err.key, storage.read_bytes("state"))
+        state b'two'
+    """
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url = url
+        self.key = key
+        self.action = "replace"
+        target = f"{url.rstrip('/')}/{key}"
+        CkptStoreError.__init__(
+            self,
+            f"{target} changed since it was read: another writer replaced it first, and "
+            "nothing was written. Read it again and decide from what it holds now.",
+        )
+
+
 class AlreadyCommittedError(CkptStoreError, FileExistsError):
     """A save would overwrite (or mix into) a node checkpoint that is already committed.
 
@@ -712,6 +745,39 @@ class LeaseHeldError(CkptStoreError, RuntimeError):
             "writers of one node would interleave their checkpoints. Stop that job, give this "
             "one another prefix or node name, or wait: the lease expires in "
             f"{max(expires_in, 0.0):.0f} s if that job is gone.",
+        )
+
+
+class LeaseLostError(CkptStoreError, RuntimeError):
+    """This job no longer holds the writer lease of a node: another job took it over
+    (this one was silent for longer than the lease's ttl) or an operator broke it
+    (``ckptstore lease break``). Nothing more is committed; :meth:`JobRunner.train`
+    raises it.
+
+    Example::
+
+        >>> from ckptstore import LocalPath
+        >>> from ckptstore.protocol import WriterLease, break_lease
+        >>> storage = LocalPath("broken")
+        >>> with WriterLease(storage, ["trainer_0"]) as lease:
+        ...     _ = break_lease(storage, "trainer_0")  # an operator, from elsewhere
+        ...     try:
+        ...         lease.verify()
+        ...     except LeaseLostError as err:
+        ...         print(err.node, err.generation)
+        trainer_0 1
+    """
+
+    def __init__(self, url: str, node: str, generation: int, reason: str) -> None:
+        self.url = url
+        self.node = node
+        self.generation = generation
+        self.reason = reason
+        CkptStoreError.__init__(
+            self,
+            f"this job lost the writer lease of node {node!r} under {url} (generation "
+            f"{generation}): {reason}. It commits nothing more; the job now holding the lease "
+            "writes this node. Check `ckptstore lease show` before restarting this one.",
         )
 
 

@@ -24,11 +24,13 @@ from ckptstore import (
 from ckptstore.errors import (
     AlreadyCommittedError,
     CheckpointKindError,
+    DocumentChangedError,
     FrozenGroupError,
     InvalidEpochError,
     InvalidPluginError,
     KeyExistsError,
     LeaseHeldError,
+    LeaseLostError,
     NodeLostError,
     NotRunError,
     ObjectNotFoundError,
@@ -59,6 +61,8 @@ ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
     (KeyExistsError("/c", "_ckptstore/x"), FileExistsError),
     (AlreadyCommittedError("/c", 3, ["n"]), FileExistsError),
     (LeaseHeldError("/c", "n", "host h, pid 1", 30.0), RuntimeError),
+    (DocumentChangedError("/c", "_ckptstore/lease/n.json"), FileExistsError),
+    (LeaseLostError("/c", "n", 3, "an operator broke it"), RuntimeError),
 ]
 
 

@@ -348,8 +348,10 @@ def test_errors_that_retrying_cannot_fix_propagate_at_once(tmp_path: Path) -> No
         runner.train(LocalSession())
     assert [call for call, _ in handler.calls].count("cp_accessible") == 1
     assert runner.save_failures == []
-    # nothing written (the writer lease was released: only its empty directory is left)
-    assert [path for path in tmp_path.rglob("*") if not path.is_dir()] == []
+    # nothing written but the writer lease, released (kept: its generation only grows)
+    files = [path for path in tmp_path.rglob("*") if not path.is_dir()]
+    assert files == [tmp_path / "_ckptstore" / "lease" / f"{NODE}.json"]
+    assert protocol.read_lease(LocalPath(str(tmp_path)), NODE) is None
 
 
 def test_a_blob_deleted_after_init_is_a_bug_in_the_job_not_a_save_failure(

@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import io
 import os
 import secrets
@@ -46,6 +47,7 @@ from ckptstore._environment import choice_variable
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import (
     CorruptCheckpointError,
+    DocumentChangedError,
     KeyExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -55,7 +57,12 @@ from ckptstore.errors import (
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, plan_direct
 from ckptstore.io._settings import IOSettings, usable_cpus
 from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType, PositionalReader, PositionalWriter
+from ckptstore.plugin._path_type import (
+    PathType,
+    PositionalReader,
+    PositionalWriter,
+    content_version,
+)
 from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
 from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
@@ -118,6 +125,7 @@ class LocalPath(PathType):
     protocols: ClassVar[tuple[str, ...]] = ("", "file", "local")
     supports_rename = True
     atomic_create = True
+    atomic_replace = True  # an exclusive flock on the document, then a rename
     copies_on_write = False
     copies_on_read = False
     default_io = IOSettings(chunk_bytes=32 << 20, concurrency=4, memory_budget=256 << 20)
@@ -419,15 +427,7 @@ class LocalPath(PathType):
 
     def put_document(self, key: str, data: bytes) -> None:
         with self._errors("write", key), self._parent(key, create=True) as (parent, name):
-            temporary = _write_temporary(parent, name, data)
-            try:
-                # replaces the entry itself: a link at ``key`` is replaced, never followed
-                os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary, dir_fd=parent)
-                raise
-            os.fsync(parent)
+            _replace_entry(parent, name, data)
 
     def create_document(self, key: str, data: bytes) -> None:
         """Write a temporary file beside ``key``, fsync it, then hard-link it to
@@ -446,6 +446,39 @@ class LocalPath(PathType):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temporary, dir_fd=parent)
             os.fsync(parent)
+
+    def replace_existing_document(self, key: str, data: bytes, version: str) -> None:
+        """Compare and swap on local disk: open the document (no link followed), take
+        an exclusive ``flock`` on it, check that ``key`` still names that file (a
+        replace renames a new file over it, so a writer that waited on the lock of the
+        old one sees a different file) and that its bytes are still at ``version``,
+        then rename the new document over it and fsync the directory. Every writer of
+        the document goes through the lock, so exactly one of several racing replaces
+        from one version wins."""
+        with self._errors("replace", key), self._parent(key) as (parent, name):
+            try:
+                fd = os.open(name, os.O_RDONLY | _FILE_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                raise DocumentChangedError(self.display_url, key) from None
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise self._not_followed(key, name) from None
+                raise
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                opened = os.fstat(fd)
+                try:
+                    named = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                except FileNotFoundError:
+                    raise DocumentChangedError(self.display_url, key) from None
+                if (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino):
+                    raise DocumentChangedError(self.display_url, key)
+                current = os.pread(fd, current_limits().max_document_bytes + 1, 0)
+                if content_version(current) != version:
+                    raise DocumentChangedError(self.display_url, key)
+                _replace_entry(parent, name, data)
+            finally:
+                os.close(fd)  # releases the lock
 
     def sync(self) -> None:
         with self._errors("sync", None):
@@ -835,6 +868,20 @@ def _write_temporary(parent: int, name: str, data: bytes) -> str:
             os.unlink(temporary, dir_fd=parent)
         raise
     return temporary
+
+
+def _replace_entry(parent: int, name: str, data: bytes) -> None:
+    """Make ``name`` in directory ``parent`` a new file holding ``data``, all or nothing
+    and durably: a fsynced temporary renamed over it, then the directory fsynced. The
+    entry itself is replaced: a link at ``name`` is replaced, never followed."""
+    temporary = _write_temporary(parent, name, data)
+    try:
+        os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+    os.fsync(parent)
 
 
 def _create_at(parent: int, name: str) -> int:

@@ -49,6 +49,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 from ckptstore.records._stats import NodeStats
@@ -117,6 +118,9 @@ class ManagerBase(ABC):
         self._path_prefix: str | None = None
         self._path_type: str | None = None
         self._saver = AsyncSaver()
+        self.writer_fence: LeaseFence | None = None
+        """The writer lease a runner holds for this manager's saves (set by
+        ``JobRunner.train``): each commit checks it and records its generation."""
 
     @property
     def db_prefix(self) -> str:
@@ -176,8 +180,11 @@ class ManagerBase(ABC):
             epoch=epoch,
             nodes=self.node_names(),
             overwrite=self.overwrite,
+            fence=self.writer_fence,
         )
-        return Hooks(check, partial(commit_saves, storage=storage, epoch=epoch))
+        return Hooks(
+            check, partial(commit_saves, storage=storage, epoch=epoch, fence=self.writer_fence)
+        )
 
     @abstractmethod
     def _on_every_node(

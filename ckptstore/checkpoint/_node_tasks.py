@@ -40,6 +40,7 @@ from ckptstore.execution._workspace import Workspace
 from ckptstore.io import paused_gc
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import validate_blob_name
 from ckptstore.records._stats import NodeStats
@@ -152,7 +153,13 @@ def save_arrays(
 
 
 def check_not_committed(
-    *, storage: PathType, db_type: DBType, epoch: int, nodes: Sequence[str], overwrite: bool
+    *,
+    storage: PathType,
+    db_type: DBType,
+    epoch: int,
+    nodes: Sequence[str],
+    overwrite: bool,
+    fence: LeaseFence | None = None,
 ) -> None:
     """Before any node's part of an epoch's save: a format ``storage`` cannot hold is
     refused (:func:`~ckptstore.protocol.check_can_hold`) before anything is retracted;
@@ -161,10 +168,16 @@ def check_not_committed(
     single-node save runs it in its task."""
     protocol.check_can_hold(storage, db_type)
     with _failing(storage, epoch, nodes):
-        protocol.check_not_committed(storage, epoch, nodes, overwrite=overwrite)
+        protocol.check_not_committed(storage, epoch, nodes, overwrite=overwrite, fence=fence)
 
 
-def commit_saves(results: Sequence[object], *, storage: PathType, epoch: int) -> None:
+def commit_saves(
+    results: Sequence[object],
+    *,
+    storage: PathType,
+    epoch: int,
+    fence: LeaseFence | None = None,
+) -> None:
     """After every node's part of the save of ``epoch`` ran: commit the epoch if all
     succeeded, else raise :class:`SaveFailedError` naming each failed node (the epoch
     stays invisible), chained to the first failure's error when this process holds it.
@@ -176,7 +189,9 @@ def commit_saves(results: Sequence[object], *, storage: PathType, epoch: int) ->
             epoch, storage.display_url, {result.node: str(result.error) for result in failed}
         ) from next((result.cause for result in failed if result.cause is not None), None)
     with _failing(storage, epoch, [result.node for result in stats]):
-        protocol.commit_epoch(storage, epoch, [result.commit for result in stats if result.commit])
+        protocol.commit_epoch(
+            storage, epoch, [result.commit for result in stats if result.commit], fence=fence
+        )
 
 
 @contextmanager

@@ -39,7 +39,6 @@ from ckptstore.errors import (
     JobConfigurationError,
     ObjectNotFoundError,
     SaveFailedError,
-    StorageError,
     TooManySaveFailuresError,
     is_disk_full,
     is_permanent,
@@ -141,10 +140,15 @@ class JobRunner:
 
     :meth:`train` takes a writer lease on each node it saves (see
     :mod:`ckptstore.protocol._lease`): a second job on the same prefix and node stops
-    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. The
-    lease is renewed at each save, released at the end, and taken over (logged at INFO)
-    once its holder is gone (``lease_ttl`` seconds without a save, or at once when its
-    process on this host died); ``lease_ttl=None`` takes no lease.
+    at startup with :class:`~ckptstore.errors.LeaseHeldError` naming this one. A
+    heartbeat thread renews the lease every ``lease_ttl / 3`` seconds (default 60 s
+    ttl), whatever the saves do; it is released at the end, and taken over (logged at
+    INFO: after a crash that is the expected restart) once its holder is gone
+    (``lease_ttl`` seconds after its last renewal, or at once when its process on this
+    host died or is a zombie). A storage error while taking it raises. A job that lost
+    its lease (taken over, or broken with ``ckptstore lease break``) commits nothing
+    more: :meth:`train` raises :class:`~ckptstore.errors.LeaseLostError`.
+    ``lease_ttl=None`` takes no lease.
 
     With ``async_save`` each save returns once the blobs are copied into staging
     buffers and is written, committed, catalogued and retained in the background while
@@ -260,25 +264,41 @@ class JobRunner:
         finally:
             self._lease = None
             self._commits = None
+            if self.checkpoint_manager is not None:
+                self.checkpoint_manager.writer_fence = None
             if lease is not None:
                 lease.release()
 
     def _take_lease(self) -> WriterLease | None:
         """The writer lease of the nodes this job saves, taken (``None`` without a
-        manager or ``lease_ttl``). Storage that cannot even hold the lease is warned
-        about and left to fail the saves themselves."""
+        manager or ``lease_ttl``). A storage error while taking it raises: a job
+        writes without a lease only when told to (``lease_ttl=None``)."""
         manager = self.checkpoint_manager
         if manager is None or self.lease_ttl is None:
             return None
         nodes = self._saved_nodes(manager)
-        lease = WriterLease(manager.location.storage, nodes, ttl=self.lease_ttl)
-        try:
-            lease.acquire()
-        except StorageError as error:
-            log.warning("Could not take the writer lease (%s); saving without it", error)
-            return None
+        storage = manager.location.storage
+        storage.check_writable()  # an unusable root says so, not the lease's first write
+        lease = WriterLease(storage, nodes, ttl=self.lease_ttl)
+        lease.acquire()
         self._lease = lease
         return lease
+
+    def _fence_writes(self, manager: ManagerBase, resume: int | None) -> None:
+        """Before anything is saved: record where this job resumes in the leases it took
+        over (past every record listed since the takeover, which the fence must never
+        hide: only one listing, shared with resume, and only after a takeover), and hand
+        the manager's commits the fence to check."""
+        lease = self._lease
+        if lease is None:
+            return
+        if lease.taken_over:
+            listing = self._listing(manager)
+            listed = {node: listing.newest_listed(node) for node in lease.taken_over}
+            lease.record_resume(
+                resume, {node: epoch for node, epoch in listed.items() if epoch is not None}
+            )
+        manager.writer_fence = lease.fence()
 
     def _saved_nodes(self, manager: ManagerBase) -> list[str]:
         """The node names this job's checkpoints are filed under."""
@@ -325,6 +345,8 @@ class JobRunner:
         before anything is saved (resume and its fallback ask it; saves never do)."""
         if self._commits is None:
             self._commits = CommitListing.of(manager.location.storage)
+            if self._lease is not None:  # just read to take the lease: no request more
+                self._commits.know_fences(self._lease.fences)
         return self._commits
 
     def _train(self, session: Session) -> int:
@@ -342,6 +364,7 @@ class JobRunner:
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)
+            self._fence_writes(manager, resume)
         elif resume is not None:
             raise JobConfigurationError(
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
@@ -501,7 +524,7 @@ class JobRunner:
         self.collect_saves(self.max_saves_in_flight - 1)
         try:
             if self._lease is not None:
-                self._lease.renew()
+                self._lease.check()
             _require_accessible(manager, epoch)
             with self._replacing_damaged(manager, epoch):
                 future = manager.save_async(
@@ -585,7 +608,7 @@ class JobRunner:
         """Run the manager's save of ``epoch``. An epoch the runner fell back past
         (committed, but it could not be restored) is replaced: it holds nothing usable."""
         if self._lease is not None:
-            self._lease.renew()
+            self._lease.check()
         with self._replacing_damaged(manager, epoch):
             session.run(manager.save(epoch))
 

@@ -62,9 +62,13 @@ class ObjectInfo:
 
         >>> ObjectInfo(size=4096).size  # what ``await client.head("run/a")`` returns
         4096
+
+    ``version`` is what a conditional write checks (S3: the ETag, GCS: the
+    generation); ``None`` if the store does not say.
     """
 
     size: int
+    version: str | None = None
 
 
 class ObjectStoreClient(ABC):
@@ -227,6 +231,22 @@ class ObjectStoreClient(ABC):
         metadata request, then uploads: two writers racing can both succeed.
         """
         if await self.head(key) is not None:
+            return False
+        await self.put(key, body)
+        return True
+
+    async def put_if_version(self, key: str, body: Body, version: str) -> bool:
+        """Upload ``body`` as ``key`` only if the object is still at ``version`` (its
+        :attr:`ObjectInfo.version`); ``True`` if written, ``False`` if it changed or is
+        gone (nothing written).
+
+        Backends whose store takes a precondition (S3 ``If-Match``, GCS
+        ``ifGenerationMatch``) override this so the store itself refuses a stale
+        writer, and their path type sets ``atomic_replace``. This default checks with a
+        metadata request, then uploads: two writers racing can both succeed.
+        """
+        info = await self.head(key)
+        if info is None or info.version != version:
             return False
         await self.put(key, body)
         return True

@@ -27,7 +27,12 @@ from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.errors import CorruptCheckpointError, KeyExistsError, StorageError
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    DocumentChangedError,
+    KeyExistsError,
+    StorageError,
+)
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._views import windows
 from ckptstore.object_store._body import PartsReader, request_body
@@ -35,7 +40,7 @@ from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._path_type import CONTENT_VERSION, PathType
 from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
@@ -174,6 +179,36 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
             # (the same bytes: our own create, whose first answer was lost and whose
             # retry found it done; commit records and leases carry unique content)
             raise KeyExistsError(self.display_url, key)
+
+    def get_versioned_document(self, key: str) -> tuple[bytes, str] | None:
+        """A metadata request for the version (ETag, generation), then the document:
+        if it changes in between, the version is the older one, so a replace with it
+        fails (on the safe side)."""
+        name = self._object(key)
+        with self._errors("read", key):
+            info = self.client.run(lambda: self.client.head(name))
+        if info is None:
+            return None
+        data = self.get_document(key)
+        if data is None:
+            return None
+        if info.version is None:  # the store names no version: the bytes are it
+            return super().get_versioned_document(key)
+        return data, info.version
+
+    def replace_existing_document(self, key: str, data: bytes, version: str) -> None:
+        """A single conditional upload (:meth:`ObjectStoreClient.put_if_version`); for a
+        store that names no versions (a content version), a check, then a write."""
+        if version.startswith(CONTENT_VERSION):
+            super().replace_existing_document(key, data, version)
+            return
+        name = self._object(key)
+        with self._errors("replace", key):
+            replaced = self.client.run(lambda: self.client.put_if_version(name, data, version))
+        if not replaced and not self._holds(key, data):
+            # (the same bytes: our own replace, whose first answer was lost and whose
+            # retry found the version moved on; lease documents carry unique content)
+            raise DocumentChangedError(self.display_url, key)
 
     def _holds(self, key: str, data: bytes) -> bool:
         """Whether the document ``key`` holds exactly ``data`` (not if it is refused

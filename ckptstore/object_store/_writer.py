@@ -73,7 +73,7 @@ class MultipartWriter(io.RawIOBase):
         True
         >>> writer.close()  # the object exists once close returns
         >>> client.run(lambda: client.head("run/a"))
-        ObjectInfo(size=5)
+        ObjectInfo(size=5, version=...)
         >>> stack.close()
     """
 

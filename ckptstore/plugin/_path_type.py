@@ -13,6 +13,7 @@ Example (what a new path type implements; the rest has defaults)::
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -20,13 +21,41 @@ from collections.abc import Iterable, Sequence
 from typing import IO, ClassVar
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.errors import InvalidNameError, KeyExistsError, ObjectNotFoundError
+from ckptstore.errors import (
+    DocumentChangedError,
+    InvalidNameError,
+    KeyExistsError,
+    ObjectNotFoundError,
+)
 from ckptstore.io._settings import IOSettings
 from ckptstore.records._limits import current_limits
 
-__all__ = ["PathType", "PositionalReader", "PositionalWriter", "redact_url"]
+__all__ = [
+    "CONTENT_VERSION",
+    "PathType",
+    "PositionalReader",
+    "PositionalWriter",
+    "content_version",
+    "redact_url",
+]
 
 _CREDENTIALS_IN_URL = re.compile(r"(?<=://)[^/@]*@")
+
+
+CONTENT_VERSION = "sha256:"
+"""The prefix of a version that is the hash of the bytes (:func:`content_version`)."""
+
+
+def content_version(data: bytes) -> str:
+    """The version of a document that is its bytes' SHA-256 (``sha256:<hex>``): what
+    :meth:`PathType.get_versioned_document` gives by default.
+
+    Example::
+
+        >>> content_version(b"lease")[:15]
+        'sha256:b544a768'
+    """
+    return CONTENT_VERSION + hashlib.sha256(data).hexdigest()
 
 
 def redact_url(url: str) -> str:
@@ -179,6 +208,9 @@ class PathType(ABC):
       refuses the write itself if the key exists: link on local disk, ``If-None-Match:
       *`` on S3, ``ifGenerationMatch=0`` on GCS). The default implementation checks,
       then writes: correct for one writer, not for two racing ones.
+    * ``atomic_replace``: whether :meth:`replace_document` is race-free (the storage
+      refuses a write whose version precondition fails: a lock on local disk,
+      ``If-Match`` on S3, ``ifGenerationMatch`` on GCS). Writer leases rely on it.
 
     Example::
 
@@ -197,6 +229,7 @@ class PathType(ABC):
     default_io: IOSettings = IOSettings()
     batches_small_requests: ClassVar[bool] = True
     atomic_create: ClassVar[bool] = False
+    atomic_replace: ClassVar[bool] = False
     max_key_bytes: ClassVar[int | None] = None
     """The longest object name the storage accepts, in UTF-8 bytes (S3, GCS: 1024)."""
     max_component_bytes: ClassVar[int | None] = None
@@ -280,6 +313,47 @@ class PathType(ABC):
         """
         if self.get_document(key) is not None:
             raise KeyExistsError(self.display_url, key)
+        self.put_document(key, data)
+
+    def get_versioned_document(self, key: str) -> tuple[bytes, str] | None:
+        """A control document's bytes and its version (an opaque string that changes
+        at every write of it), or ``None`` if it does not exist; the version is what
+        :meth:`replace_document` checks. The default version is the SHA-256 of the
+        bytes; object stores use the ETag (S3) or generation (GCS). A version may be
+        older than the bytes (read in two requests): a replace with it then fails, on
+        the safe side."""
+        data = self.get_document(key)
+        if data is None:
+            return None
+        return data, content_version(data)
+
+    def replace_document(self, key: str, data: bytes, version: str | None) -> None:
+        """Store a control document only if it is still at ``version`` (from
+        :meth:`get_versioned_document`; ``None``: only if it does not exist), all or
+        nothing and durably; raise :class:`~ckptstore.errors.DocumentChangedError`
+        (and write nothing) if another writer changed, created or deleted it since.
+        Writer leases are renewed and taken over this way.
+
+        This default checks, then writes (``atomic_replace = False``): two writers
+        racing can both succeed. Path types whose storage can refuse the write itself
+        override :meth:`replace_existing_document` and set ``atomic_replace = True``; the
+        conformance kit holds them to it.
+        """
+        if version is None:
+            try:
+                self.create_document(key, data)
+            except KeyExistsError:
+                raise DocumentChangedError(self.display_url, key) from None
+            return
+        self.replace_existing_document(key, data, version)
+
+    def replace_existing_document(self, key: str, data: bytes, version: str) -> None:
+        """:meth:`replace_document` of a document read at ``version`` (not ``None``):
+        what a path type with a precondition overrides. The default checks, then
+        writes."""
+        current = self.get_versioned_document(key)
+        if current is None or current[1] != version:
+            raise DocumentChangedError(self.display_url, key)
         self.put_document(key, data)
 
     def get_document(self, key: str) -> bytes | None:

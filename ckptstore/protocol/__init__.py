@@ -47,7 +47,15 @@ from ckptstore.protocol._inventory import (
     committed_epochs_in,
     scan,
 )
-from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, LeaseHolder, WriterLease, read_lease
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.protocol._lease_document import (
+    LeaseFence,
+    LeaseHolder,
+    break_lease,
+    fenced_out,
+    read_lease,
+    read_lease_document,
+)
 from ckptstore.protocol._listing import CommitListing, newest_complete
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node, copy_node_task
@@ -58,11 +66,13 @@ __all__ = [
     "CommitListing",
     "EpochCommit",
     "EpochEntry",
+    "LeaseFence",
     "LeaseHolder",
     "NodeCommit",
     "NodeEntry",
     "RunEntry",
     "WriterLease",
+    "break_lease",
     "check_can_hold",
     "check_not_committed",
     "commit_epoch",
@@ -71,6 +81,7 @@ __all__ = [
     "committed_nodes",
     "copy_node",
     "copy_node_task",
+    "fenced_out",
     "newest_complete",
     "open_node",
     "open_node_record",
@@ -79,6 +90,7 @@ __all__ = [
     "read_commit",
     "read_commit_under",
     "read_lease",
+    "read_lease_document",
     "read_listed_commit",
     "require_commit",
     "retract_epoch",

@@ -51,7 +51,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -72,6 +72,7 @@ from ckptstore.io._gc import paused_gc
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
     commit_record_key,
@@ -122,9 +123,12 @@ class NodeCommit:
     stored_bytes: int
     nblobs: int
     duration_ns: int = 0
+    lease_generation: int | None = None
+    """The writer lease generation its writer held when it committed (the fencing
+    token, see :mod:`ckptstore.protocol._lease`); ``None`` without a lease."""
 
     def encode(self) -> JSONObject:
-        return {
+        encoded: JSONObject = {
             "db_type": self.db_type,
             "manifest_crc32c": self.manifest_crc32c,
             "nbytes": self.nbytes,
@@ -132,6 +136,9 @@ class NodeCommit:
             "nblobs": self.nblobs,
             "duration_ns": self.duration_ns,
         }
+        if self.lease_generation is not None:
+            encoded["lease_generation"] = self.lease_generation
+        return encoded
 
     def encode_record(self, committed_at: str) -> bytes:
         """This node's commit record (``_ckptstore/epoch-<N>/<node>.commit.json``)."""
@@ -175,6 +182,9 @@ class NodeCommit:
             stored_bytes=_stored_int(raw["stored_bytes"]),
             nblobs=_stored_int(raw["nblobs"]),
             duration_ns=_stored_int(raw.get("duration_ns", 0)),
+            lease_generation=(
+                _stored_int(raw["lease_generation"]) if "lease_generation" in raw else None
+            ),
         )
 
 
@@ -352,7 +362,12 @@ def _refuse_committed(storage: PathType, epoch: int, node: str) -> None:
 
 
 def check_not_committed(
-    storage: PathType, epoch: int, nodes: Iterable[str], *, overwrite: bool = False
+    storage: PathType,
+    epoch: int,
+    nodes: Iterable[str],
+    *,
+    overwrite: bool = False,
+    fence: LeaseFence | None = None,
 ) -> None:
     """Before a save of ``nodes``' ``epoch``: committed checkpoints are write-once, so
     raise :class:`~ckptstore.errors.AlreadyCommittedError` if they are committed, or
@@ -362,15 +377,34 @@ def check_not_committed(
     save's nodes (a commit interrupted between two nodes' records, which no reader of
     these nodes accepts): those records are retracted with a warning and the save goes
     on, so an interrupted commit never blocks the next save of the epoch. So is an
-    unreadable (corrupt) record, which no reader accepts either."""
+    unreadable (corrupt) record, which no reader accepts either. So are, with a writer
+    lease's ``fence``, records fenced out by it: written by a job this one took the
+    lease over from, after the epoch this one resumed from (never committed)."""
     nodes = sorted(set(nodes))
     try:
-        committed = committed_nodes(storage, epoch, nodes)
+        record = read_commit(storage, epoch, nodes)
     except CorruptCheckpointError as error:
         # unreadable: no reader accepts it, so nothing committed is replaced
         log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
         retract_epoch(storage, epoch, nodes)
         return
+    committed = set(record.nodes) if record is not None else set()
+    if record is not None and fence is not None:
+        stale = {
+            node
+            for node, commit in record.nodes.items()
+            if fence.fenced_out(node, commit.lease_generation, epoch)
+        }
+        if stale:
+            log.warning(
+                "Saving over the commit records of epoch %d for %s under %s: a job that had "
+                "lost the writer lease wrote them (fenced out)",
+                epoch,
+                sorted(stale),
+                storage.display_url,
+            )
+            retract_epoch(storage, epoch, stale)
+            committed -= stale
     if not committed:
         return
     if not overwrite and committed == set(nodes):
@@ -411,11 +445,27 @@ def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
         storage.delete([key])
 
 
-def commit_epoch(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -> EpochCommit:
+def commit_epoch(
+    storage: PathType,
+    epoch: int,
+    commits: Sequence[NodeCommit],
+    *,
+    fence: LeaseFence | None = None,
+) -> EpochCommit:
     """Step 5: create each node's commit record for ``epoch`` (create-only: nodes
     committed by other jobs sharing the prefix are untouched, and a node already
     committed raises :class:`~ckptstore.errors.AlreadyCommittedError`). Returns the
-    record of these nodes."""
+    record of these nodes.
+
+    With a writer lease's ``fence``, the nodes' leases are read first and
+    :class:`~ckptstore.errors.LeaseLostError` raised (nothing created) unless this job
+    still holds them; each record carries the lease generation."""
+    if fence is not None:
+        fence.verify(storage, [commit.node for commit in commits])
+        commits = [
+            replace(commit, lease_generation=fence.generations.get(commit.node))
+            for commit in commits
+        ]
     committed_at = datetime.now(UTC).isoformat()
     created: list[str] = []
     try:

@@ -8,6 +8,11 @@ on these nodes": resume, the runner's refusal to start over, a catalog's
 :meth:`CommitListing.record` reads one epoch's listed records (a catalog's rebuild).
 A listing is a snapshot: take a new one after saving.
 
+Commit records a writer made after it lost its lease are not committed: a record that
+carries a lease generation (see :mod:`ckptstore.protocol._lease`) is checked against
+the fences in its node's lease document, read once per listing and node (one GET, and
+only when a candidate record carries a generation).
+
 Example::
 
     >>> from ckptstore import LocalPath, NpzDB
@@ -31,7 +36,13 @@ from dataclasses import dataclass, field
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
-from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key, parse_node_commit_key
+from ckptstore.protocol._lease_document import fenced_out, read_lease_document
+from ckptstore.records._layout import (
+    CONTROL_DIR,
+    LEASE_DIR,
+    parse_commit_record_key,
+    parse_node_commit_key,
+)
 
 __all__ = ["CommitListing", "newest_complete"]
 
@@ -57,6 +68,11 @@ class CommitListing:
     legacy: frozenset[int]
     unreadable: set[int] = field(default_factory=set, compare=False)
     """Epochs whose records a read through this listing found unreadable (so far)."""
+    leases: frozenset[str] = frozenset()
+    """The nodes with a writer lease document."""
+    _fences: dict[str, tuple[tuple[int, int], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, storage: PathType) -> CommitListing:
@@ -69,14 +85,17 @@ class CommitListing:
         directory taken for several purposes (retention also finds its tombstones)."""
         nodes: dict[int, set[str]] = {}
         legacy = set()
+        leases = set()
         for key in keys:
             per_node = parse_node_commit_key(key)
             if per_node is not None:
                 nodes.setdefault(per_node[0], set()).add(per_node[1])
             elif (epoch := parse_commit_record_key(key)) is not None:
                 legacy.add(epoch)
+            elif key.startswith(f"{LEASE_DIR}/") and key.endswith(".json"):
+                leases.add(key[len(LEASE_DIR) + 1 : -len(".json")])
         frozen = {epoch: frozenset(names) for epoch, names in nodes.items()}
-        return cls(storage, frozen, frozenset(legacy))
+        return cls(storage, frozen, frozenset(legacy), leases=frozenset(leases))
 
     @property
     def epochs(self) -> list[int]:
@@ -92,6 +111,11 @@ class CommitListing:
         return read_listed_commit(
             self.storage, epoch, self.nodes.get(epoch, ()), legacy=epoch in self.legacy
         )
+
+    def newest_listed(self, node: str) -> int | None:
+        """The newest epoch with a per-node record of ``node`` in this listing (read
+        or not), or ``None``."""
+        return max((epoch for epoch, names in self.nodes.items() if node in names), default=None)
 
     def complete_on(self, nodes: Iterable[str], *, before: int | None = None) -> list[int]:
         """The epochs (before ``before``, if given) whose listing names every one of
@@ -111,7 +135,42 @@ class CommitListing:
         if not self._lists(epoch, wanted):
             return False
         record = read_commit(self.storage, epoch, wanted)
-        return record is not None and wanted <= set(record.nodes)
+        if record is None or not wanted <= set(record.nodes):
+            return False
+        fenced = [
+            node
+            for node in sorted(wanted)
+            if record.nodes[node].lease_generation is not None
+            and fenced_out(self.fences(node), record.nodes[node].lease_generation, epoch)
+        ]
+        if fenced:
+            log.warning(
+                "Epoch %d of %s under %s is not committed: a job that had lost the writer "
+                "lease wrote its record (fenced out)",
+                epoch,
+                fenced,
+                self.storage.display_url,
+            )
+        return not fenced
+
+    def know_fences(self, fences: Mapping[str, tuple[tuple[int, int], ...]]) -> None:
+        """Use these nodes' lease fences instead of reading their lease documents (a
+        job that has just read them to take its leases: no extra request)."""
+        self._fences.update(fences)
+
+    def fences(self, node: str) -> tuple[tuple[int, int], ...]:
+        """The fences of ``node``'s writer lease (read once per listing; none if it has
+        no lease document or it is unreadable)."""
+        if node not in self.leases:
+            return ()
+        if node not in self._fences:
+            try:
+                holder = read_lease_document(self.storage, node)
+            except CorruptCheckpointError as error:
+                log.warning("Ignoring the unreadable writer lease of %r: %s", node, error)
+                holder = None
+            self._fences[node] = holder.fences if holder is not None else ()
+        return self._fences[node]
 
     def _lists(self, epoch: int, nodes: set[str]) -> bool:
         return epoch in self.legacy or nodes <= self.nodes.get(epoch, frozenset())

@@ -31,6 +31,7 @@ def test_every_documented_command_is_registered() -> None:
         "demo",
         "gc",
         "inspect",
+        "lease",
         "ls",
         "plugins",
         "verify",

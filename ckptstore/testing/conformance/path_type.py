@@ -9,7 +9,11 @@ leases rely on) are held to their contract: a second create of a key raises
 claims ``atomic_create`` must let exactly one of several racing creates win. A test
 server that ignores the store's precondition overrides
 :meth:`PathTypeConformance.races_are_refused` (and says so in its docs); the race then
-only has to leave one whole document.
+only has to leave one whole document. Conditional replaces
+(:meth:`PathType.replace_document`, which writer leases rely on) likewise: a replace
+from a stale version raises :class:`~ckptstore.errors.DocumentChangedError` and changes
+nothing, and a path type that claims ``atomic_replace`` lets exactly one of several
+racing replaces from one version win (:meth:`PathTypeConformance.replaces_are_refused`).
 
 In the example an fsspec in-memory root stands in for a store's fresh URL.
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -49,6 +54,7 @@ from ckptstore._types import Buffer
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.errors import (
     CorruptCheckpointError,
+    DocumentChangedError,
     InvalidNameError,
     KeyExistsError,
     ObjectNotFoundError,
@@ -106,25 +112,81 @@ class PathTypeConformance:
         assert storage.get_document("_ckptstore/once.json") == b"third"
 
     def test_racing_creates_have_one_winner(self, storage: PathType) -> None:
+        won = self.race(
+            lambda index: storage.create_document("_ckptstore/race.json", b"writer-%d" % index),
+            KeyExistsError,
+        )
+        stored = storage.get_document("_ckptstore/race.json")
+        self.assert_one_winner(won, stored, refused=self.races_are_refused(storage))
+
+    def race(self, attempt: Callable[[int], None], refusal: type[Exception]) -> list[int]:
+        """Run ``attempt(i)`` from :attr:`RACERS` threads released at once; the indexes
+        of those that were not refused with ``refusal``."""
         start = threading.Barrier(self.RACERS)
 
-        def create(index: int) -> bool:
+        def run(index: int) -> bool:
             start.wait()
             try:
-                storage.create_document("_ckptstore/race.json", b"writer-%d" % index)
-            except KeyExistsError:
+                attempt(index)
+            except refusal:
                 return False
             return True
 
         with ThreadPoolExecutor(self.RACERS) as pool:
-            won = [i for i, ok in enumerate(pool.map(create, range(self.RACERS))) if ok]
-        stored = storage.get_document("_ckptstore/race.json")
-        if self.races_are_refused(storage):
-            assert len(won) == 1, f"{len(won)} racing creates all succeeded"
+            return [i for i, ok in enumerate(pool.map(run, range(self.RACERS))) if ok]
+
+    @staticmethod
+    def assert_one_winner(won: list[int], stored: bytes | None, *, refused: bool) -> None:
+        """Exactly one racer won and its bytes are stored (``refused``: the store
+        refuses the losers); else at least one won and the document is whole."""
+        if refused:
+            assert len(won) == 1, f"{len(won)} racing writers all succeeded"
             assert stored == b"writer-%d" % won[0]
         else:  # a check-then-write fallback: at least one wins, the document is whole
             assert won
             assert stored in {b"writer-%d" % i for i in won}
+
+    def replaces_are_refused(self, storage: PathType) -> bool:
+        """Whether racing replaces must have exactly one winner: the path type's
+        ``atomic_replace`` claim, unless the test server is known to ignore it."""
+        return storage.atomic_replace
+
+    def test_replace_document_checks_the_version(self, storage: PathType) -> None:
+        key = "_ckptstore/lease/n.json"
+        assert storage.get_versioned_document(key) is None
+        storage.replace_document(key, b"first", None)  # None: create
+        with pytest.raises(DocumentChangedError):
+            storage.replace_document(key, b"again", None)
+        first = storage.get_versioned_document(key)
+        assert first is not None
+        assert first[0] == b"first"
+        storage.replace_document(key, b"second", first[1])
+        second = storage.get_versioned_document(key)
+        assert second is not None
+        assert second == (b"second", second[1])
+        assert second[1] != first[1]
+        with pytest.raises(DocumentChangedError) as caught:
+            storage.replace_document(key, b"stale", first[1])
+        assert isinstance(caught.value, FileExistsError)
+        assert caught.value.key == key
+        assert storage.get_document(key) == b"second"
+        assert storage.list_keys("_ckptstore") == [key]  # no temporaries
+        storage.delete([key])
+        with pytest.raises(DocumentChangedError):  # gone since it was read
+            storage.replace_document(key, b"late", second[1])
+        assert storage.get_document(key) is None
+
+    def test_racing_replaces_have_one_winner(self, storage: PathType) -> None:
+        key = "_ckptstore/lease/race.json"
+        storage.create_document(key, b"start")
+        current = storage.get_versioned_document(key)
+        assert current is not None
+        won = self.race(
+            lambda index: storage.replace_document(key, b"writer-%d" % index, current[1]),
+            DocumentChangedError,
+        )
+        stored = storage.get_document(key)
+        self.assert_one_winner(won, stored, refused=self.replaces_are_refused(storage))
 
     def test_write_parts_stores_their_concatenation(self, storage: PathType) -> None:
         parts: list[Buffer] = [b"head-", bytearray(b"middle-"), np.arange(4, dtype="<u2")]

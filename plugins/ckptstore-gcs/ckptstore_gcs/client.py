@@ -10,7 +10,7 @@ Example::
     >>> client = GCSPath("gs://bucket/run", **options).client  # GCSClient(fs, options, "bucket")
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
-    ObjectInfo(size=4)
+    ObjectInfo(size=4, version=...)
     >>> client.close()
 """
 
@@ -174,14 +174,31 @@ class GCSClient(ObjectStoreClient):
         ``conditionNotMet``) when ``key`` exists. A metadata request goes first, so a
         store that ignores the precondition (gcp-storage-emulator does) still refuses
         a create of an existing key, though not two racing ones."""
-        if await self.head(key) is not None:
-            return False
+        return await self._upload_at_generation(key, body, None)
+
+    async def put_if_version(self, key: str, body: Body, version: str) -> bool:
+        """Upload with ``ifGenerationMatch=<generation>``: GCS itself refuses it (412
+        ``conditionNotMet``) when ``key`` changed. A metadata request goes first, so a
+        store that ignores the precondition (gcp-storage-emulator does) still refuses
+        a stale writer, though not two racing ones."""
+        return await self._upload_at_generation(key, body, version)
+
+    async def _upload_at_generation(self, key: str, body: Body, generation: str | None) -> bool:
+        """Upload ``body`` as ``key`` only if the object is at ``generation`` (``None``:
+        absent, GCS's generation 0): a HEAD, then the upload with ``ifGenerationMatch``;
+        ``False`` (nothing written) if either finds it elsewhere."""
+        info = await self.head(key)
+        if (info is None) != (generation is None):
+            return False  # exists though it should not, or gone
+        if info is not None and info.version != generation:
+            return False  # changed since it was read
+        match = generation or "0"
         try:
             await self.request(
                 "POST",
                 f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o",
-                self.describe("upload", key) + " (ifGenerationMatch=0)",
-                params={"uploadType": "media", "name": key, "ifGenerationMatch": "0"},
+                self.describe("upload", key) + f" (ifGenerationMatch={match})",
+                params={"uploadType": "media", "name": key, "ifGenerationMatch": match},
                 headers={"Content-Type": "application/octet-stream"},
                 data=body,
             )
@@ -196,7 +213,11 @@ class GCSClient(ObjectStoreClient):
             raw = await self.request("GET", self._object_url(key), self.describe("stat", key))
         except MissingObjectError:
             return None
-        return ObjectInfo(size=int(json.loads(raw)["size"]))
+        metadata = json.loads(raw)
+        generation = metadata.get("generation")
+        return ObjectInfo(
+            size=int(metadata["size"]), version=None if generation is None else str(generation)
+        )
 
     async def ranged_get(
         self,

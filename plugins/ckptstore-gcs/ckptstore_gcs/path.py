@@ -49,6 +49,7 @@ class GCSPath(ObjectStorePath[GCSOptions, GCSClient]):
     name = "gcs"
     protocols = ("gs", "gcs")
     atomic_create = True  # upload with ifGenerationMatch=0 (GCSClient.put_if_absent)
+    atomic_replace = True  # upload with ifGenerationMatch=<generation> (put_if_version)
     bucket_rule = "a GCS URL names a bucket: gs://BUCKET/prefix"
     options_type = GCSOptions
     client_type = GCSClient

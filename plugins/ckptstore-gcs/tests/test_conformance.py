@@ -8,7 +8,7 @@ import pytest
 from ckptstore_gcs import GCSPath
 
 from ckptstore import LocalSession
-from ckptstore.errors import KeyExistsError
+from ckptstore.errors import DocumentChangedError, KeyExistsError
 from ckptstore.plugin import PathType
 from ckptstore.testing import GcsEmulator
 from ckptstore.testing.object_store import ObjectStoreKit, StoreUnderTest
@@ -26,6 +26,26 @@ class TestGCS(ObjectStoreKit):
         ignores the precondition (docs/object-stores.md), so there only the HEAD that
         goes first refuses creates, and racing ones can all succeed."""
         return honours_if_generation_match(storage)
+
+    def replaces_are_refused(self, storage: PathType) -> bool:
+        """The same for ``ifGenerationMatch=<generation>``: on the emulator only the
+        metadata request that goes first refuses a stale replace, not racing ones."""
+        return honours_if_generation_match(storage)
+
+    def test_replaces_send_the_generation_and_fall_back_to_a_head(
+        self, store: StoreUnderTest
+    ) -> None:
+        storage = GCSPath(store.url, **store.storage_options)
+        storage.create_document("_ckptstore/lease/n.json", b"first")
+        current = storage.get_versioned_document("_ckptstore/lease/n.json")
+        assert current is not None
+        assert current[1].isdigit()  # the object's generation
+        storage.replace_document("_ckptstore/lease/n.json", b"second", current[1])
+        uploads = [r for r in store.faults.requests if r.method == "POST" and "upload" in r.path]
+        assert uploads[-1].params.get("ifGenerationMatch") == [current[1]]
+        with pytest.raises(DocumentChangedError):  # refused by the HEAD, even on the emulator
+            storage.replace_document("_ckptstore/lease/n.json", b"stale", current[1])
+        assert storage.get_document("_ckptstore/lease/n.json") == b"second"
 
     def test_creates_send_the_precondition_and_fall_back_to_a_head(
         self, store: StoreUnderTest

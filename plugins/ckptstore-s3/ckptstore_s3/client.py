@@ -9,7 +9,7 @@ Example::
     >>> client = S3Path("s3://client-module/run", **options).client  # an S3Client
     >>> client.run(lambda: client.put("run/a", b"data"))
     >>> client.run(lambda: client.head("run/a"))
-    ObjectInfo(size=4)
+    ObjectInfo(size=4, version='"8d777f385d3dfec8815d20f7496026dc"')
 """
 
 from __future__ import annotations
@@ -175,12 +175,43 @@ class S3Client(ObjectStoreClient):
             retryable=True,
         )
 
+    async def put_if_version(self, key: str, body: Body, version: str) -> bool:
+        """PUT with ``If-Match: <ETag>``: S3 itself refuses it (412
+        ``PreconditionFailed``; 404 if the object is gone) when ``key`` changed. A 409
+        ``ConditionalRequestConflict`` is settled by looking again, as in
+        :meth:`put_if_absent`."""
+        describe = self.describe("PUT", key) + " (If-Match)"
+        for _ in range(_CONFLICT_ATTEMPTS):
+            try:
+                await self.call("put_object", describe, Key=key, Body=body, IfMatch=version)
+            except MissingObjectError:
+                return False
+            except RequestError as error:
+                if error.status == 412 or error.code == "PreconditionFailed":
+                    return False
+                if error.status != 409 and error.code != "ConditionalRequestConflict":
+                    raise
+                info = await self.head(key)
+                if info is None or info.version != version:
+                    return False
+                continue
+            return True
+        raise RequestError(
+            f"{describe} failed: HTTP 409 ConditionalRequestConflict {_CONFLICT_ATTEMPTS} times "
+            "in a row; another writer keeps replacing this object at the same moment",
+            status=409,
+            code="ConditionalRequestConflict",
+            attempts=_CONFLICT_ATTEMPTS,
+            retryable=True,
+        )
+
     async def head(self, key: str) -> ObjectInfo | None:
         try:
             response = await self.call("head_object", self.describe("HEAD", key), Key=key)
         except MissingObjectError:
             return None
-        return ObjectInfo(size=int(response["ContentLength"]))
+        etag = response.get("ETag")
+        return ObjectInfo(size=int(response["ContentLength"]), version=etag and str(etag))
 
     async def ranged_get(
         self,

@@ -48,6 +48,7 @@ class S3Path(ObjectStorePath[S3Options, S3Client]):
     name = "s3"
     protocols = ("s3", "s3a")
     atomic_create = True  # PUT with If-None-Match: * (S3Client.put_if_absent)
+    atomic_replace = True  # PUT with If-Match: <ETag> (S3Client.put_if_version)
     bucket_rule = "an S3 URL names a bucket: s3://BUCKET/prefix"
     options_type = S3Options
     client_type = S3Client

@@ -267,6 +267,7 @@ class UnsupportedBlobError(CkptStoreError, TypeError):
 
     def __init__(self, blob: str, reason: str) -> None:
         self.blob = blob
+        self.reason = reason
         super().__init__(f"blob {blob!r} cannot be checkpointed: {reason}.")
 
 

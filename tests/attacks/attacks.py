@@ -118,6 +118,14 @@ def object_dtype(forge: Forge, outside: Path) -> None:
     forge.write_manifest(body)
 
 
+def unknown_codec(forge: Forge, outside: Path) -> None:
+    # no reader decodes it: corrupt (a resume falls back), not an unsupported *value*
+    body = forge.manifest()
+    name, _ = forge.blob()
+    body["blobs"][name]["codec"] = "rot13"
+    forge.write_manifest(body)
+
+
 def wrong_types(forge: Forge, outside: Path) -> None:
     body = forge.manifest()
     name, _ = forge.blob()
@@ -239,6 +247,7 @@ ATTACKS: dict[str, Spec] = {
     "traversal_chunk_key": Spec(traversal_chunk_key, in_manifest=True),
     "absolute_chunk_key": Spec(absolute_chunk_key, in_manifest=True),
     "object_dtype": Spec(object_dtype, in_manifest=True),
+    "unknown_codec": Spec(unknown_codec, ("zarr", "zarr-zstd")),
     "wrong_types": Spec(wrong_types, in_manifest=True),
     "traversal_blob_name": Spec(traversal_blob_name, in_manifest=True),
     "deep_json_manifest": Spec(deep_json_manifest, in_manifest=True),

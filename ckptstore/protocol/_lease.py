@@ -50,7 +50,7 @@ from ckptstore.errors import (
 )
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_number
-from ckptstore.records._layout import lease_key
+from ckptstore.records._layout import LEASE_DIR, lease_key
 from ckptstore.records._names import validate_node_name
 
 __all__ = ["DEFAULT_LEASE_TTL", "LeaseHolder", "WriterLease", "check_lease_ttl", "read_lease"]
@@ -219,12 +219,22 @@ class WriterLease:
         key = lease_key(node)
         url = self.storage.display_url
         holder: LeaseHolder | None = None
+        unlinked = False
         for _ in range(_ACQUIRE_ATTEMPTS):
             try:
                 self.storage.create_document(key, self._mine(node).encode())
                 return
             except KeyExistsError:
                 pass
+            except CorruptCheckpointError as error:
+                if unlinked:
+                    raise
+                # a link (or a file) in place of the lease directory, never followed:
+                # it holds no lease this job can read, so it is removed, once
+                log.warning("Replacing what stands in place of %s/%s (%s)", url, LEASE_DIR, error)
+                self.storage.delete([LEASE_DIR])
+                unlinked = True
+                continue
             try:
                 holder = read_lease(self.storage, node)
             except CorruptCheckpointError as error:

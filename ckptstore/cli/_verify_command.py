@@ -18,7 +18,8 @@ def register(commands: Any) -> None:
         description="Re-read committed checkpoints and check every chunk and format file "
         "against the checksum recorded when it was written (CRC-32; CRC-32C in epochs "
         "written before). Exits 3 naming each broken "
-        "blob, 4 if the epoch is not committed.",
+        "blob, 4 if the epoch is not committed or is partial (a node's checkpoint is "
+        "stored but not in the commit record).",
         arguments=_arguments,
     )
 
@@ -48,10 +49,20 @@ def run(args: argparse.Namespace) -> int:
         )
     elif ok:
         print(f"all {len(checks)} node checkpoint(s) of epochs {epochs} verified")
-    return common.EXIT_OK if ok else common.EXIT_CORRUPT
+    if ok:
+        return common.EXIT_OK
+    if any(check.problems for check in checks):
+        return common.EXIT_CORRUPT
+    return common.EXIT_NOT_FOUND  # whole where committed, but an epoch is partial
 
 
 def _print_check(check: NodeCheck) -> None:
+    if not check.committed:
+        print(
+            f"PARTIAL epoch {check.epoch} node {check.node}: stored but not in the epoch's "
+            "commit record (the epoch is not committed on every node)"
+        )
+        return
     if check.ok:
         print(f"ok      epoch {check.epoch} node {check.node}")
         return

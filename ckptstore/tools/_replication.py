@@ -129,7 +129,9 @@ def convert_epochs(
 
     In place, an epoch's nodes are read (and verified) whole, retracted, rewritten and
     committed again; if a rewrite fails, the original blobs are written back in their
-    format before the error is raised."""
+    format before the error is raised. Into ``dest``, an epoch is committed once every
+    one of its nodes is written: a node that cannot be read (corrupt) leaves nothing of
+    the epoch committed there."""
     target_type = get_registry().db_type(db_type)
     target = dest or storage
     if target_type.needs_rename and not target.supports_rename:
@@ -160,11 +162,14 @@ def convert_epochs(
                     original = protocol.write_node(storage, node, epoch, blobs, source_type, engine)
                     protocol.commit_epoch(storage, epoch, [original])
                 raise
-            protocol.commit_epoch(target, epoch, [result])
+            if dest is None:
+                protocol.commit_epoch(target, epoch, [result])
             commits.append(result)
             done.append(NodeDone(node, epoch, result.stored_bytes))
             if on_done is not None:
                 on_done(done[-1])
+        if dest is not None and commits:  # every node written: the epoch, all or nothing
+            protocol.commit_epoch(target, epoch, commits)
     return done
 
 

@@ -71,3 +71,18 @@ def test_latest_verifies_a_damaged_newest_epoch_instead_of_an_older_one(
     assert result.code == 3
     assert "epoch 3" in result.out + result.err
     assert "epoch 2" not in result.out
+
+
+def test_a_partial_epoch_is_not_verified(cli: Cli, run_url: str) -> None:
+    """A node whose commit record is lost: `ls` says partial 1/2, verify exits 4."""
+    LocalPath(run_url).delete([node_commit_key(2, "trainer_1")])
+    assert re.search(r"2\s+partial\s+1/2", cli("ls", run_url).out)
+    result = cli("verify", run_url, "--epoch", "2")
+    assert result.code == 4
+    assert "ok      epoch 2 node trainer_0" in result.out
+    assert "PARTIAL epoch 2 node trainer_1" in result.out
+    report = cli("verify", run_url, "--json").json()
+    assert report["ok"] is False
+    partial = [(n["epoch"], n["node"]) for n in report["nodes"] if not n["committed"]]
+    assert partial == [(2, "trainer_1")]
+    assert cli("verify", run_url, "--epoch", "1").code == 0

@@ -159,6 +159,14 @@ def gzip_bomb_manifest(forge: Forge, outside: Path) -> None:
     forge.write_manifest_bytes(gzip_bomb(forge.manifest_path.read_bytes(), 200 << 20))
 
 
+def many_values_manifest(forge: Forge, outside: Path) -> None:
+    # 9 MB of valid JSON (3 million empty arrays) that parses to ~190 MB of Python
+    # objects: the byte limit lets it through, the count of JSON values does not
+    body = forge.manifest()
+    body["pad"] = [[]] * 3_000_000
+    forge.write_manifest(body)
+
+
 def manifest_of_other_node(forge: Forge, outside: Path) -> None:
     other = Forge(forge.root, "trainer_1", forge.epoch)
     forge.write_manifest_bytes(other.manifest_path.read_bytes())
@@ -253,6 +261,7 @@ ATTACKS: dict[str, Spec] = {
     "deep_json_manifest": Spec(deep_json_manifest, in_manifest=True),
     "oversized_manifest": Spec(oversized_manifest, in_manifest=True),
     "gzip_bomb_manifest": Spec(gzip_bomb_manifest, in_manifest=True),
+    "many_values_manifest": Spec(many_values_manifest, in_manifest=True),
     "manifest_of_other_node": Spec(manifest_of_other_node, in_manifest=True),
     "deep_json_commit": Spec(deep_json_commit, in_manifest=True),
     "huge_integer_commit": Spec(huge_integer_commit, in_manifest=True),

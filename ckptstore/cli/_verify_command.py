@@ -1,4 +1,5 @@
-"""``ckptstore verify URL [--epoch N]``: check every stored byte against its checksum."""
+"""``ckptstore verify URL [--epoch N] [--deep]``: check every stored byte against its
+checksum (and, with ``--deep``, every packed archive's ZIP structure)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def register(commands: Any) -> None:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     common.add_epoch_selection(parser, "epoch (repeatable; default: all)")
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check that every packed archive (blobs.zarr.zip, blobs.npz) is a ZIP "
+        "that zarr, numpy or zipfile may open safely (names, offsets, sizes, compression "
+        "ratios): what cp and convert require",
+    )
 
 
 @common.guarded
@@ -41,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.json:
                 _print_check(check)
 
-        checks = verify_epochs(storage, epochs, on_checked=checked)
+        checks = verify_epochs(storage, epochs, on_checked=checked, deep=args.deep)
     ok = all(check.ok for check in checks)
     if args.json:
         common.print_json(

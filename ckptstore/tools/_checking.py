@@ -30,6 +30,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._archives import check_archives
 from ckptstore.records._layout import manifest_key
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename
@@ -171,13 +172,19 @@ def verify_epochs(
     epochs: Iterable[int],
     *,
     on_checked: Callable[[NodeCheck], None] | None = None,
+    deep: bool = False,
 ) -> list[NodeCheck]:
     """Re-read every byte of every node checkpoint of ``epochs`` and check its checksum;
     one :class:`NodeCheck` per node, problems listed rather than raised.
 
     A node that committed some epoch but not one of ``epochs``, while its checkpoint of
     that epoch is stored (a lost or never written commit record: the epoch is
-    ``partial``), gets a check with ``committed=False``: the epoch is not whole."""
+    ``partial``), gets a check with ``committed=False``: the epoch is not whole.
+
+    With ``deep``, every packed archive (``blobs.zarr.zip``, ``blobs.npz``) is also
+    checked to be a ZIP that other readers may open safely
+    (:func:`~ckptstore.protocol._archives.check_archives`: names, offsets, sizes,
+    compression ratios), which ``cp`` and ``convert`` require too."""
     engine = ParallelIO(storage.default_io.with_environment())
     job_nodes = frozenset().union(*protocol.CommitListing.of(storage).nodes.values())
     checks = []
@@ -195,6 +202,9 @@ def verify_epochs(
             if check.committed:
                 db_type = get_registry().db_type(record.nodes[check.node].db_type)
                 problems = protocol.verify_node(storage, check.node, epoch, db_type, engine)
+                if deep and not problems:
+                    manifest = protocol.open_node(storage, check.node, epoch)
+                    problems = check_archives(storage, manifest)
                 check = replace(check, problems=tuple(problems))
             checks.append(check)
             if on_checked is not None:

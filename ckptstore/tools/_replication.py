@@ -35,6 +35,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import require_commit
+from ckptstore.protocol._archives import refuse_unsafe_archives
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
 
@@ -81,11 +82,15 @@ def copy_epochs(
 ) -> list[NodeDone]:
     """Copy each committed epoch's node checkpoints from ``source`` to ``dest`` (``jobs``
     nodes at a time) and commit them there. Nodes already committed at ``dest`` with the
-    same manifest are skipped unless ``force``."""
+    same manifest are skipped unless ``force``. An epoch with a packed archive that
+    ``verify --deep`` refuses (:func:`~ckptstore.protocol._archives.check_archives`)
+    raises :class:`~ckptstore.errors.CorruptCheckpointError` before anything is copied."""
     settings = source.default_io.with_environment()
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(source, epoch)
+        for node in sorted(record.nodes):  # what verify --deep refuses is not copied
+            refuse_unsafe_archives(source, node, epoch)
         existing = protocol.read_commit(dest, epoch)
         todo = []
         for node, commit in sorted(record.nodes.items()):
@@ -144,6 +149,8 @@ def convert_epochs(
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(storage, epoch)
+        for node in sorted(record.nodes):  # what verify --deep refuses is not rewritten
+            refuse_unsafe_archives(storage, node, epoch)
         commits = []
         for node, commit in sorted(record.nodes.items()):
             if dest is None and commit.db_type == target_type.name:

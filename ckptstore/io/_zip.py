@@ -674,7 +674,7 @@ def _check_name(name: str) -> None:
 def _check_local(reader: _WindowReader, member: _Central) -> int:
     """The offset of ``member``'s data, after checking its local header against the
     central directory."""
-    fields = _LOCAL.unpack(reader.read(member.offset, LOCAL_HEADER_SIZE))
+    fields: tuple[int, ...] = _LOCAL.unpack(reader.read(member.offset, LOCAL_HEADER_SIZE))
     signature, _, flags, method, _, _, crc, compressed, inflated, name_length, extra_length = fields
     if signature != int.from_bytes(_LOCAL_SIGNATURE, "little"):
         raise UnsafeArchiveError(f"no local header where member {member.name!r} should start")

@@ -25,6 +25,8 @@ Example::
 
 from __future__ import annotations
 
+from functools import partial
+
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.io._zip import ArchiveBounds, UnsafeArchiveError, check_archive
 from ckptstore.plugin._path_type import PathType
@@ -57,11 +59,7 @@ def check_archives(storage: PathType, manifest: NodeManifest) -> list[CorruptChe
         key = f"{root}/{relative}"
         try:
             size = storage.size(key)
-            check_archive(
-                lambda offset, length, key=key: storage.read_bytes(key, offset, length),
-                size,
-                bounds,
-            )
+            check_archive(partial(storage.read_bytes, key), size, bounds)
         except ObjectNotFoundError:
             detail = "the archive is missing"
         except UnsafeArchiveError as error:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
+import pytest
 from cli_helpers import Cli
 
-from ckptstore import protocol
+from ckptstore import CheckpointManager, LocalSession, protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.records._layout import node_commit_key
 from ckptstore.testing.conformance import flip_byte
@@ -86,3 +90,17 @@ def test_a_partial_epoch_is_not_verified(cli: Cli, run_url: str) -> None:
     partial = [(n["epoch"], n["node"]) for n in report["nodes"] if not n["committed"]]
     assert partial == [(2, "trainer_1")]
     assert cli("verify", run_url, "--epoch", "1").code == 0
+
+
+def test_verify_needs_no_optional_package_to_check_an_intact_checkpoint(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bfloat16 blob is checked (codec, dtype string, bytes) without ml_dtypes; only a
+    load needs it."""
+    session = LocalSession()
+    session.workspace("trainer_0")["w"] = np.ones(4, dtype=ml_dtypes.bfloat16)
+    manager = CheckpointManager(str(tmp_path / "bf16"), "trainer_0", "zarr")
+    session.run(manager.init(["trainer_0"]))
+    session.run(manager.save(1))
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes -> ImportError
+    assert cli("verify", str(tmp_path / "bf16"), "--deep").code == 0

@@ -113,3 +113,19 @@ def test_a_linked_node_directory_of_the_next_epoch_is_never_written_through(
     os.symlink(outside, run / name)
     _resume(run, EPOCH + 1)
     assert list(outside.iterdir()) == []
+
+
+def test_a_linked_sqlite_catalog_is_moved_aside_and_the_resume_goes_on(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    manager = MultiNodeCheckpointManager(str(run), "zarr", metadata_handler="sqlite")
+    assert JobRunner(counting_job(epochs=EPOCH), manager).train(LocalSession()) == EPOCH
+    database = run / CONTROL_DIR / "catalog.sqlite"
+    outside = tmp_path / "outside.sqlite"
+    shutil.move(database, outside)
+    os.symlink(outside, database)
+    before = outside.read_bytes()
+    manager = MultiNodeCheckpointManager(str(run), "zarr", metadata_handler="sqlite")
+    runner = JobRunner(counting_job(epochs=EPOCH + 1), manager)
+    assert runner.train(LocalSession()) == EPOCH + 1  # stopped with CorruptCheckpointError before
+    assert not database.is_symlink()
+    assert outside.read_bytes() == before

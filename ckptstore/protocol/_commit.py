@@ -369,7 +369,13 @@ def check_not_committed(
     except CorruptCheckpointError as error:
         # unreadable: no reader accepts it, so nothing committed is replaced
         log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
-        retract_epoch(storage, epoch, nodes)
+        try:
+            retract_epoch(storage, epoch, nodes)
+        except CorruptCheckpointError:
+            # a link in place of the epoch's record directory (never followed): it
+            # holds no record a reader accepts; the link itself is removed
+            storage.delete([epoch_commit_dir(epoch)])
+            retract_epoch(storage, epoch, nodes)
         return
     if not committed:
         return

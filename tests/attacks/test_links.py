@@ -70,8 +70,14 @@ def test_a_linked_epoch_record_directory_is_corrupt_for_the_library_and_the_cli(
         session.run(manager.load(EPOCH))
     watch = OutsideWatch(outside)
     with caplog.at_level(logging.WARNING):
-        _resume(run, EPOCH + 1)  # resumed from the epoch before, never through the link
+        runner = _resume(run, EPOCH + 1)  # resumed from the epoch before, never through it
     assert "resuming from epoch 1" in caplog.text
+    assert runner.save_failures == []  # the link was removed: the epoch is saved again
+    assert not (run / epoch_commit_dir(EPOCH)).is_symlink()
+    session = LocalSession()
+    manager = MultiNodeCheckpointManager(str(run), "zarr")
+    session.run(manager.init(list(NODES)))
+    session.run(manager.load(EPOCH))
     assert watch.events() == 0
     watch.close()
     assert _held(outside) == held

@@ -6,7 +6,7 @@ but docs/reading-without-ckptstore.md sends people to open ``blobs.zarr.zip`` an
 ``blobs.npz`` with zarr, numpy or ``zipfile``. A forged central directory (member names
 with ``..``, sizes of 2^63, a member inflating to gigabytes) passes every checksum, as
 the attacker recomputes them; :func:`check_archives` parses the structure itself
-(:func:`ckptstore.io._zip.check_archive`) within the current
+(:func:`ckptstore.io._zip_check.check_archive`) within the current
 :class:`~ckptstore.records.Limits`.
 
 Example::
@@ -28,7 +28,7 @@ from __future__ import annotations
 from functools import partial
 
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.io._zip import ArchiveBounds, UnsafeArchiveError, check_archive
+from ckptstore.io._zip_check import ArchiveBounds, UnsafeArchiveError, check_archive
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._commit import open_node
 from ckptstore.records._limits import current_limits
@@ -44,7 +44,7 @@ ARCHIVE_SUFFIXES = (".zip", ".npz")
 
 def check_archives(storage: PathType, manifest: NodeManifest) -> list[CorruptCheckpointError]:
     """One error per archive of ``manifest``'s node checkpoint that a ZIP reader could
-    not open safely (see :func:`~ckptstore.io._zip.check_archive`); empty if none."""
+    not open safely (see :func:`~ckptstore.io._zip_check.check_archive`); empty if none."""
     limits = current_limits()
     bounds = ArchiveBounds(
         max_members=limits.max_chunks,

@@ -164,6 +164,23 @@ def test_document_size_and_depth_limits_are_configurable() -> None:
     assert decode_document(data, "ckptstore.commit", url="/ckpt", key="k")["nested"] == [[[1]]]
 
 
+def test_a_document_of_too_many_values_is_refused_before_any_is_built() -> None:
+    """A million empty arrays (3 MB of JSON) would take ~60 MB parsed: the values are
+    counted on the bytes first, so nothing is built (and the limit's variable named)."""
+    data = encode_document("ckptstore.commit", {"pad": [[]] * 1_000_000})
+    try:
+        set_limits(Limits(max_json_values=100_000))
+        tracemalloc.start()
+        with pytest.raises(CorruptCheckpointError, match="CKPTSTORE_LIMIT_MAX_JSON_VALUES"):
+            decode_document(data, "ckptstore.commit", url="/ckpt", key="k")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        set_limits(None)
+    assert peak < 1 << 20
+    assert len(decode_document(data, "ckptstore.commit", url="/ckpt", key="k")["pad"]) == 10**6
+
+
 @pytest.mark.parametrize(
     "text",
     ["[[[[[[", '\\"{{{{', "]]]]", 'a\\\\"[[[['],

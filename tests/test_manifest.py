@@ -382,3 +382,19 @@ def test_the_document_limit_bounds_the_json_before_compression() -> None:
         assert original.encode() == data
     finally:
         set_limits(None)
+
+
+def test_the_json_value_limit_bounds_a_manifest_at_save_and_load() -> None:
+    """A save refuses a manifest of more JSON values than ``max_json_values`` (its parsed
+    objects, not its bytes, are what a load holds), and a load refuses it as corrupt."""
+    original = many_blobs(2000)
+    data = original.encode()
+    try:
+        set_limits(replace(current_limits(), max_json_values=2000 * 5))
+        with pytest.raises(JobConfigurationError, match="CKPTSTORE_LIMIT_MAX_JSON_VALUES"):
+            original.encode()
+        with pytest.raises(CorruptCheckpointError, match="CKPTSTORE_LIMIT_MAX_JSON_VALUES"):
+            decode(data)
+    finally:
+        set_limits(None)
+    assert decode(data) == original

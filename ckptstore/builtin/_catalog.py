@@ -250,7 +250,9 @@ class IndexCatalog(MetadataHandler):
         if not self._agrees(listing.epochs, listing.unreadable, chosen, nodes):
             try:
                 report = self.rebuild()
-            except (OSError, CatalogCorruptError) as error:  # the answer stands regardless
+            # the answer stands regardless; CorruptCheckpointError: the catalog's own files
+            # cannot be written (a link in their place, which is never followed)
+            except (OSError, CatalogCorruptError, CorruptCheckpointError) as error:
                 log.warning("could not repair the catalog (resuming anyway): %s", error)
                 return chosen
             if report.changed:
@@ -344,6 +346,22 @@ class IndexCatalog(MetadataHandler):
             log.warning("%s; discarding it", error)
             self._reset()
             current, reset = {}, True
+        try:
+            added, dropped = self._align(truth, current)
+        except CatalogCorruptError as error:  # cannot be written as it is: start it afresh
+            if reset:
+                raise
+            log.warning("%s; discarding it", error)
+            self._reset()
+            reset = True
+            added, dropped = self._align(truth, {})
+        return RebuildReport(storage.display_url, _sorted(truth), added, dropped, reset)
+
+    def _align(
+        self, truth: Mapping[int, EpochCommit], current: Mapping[int, CatalogEntry]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Write the entries of ``truth`` that ``current`` lacks or has otherwise, drop
+        those it should not have; the epochs ``(added, dropped)``."""
         added = _sorted(
             epoch
             for epoch, record in truth.items()
@@ -354,7 +372,7 @@ class IndexCatalog(MetadataHandler):
             self._put_entry(truth[epoch])
         if dropped:
             self._drop_entries(dropped)
-        return RebuildReport(storage.display_url, _sorted(truth), added, dropped, reset)
+        return added, dropped
 
 
 def _sorted(epochs: Iterable[int]) -> tuple[int, ...]:

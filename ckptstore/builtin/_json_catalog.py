@@ -103,16 +103,19 @@ class JsonCatalog(IndexCatalog):
     def _put_entry(self, record: EpochCommit) -> None:
         entry = CatalogEntry.from_commit(record)
         body = {"epoch": entry.epoch, **entry.to_json()}
-        self.require_storage().put_document(
-            entry_key(entry.epoch), encode_document(ENTRY_KIND, body)
-        )
+        storage, key = self.require_storage(), entry_key(entry.epoch)
+        try:
+            storage.put_document(key, encode_document(ENTRY_KIND, body))
+        except CorruptCheckpointError as error:  # a link in place of the catalog directory
+            raise CatalogCorruptError(str(error), url=storage.display_url, file=key) from None
 
     def _drop_entries(self, epochs: Sequence[int]) -> None:
         self.require_storage().delete([entry_key(epoch) for epoch in epochs])
 
     def _reset(self) -> None:
         storage = self.require_storage()
-        storage.delete([*storage.list_keys(CATALOG_DIR), LEGACY_CATALOG_KEY])
+        storage.delete_tree(CATALOG_DIR)  # a link in its place is removed, never followed
+        storage.delete([LEGACY_CATALOG_KEY])
 
 
 @hookimpl

@@ -212,6 +212,15 @@ class SqliteCatalog(IndexCatalog):
         if os.path.realpath(path) != expected or (
             info is not None and (not stat.S_ISREG(info.st_mode) or info.st_nlink > 1)
         ):
+            if os.path.realpath(os.path.dirname(path)) == os.path.dirname(expected):
+                # the file itself is the link: an unreadable catalog, which the caller
+                # moves aside (the link, never its target) and rebuilds from storage
+                raise CatalogCorruptError(
+                    "the catalog database is reached through a link; ckptstore never "
+                    "follows links inside a checkpoint",
+                    url=self.require_storage().display_url,
+                    file=f"{CONTROL_DIR}/{DEFAULT_NAME}",
+                )
             raise CorruptCheckpointError(
                 "the catalog database is reached through a link; ckptstore never follows "
                 "links inside a checkpoint",

@@ -210,6 +210,7 @@ class ZarrDB(DBType):
     """
 
     name = "zarr"
+    codecs = frozenset({"raw", *COMPRESSIONS})
 
     def __init__(self, compression: str | None = None, level: int = 3) -> None:
         if compression not in (None, *COMPRESSIONS):

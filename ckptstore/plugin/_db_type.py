@@ -123,6 +123,9 @@ class DBType(ABC):
 
     name: ClassVar[str]
     needs_rename: ClassVar[bool] = False
+    codecs: ClassVar[frozenset[str]] = frozenset({"raw"})
+    """The chunk codecs :meth:`read` decodes: a manifest naming another is corrupt
+    (``ckptstore verify`` reports it, a load refuses it)."""
 
     def check_blob(self, name: str, array: Array) -> None:
         """Raise :class:`UnsupportedBlobError` if this format cannot store ``array``."""

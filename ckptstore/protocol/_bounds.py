@@ -21,11 +21,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from ckptstore.errors import CkptStoreError, CorruptCheckpointError, ObjectNotFoundError
+from ckptstore.errors import (
+    CkptStoreError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    ObjectNotFoundError,
+    UnsupportedBlobError,
+)
+from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._manifest import ChunkRecord
+from ckptstore.records._manifest import BlobRecord, ChunkRecord
 
-__all__ = ["UNCHECKED_BYTES", "check_pieces_fit", "corrupt_in_node"]
+__all__ = ["UNCHECKED_BYTES", "check_decodable", "check_pieces_fit", "corrupt_in_node"]
 
 UNCHECKED_BYTES = 64 << 20
 """Pieces totalling at most this many bytes are not size-checked before they are read:
@@ -67,15 +74,48 @@ def check_pieces_fit(
             )
 
 
+def check_decodable(storage: PathType, records: Iterable[BlobRecord], db_type: DBType) -> None:
+    """Raise :class:`CorruptCheckpointError` unless ``db_type`` decodes every record's
+    codec (:attr:`~ckptstore.plugin.DBType.codecs`) and its dtype is one this ckptstore
+    builds: what a load would stop at, found before anything is read. A dtype needing
+    an optional package that is not installed (ml_dtypes) passes: the checkpoint is
+    intact, and a load raises :class:`~ckptstore.errors.MissingDependencyError` itself
+    (verifying and copying do not need the package)."""
+    for record in records:
+        if record.codec not in db_type.codecs:
+            raise CorruptCheckpointError(
+                f"codec {record.codec!r} is none that the {db_type.name} format decodes "
+                f"({sorted(db_type.codecs)})",
+                url=storage.display_url,
+                blob=record.name,
+            )
+        with contextlib.suppress(MissingDependencyError):
+            record.numpy_dtype()  # UnsupportedBlobError: corrupt in corrupt_in_node
+
+
 @contextlib.contextmanager
 def corrupt_in_node(storage: PathType, node: str, epoch: int) -> Iterator[None]:
     """Name ``node`` and ``epoch`` in every :class:`CorruptCheckpointError` raised
     inside, and turn what a format raises while decoding stored bytes (anything but
-    ckptstore's own and storage errors) into one."""
+    ckptstore's own and storage errors) into one. So is an
+    :class:`~ckptstore.errors.UnsupportedBlobError` (a codec or dtype a stored manifest
+    names that no reader here decodes: forged, or written by something else), so a
+    resume falls back past it; a :class:`~ckptstore.errors.MissingDependencyError` (an
+    intact checkpoint needing an optional package) is raised as it is."""
     try:
         yield
     except CorruptCheckpointError as error:
         raise error.located(node=node, epoch=epoch) from None
+    except MissingDependencyError:
+        raise
+    except UnsupportedBlobError as error:
+        raise CorruptCheckpointError(
+            f"the manifest records what no reader here decodes: {error.reason}",
+            url=storage.display_url,
+            blob=error.blob,
+            node=node,
+            epoch=epoch,
+        ) from None
     except (CkptStoreError, OSError):
         raise
     except MemoryError:

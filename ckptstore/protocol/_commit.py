@@ -71,7 +71,7 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._gc import paused_gc
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
@@ -386,7 +386,13 @@ def check_not_committed(
     except CorruptCheckpointError as error:
         # unreadable: no reader accepts it, so nothing committed is replaced
         log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
-        retract_epoch(storage, epoch, nodes)
+        try:
+            retract_epoch(storage, epoch, nodes)
+        except CorruptCheckpointError:
+            # a link in place of the epoch's record directory (never followed): it
+            # holds no record a reader accepts; the link itself is removed
+            storage.delete([epoch_commit_dir(epoch)])
+            retract_epoch(storage, epoch, nodes)
         return
     committed = set(record.nodes) if record is not None else set()
     if record is not None and fence is not None:
@@ -508,6 +514,8 @@ def read_commit_under(
             parse_node_commit_key(key[len(prefix) + 1 :] if prefix else key) for key in listed
         )
         names = {found[1] for found in parsed if found is not None and found[0] == epoch}
+        if not names:
+            _refuse_linked_records(storage, prefix, epoch)
         return _read_records(storage, prefix, epoch, names, every=True, legacy=True)
     names = {validate_node_name(node) for node in nodes}
     return _read_records(storage, prefix, epoch, names, every=False, legacy=None)
@@ -524,6 +532,26 @@ def read_listed_commit(
 
 def _under(prefix: str, key: str) -> str:
     return f"{prefix}/{key}" if prefix else key
+
+
+_PROBE_NODE = "_"
+"""A node name no record is looked up for but by :func:`_refuse_linked_records`."""
+
+
+def _refuse_linked_records(storage: PathType, prefix: str, epoch: int) -> None:
+    """Raise :class:`CorruptCheckpointError` if ``epoch``'s record directory is a link.
+
+    A listing leaves links out, so a linked ``_ckptstore/epoch-N`` lists no record,
+    and the epoch would look uncommitted to ``verify`` and ``convert`` while a load
+    (which reads the records by name) calls it corrupt. One read of a key under the
+    directory refuses the link the way the load does; on an object store, or with no
+    such directory, it finds nothing (one GET, only when the listing found no record)."""
+    try:
+        storage.get_document(_under(prefix, node_commit_key(epoch, _PROBE_NODE)))
+    except CorruptCheckpointError as error:
+        raise CorruptCheckpointError(
+            error.detail, url=error.url, file=_under(prefix, epoch_commit_dir(epoch))
+        ) from None
 
 
 def _read_records(
@@ -695,6 +723,7 @@ def read_blobs(
     records = [manifest.blobs[name] for name in wanted if name in manifest.blobs]
     db = DBLocation(storage, get_ckpt_filename(manifest.node, manifest.epoch), io)
     with corrupt_in_node(storage, manifest.node, manifest.epoch):
+        check_decodable(storage, records, db_type)
         check_pieces_fit(storage, db.root, (chunk for r in records for chunk in r.chunks))
         return db_type.read(db, records)
 
@@ -711,6 +740,7 @@ def verify_node(
     pieces = [*(chunk for r in manifest.blobs.values() for chunk in r.chunks), *manifest.files]
     try:
         with corrupt_in_node(storage, node, epoch):
+            check_decodable(storage, manifest.blobs.values(), db_type)
             check_pieces_fit(storage, db.root, pieces, missing_ok=True)
             problems = db_type.verify(db, manifest)
     except CorruptCheckpointError as error:

@@ -79,7 +79,7 @@ from ckptstore.protocol._lease_document import (
     lost_reason,
     with_fence,
 )
-from ckptstore.records._layout import lease_key
+from ckptstore.records._layout import LEASE_DIR, lease_key
 from ckptstore.records._names import validate_node_name
 
 __all__ = ["DEFAULT_LEASE_TTL", "WriterLease", "check_lease_ttl"]
@@ -192,8 +192,19 @@ class WriterLease:
         key = lease_key(node)
         url = self.storage.display_url
         prior: LeaseHolder | None = None
+        unlinked = False
         for _ in range(ATTEMPTS):
-            current = self.storage.get_versioned_document(key)
+            try:
+                current = self.storage.get_versioned_document(key)
+            except CorruptCheckpointError as error:
+                if unlinked:
+                    raise
+                # a link (or a file) in place of the lease directory, never followed:
+                # it holds no lease this job can read, so it is removed, once
+                log.warning("Replacing what stands in place of %s/%s (%s)", url, LEASE_DIR, error)
+                self.storage.delete([LEASE_DIR])
+                unlinked = True
+                continue
             version = None if current is None else current[1]
             now = self._clock()
             floor = 0  # the generation the new one must exceed

@@ -37,7 +37,7 @@ from ckptstore.io._progress import ByteProgress
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
-from ckptstore.protocol._bounds import check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._manifest import ChunkRecord, NodeManifest
 from ckptstore.records._names import get_ckpt_filename
@@ -65,6 +65,7 @@ def copy_node(
     src = DBLocation(source.storage, db_key, engine)
     pieces = _pieces_by_file(manifest)
     with corrupt_in_node(source.storage, node, epoch):
+        check_decodable(source.storage, manifest.blobs.values(), source.reader_for(manifest))
         check_pieces_fit(source.storage, db_key, (p for group in pieces.values() for p in group))
 
     def fill(root: str) -> bytes:

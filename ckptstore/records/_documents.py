@@ -41,6 +41,7 @@ __all__ = [
     "json_list",
     "json_number",
     "json_object",
+    "json_values_bound",
     "parse_untrusted_json",
 ]
 
@@ -209,9 +210,17 @@ def _depth(data: bytes | bytearray) -> int:
     return int(np.cumsum(steps[steps != 0], dtype=np.int64).max(initial=0))
 
 
+def json_values_bound(data: bytes | bytearray) -> int:
+    """At least as many as the JSON values in the text ``data``: every value but the
+    first follows a ``,`` or opens an array or object (bytes inside strings count too,
+    so it may say more, never fewer). Three byte counts in C, ~15 ms for 48 MiB."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
 def parse_untrusted_json(data: bytes | bytearray, *, url: str, key: str) -> object:
-    """Strict JSON parsing (orjson) for stored bytes: size and nesting depth are checked
-    first (against :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
+    """Strict JSON parsing (orjson) for stored bytes: size, nesting depth and the number
+    of values (:func:`json_values_bound`) are checked first (against
+    :func:`~ckptstore.records._limits.current_limits`), ``NaN``/``Infinity``
     and numbers too long to parse are refused (integers beyond 64 bits parse as floats,
     which every integer field refuses); every failure is a
     :class:`CorruptCheckpointError`, never a ``RecursionError`` or ``MemoryError``."""
@@ -224,6 +233,14 @@ def parse_untrusted_json(data: bytes | bytearray, *, url: str, key: str) -> obje
         raise corrupt(
             f"the document is {len(data)} bytes, more than the limit of "
             f"{limits.max_document_bytes} (CKPTSTORE_LIMIT_MAX_DOCUMENT_BYTES)"
+        )
+    values = json_values_bound(data)
+    if values > limits.max_json_values:
+        # orjson builds every object at once: bounded here, before any is built (and
+        # before the depth check, whose arrays grow with the brackets)
+        raise corrupt(
+            f"the document holds up to {values} JSON values, more than the limit of "
+            f"{limits.max_json_values} (CKPTSTORE_LIMIT_MAX_JSON_VALUES)"
         )
     depth = _depth(data)
     if depth > limits.max_json_depth:

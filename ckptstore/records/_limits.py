@@ -6,8 +6,9 @@ a million levels deep. Every such number is checked against these limits (and ag
 the real size of the stored files) before it is used; anything beyond them is a
 :class:`~ckptstore.errors.CorruptCheckpointError`.
 
-The defaults are far above what ckptstore writes but for one: a manifest of more than
-64 MiB (a node of about 600,000 small blobs), which a save refuses to write rather than
+The defaults are far above what ckptstore writes but for two: a manifest of more than
+64 MiB or of more than 4,000,000 JSON values (a node of about 360,000 small blobs,
+whose parsed manifest takes ~600 MiB), which a save refuses to write rather than
 write a checkpoint its loads would refuse. Raise them with :func:`set_limits`
 or the ``CKPTSTORE_LIMIT_<FIELD>`` environment variables (read when the first document
 is checked).
@@ -42,6 +43,10 @@ class Limits:
     * ``max_document_bytes``: size of one JSON control document (manifest, commit
       record, catalog, format metadata).
     * ``max_json_depth``: nesting of ``[`` and ``{`` in one document.
+    * ``max_json_values``: JSON values (objects, arrays, numbers, strings) one document
+      may hold, counted on its bytes before parsing: what bounds the memory a parsed
+      document takes (~100-160 bytes of Python objects per value; a manifest holds
+      about 11 values per one-chunk blob).
     * ``max_ndim``: dimensions of one blob (numpy's own limit is 64).
     * ``max_blob_bytes``: bytes of one blob in memory.
     * ``max_chunk_bytes``: bytes one stored chunk may decode to.
@@ -54,6 +59,7 @@ class Limits:
 
     max_document_bytes: int = 64 << 20
     max_json_depth: int = 64
+    max_json_values: int = 4_000_000
     max_ndim: int = 64
     max_blob_bytes: int = 1 << 44
     max_chunk_bytes: int = 4 * GiB

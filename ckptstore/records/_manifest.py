@@ -35,7 +35,12 @@ from ckptstore.errors import (
 )
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, CHECKSUM_ALGORITHMS
 from ckptstore.io._gc import paused_gc
-from ckptstore.records._documents import decode_document, encode_document, gzip_document
+from ckptstore.records._documents import (
+    decode_document,
+    encode_document,
+    gzip_document,
+    json_values_bound,
+)
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
 from ckptstore.records._limits import Limits, current_limits
 from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
@@ -284,6 +289,7 @@ class NodeManifest:
                 "bytes of JSON (before compression)",
                 "max_document_bytes",
             ),
+            (json_values_bound(data), limits.max_json_values, "JSON values", "max_json_values"),
             (len(self.blobs), limits.max_blobs, "blobs", "max_blobs"),
             (len(self.files), limits.max_chunks, "format ranges", "max_chunks"),
         ):

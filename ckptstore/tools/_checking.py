@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from ckptstore import protocol
@@ -32,7 +32,10 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._archives import check_archives
+from ckptstore.records._layout import manifest_key
 from ckptstore.records._manifest import NodeManifest
+from ckptstore.records._names import get_ckpt_filename
 
 __all__ = [
     "BlobDescription",
@@ -148,16 +151,20 @@ class NodeCheck:
     epoch: int
     stored_bytes: int
     problems: tuple[CorruptCheckpointError, ...]
+    committed: bool = True
+    """False for a node checkpoint stored for the epoch but missing from its commit
+    record (``ckptstore ls`` calls such an epoch ``partial``): nothing of it is read."""
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and self.committed
 
     def to_json(self) -> JSONObject:
         return {
             "node": self.node,
             "epoch": self.epoch,
             "ok": self.ok,
+            "committed": self.committed,
             "stored_bytes": self.stored_bytes,
             "problems": [
                 {"blob": p.blob, "chunk": p.chunk, "file": p.file, "message": str(p)}
@@ -172,21 +179,44 @@ def verify_epochs(
     *,
     on_checked: Callable[[NodeCheck], None] | None = None,
     on_bytes: ByteProgress | None = None,
+    deep: bool = False,
 ) -> list[NodeCheck]:
     """Re-read every byte of every node checkpoint of ``epochs`` and check its checksum;
     one :class:`NodeCheck` per node, problems listed rather than raised. ``on_bytes``
-    hears bytes as chunks are checked, each node's stored bytes in all."""
+    hears bytes as chunks are checked, each node's stored bytes in all.
+
+    A node that committed some epoch but not one of ``epochs``, while its checkpoint of
+    that epoch is stored (a lost or never written commit record: the epoch is
+    ``partial``), gets a check with ``committed=False``: the epoch is not whole.
+
+    With ``deep``, every packed archive (``blobs.zarr.zip``, ``blobs.npz``) is also
+    checked to be a ZIP that other readers may open safely
+    (:func:`~ckptstore.protocol._archives.check_archives`: names, offsets, sizes,
+    compression ratios), which ``cp`` and ``convert`` require too."""
     settings = storage.default_io.with_environment()
+    job_nodes = frozenset().union(*protocol.CommitListing.of(storage).nodes.values())
     checks = []
     for epoch in epochs:
         record = protocol.require_commit(storage, epoch)
-        for node, commit in sorted(record.nodes.items()):
-            db_type = get_registry().db_type(commit.db_type)
-            progress = NodeProgress(on_bytes, commit.stored_bytes)
-            engine = ParallelIO(settings, progress=progress)
-            problems = protocol.verify_node(storage, node, epoch, db_type, engine)
+        found = [
+            NodeCheck(node, epoch, commit.stored_bytes, ()) for node, commit in record.nodes.items()
+        ]
+        found.extend(
+            NodeCheck(node, epoch, 0, (), committed=False)
+            for node in job_nodes - set(record.nodes)
+            if storage.exists(manifest_key(get_ckpt_filename(node, epoch)))
+        )
+        for check in sorted(found, key=lambda check: check.node):
+            progress = NodeProgress(on_bytes, check.stored_bytes)
+            if check.committed:
+                db_type = get_registry().db_type(record.nodes[check.node].db_type)
+                engine = ParallelIO(settings, progress=progress)
+                problems = protocol.verify_node(storage, check.node, epoch, db_type, engine)
+                if deep and not problems:
+                    manifest = protocol.open_node(storage, check.node, epoch)
+                    problems = check_archives(storage, manifest)
+                check = replace(check, problems=tuple(problems))
             progress.finish()
-            check = NodeCheck(node, epoch, commit.stored_bytes, tuple(problems))
             checks.append(check)
             if on_checked is not None:
                 on_checked(check)

@@ -40,6 +40,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import require_commit
+from ckptstore.protocol._archives import refuse_unsafe_archives
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
 
@@ -103,12 +104,17 @@ def copy_epochs(
     """Copy each committed epoch's node checkpoints from ``source`` to ``dest`` (``jobs``
     nodes at a time) and commit them there. Nodes already committed at ``dest`` with the
     same manifest are skipped unless ``force``. ``on_bytes`` hears bytes as chunks are
-    copied and read back: ``copy_passes(verify)`` times each node's stored bytes."""
+    copied and read back: ``copy_passes(verify)`` times each node's stored bytes. An
+    epoch with a packed archive that ``verify --deep`` refuses
+    (:func:`~ckptstore.protocol._archives.check_archives`) raises
+    :class:`~ckptstore.errors.CorruptCheckpointError` before anything is copied."""
     settings = source.default_io.with_environment()
     passes = copy_passes(verify)
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(source, epoch)
+        for node in sorted(record.nodes):  # what verify --deep refuses is not copied
+            refuse_unsafe_archives(source, node, epoch)
         existing = protocol.read_commit(dest, epoch)
         todo = []
         for node, commit in sorted(record.nodes.items()):
@@ -163,7 +169,9 @@ def convert_epochs(
 
     In place, an epoch's nodes are read (and verified) whole, retracted, rewritten and
     committed again; if a rewrite fails, the original blobs are written back in their
-    format before the error is raised."""
+    format before the error is raised. Into ``dest``, an epoch is committed once every
+    one of its nodes is written: a node that cannot be read (corrupt) leaves nothing of
+    the epoch committed there."""
     target_type = get_registry().db_type(db_type)
     target = dest or storage
     if target_type.needs_rename and not target.supports_rename:
@@ -176,6 +184,8 @@ def convert_epochs(
     done: list[NodeDone] = []
     for epoch in epochs:
         record = require_commit(storage, epoch)
+        for node in sorted(record.nodes):  # what verify --deep refuses is not rewritten
+            refuse_unsafe_archives(storage, node, epoch)
         commits = []
         for node, commit in sorted(record.nodes.items()):
             progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
@@ -200,12 +210,15 @@ def convert_epochs(
                     )
                     protocol.commit_epoch(storage, epoch, [original])
                 raise
-            protocol.commit_epoch(target, epoch, [result])
+            if dest is None:
+                protocol.commit_epoch(target, epoch, [result])
             progress.finish()
             commits.append(result)
             done.append(NodeDone(node, epoch, result.stored_bytes))
             if on_done is not None:
                 on_done(done[-1])
+        if dest is not None and commits:  # every node written: the epoch, all or nothing
+            protocol.commit_epoch(target, epoch, commits)
     return done
 
 

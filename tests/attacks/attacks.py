@@ -118,6 +118,14 @@ def object_dtype(forge: Forge, outside: Path) -> None:
     forge.write_manifest(body)
 
 
+def unknown_codec(forge: Forge, outside: Path) -> None:
+    # no reader decodes it: corrupt (a resume falls back), not an unsupported *value*
+    body = forge.manifest()
+    name, _ = forge.blob()
+    body["blobs"][name]["codec"] = "rot13"
+    forge.write_manifest(body)
+
+
 def wrong_types(forge: Forge, outside: Path) -> None:
     body = forge.manifest()
     name, _ = forge.blob()
@@ -149,6 +157,14 @@ def gzip_bomb_manifest(forge: Forge, outside: Path) -> None:
     # reader that decompressed it whole would hold 200 MiB, three times the default
     # document limit, before refusing it
     forge.write_manifest_bytes(gzip_bomb(forge.manifest_path.read_bytes(), 200 << 20))
+
+
+def many_values_manifest(forge: Forge, outside: Path) -> None:
+    # 9 MB of valid JSON (3 million empty arrays) that parses to ~190 MB of Python
+    # objects: the byte limit lets it through, the count of JSON values does not
+    body = forge.manifest()
+    body["pad"] = [[]] * 3_000_000
+    forge.write_manifest(body)
 
 
 def manifest_of_other_node(forge: Forge, outside: Path) -> None:
@@ -239,11 +255,13 @@ ATTACKS: dict[str, Spec] = {
     "traversal_chunk_key": Spec(traversal_chunk_key, in_manifest=True),
     "absolute_chunk_key": Spec(absolute_chunk_key, in_manifest=True),
     "object_dtype": Spec(object_dtype, in_manifest=True),
+    "unknown_codec": Spec(unknown_codec, ("zarr", "zarr-zstd")),
     "wrong_types": Spec(wrong_types, in_manifest=True),
     "traversal_blob_name": Spec(traversal_blob_name, in_manifest=True),
     "deep_json_manifest": Spec(deep_json_manifest, in_manifest=True),
     "oversized_manifest": Spec(oversized_manifest, in_manifest=True),
     "gzip_bomb_manifest": Spec(gzip_bomb_manifest, in_manifest=True),
+    "many_values_manifest": Spec(many_values_manifest, in_manifest=True),
     "manifest_of_other_node": Spec(manifest_of_other_node, in_manifest=True),
     "deep_json_commit": Spec(deep_json_commit, in_manifest=True),
     "huge_integer_commit": Spec(huge_integer_commit, in_manifest=True),

@@ -90,6 +90,16 @@ class Forge:
             chunk[4] = chunk_checksum(body, data)
         self.write_manifest(body)
 
+    def resign_all(self) -> None:
+        """Recompute every checksum the manifest records (blob chunks and format
+        ranges) from the stored bytes, after forging them in place."""
+        body = self.manifest()
+        records = [c for r in body["blobs"].values() for c in r["chunks"]] + body["files"]
+        for chunk in records:
+            data = (self.db / chunk[0]).read_bytes()[chunk[1] : chunk[1] + chunk[2]]
+            chunk[4] = chunk_checksum(body, data)
+        self.write_manifest(body)
+
 
 def gzip_bomb(document: bytes, nbytes: int) -> bytes:
     """One valid gzip member of ``document`` followed by spaces (JSON whitespace) up to

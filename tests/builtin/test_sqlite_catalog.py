@@ -20,7 +20,6 @@ from ckptstore.checkpoint._retention import KeepLast
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
     CatalogCorruptError,
-    CorruptCheckpointError,
     JobConfigurationError,
     StorageError,
 )
@@ -250,10 +249,13 @@ def test_two_writer_processes_lose_no_catalog_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
-def test_a_linked_database_inside_the_root_is_refused(tmp_path: Path, link: str) -> None:
+def test_a_linked_database_inside_the_root_is_moved_aside_never_written_through(
+    tmp_path: Path, link: str
+) -> None:
     """docs/security.md: SQLite writes in place, so a catalog file linked to one
-    outside the root would be written through; it is refused, and the outside file
-    keeps its bytes."""
+    outside the root would be written through; it is refused as an unreadable catalog,
+    the link moved aside and the catalog rebuilt from the commit records, and the
+    outside file keeps its bytes."""
     url = str(tmp_path / "run")
     train(url, "sqlite")
     database = tmp_path / "run" / "_ckptstore" / "catalog.sqlite"
@@ -267,6 +269,8 @@ def test_a_linked_database_inside_the_root_is_refused(tmp_path: Path, link: str)
     before = outside.read_bytes()
     handler = SqliteCatalog()
     handler.set_params(url, "npz", ["trainer_0"], storage=LocalPath(url))
-    with pytest.raises(CorruptCheckpointError, match="through a link"):
-        handler.epochs()
+    assert sorted(handler.epochs()) == [0, 1, 2]
+    assert not database.is_symlink()
+    assert database.stat().st_nlink == 1
     assert outside.read_bytes() == before
+    assert len(list(database.parent.glob("catalog.sqlite.unreadable-*"))) == 1

@@ -29,6 +29,7 @@ def test_every_command_works_on_s3(cli: Cli, s3_url: str, run_url: str) -> None:
     storage = get_registry().open_path(s3_url)
     assert protocol.open_node(storage, "trainer_1", 3).db_type == "zarr"
     assert cli("verify", s3_url, "--latest").code == 0
+    assert cli("verify", s3_url, "--deep").code == 0  # npz and zarr archives, ranged reads
 
     lmdb = cli("convert", s3_url, "--to", "lmdb", "--latest")
     assert lmdb.code == 1

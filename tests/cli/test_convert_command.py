@@ -12,7 +12,7 @@ from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.plugin._registry import get_registry
-from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state
+from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state, flip_byte
 
 
 @pytest.mark.parametrize("target", ["zarr", "lmdb"])
@@ -72,3 +72,17 @@ def test_a_mistyped_format_gets_the_closest_installed_one(cli: Cli, run_url: str
     demo = cli("demo", "--db-type", "zar", "--dir", f"{run_url}-demo")
     assert demo.code == 1
     assert "unknown db type 'zar' (did you mean 'zarr'?)" in demo.err
+
+
+def test_a_damaged_node_leaves_nothing_committed_at_the_destination(
+    cli: Cli, run_url: str, tmp_path: Path
+) -> None:
+    """trainer_0 is intact and written first: it is not committed alone (all or nothing)."""
+    storage = LocalPath(run_url)
+    chunk = protocol.open_node(storage, "trainer_1", 2).blobs["trainer_1/w"].chunks[0]
+    flip_byte(storage, f"trainer_1.2/{chunk.key}", chunk.offset + 5)
+    dest = tmp_path / "as-zarr"
+    result = cli("convert", run_url, "--to", "zarr", "--epoch", "2", "--dest", str(dest))
+    assert result.code == 3
+    assert protocol.read_commit(LocalPath(str(dest)), 2) is None
+    assert "2  uncommitted    0/1" in cli("ls", str(dest)).out  # written, never committed

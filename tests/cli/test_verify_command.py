@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
+import pytest
 from cli_helpers import Cli
 
-from ckptstore import protocol
+from ckptstore import CheckpointManager, LocalSession, protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.records._layout import node_commit_key
 from ckptstore.testing.conformance import flip_byte
@@ -71,3 +75,32 @@ def test_latest_verifies_a_damaged_newest_epoch_instead_of_an_older_one(
     assert result.code == 3
     assert "epoch 3" in result.out + result.err
     assert "epoch 2" not in result.out
+
+
+def test_a_partial_epoch_is_not_verified(cli: Cli, run_url: str) -> None:
+    """A node whose commit record is lost: `ls` says partial 1/2, verify exits 4."""
+    LocalPath(run_url).delete([node_commit_key(2, "trainer_1")])
+    assert re.search(r"2\s+partial\s+1/2", cli("ls", run_url).out)
+    result = cli("verify", run_url, "--epoch", "2")
+    assert result.code == 4
+    assert "ok      epoch 2 node trainer_0" in result.out
+    assert "PARTIAL epoch 2 node trainer_1" in result.out
+    report = cli("verify", run_url, "--json").json()
+    assert report["ok"] is False
+    partial = [(n["epoch"], n["node"]) for n in report["nodes"] if not n["committed"]]
+    assert partial == [(2, "trainer_1")]
+    assert cli("verify", run_url, "--epoch", "1").code == 0
+
+
+def test_verify_needs_no_optional_package_to_check_an_intact_checkpoint(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bfloat16 blob is checked (codec, dtype string, bytes) without ml_dtypes; only a
+    load needs it."""
+    session = LocalSession()
+    session.workspace("trainer_0")["w"] = np.ones(4, dtype=ml_dtypes.bfloat16)
+    manager = CheckpointManager(str(tmp_path / "bf16"), "trainer_0", "zarr")
+    session.run(manager.init(["trainer_0"]))
+    session.run(manager.save(1))
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes -> ImportError
+    assert cli("verify", str(tmp_path / "bf16"), "--deep").code == 0

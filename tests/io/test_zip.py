@@ -15,6 +15,7 @@ import pytest
 from ckptstore.io._checksum import crc32_combine, crc32_of
 from ckptstore.io._deflate import deflate_raw
 from ckptstore.io._zip import ALIGN, ALIGN_FROM, ZipLayout
+from ckptstore.io._zip_check import ArchiveBounds, check_archive
 
 
 def build(
@@ -147,6 +148,13 @@ def test_zip64_sizes_and_offsets_past_4_gib(tmp_path: Path, deflated: bool) -> N
         assert opened.getinfo("after").header_offset > 1 << 32
         assert opened.getinfo("after").compress_type == (8 if deflated else 0)
         assert opened.read("after") == b"after"
+    with open(path, "rb") as archive:  # and the deep check reads its ZIP64 fields alike
+
+        def read(offset: int, length: int) -> bytes:
+            archive.seek(offset)
+            return archive.read(length)
+
+        assert check_archive(read, layout.total_size, ArchiveBounds(2, 1 << 20, 1 << 17)) == 2
 
 
 @pytest.mark.parametrize("split", [0, 1, 4095, 4096, 100_000])

@@ -13,6 +13,7 @@ from ckptstore.builtin._catalog import IndexCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.execution._session import LocalSession
+from ckptstore.records._layout import LEASE_DIR
 from ckptstore.testing.conformance import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
 
@@ -30,11 +31,13 @@ def train(url: str, make: CatalogFactory, epochs: int) -> JobRunner:
 
 
 def snapshot(root: Path, skip: Callable[[Path], bool]) -> dict[str, str]:
-    """SHA-256 of every file under ``root`` that ``skip`` does not exclude."""
+    """SHA-256 of every file under ``root`` that ``skip`` does not exclude, leases left
+    out: a lease document stays after its release and is rewritten by the next job."""
+    leases = root / LEASE_DIR
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
-        if path.is_file() and not skip(path)
+        if path.is_file() and not skip(path) and leases not in path.parents
     }
 
 

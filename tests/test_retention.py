@@ -15,10 +15,12 @@ import pytest
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import (
     TOMBSTONE_KIND,
     KeepLast,
+    carry_out,
     enforce,
     plan_retention,
     tombstone_key,
@@ -302,3 +304,25 @@ def test_sigkill_mid_retention_never_leaves_a_committed_unloadable_epoch(
         # (a document write killed before its rename may leave a hidden temporary file)
         left = [k for k in crashed_storage.list_keys("_ckptstore") if k.endswith("json")]
         assert not [k for k in left if "deleting" in k]
+
+
+def test_deleting_a_node_reports_its_bytes_as_its_files_go(tmp_path: Path) -> None:
+    """``gc --progress`` moves inside a node: a node of many files (zarr with zstd, a file
+    per chunk and document) reports in several steps, adding up to its stored bytes, and
+    its neighbour epoch ``trainer_0.10`` (a name starting like ``trainer_0.1``) is kept."""
+    storage = LocalPath(str(tmp_path / "run"))
+    blobs = {f"w{i}": np.full(1024, i, dtype=np.float32) for i in range(40)}
+    for epoch in (1, 10):
+        commit = protocol.write_node(
+            storage, "trainer_0", epoch, blobs, ZarrDB(compression="zstd"), ParallelIO()
+        )
+        protocol.commit_epoch(storage, epoch, [commit])
+    plan = plan_retention(storage, KeepLast(1))
+    assert [removal.epoch for removal in plan.delete] == [1]
+    heard: list[int] = []
+    carry_out(storage, plan, on_bytes=heard.append)
+    assert len(heard) >= 10  # a step per group of files, not one for the node
+    assert sum(heard) == plan.freed_bytes
+    assert committed_epochs(storage) == [10]
+    assert not storage.list_keys("trainer_0.1")
+    assert len(storage.list_keys("trainer_0.10")) > 40

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
-from ckptstore.io._progress import ByteProgress
+from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_list
 from ckptstore.records._layout import CONTROL_DIR
@@ -301,7 +301,7 @@ def remove_epochs(
 ) -> None:
     """Delete each removal's nodes of its epoch: tombstone, retract those nodes from
     the commit record (uncommit first), delete their checkpoints, drop the tombstone.
-    ``on_bytes`` hears each node's stored bytes once its checkpoint is gone.
+    ``on_bytes`` hears each node's stored bytes as its files are deleted.
 
     Resuming an unfinished deletion retracts nothing and leaves alone the nodes the
     epoch's commit record lists (never retracted, or saved again since)."""
@@ -313,13 +313,33 @@ def remove_epochs(
         live = protocol.committed_nodes(storage, removal.epoch, removal.nodes)
         sizes = dict(zip(removal.nodes, removal.node_bytes, strict=False))
         for node in removal.nodes:
+            progress = NodeProgress(on_bytes, sizes.get(node, 0))
             if node not in live:
-                storage.delete_tree(get_ckpt_filename(node, removal.epoch))
-            if on_bytes is not None and sizes.get(node):
-                on_bytes(sizes[node])
+                prefix = get_ckpt_filename(node, removal.epoch)
+                if on_bytes is not None:
+                    _delete_files(storage, prefix, progress)
+                storage.delete_tree(prefix)
+            progress.finish()
         storage.delete([key])
         if on_removed is not None:
             on_removed(removal)
+
+
+GC_STEPS = 20
+"""How many steps a node's deletion moves a progress bar in, at most."""
+
+
+def _delete_files(storage: PathType, prefix: str, progress: NodeProgress) -> None:
+    """Delete the files of the node checkpoint ``prefix`` in up to :data:`GC_STEPS`
+    groups, moving ``progress`` by each group's share of the node's bytes (a share of
+    the files, not their sizes: sizing each would cost a request per object)."""
+    inside = prefix + "/"  # never a neighbour's files (trainer_0.10 beside trainer_0.1)
+    keys = [key for key in storage.list_keys(prefix) if key.startswith(inside)]
+    group = max(1, -(-len(keys) // GC_STEPS))
+    for start in range(0, len(keys), group):
+        storage.delete(keys[start : start + group])
+        done = progress.total * min(len(keys), start + group) // len(keys)
+        progress(done - progress.reported)
 
 
 def enforce(

@@ -158,5 +158,5 @@ def test_gc_counts_the_bytes_of_each_node_deleted(
     assert "B/s" in result.err
     counts = drawn_counts(result.err)
     assert counts[0] == "0.00"
-    # epochs 0-2 go, two nodes each: a step per node, not per epoch
-    assert len(set(counts[1:-1]) - {counts[0], counts[-1]}) == 5, counts
+    # epochs 0-2 go, two nodes each of two files: a step per file, inside each node
+    assert len(set(counts[1:-1]) - {counts[0], counts[-1]}) == 11, counts

@@ -53,7 +53,7 @@ from benchmarks.system import (
     syncfs,
 )
 from benchmarks.workload import MIXES, MiB, make_workload, nbytes
-from ckptstore import LocalPath
+from ckptstore.builtin import LocalPath
 from ckptstore.io import crc32_of, usable_cpus
 
 GiB = 1 << 30

@@ -48,7 +48,7 @@ def prepare(tool: str) -> None:
     """Import what the tool needs before the clock starts (imports are not I/O)."""
     import ckptstore
 
-    ckptstore.get_registry()
+    ckptstore.plugin.get_registry()
     if "torch" in tool:
         import torch.distributed.checkpoint  # noqa: F401
     if tool == "zarr-python":  # not for "ckptstore zarr": ckptstore never imports it

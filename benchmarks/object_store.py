@@ -46,7 +46,8 @@ from benchmarks.network import LatencyRelay, NetworkNamespace
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.s3_ceiling import FAKE_AUTH, measure_ceiling
 from benchmarks.workload import make_workload
-from ckptstore import CheckpointManager, LocalSession, Node, get_registry
+from ckptstore import CheckpointManager, LocalSession, Node
+from ckptstore.plugin import get_registry
 from ckptstore.testing import MotoServer
 
 DEFAULT_FORMAT = "zarr"  # ckptstore's default format

@@ -194,7 +194,7 @@ def installed(module: str) -> bool:
 
 def ckptstore_formats() -> list[str]:
     """The ckptstore formats to measure: zarr, npz, and lmdb when its plugin is installed."""
-    from ckptstore import get_registry
+    from ckptstore.plugin import get_registry
 
     return [name for name in ("zarr", "npz", "lmdb") if name in get_registry().db_types]
 

@@ -43,8 +43,9 @@ from distributed import Client, LocalCluster
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.system import drop_caches
 from benchmarks.workload import MiB
-from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace, WorkspaceType
+from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace
 from ckptstore.dask_session import DaskSession
+from ckptstore.execution import WorkspaceType
 
 DEFAULT_FORMAT = "zarr"  # ckptstore's default format
 RESULTS = Path(__file__).resolve().parent / "results" / "scaling.md"
@@ -145,7 +146,7 @@ def local_storage() -> Iterator[Storage]:
 
 @contextmanager
 def s3_storage() -> Iterator[Storage]:
-    from ckptstore import get_registry
+    from ckptstore.plugin import get_registry
     from ckptstore.testing.servers import MotoServer
 
     if "s3" not in get_registry().path_types:

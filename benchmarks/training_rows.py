@@ -229,7 +229,7 @@ def prepare(row: str) -> None:
     measured (code and thread pools are not checkpoint memory or time)."""
     import ckptstore
 
-    ckptstore.get_registry()
+    ckptstore.plugin.get_registry()
     compute({"w": np.zeros(16, dtype=np.float32), "step": np.zeros(1, dtype=np.int64)}, 2)
     if row == "dcp-async":
         import torch.distributed.checkpoint  # noqa: F401

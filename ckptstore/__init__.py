@@ -4,6 +4,10 @@ Caffe2's checkpoint design (Job, JobRunner, CheckpointManager,
 MultiNodeCheckpointManager, UploadTaskGroupBuilder, epoch_limiter, db_name) on pluggy
 plugins, with atomic commits and checksums.
 
+This module holds what a training script writes. Plugin authors import from
+:mod:`ckptstore.plugin`, every error is in :mod:`ckptstore.errors`, and the built-in
+formats, paths and catalogs are in :mod:`ckptstore.builtin`.
+
 Example::
 
     >>> from ckptstore import (Job, JobRunner, LocalSession, MultiNodeCheckpointManager,
@@ -21,14 +25,9 @@ Example::
     (5, True)
 """
 
-from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog, RebuildReport
-from ckptstore.builtin._copy_upload import CopyUpload
-from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.builtin._json_catalog import JsonCatalog
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.builtin._sqlite_catalog import SqliteCatalog
-from ckptstore.builtin._zarr_db import ZarrDB
+import importlib
+import warnings
+
 from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import CheckpointManager
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
@@ -36,140 +35,108 @@ from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import (
     AlreadyCommittedError,
-    BlobNotFoundError,
-    CatalogCorruptError,
-    CheckpointKindError,
     CheckpointNotFoundError,
     CkptStoreError,
     CorruptCheckpointError,
-    DuplicatePluginError,
-    FrozenGroupError,
-    InProcessMockError,
-    InvalidEpochError,
-    InvalidNameError,
-    InvalidPluginError,
     JobConfigurationError,
-    KeyExistsError,
     LeaseHeldError,
-    MissingDependencyError,
-    MissingObjectError,
-    NodeLostError,
-    NotRunError,
-    ObjectNotFoundError,
-    PluginError,
-    RangeNotSatisfiableError,
-    RequestError,
-    RestoreMismatchError,
+    LeaseLostError,
     SaveFailedError,
     StorageError,
-    StorageFullError,
-    StorageIOError,
-    StorageNotWritableError,
-    TooManySaveFailuresError,
-    UnknownPluginError,
-    UnsupportedBlobError,
 )
 from ckptstore.execution._job import Job, epoch_limiter
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession, Session
-from ckptstore.execution._task import Task, TaskGroup, TaskOutput, WorkspaceType
+from ckptstore.execution._task import Task, TaskGroup
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io._settings import IOSettings
-from ckptstore.plugin import get_registry, hookimpl
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
-from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 from ckptstore.records._names import db_name, get_ckpt_filename
-from ckptstore.records._stats import NodeStats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyCommittedError",
-    "BlobNotFoundError",
-    "BlobRecord",
-    "CatalogCorruptError",
-    "CatalogEntry",
-    "CheckpointKindError",
     "CheckpointManager",
     "CheckpointNotFoundError",
-    "ChunkRecord",
     "CkptStoreError",
-    "CopyUpload",
     "CorruptCheckpointError",
-    "DBLocation",
-    "DBType",
-    "DuplicatePluginError",
-    "FrozenGroupError",
-    "FsspecPath",
     "IOSettings",
-    "InProcessMockError",
-    "IndexCatalog",
-    "InvalidEpochError",
-    "InvalidNameError",
-    "InvalidPluginError",
     "Job",
     "JobConfigurationError",
     "JobRunner",
-    "JsonCatalog",
     "KeepLast",
-    "KeyExistsError",
     "LeaseHeldError",
-    "LocalPath",
+    "LeaseLostError",
     "LocalSession",
-    "MetadataHandler",
-    "MissingDependencyError",
-    "MissingObjectError",
     "MultiNodeCheckpointManager",
     "Node",
-    "NodeLostError",
-    "NodeManifest",
-    "NodeStats",
-    "NotRunError",
-    "NpzDB",
-    "ObjectNotFoundError",
-    "PathType",
-    "PluginError",
-    "RangeNotSatisfiableError",
-    "RebuildReport",
-    "RequestError",
-    "RestoreMismatchError",
     "RetentionPolicy",
     "SaveFailedError",
     "SaveFuture",
     "Session",
-    "SqliteCatalog",
     "StorageError",
-    "StorageFullError",
-    "StorageIOError",
-    "StorageNotWritableError",
     "Task",
     "TaskGroup",
-    "TaskOutput",
-    "TooManySaveFailuresError",
-    "UnknownPluginError",
-    "UnsupportedBlobError",
     "UploadTaskGroupBuilder",
     "Workspace",
-    "WorkspaceType",
-    "WrittenDB",
-    "ZarrDB",
     "__version__",
     "db_name",
     "epoch_limiter",
     "get_ckpt_filename",
-    "get_registry",
-    "hookimpl",
 ]
+
+_MOVED = {
+    "ckptstore.builtin": (
+        "CatalogEntry",
+        "CopyUpload",
+        "FsspecPath",
+        "IndexCatalog",
+        "JsonCatalog",
+        "LocalPath",
+        "NpzDB",
+        "RebuildReport",
+        "SqliteCatalog",
+        "ZarrDB",
+    ),
+    "ckptstore.execution": ("TaskOutput", "WorkspaceType"),
+    "ckptstore.plugin": (
+        "DBLocation",
+        "DBType",
+        "MetadataHandler",
+        "PathType",
+        "WrittenDB",
+        "get_registry",
+        "hookimpl",
+    ),
+    "ckptstore.records": ("BlobRecord", "ChunkRecord", "NodeManifest", "NodeStats"),
+}
+"""Names ``ckptstore`` exported before its front door narrowed, by their home now.
+Errors not in ``__all__`` are all in ``ckptstore.errors``."""
+
+
+def _home(name: str) -> str | None:
+    for module, names in _MOVED.items():
+        if name in names:
+            return module
+    errors = importlib.import_module("ckptstore.errors")
+    return "ckptstore.errors" if name in errors.__all__ else None
 
 
 def __getattr__(name: str) -> object:
-    """``ckptstore.DaskSession``, imported only when asked for (it needs Dask, the
-    ``dask`` extra: ``pip install 'distributed>=2024.8'``)."""
+    """``ckptstore.DaskSession`` (imported only when asked for: it needs Dask, the
+    ``dask`` extra), and the names that moved to a subpackage, with a warning."""
     if name == "DaskSession":
         from ckptstore.dask_session import DaskSession
 
         return DaskSession
-    raise AttributeError(f"module 'ckptstore' has no attribute {name!r}")
+    home = _home(name)
+    if home is None:
+        raise AttributeError(f"module 'ckptstore' has no attribute {name!r}")
+    warnings.warn(
+        f"ckptstore.{name} moved: import it as `from {home} import {name}` "
+        "(the old name goes away in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)

@@ -7,7 +7,7 @@ message says what to do next.
 
 Example::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> from ckptstore.protocol import require_commit
     >>> try:
     ...     require_commit(LocalPath("ckpt"), 7)
@@ -615,7 +615,7 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> try:
         ...     LocalPath("ckpt").read_bytes("missing")
         ... except FileNotFoundError as err:
@@ -630,7 +630,7 @@ class KeyExistsError(StorageError, FileExistsError):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> storage = LocalPath("documents")
         >>> storage.create_document("claim", b"first")
         >>> try:
@@ -659,7 +659,7 @@ class DocumentChangedError(StorageError, FileExistsError):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> storage = LocalPath("documents")
         >>> storage.create_document("state", b"one")
         >>> _, version = storage.get_versioned_document("state")
@@ -723,7 +723,7 @@ class LeaseHeldError(CkptStoreError, RuntimeError):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> from ckptstore.protocol import WriterLease
         >>> storage = LocalPath("leased")
         >>> with WriterLease(storage, ["trainer_0"]):
@@ -756,7 +756,7 @@ class LeaseLostError(CkptStoreError, RuntimeError):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> from ckptstore.protocol import WriterLease, break_lease
         >>> storage = LocalPath("broken")
         >>> with WriterLease(storage, ["trainer_0"]) as lease:

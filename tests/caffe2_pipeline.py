@@ -8,7 +8,8 @@ from functools import partial
 
 import numpy as np
 
-from ckptstore import Job, Node, Task, TaskOutput, Workspace, epoch_limiter
+from ckptstore import Job, Node, Task, Workspace, epoch_limiter
+from ckptstore.execution import TaskOutput
 
 EXPECTED_TOTALS = [103, 115, 136, 145]
 

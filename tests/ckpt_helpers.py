@@ -25,17 +25,17 @@ from ckptstore import (
     LocalSession,
     Node,
     Task,
-    TaskOutput,
     Workspace,
     epoch_limiter,
-    hookimpl,
 )
 from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import storage_error
+from ckptstore.execution import TaskOutput
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.plugin import hookimpl
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._path_type import PathType, PositionalReader

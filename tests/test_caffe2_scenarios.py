@@ -20,15 +20,15 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
-    StorageNotWritableError,
     Task,
     TaskGroup,
     UploadTaskGroupBuilder,
     Workspace,
-    WorkspaceType,
     db_name,
 )
 from ckptstore.checkpoint._manager import ManagerBase
+from ckptstore.errors import StorageNotWritableError
+from ckptstore.execution import WorkspaceType
 
 Builder = Callable[[], tuple[LocalSession, ManagerBase]]
 FORMATS = ["zarr", "npz"]

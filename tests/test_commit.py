@@ -14,18 +14,16 @@ import pytest
 from ckpt_helpers import RecordingMemoryPath, files_under, flip_byte, memory_keys, memory_root
 
 from ckptstore import (
-    BlobNotFoundError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     JobConfigurationError,
-    LocalPath,
-    NpzDB,
     Workspace,
     protocol,
 )
+from ckptstore.builtin import LocalPath, NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import CheckpointLocation, load_node
-from ckptstore.errors import AlreadyCommittedError
+from ckptstore.errors import AlreadyCommittedError, BlobNotFoundError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB

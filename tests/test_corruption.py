@@ -23,17 +23,17 @@ from ckptstore import (
     IOSettings,
     Job,
     JobRunner,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
     Task,
     Workspace,
     epoch_limiter,
-    get_registry,
 )
+from ckptstore.builtin import LocalPath
 from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog
 from ckptstore.io import ParallelIO
+from ckptstore.plugin import get_registry
 from ckptstore.protocol._commit import open_node, read_blobs, verify_node
 from ckptstore.records._documents import GZIP_MAGIC
 from ckptstore.records._layout import CONTROL_DIR, MANIFEST_NAME, parse_node_commit_key

@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptstore import LocalPath, get_registry
+from ckptstore.builtin import LocalPath
 from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.io import ParallelIO
+from ckptstore.plugin import get_registry
 from ckptstore.protocol._commit import open_node, read_blobs, verify_node
 from ckptstore.records._layout import (
     CONTROL_DIR,

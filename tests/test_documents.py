@@ -13,9 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
+from ckptstore import CorruptCheckpointError
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.protocol._commit import EpochCommit, NodeCommit
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
 from ckptstore.records._documents import (
     GZIP_MAGIC,
     decode_document,

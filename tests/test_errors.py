@@ -8,25 +8,22 @@ import pickle
 import pytest
 
 from ckptstore import (
-    BlobNotFoundError,
     CheckpointNotFoundError,
     CkptStoreError,
     CorruptCheckpointError,
-    DuplicatePluginError,
-    InvalidNameError,
     JobConfigurationError,
     SaveFailedError,
     StorageError,
-    TooManySaveFailuresError,
-    UnknownPluginError,
-    UnsupportedBlobError,
 )
 from ckptstore.errors import (
     AlreadyCommittedError,
+    BlobNotFoundError,
     CheckpointKindError,
     DocumentChangedError,
+    DuplicatePluginError,
     FrozenGroupError,
     InvalidEpochError,
+    InvalidNameError,
     InvalidPluginError,
     KeyExistsError,
     LeaseHeldError,
@@ -36,6 +33,9 @@ from ckptstore.errors import (
     ObjectNotFoundError,
     PluginError,
     RestoreMismatchError,
+    TooManySaveFailuresError,
+    UnknownPluginError,
+    UnsupportedBlobError,
 )
 
 ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [

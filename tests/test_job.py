@@ -18,10 +18,10 @@ from ckptstore import (
     Task,
     TaskGroup,
     Workspace,
-    WorkspaceType,
     epoch_limiter,
 )
 from ckptstore.errors import FrozenGroupError, InvalidEpochError
+from ckptstore.execution import WorkspaceType
 
 
 def test_default_groups() -> None:

@@ -22,14 +22,13 @@ import pytest
 from ckptstore import (
     Job,
     JobRunner,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
-    NpzDB,
     Task,
     epoch_limiter,
 )
+from ckptstore.builtin import LocalPath, NpzDB
 from ckptstore.errors import (
     AlreadyCommittedError,
     JobConfigurationError,

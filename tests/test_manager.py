@@ -16,18 +16,16 @@ from ckpt_helpers import (
 )
 
 from ckptstore import (
-    BlobNotFoundError,
     CheckpointManager,
     CheckpointNotFoundError,
     JobConfigurationError,
     LocalSession,
     Node,
-    NpzDB,
-    UnknownPluginError,
     protocol,
 )
+from ckptstore.builtin import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
-from ckptstore.errors import NotRunError, SaveFailedError
+from ckptstore.errors import BlobNotFoundError, NotRunError, SaveFailedError, UnknownPluginError
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptstore import BlobRecord, ChunkRecord, CorruptCheckpointError, NodeManifest
+from ckptstore import CorruptCheckpointError
 from ckptstore.errors import JobConfigurationError, UnsupportedBlobError
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
 from ckptstore.records._documents import GZIP_MAGIC, encode_document
 from ckptstore.records._limits import Limits, current_limits, set_limits
 from ckptstore.records._manifest import GZIP_MANIFESTS_LARGER_THAN, MANIFEST_KIND, safe_dtype

@@ -17,7 +17,6 @@ from ckpt_helpers import (
 )
 
 from ckptstore import (
-    BlobNotFoundError,
     CheckpointManager,
     JobConfigurationError,
     JobRunner,
@@ -28,6 +27,7 @@ from ckptstore import (
     TaskGroup,
     protocol,
 )
+from ckptstore.errors import BlobNotFoundError
 from ckptstore.plugin._registry import Registry
 
 NODES = ["trainer_0", "trainer_1"]

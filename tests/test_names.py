@@ -15,9 +15,6 @@ from ckpt_helpers import memory_keys, memory_root
 
 from ckptstore import (
     CheckpointManager,
-    FsspecPath,
-    InvalidNameError,
-    LocalPath,
     MultiNodeCheckpointManager,
     Node,
     Task,
@@ -25,7 +22,8 @@ from ckptstore import (
     db_name,
     get_ckpt_filename,
 )
-from ckptstore.errors import InvalidEpochError
+from ckptstore.builtin import FsspecPath, LocalPath
+from ckptstore.errors import InvalidEpochError, InvalidNameError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._layout import commit_record_key, epoch_commit_dir, node_commit_key
 from ckptstore.records._names import (

@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 
 from ckptstore import (
-    BlobNotFoundError,
     CheckpointManager,
     IOSettings,
-    LocalPath,
     LocalSession,
-    NpzDB,
     SaveFailedError,
     Workspace,
     protocol,
 )
+from ckptstore.builtin import LocalPath, NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import (
     CheckpointLocation,
@@ -35,6 +33,7 @@ from ckptstore.checkpoint._node_tasks import (
     run_alone,
     save_node,
 )
+from ckptstore.errors import BlobNotFoundError
 from ckptstore.records._stats import NodeStats
 
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

@@ -1,6 +1,6 @@
-"""No ``Any`` in the type hints of the public API: every name in ``ckptstore.__all__``
-and in each subpackage's ``__all__``, including the methods and properties of exported
-classes."""
+"""The public API: no ``Any`` in its type hints (every name in ``ckptstore.__all__`` and
+in each subpackage's ``__all__``, including the methods and properties of exported
+classes), and a narrow front door (``ckptstore`` itself: what a training script writes)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import pytest
+
+import ckptstore
+from ckptstore.builtin import LocalPath
+from ckptstore.errors import BrokenPluginError
+from ckptstore.plugin import DBType
 
 PUBLIC_MODULES = [
     "ckptstore",
@@ -79,3 +86,24 @@ def test_the_check_sees_any() -> None:
     assert _mentions_any("Any", sample)
     assert _mentions_any("dict[str, Any]", sample)
     assert not _mentions_any("dict[str, object]", sample)
+
+
+def test_the_front_door_holds_what_a_training_script_writes() -> None:
+    """``ckptstore`` exports at most 30 names; plugin contracts, built-in classes and the
+    other errors live in their subpackages (``ckptstore.plugin``, ``ckptstore.builtin``,
+    ``ckptstore.errors``...)."""
+    assert len(ckptstore.__all__) <= 30
+    for name in ckptstore.__all__:
+        assert getattr(ckptstore, name) is not None
+
+
+def test_a_name_that_moved_still_works_with_a_warning_naming_its_home() -> None:
+    for name, home, value in [
+        ("LocalPath", "ckptstore.builtin", LocalPath),
+        ("DBType", "ckptstore.plugin", DBType),
+        ("BrokenPluginError", "ckptstore.errors", BrokenPluginError),
+    ]:
+        with pytest.warns(DeprecationWarning, match=f"from {home} import {name}"):
+            assert getattr(ckptstore, name) is value
+    with pytest.raises(AttributeError, match="no attribute 'Nonesuch'"):
+        ckptstore.Nonesuch  # noqa: B018

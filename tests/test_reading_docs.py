@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptstore import LocalPath
-from ckptstore.builtin import _packed, _zarr_db
+from ckptstore.builtin import LocalPath, _packed, _zarr_db
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._documents import GZIP_MAGIC

@@ -24,7 +24,6 @@ from ckpt_helpers import (
 from ckptstore import (
     CheckpointManager,
     CheckpointNotFoundError,
-    CopyUpload,
     CorruptCheckpointError,
     Job,
     JobConfigurationError,
@@ -36,16 +35,15 @@ from ckptstore import (
     StorageError,
     Task,
     TaskGroup,
-    TooManySaveFailuresError,
-    UnsupportedBlobError,
     UploadTaskGroupBuilder,
     Workspace,
     epoch_limiter,
     protocol,
 )
+from ckptstore.builtin import CopyUpload
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._manager import ManagerBase
-from ckptstore.errors import InvalidPluginError
+from ckptstore.errors import InvalidPluginError, TooManySaveFailuresError, UnsupportedBlobError
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"

@@ -21,8 +21,8 @@ from ckptstore import (
     Task,
     TaskGroup,
     Workspace,
-    WorkspaceType,
 )
+from ckptstore.execution import WorkspaceType
 from ckptstore.io import paused_gc
 
 

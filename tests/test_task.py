@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptstore import (
-    LocalSession,
-    Node,
-    Task,
-    TaskGroup,
-    Workspace,
-    WorkspaceType,
-)
+from ckptstore import LocalSession, Node, Task, TaskGroup, Workspace
 from ckptstore.errors import FrozenGroupError, NotRunError
+from ckptstore.execution import WorkspaceType
 
 
 def test_a_task_binds_to_the_current_node_and_group() -> None:

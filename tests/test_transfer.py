@@ -8,15 +8,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import memory_keys, memory_root
 
-from ckptstore import (
-    CheckpointNotFoundError,
-    CorruptCheckpointError,
-    FsspecPath,
-    LocalPath,
-    NodeManifest,
-    NpzDB,
-    protocol,
-)
+from ckptstore import CheckpointNotFoundError, CorruptCheckpointError, protocol
+from ckptstore.builtin import FsspecPath, LocalPath, NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
@@ -24,6 +17,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
+from ckptstore.records import NodeManifest
 
 NODE = "trainer_0"
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

@@ -22,17 +22,16 @@ import pytest
 
 from ckptstore import (
     CheckpointManager,
-    InvalidNameError,
     Job,
     JobRunner,
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
     Task,
-    UnsupportedBlobError,
     epoch_limiter,
 )
 from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.errors import InvalidNameError, UnsupportedBlobError
 from ckptstore.io import IOSettings
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records import ML_DTYPES_INSTALL

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptstore import BlobNotFoundError, InvalidNameError, UnsupportedBlobError, Workspace
+from ckptstore import Workspace
+from ckptstore.errors import BlobNotFoundError, InvalidNameError, UnsupportedBlobError
 from ckptstore.execution._workspace import PrivateWorkspace, as_blob
 
 

@@ -44,7 +44,7 @@ manifest is untrusted input).
 Example::
 
     >>> import zipfile
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> from ckptstore.io import ParallelIO
     >>> from ckptstore.plugin import DBLocation
     >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())

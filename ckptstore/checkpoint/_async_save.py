@@ -245,7 +245,7 @@ class SaveFuture:
     :class:`concurrent.futures.Future`.
 
     It completes when the epoch is committed and the catalog updated (result: each
-    node's :class:`~ckptstore.NodeStats`), or when the save failed (the error, typically
+    node's :class:`~ckptstore.records.NodeStats`), or when the save failed (the error, typically
     :class:`~ckptstore.errors.SaveFailedError`; the epoch is then not committed). An
     error nobody looked at (with :meth:`result`, :meth:`wait` or :meth:`exception`) is
     raised by the manager's next ``save_async`` or ``wait_for_saves``.

@@ -24,7 +24,8 @@ Example::
     ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
     ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
     ...     done = epoch_limiter(job, 3)
-    >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, JobRunner, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
     >>> plan = enforce(LocalPath("ckpt"), KeepLast(2), dry_run=True)
     >>> [removal.epoch for removal in plan.delete]
@@ -107,7 +108,7 @@ class ForgetsEpochs(Protocol):
 
     Example::
 
-        >>> from ckptstore import JsonCatalog
+        >>> from ckptstore.builtin import JsonCatalog
         >>> isinstance(JsonCatalog(), ForgetsEpochs)  # retention calls handler.forget([3, 4])
         True
     """
@@ -191,7 +192,8 @@ class RetentionPlan:
         ...         _ = Task(lambda ws: ws.update(w=np.zeros(2)))
         ...     _ = Task(lambda ws: ws["w"].__iadd__(1))
         ...     done = epoch_limiter(job, 3)
-        >>> from ckptstore import CheckpointManager, JobRunner, LocalPath, LocalSession
+        >>> from ckptstore import CheckpointManager, JobRunner, LocalSession
+        >>> from ckptstore.builtin import LocalPath
         >>> _ = JobRunner(job, CheckpointManager("ckpt", "trainer_0", "npz")).train(LocalSession())
         >>> plan = plan_retention(LocalPath("ckpt"), KeepLast(2))
         >>> plan.keep, [removal.epoch for removal in plan.delete], plan.freed_bytes > 0

@@ -7,7 +7,7 @@ manifest recorded and reported, on mismatch, with the blob, the chunk and the fi
 
 Example (``storage`` is any path type, here a local directory)::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> storage = LocalPath("ckpt")
     >>> data = np.arange(4, dtype=np.uint8)
     >>> io = ParallelIO(IOSettings(concurrency=8))
@@ -118,7 +118,7 @@ class ParallelIO:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> io = ParallelIO(IOSettings(concurrency=4, memory_budget=128 << 20))
         >>> requests = [WriteRequest(f"c.{i}", [bytes(1000)], 1000) for i in range(3)]
         >>> [r.nbytes for r in io.write(LocalPath("ckpt"), requests, prefix="trainer_0.3")]

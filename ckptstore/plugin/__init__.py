@@ -13,7 +13,7 @@ specified in :mod:`ckptstore.plugin._spec`; the plugin authors' guide is
 
 Example (a plugin module listing its DB types; ``MyFormat`` subclasses :class:`DBType`)::
 
-    >>> from ckptstore import NpzDB
+    >>> from ckptstore.builtin import NpzDB
     >>> from ckptstore.plugin import hookimpl
     >>> class MyFormat(NpzDB):
     ...     name = "myformat"

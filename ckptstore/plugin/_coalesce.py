@@ -9,7 +9,7 @@ own checksum, so a damaged blob is still named. Overlapping ranges are never coa
 
 Example::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> from ckptstore.io import ParallelIO, crc32_of
     >>> from ckptstore.plugin import DBLocation
     >>> db = DBLocation(LocalPath("packed"), "trainer_0.1", ParallelIO())

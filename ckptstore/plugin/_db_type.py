@@ -23,7 +23,7 @@ Example::
     ...             dtype = encode_dtype(name, array.dtype)
     ...             records[name] = BlobRecord(name, dtype, array.shape, (chunk,))
     ...         return WrittenDB(records)
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> db = DBLocation(LocalPath("ckpt"), "trainer_0.1", ParallelIO())
     >>> written = RawFiles().write(db, {"w": np.arange(3.0)})
     >>> RawFiles().read(db, [written.blobs["w"]])["w"]
@@ -57,7 +57,7 @@ class DBLocation:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> db = DBLocation(LocalPath("ckpt"), "trainer_0.1", ParallelIO())
         >>> view = memoryview(b"data")
         >>> db.write([WriteRequest("w/c.0", [view], view.nbytes)])  # stored at <root>/w/c.0
@@ -115,7 +115,8 @@ class DBType(ABC):
 
     Example (any instance, or a registered name, is a manager's ``db_type``)::
 
-        >>> from ckptstore import CheckpointManager, NpzDB
+        >>> from ckptstore import CheckpointManager
+        >>> from ckptstore.builtin import NpzDB
         >>> class MyFormat(NpzDB):
         ...     name = "myformat"
         >>> manager = CheckpointManager("ckpt", "trainer_0", db_type=MyFormat())

@@ -70,7 +70,7 @@ class PositionalWriter(ABC):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> storage = LocalPath("positional")
         >>> with storage.open_positional("trainer_0.3/blobs.bin", 8) as out:
         ...     out.write_at(4, [b"5678"])  # pieces in any order, from any thread
@@ -112,7 +112,7 @@ class PositionalReader(ABC):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> storage = LocalPath("reading")
         >>> storage.write_bytes("trainer_0.3/blobs.bin", b"12345678")
         >>> first, second = bytearray(4), bytearray(4)
@@ -214,7 +214,7 @@ class PathType(ABC):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> storage = LocalPath("ckpt")
         >>> storage.write_parts("trainer_0.1/a", [b"hello"])
         >>> storage.read_bytes("trainer_0.1/a")

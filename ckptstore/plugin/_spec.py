@@ -24,19 +24,19 @@ if TYPE_CHECKING:
 @hookspec
 def ckptstore_db_types() -> Sequence[type[DBType]]:  # type: ignore[empty-body]
     """Checkpoint formats this plugin provides (subclasses of
-    :class:`ckptstore.DBType`), selected by ``db_type="<name>"``."""
+    :class:`ckptstore.plugin.DBType`), selected by ``db_type="<name>"``."""
 
 
 @hookspec
 def ckptstore_path_types() -> Sequence[type[PathType]]:  # type: ignore[empty-body]
-    """Storage back ends this plugin provides (subclasses of :class:`ckptstore.PathType`),
+    """Storage back ends this plugin provides (subclasses of :class:`ckptstore.plugin.PathType`),
     selected by the ``protocols`` of a checkpoint URL (``s3://...``)."""
 
 
 @hookspec
 def ckptstore_metadata_handlers() -> Sequence[type[MetadataHandler]]:  # type: ignore[empty-body]
     """Metadata handlers this plugin provides (subclasses of
-    :class:`ckptstore.MetadataHandler`), selected by ``metadata_handler="<name>"``."""
+    :class:`ckptstore.plugin.MetadataHandler`), selected by ``metadata_handler="<name>"``."""
 
 
 @hookspec
@@ -52,5 +52,5 @@ def ckptstore_report(action_name: str, stats: Mapping[str, NodeStats]) -> None:
     :param action_name: ``"checkpoint_save"``, ``"checkpoint_load"``,
         ``"checkpoint_partial_load"``, ``"checkpoint_save_failed"``,
         ``"checkpoint_load_failed"`` or ``"checkpoint_upload"``.
-    :param stats: maps each node checkpoint's path to its :class:`ckptstore.NodeStats`.
+    :param stats: maps each node checkpoint's path to its :class:`ckptstore.records.NodeStats`.
     """

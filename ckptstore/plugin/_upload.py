@@ -1,6 +1,6 @@
 """The upload-builder contract: what a job does with its final checkpoint.
 
-Example (a builder that only logs; :class:`~ckptstore.CopyUpload` really copies)::
+Example (a builder that only logs; :class:`~ckptstore.builtin.CopyUpload` really copies)::
 
     >>> from ckptstore.execution import Node, Task, WorkspaceType
     >>> class LogUpload(UploadTaskGroupBuilder):
@@ -39,7 +39,8 @@ class UploadTaskGroupBuilder(ABC):
 
     Example::
 
-        >>> from ckptstore import CheckpointManager, CopyUpload, Job, JobRunner
+        >>> from ckptstore import CheckpointManager, Job, JobRunner
+        >>> from ckptstore.builtin import CopyUpload
         >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
         >>> runner = JobRunner(Job(), manager, upload_task_group_builder=CopyUpload("archive"))
     """

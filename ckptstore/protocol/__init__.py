@@ -9,7 +9,7 @@ Owns the truth of what exists in storage (commit records, manifests). May import
 Example::
 
     >>> from ckptstore.protocol import commit_epoch, open_node, write_node
-    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.builtin import LocalPath, NpzDB
     >>> from ckptstore.io import ParallelIO
     >>> storage = LocalPath("ckpt")
     >>> blobs = {"trainer_0/w": np.arange(3.0)}

@@ -11,7 +11,8 @@ the attacker recomputes them; :func:`check_archives` parses the structure itself
 
 Example::
 
-    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> manager = CheckpointManager("archived", "trainer_0", "zarr")

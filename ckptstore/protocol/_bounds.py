@@ -7,7 +7,7 @@ after one ``size`` call per file, not after allocating terabytes.
 
 Example::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> storage = LocalPath("bounds")
     >>> storage.write_parts("trainer_0.3/blobs.bin", [b"hello"])
     >>> forged = ChunkRecord("blobs.bin", offset=0, stored=1 << 40, size=1 << 40, crc=0)

@@ -33,7 +33,7 @@ records of earlier versions (``_ckptstore/epoch-<N>.commit.json``) are still rea
 
 Example::
 
-    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.builtin import LocalPath, NpzDB
     >>> from ckptstore.io import ParallelIO
     >>> storage = LocalPath("ckpt")
     >>> blobs = {"trainer_0/w": np.arange(3.0)}

@@ -13,7 +13,8 @@ or interrupted).
 
 Example::
 
-    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")
@@ -101,7 +102,8 @@ class EpochEntry:
 
     Example::
 
-        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> from ckptstore.builtin import LocalPath
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
         >>> manager = CheckpointManager("jobs/a", "trainer_0", "npz")
@@ -142,7 +144,8 @@ class RunEntry:
 
     Example::
 
-        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> from ckptstore.builtin import LocalPath
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
         >>> manager = CheckpointManager("sweep/a", "trainer_0", "npz")

@@ -35,7 +35,7 @@ free, so generations only grow.
 
 Example::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> from ckptstore.protocol import read_lease
     >>> storage = LocalPath("ckpt")
     >>> lease = WriterLease(storage, ["trainer_0"], ttl=30)
@@ -108,7 +108,7 @@ class WriterLease:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> from ckptstore.protocol import read_lease
         >>> storage = LocalPath("two_nodes")
         >>> with WriterLease(storage, ["trainer_0", "trainer_1"], ttl=30):

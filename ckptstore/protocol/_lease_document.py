@@ -9,7 +9,7 @@ epoch)``, that generation wrote the epochs after that one (:func:`fenced_out`).
 
 Example::
 
-    >>> from ckptstore import LocalPath
+    >>> from ckptstore.builtin import LocalPath
     >>> storage = LocalPath("documents")
     >>> read_lease_document(storage, "trainer_0") is None  # never leased
     True
@@ -223,7 +223,7 @@ def break_lease(storage: PathType, node: str) -> LeaseHolder | None:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> from ckptstore.protocol import WriterLease
         >>> storage = LocalPath("to_break")
         >>> lease = WriterLease(storage, ["trainer_0"], heartbeat=False)
@@ -273,7 +273,7 @@ class LeaseFence:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> from ckptstore.protocol import WriterLease
         >>> storage = LocalPath("fenced")
         >>> with WriterLease(storage, ["trainer_0"], heartbeat=False) as lease:

@@ -15,7 +15,7 @@ only when a candidate record carries a generation).
 
 Example::
 
-    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.builtin import LocalPath, NpzDB
     >>> from ckptstore.io import ParallelIO
     >>> from ckptstore.protocol import commit_epoch, write_node
     >>> storage, blobs = LocalPath("ckpt"), {"w": np.ones(2)}
@@ -58,7 +58,7 @@ class CommitListing:
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> CommitListing.of(LocalPath("empty")).epochs
         []
     """

@@ -39,7 +39,8 @@ class CheckpointLocation:
 
     Example::
 
-        >>> from ckptstore import IOSettings, LocalPath, NpzDB
+        >>> from ckptstore import IOSettings
+        >>> from ckptstore.builtin import LocalPath, NpzDB
         >>> location = CheckpointLocation(LocalPath("ckpt"), NpzDB(), IOSettings())
         >>> location.db_path("trainer_0", 3)
         'ckpt/trainer_0.3'

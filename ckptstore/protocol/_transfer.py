@@ -7,7 +7,8 @@ byte for byte, so the destination's commit record carries the same manifest CRC-
 
 Example::
 
-    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> manager = CheckpointManager("runs/a", "trainer_0", "npz")

@@ -3,7 +3,8 @@ byte still matches its checksum. Used by ``ckptstore inspect`` and ``ckptstore v
 
 Example::
 
-    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
@@ -134,7 +135,8 @@ class NodeCheck:
 
     Example::
 
-        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> from ckptstore.builtin import LocalPath
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
         >>> manager = CheckpointManager("verified", "trainer_0", "npz")

@@ -10,7 +10,8 @@ once.
 
 Example::
 
-    >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.builtin import LocalPath
     >>> session = LocalSession()
     >>> session.workspace("trainer_0")["w"] = np.ones(2)
     >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
@@ -68,7 +69,8 @@ class NodeDone:
 
     Example::
 
-        >>> from ckptstore import CheckpointManager, LocalPath, LocalSession
+        >>> from ckptstore import CheckpointManager, LocalSession
+        >>> from ckptstore.builtin import LocalPath
         >>> session = LocalSession()
         >>> session.workspace("trainer_0")["w"] = np.ones(2)
         >>> manager = CheckpointManager("source", "trainer_0", "npz")

@@ -59,7 +59,7 @@ has other shapes."""
 
 
 def check_fits(name: str, obj: object, stored: object) -> None:
-    """Raise :class:`~ckptstore.RestoreMismatchError` if ``stored`` (the state saved
+    """Raise :class:`~ckptstore.errors.RestoreMismatchError` if ``stored`` (the state saved
     under ``name``) holds a tensor of another shape or dtype than the one of ``obj`` it
     would replace."""
     state_dict = getattr(obj, "state_dict", None)

@@ -112,8 +112,8 @@ def restore(
 ) -> int:
     """Load ``epoch`` (default: the newest) into each object with ``load_state_dict``;
     returns the epoch restored. Before any object is changed, a name the checkpoint
-    lacks raises :class:`~ckptstore.BlobNotFoundError`, and a stored tensor of another
-    shape or dtype than the one it would replace :class:`~ckptstore.RestoreMismatchError`
+    lacks raises :class:`~ckptstore.errors.BlobNotFoundError`, and a stored tensor of another
+    shape or dtype than the one it would replace :class:`~ckptstore.errors.RestoreMismatchError`
     naming it."""
     epoch = _epoch(target, epoch, node, db_type)
     state = load_state(target, epoch, node=node, db_type=db_type)

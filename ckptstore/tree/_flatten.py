@@ -273,7 +273,7 @@ def unflatten(
 @contextmanager
 def _naming(blob: str) -> Iterator[None]:
     """Converters know a leaf's dtype, not its key path: an
-    :class:`~ckptstore.UnsupportedBlobError` they raise is raised again naming ``blob``
+    :class:`~ckptstore.errors.UnsupportedBlobError` they raise is raised again naming ``blob``
     (same class, same reason)."""
     try:
         yield

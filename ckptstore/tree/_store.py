@@ -75,8 +75,8 @@ def save_tree(
     Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
     :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
     ``overwrite`` (then it is uncommitted first, as a manager's ``overwrite=True`` does).
-    Raises :class:`~ckptstore.InvalidEpochError` for an epoch that is not a non-negative
-    integer, :class:`~ckptstore.UnsupportedBlobError` for a leaf that is not an array or
+    Raises :class:`~ckptstore.errors.InvalidEpochError` for an epoch that is not a non-negative
+    integer, :class:`~ckptstore.errors.UnsupportedBlobError` for a leaf that is not an array or
     an ``int/float/bool/None/str`` (nothing is pickled) and for keys that are not ``str``
     or ``int``; ``db_type`` applies when ``target`` is a path.
     """
@@ -107,7 +107,7 @@ def load_tree(
     """The tree :func:`save_tree` saved as ``node``'s checkpoint of ``epoch`` (default:
     the newest epoch committed for ``node``, as :func:`latest_tree_epoch` finds it),
     verified against its checksums. A checkpoint ``save_tree`` did not write (a Job's
-    node checkpoint) raises :class:`~ckptstore.CheckpointKindError`."""
+    node checkpoint) raises :class:`~ckptstore.errors.CheckpointKindError`."""
     if epoch is not None:
         epoch = validate_epoch(epoch)
     validate_node_name(node)

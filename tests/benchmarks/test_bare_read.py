@@ -16,7 +16,8 @@ from benchmarks.bare_read import (
     read_range,
 )
 from benchmarks.measure import run
-from ckptstore import CheckpointManager, LocalPath
+from ckptstore import CheckpointManager
+from ckptstore.builtin import LocalPath
 from ckptstore.io import VERIFY_WINDOW
 
 RANGE_BYTES = LocalPath.default_io.chunk_bytes

@@ -12,15 +12,13 @@ from ckpt_helpers import build_counter_job, files_under, flip_byte, memory_keys,
 
 from ckptstore import (
     CheckpointNotFoundError,
-    CopyUpload,
     CorruptCheckpointError,
-    FsspecPath,
     JobRunner,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
     protocol,
 )
+from ckptstore.builtin import CopyUpload, FsspecPath, LocalPath
 from ckptstore.plugin._path_type import PathType
 
 NODES = ("trainer_0", "trainer_1")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import http_server, memory_keys, memory_root
 
-from ckptstore import CorruptCheckpointError, FsspecPath
+from ckptstore import CorruptCheckpointError
+from ckptstore.builtin import FsspecPath
 from ckptstore.errors import ObjectNotFoundError, RequestError, StorageError, is_permanent
 from ckptstore.plugin._path_type import redact_url
 from ckptstore.plugin._registry import Registry

@@ -15,11 +15,10 @@ from ckptstore import (
     CheckpointNotFoundError,
     JobConfigurationError,
     JobRunner,
-    JsonCatalog,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
 )
+from ckptstore.builtin import JsonCatalog, LocalPath
 from ckptstore.builtin._json_catalog import CATALOG_DIR, entry_key
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol

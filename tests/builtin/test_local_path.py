@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import file_permissions_enforced, files_under
 
-from ckptstore import CheckpointManager, CorruptCheckpointError, LocalPath, StorageError
-from ckptstore.builtin import _local_path
+from ckptstore import CheckpointManager, CorruptCheckpointError, StorageError
+from ckptstore.builtin import LocalPath, _local_path
 from ckptstore.builtin._local_path import (
     DURABILITY_MODES,
     EARLY_WRITEBACK_BYTES,

@@ -11,22 +11,13 @@ import numpy as np
 import pytest
 from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
 
-from ckptstore import (
-    BlobRecord,
-    CheckpointManager,
-    ChunkRecord,
-    CorruptCheckpointError,
-    FsspecPath,
-    LocalPath,
-    LocalSession,
-    NodeManifest,
-    NpzDB,
-    protocol,
-)
+from ckptstore import CheckpointManager, CorruptCheckpointError, LocalSession, protocol
+from ckptstore.builtin import FsspecPath, LocalPath, NpzDB
 from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._registry import Registry
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
 
 NODE = "trainer_0"
 

@@ -19,15 +19,16 @@ import pytest
 import zarr
 from ckpt_helpers import CountingLocalPath, flip_byte
 
-from ckptstore import CorruptCheckpointError, LocalPath, get_registry
+from ckptstore import CorruptCheckpointError
 from ckptstore._types import Buffer
-from ckptstore.builtin import _packed
+from ckptstore.builtin import LocalPath, _packed
 from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.plugin import get_registry
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.protocol import CheckpointLocation, copy_node

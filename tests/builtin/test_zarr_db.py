@@ -14,15 +14,10 @@ import pytest
 import zarr
 from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
 
-from ckptstore import (
-    CorruptCheckpointError,
-    FsspecPath,
-    LocalPath,
-    UnsupportedBlobError,
-    protocol,
-)
-from ckptstore.builtin import _zarr_db
+from ckptstore import CorruptCheckpointError, protocol
+from ckptstore.builtin import FsspecPath, LocalPath, _zarr_db
 from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.errors import UnsupportedBlobError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
 

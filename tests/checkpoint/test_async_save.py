@@ -28,7 +28,6 @@ from ckptstore import (
     AlreadyCommittedError,
     CheckpointManager,
     CheckpointNotFoundError,
-    CopyUpload,
     JobConfigurationError,
     JobRunner,
     LocalSession,
@@ -36,18 +35,18 @@ from ckptstore import (
     Node,
     SaveFailedError,
     SaveFuture,
-    StorageNotWritableError,
     Task,
-    TooManySaveFailuresError,
     Workspace,
-    get_registry,
 )
 from ckptstore._types import Buffer
+from ckptstore.builtin import CopyUpload
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint import _async_save
 from ckptstore.checkpoint._manager import BACKGROUND_NICE
+from ckptstore.errors import StorageNotWritableError, TooManySaveFailuresError
 from ckptstore.io import ParallelIO
 from ckptstore.io._priority import MAX_NICE, thread_nice
+from ckptstore.plugin import get_registry
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol

@@ -22,13 +22,12 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
-    StorageFullError,
     Task,
-    TooManySaveFailuresError,
     epoch_limiter,
     protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
+from ckptstore.errors import StorageFullError, TooManySaveFailuresError
 
 NODE = "trainer_0"
 BLOB_BYTES = 100_000  # random uint8: no format compresses it, so every epoch is one size

@@ -18,11 +18,11 @@ from ckpt_helpers import build_counter_job, files_under
 from ckptstore import (
     CheckpointManager,
     CorruptCheckpointError,
-    InvalidEpochError,
     JobRunner,
     LocalSession,
     MultiNodeCheckpointManager,
 )
+from ckptstore.errors import InvalidEpochError
 from ckptstore.records import node_commit_key
 
 NODE = "trainer_0"

@@ -21,10 +21,8 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
-    StorageNotWritableError,
     Task,
     epoch_limiter,
-    get_registry,
     protocol,
 )
 from ckptstore.builtin._local_path import LocalPath
@@ -33,10 +31,12 @@ from ckptstore.errors import (
     RequestError,
     SaveFailedError,
     StorageError,
+    StorageNotWritableError,
     is_disk_full,
     is_permanent,
 )
 from ckptstore.io import ParallelIO
+from ckptstore.plugin import get_registry
 from ckptstore.plugin._registry import Registry
 from ckptstore.testing import FaultProxy
 

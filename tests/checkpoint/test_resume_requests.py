@@ -14,11 +14,10 @@ from ckpt_helpers import RequestCountingPath, build_counter_job, register_storag
 from ckptstore import (
     JobConfigurationError,
     JobRunner,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
-    NpzDB,
 )
+from ckptstore.builtin import LocalPath, NpzDB
 from ckptstore.io import ParallelIO
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CommitListing, commit_epoch, retract_epoch, write_node

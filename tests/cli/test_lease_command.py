@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import Cli
 
-from ckptstore import LocalPath
+from ckptstore.builtin import LocalPath
 from ckptstore.errors import LeaseLostError
 from ckptstore.protocol import WriterLease, read_lease_document
 from ckptstore.records._layout import lease_key

@@ -11,7 +11,8 @@ import pytest
 from cli_helpers import Cli
 from tqdm import tqdm
 
-from ckptstore import CheckpointManager, LocalPath, LocalSession, protocol
+from ckptstore import CheckpointManager, LocalSession, protocol
+from ckptstore.builtin import LocalPath
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.io._settings import IOSettings
 from ckptstore.protocol import committed_epochs, require_commit

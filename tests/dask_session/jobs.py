@@ -17,10 +17,11 @@ from typing import IO, Any
 from caffe2_pipeline import build_pipeline
 from distributed import Event, Worker, get_worker
 
-from ckptstore import Job, Node, Session, Task, Workspace, hookimpl
+from ckptstore import Job, Node, Session, Task, Workspace
 from ckptstore._types import Buffer
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
+from ckptstore.plugin import hookimpl
 from ckptstore.plugin._path_type import PathType
 
 NODES = ("trainer_0", "trainer_1", "trainer_2")

@@ -11,9 +11,10 @@ import numpy as np
 from dask_session.jobs import NODES, caffe2_job, totals
 from distributed import Client
 
-from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager, get_registry
+from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
 from ckptstore.dask_session import DaskSession
 from ckptstore.io import ParallelIO
+from ckptstore.plugin import get_registry
 from ckptstore.protocol import _commit as protocol
 
 

@@ -16,16 +16,10 @@ import pytest
 from dask_session.jobs import clear_store, has_store, meet, worker_address
 from distributed import Client, LocalCluster
 
-from ckptstore import (
-    Node,
-    SaveFailedError,
-    Task,
-    TaskGroup,
-    Workspace,
-    WorkspaceType,
-)
+from ckptstore import Node, SaveFailedError, Task, TaskGroup, Workspace
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import BlobNotFoundError, JobConfigurationError, NodeLostError
+from ckptstore.execution import WorkspaceType
 from ckptstore.execution._task import TaskFn
 
 NODES = ["trainer_0", "trainer_1", "trainer_2"]

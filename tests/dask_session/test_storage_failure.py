@@ -11,11 +11,13 @@ from dask_session import jobs
 from dask_session.jobs import NODES, caffe2_job, totals
 from distributed import Client
 
-from ckptstore import JobRunner, MultiNodeCheckpointManager, NodeStats, SaveFailedError, hookimpl
+from ckptstore import JobRunner, MultiNodeCheckpointManager, SaveFailedError
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import CheckpointNotFoundError
+from ckptstore.plugin import hookimpl
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol._commit import committed_nodes
+from ckptstore.records import NodeStats
 
 
 class FailureReports:

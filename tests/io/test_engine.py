@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from ckpt_helpers import CountingReader, memory_root
 
-from ckptstore import CorruptCheckpointError, FsspecPath, LocalPath, StorageError
+from ckptstore import CorruptCheckpointError, StorageError
 from ckptstore._types import Buffer, byte_view
+from ckptstore.builtin import FsspecPath, LocalPath
 from ckptstore.io import _engine
 from ckptstore.io._checksum import crc32_of
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ckptstore import CorruptCheckpointError, LocalPath
+from ckptstore import CorruptCheckpointError
+from ckptstore.builtin import LocalPath
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
 from ckptstore.io._progress import NodeProgress
 from ckptstore.io._settings import IOSettings

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ckptstore import IOSettings, LocalPath
+from ckptstore import IOSettings
+from ckptstore.builtin import LocalPath
 from ckptstore.errors import JobConfigurationError
 
 

@@ -24,9 +24,9 @@ from plugin_helpers import (
     installed,
 )
 
-from ckptstore import CheckpointManager, LocalSession, hookimpl
+from ckptstore import CheckpointManager, LocalSession
 from ckptstore.errors import BrokenPluginError, PluginError, UnknownPluginError
-from ckptstore.plugin import _loading
+from ckptstore.plugin import _loading, hookimpl
 from ckptstore.plugin._registry import Registry, reset_registry
 
 ERRORS = {

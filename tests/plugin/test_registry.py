@@ -13,17 +13,13 @@ from plugin_helpers import GOOD, installed
 
 from ckptstore import (
     CheckpointManager,
-    DuplicatePluginError,
     JobRunner,
-    LocalPath,
     LocalSession,
     MultiNodeCheckpointManager,
-    NpzDB,
-    UnknownPluginError,
-    hookimpl,
 )
-from ckptstore.errors import InvalidPluginError
-from ckptstore.plugin import PROJECT_NAME
+from ckptstore.builtin import LocalPath, NpzDB
+from ckptstore.errors import DuplicatePluginError, InvalidPluginError, UnknownPluginError
+from ckptstore.plugin import PROJECT_NAME, hookimpl
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._registry import BUILTIN_PLUGINS, Registry, get_registry, reset_registry
 from ckptstore.records._stats import NodeStats

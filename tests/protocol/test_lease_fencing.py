@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptstore import LocalPath, NpzDB
+from ckptstore.builtin import LocalPath, NpzDB
 from ckptstore.errors import LeaseLostError
 from ckptstore.io import ParallelIO
 from ckptstore.protocol import (

@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ckptstore import CorruptCheckpointError, RestoreMismatchError  # noqa: E402
+from ckptstore import CorruptCheckpointError  # noqa: E402
+from ckptstore.errors import RestoreMismatchError  # noqa: E402
 from ckptstore.torch import restore, save  # noqa: E402
 from ckptstore.tree import save_tree  # noqa: E402
 

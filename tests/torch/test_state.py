@@ -15,10 +15,12 @@ from ckpt_helpers import files_under  # noqa: E402
 
 from ckptstore import (  # noqa: E402
     AlreadyCommittedError,
-    BlobNotFoundError,
-    CheckpointKindError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+)
+from ckptstore.errors import (  # noqa: E402
+    BlobNotFoundError,
+    CheckpointKindError,
     InvalidEpochError,
 )
 from ckptstore.torch import load_state, restore, save, save_state  # noqa: E402

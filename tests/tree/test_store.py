@@ -12,12 +12,11 @@ from ckpt_helpers import RequestCountingPath, files_under, register_storage
 
 from ckptstore import (
     AlreadyCommittedError,
-    CheckpointKindError,
     CheckpointManager,
     CheckpointNotFoundError,
     CorruptCheckpointError,
-    InvalidEpochError,
 )
+from ckptstore.errors import CheckpointKindError, InvalidEpochError
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CheckpointLocation, open_node, retract_epoch, verify_node
 from ckptstore.records._layout import CONTROL_DIR, manifest_key, node_commit_key

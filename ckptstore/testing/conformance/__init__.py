@@ -11,7 +11,7 @@ Example::
     >>> import contextlib, io, pytest
     >>> kit = '''
     ... import pytest
-    ... from ckptstore import NpzDB
+    ... from ckptstore.builtin import NpzDB
     ... from ckptstore.testing.conformance import DBTypeConformance
     ...
     ... class TestNpz(DBTypeConformance):

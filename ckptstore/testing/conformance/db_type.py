@@ -9,7 +9,7 @@ Example::
     >>> import contextlib, io, pytest
     >>> kit = '''
     ... import pytest
-    ... from ckptstore import ZarrDB
+    ... from ckptstore.builtin import ZarrDB
     ... from ckptstore.testing.conformance import DBTypeConformance
     ...
     ... class TestZarr(DBTypeConformance):
@@ -75,7 +75,8 @@ class Checkpoints:
 
     Example::
 
-        >>> from ckptstore import IOSettings, LocalPath, NpzDB
+        >>> from ckptstore import IOSettings
+        >>> from ckptstore.builtin import LocalPath, NpzDB
         >>> checkpoints = Checkpoints(LocalPath("ckpt"), NpzDB(), IOSettings())
         >>> _ = checkpoints.save({"w": np.ones(3)}, epoch=1)
         >>> checkpoints.load(epoch=1)["w"]
@@ -170,7 +171,7 @@ class DBTypeConformance:
         >>> import contextlib, io, pytest
         >>> kit = '''
         ... import pytest
-        ... from ckptstore import NpzDB
+        ... from ckptstore.builtin import NpzDB
         ... from ckptstore.testing.conformance import DBTypeConformance
         ...
         ... class TestNpz(DBTypeConformance):

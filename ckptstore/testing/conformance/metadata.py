@@ -15,7 +15,7 @@ Example::
     >>> import contextlib, io, pytest
     >>> kit = '''
     ... import pytest
-    ... from ckptstore import SqliteCatalog
+    ... from ckptstore.builtin import SqliteCatalog
     ... from ckptstore.testing.conformance import MetadataHandlerConformance
     ...
     ... class TestSqlite(MetadataHandlerConformance):
@@ -64,7 +64,7 @@ class MetadataHandlerConformance:
         >>> import contextlib, io, pytest
         >>> kit = '''
         ... import pytest
-        ... from ckptstore import JsonCatalog
+        ... from ckptstore.builtin import JsonCatalog
         ... from ckptstore.testing.conformance import MetadataHandlerConformance
         ...
         ... class TestJson(MetadataHandlerConformance):

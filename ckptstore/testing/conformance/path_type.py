@@ -23,7 +23,7 @@ Example::
     >>> kit = '''
     ... import uuid
     ... import pytest
-    ... from ckptstore import FsspecPath
+    ... from ckptstore.builtin import FsspecPath
     ... from ckptstore.testing.conformance import PathTypeConformance
     ...
     ... class TestMemory(PathTypeConformance):
@@ -76,7 +76,7 @@ class PathTypeConformance:
         >>> import contextlib, io, pytest
         >>> kit = '''
         ... import pytest
-        ... from ckptstore import LocalPath
+        ... from ckptstore.builtin import LocalPath
         ... from ckptstore.testing.conformance import PathTypeConformance
         ...
         ... class TestLocal(PathTypeConformance):

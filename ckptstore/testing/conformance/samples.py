@@ -1,7 +1,7 @@
 """The arrays the conformance kit round-trips, and how it compares them.
 
 ``REQUIRED_DTYPES`` must round-trip through every DB type; ``OPTIONAL_DTYPES`` may
-instead be refused up front by :meth:`~ckptstore.DBType.check_blob` with an
+instead be refused up front by :meth:`~ckptstore.plugin.DBType.check_blob` with an
 :class:`~ckptstore.errors.UnsupportedBlobError`. ``SHAPES`` covers 0-d, empty and
 non-contiguous arrays.
 

@@ -2,7 +2,7 @@
 
 Example::
 
-    >>> from ckptstore import LocalPath, NpzDB
+    >>> from ckptstore.builtin import LocalPath, NpzDB
     >>> from ckptstore.io import ParallelIO
     >>> from ckptstore.plugin import DBLocation
     >>> counting = CountingPath(LocalPath("ckpt"))
@@ -31,7 +31,7 @@ class CountingPath(PathType):
 
     Example::
 
-        >>> from ckptstore import LocalPath
+        >>> from ckptstore.builtin import LocalPath
         >>> counting = CountingPath(LocalPath("counted"))
         >>> counting.write_bytes("a", b"hello")
         >>> counting.read_bytes("a", offset=1, length=3)

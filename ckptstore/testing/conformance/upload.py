@@ -11,7 +11,7 @@ Example::
     >>> import contextlib, io, pytest
     >>> kit = '''
     ... import pytest
-    ... from ckptstore import CopyUpload
+    ... from ckptstore.builtin import CopyUpload
     ... from ckptstore.testing.conformance import UploadBuilderConformance
     ...
     ... class TestCopyUpload(UploadBuilderConformance):
@@ -59,7 +59,7 @@ class UploadBuilderConformance:
         >>> import contextlib, io, pytest
         >>> kit = '''
         ... import pytest
-        ... from ckptstore import CopyUpload
+        ... from ckptstore.builtin import CopyUpload
         ... from ckptstore.testing.conformance import UploadBuilderConformance
         ...
         ... class TestMine(UploadBuilderConformance):

@@ -70,7 +70,7 @@ def test_registering_the_plugin_imports_neither_gcsfs_nor_aiohttp() -> None:
     it opens a gs:// path."""
     probe = (
         "import ckptstore, ckptstore_gcs.plugin\n"
-        "assert ckptstore.get_registry().path_type_for('gs://bucket/run').name == 'gcs'\n"
+        "assert ckptstore.plugin.get_registry().path_type_for('gs://bucket/run').name == 'gcs'\n"
     )
     assert imported_modules(probe, ["aiohttp", "gcsfs"]) == []
     GCSPath("gs://bucket/run", endpoint_url="http://127.0.0.1:1", token="anon")

@@ -18,11 +18,11 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
     Node,
-    NodeStats,
     Task,
     epoch_limiter,
 )
 from ckptstore.plugin._registry import get_registry, reset_registry
+from ckptstore.records import NodeStats
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -8,15 +8,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from ckptstore import (
-    JobRunner,
-    LocalSession,
-    MultiNodeCheckpointManager,
-    NodeStats,
-    get_registry,
-    hookimpl,
-)
+from ckptstore import JobRunner, LocalSession, MultiNodeCheckpointManager
 from ckptstore.errors import CkptStoreError
+from ckptstore.plugin import get_registry, hookimpl
+from ckptstore.records import NodeStats
 from ckptstore.testing import FaultProxy
 from ckptstore.testing.conformance import counting_job
 

@@ -24,13 +24,13 @@ from moto import mock_aws
 
 from ckptstore import (
     CheckpointManager,
-    InProcessMockError,
     JobRunner,
     LocalSession,
     MultiNodeCheckpointManager,
     StorageError,
 )
 from ckptstore.cli import main
+from ckptstore.errors import InProcessMockError
 from ckptstore.testing import FaultProxy, InProcessMoto, in_process_moto
 from ckptstore.tree import load_tree, save_tree
 

@@ -98,6 +98,6 @@ def test_registering_the_plugin_imports_no_http_client() -> None:
     s3:// path (s3fs brings them) or judges a failed request."""
     probe = (
         "import ckptstore, ckptstore_s3.plugin\n"
-        "assert ckptstore.get_registry().path_type_for('s3://bucket/run').name == 's3'\n"
+        "assert ckptstore.plugin.get_registry().path_type_for('s3://bucket/run').name == 's3'\n"
     )
     assert imported_modules(probe, ["aiohttp", "botocore", "s3fs"]) == []

@@ -1040,7 +1040,7 @@ class InProcessMockError(CkptStoreError, TypeError):
         >>> err = InProcessMockError("PUT s3://bucket/run/trainer_0.1/w")
         >>> err.request, isinstance(err, TypeError), "in_process_moto()" in str(err)
         ('PUT s3://bucket/run/trainer_0.1/w', True, True)
-        >>> "pip install 'moto[server]'" in str(InProcessMockError("s3://b", missing="flask"))
+        >>> "moto[server]" in str(InProcessMockError("s3://b", missing="flask"))
         True
     """
 
@@ -1050,7 +1050,7 @@ class InProcessMockError(CkptStoreError, TypeError):
             super().__init__(
                 f"{request}: moto's in-process mock_aws is active, and ckptstore serves its "
                 "S3 requests through moto's server in this process, which needs moto's "
-                f"server extra ({missing}): pip install 'moto[server]'. Nothing is wrong "
+                f"server extra ({missing}): `pip install 'moto[server]'`. Nothing is wrong "
                 "with the location or the credentials; see docs/testing.md."
             )
             return

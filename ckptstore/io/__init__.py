@@ -26,6 +26,7 @@ from ckptstore.io._chunking import (
 from ckptstore.io._engine import (
     VERIFY_WINDOW,
     ParallelIO,
+    RangeCheck,
     ReadRequest,
     WriteRequest,
     WriteResult,
@@ -43,6 +44,7 @@ __all__ = [
     "IOSettings",
     "MemoryBudget",
     "ParallelIO",
+    "RangeCheck",
     "ReadRequest",
     "StagingPool",
     "StagingSlot",

@@ -39,7 +39,7 @@ from ckptstore.io._views import windows
 if TYPE_CHECKING:
     from ckptstore.plugin._path_type import PathType, PositionalWriter
 
-__all__ = ["ParallelIO", "ReadRequest", "WriteRequest", "WriteResult"]
+__all__ = ["ParallelIO", "RangeCheck", "ReadRequest", "WriteRequest", "WriteResult"]
 
 R = TypeVar("R")
 Parts = Sequence[Buffer]
@@ -80,11 +80,26 @@ class WriteResult:
     crc: int
 
 
+@dataclass(frozen=True)
+class RangeCheck:
+    """The checksum one target of a :class:`ReadRequest` must have (``checks``), and what
+    a mismatch names: the blob and the chunk the range holds."""
+
+    crc: int
+    blob: str | None = None
+    chunk: int | None = None
+
+
 @dataclass
 class ReadRequest:
     """Read ``nbytes`` at ``offset`` of ``key`` into ``targets`` (views whose lengths add
     up to ``nbytes``) and check them against ``crc``, a checksum by ``algorithm`` (see
     :func:`~ckptstore.io.checksum_of`; ``crc=None``: no check).
+
+    A request reading several checked ranges at once (neighbours in one file, so the
+    device sees one long read) gives ``checks`` instead: per target, its
+    :class:`RangeCheck`, or ``None`` for the bytes between ranges (read into scratch,
+    unchecked); each range is checked on its own, in windows while in cache.
 
     ``targets`` may be a callable that allocates scratch buffers in the worker (``holds``
     bytes); ``finish`` then runs on the verified buffers, for instance to decompress.
@@ -101,6 +116,7 @@ class ReadRequest:
     chunk: int | None = None
     file: str | None = field(default=None)
     algorithm: str = CHECKSUM_ALGORITHM
+    checks: Sequence[RangeCheck | None] | None = None
 
 
 RequestT = TypeVar("RequestT", WriteRequest, ReadRequest)
@@ -195,7 +211,9 @@ class ParallelIO:
             key = _join(prefix, request.key)
             try:
                 targets = request.targets() if callable(request.targets) else request.targets
-                if check and request.crc is not None:
+                if check and request.checks is not None:
+                    _read_ranges_checked(storage, key, request, targets, windowed=not copies)
+                elif check and request.crc is not None:
                     # a storage that reads straight into memory pays a system call per
                     # read, not a request: it reads in windows checked while in cache
                     actual = _read_checked(storage, key, request, targets, windowed=not copies)
@@ -345,6 +363,58 @@ def _read_checked(
             value = checksum(window, value)
             offset += VERIFY_WINDOW  # every window is full but the last
     return value
+
+
+def _read_ranges_checked(
+    storage: PathType,
+    key: str,
+    request: ReadRequest,
+    targets: Sequence[memoryview],
+    *,
+    windowed: bool,
+) -> None:
+    """Read ``request`` into ``targets`` and check each against its :class:`RangeCheck`
+    (``request.checks``); ``windowed``: each range in windows of :data:`VERIFY_WINDOW`
+    through one reader, else all in one read and each range checked after it."""
+    checks = request.checks or ()
+    checksum = checksum_of(request.algorithm)
+    values: list[int | None]
+    if not windowed:
+        storage.read_into(key, request.offset, targets)
+        values = [
+            None if expected is None else checksum([target])
+            for target, expected in zip(targets, checks, strict=True)
+        ]
+    else:
+        values = []
+        offset = request.offset
+        with storage.open_reader(key) as source:
+            for target, expected in zip(targets, checks, strict=True):
+                view = byte_view(target)
+                if expected is None:
+                    source.read_into(offset, [view])
+                    values.append(None)
+                    offset += view.nbytes
+                    continue
+                value, position = 0, offset
+                for window in windows([view], VERIFY_WINDOW):
+                    source.read_into(position, window)
+                    value = checksum(window, value)
+                    position += VERIFY_WINDOW  # every window is full but the last
+                values.append(value)
+                offset += view.nbytes
+    position = request.offset
+    for target, expected, found in zip(targets, checks, values, strict=True):
+        if expected is not None and found != expected.crc:
+            raise CorruptCheckpointError(
+                f"the checksum ({request.algorithm}) of the {target.nbytes} bytes at offset "
+                f"{position} differs from the one recorded in the manifest",
+                url=storage.display_url,
+                file=request.file or key,
+                blob=expected.blob,
+                chunk=expected.chunk,
+            )
+        position += target.nbytes
 
 
 def _first(pair: tuple[int, Any]) -> int:

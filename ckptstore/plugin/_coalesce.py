@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of
-from ckptstore.io._engine import ReadRequest
+from ckptstore.io._engine import RangeCheck, ReadRequest
 
 if TYPE_CHECKING:
     from ckptstore.plugin._db_type import DBLocation
@@ -68,11 +68,30 @@ def _place(span: Span) -> tuple[str, int]:
 
 
 def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadRequest]:
-    """Requests reading every span into its target, neighbours of one file together."""
+    """Requests reading every span into its target, neighbours of one file together:
+    small ones up to :data:`COALESCE_BYTES`, large ones (the chunks of a large array,
+    each its own archive member) up to the engine's chunk size, so that the device sees
+    reads as long as one member's pieces."""
     group: list[Span] = []
     end = 0
+    run: list[Span] = []
+    run_end = run_bytes = 0
+    run_limit = db.io.settings.chunk_bytes  # of the spans' bytes (the gaps are headers)
     for span in sorted(spans, key=_place):
         size = span.target.nbytes
+        if size > ALONE_FROM:
+            if run and not (
+                span.key == run[0].key
+                and span.algorithm == run[0].algorithm
+                and run_end <= span.offset <= run_end + COALESCE_GAP
+                and run_bytes + size <= run_limit
+            ):
+                yield _run_request(db, run)
+                run, run_bytes = [], 0
+            run.append(span)
+            run_end = span.offset + size
+            run_bytes += size
+            continue
         if group and (
             span.key != group[0].key
             or span.offset < end  # overlaps the previous range: never in one request
@@ -82,22 +101,61 @@ def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadReque
         ):
             yield _group_request(db, group)
             group = []
-        if size > ALONE_FROM:
-            yield ReadRequest(
-                span.key,
-                span.offset,
-                [span.target],
-                size,
-                crc=span.crc,
-                blob=span.blob,
-                chunk=span.chunk,
-                algorithm=span.algorithm,
-            )
-            continue
         group.append(span)
         end = span.offset + size
     if group:
         yield _group_request(db, group)
+    if run:
+        yield _run_request(db, run)
+
+
+def _run_request(db: DBLocation, run: list[Span]) -> ReadRequest:
+    """One request reading large neighbouring spans and the bytes between them (headers
+    of the next member), each span checked on its own by the engine, in windows."""
+    first = run[0]
+    if len(run) == 1:
+        return ReadRequest(
+            first.key,
+            first.offset,
+            [first.target],
+            first.target.nbytes,
+            crc=first.crc,
+            blob=first.blob,
+            chunk=first.chunk,
+            algorithm=first.algorithm,
+        )
+    last = run[-1]
+    nbytes = last.offset + last.target.nbytes - first.offset
+    gaps = nbytes - sum(span.target.nbytes for span in run)
+
+    def targets() -> list[memoryview]:
+        views: list[memoryview] = []
+        position = first.offset
+        for span in run:
+            if span.offset > position:
+                views.append(memoryview(bytearray(span.offset - position)))
+            views.append(span.target)
+            position = span.offset + span.target.nbytes
+        return views
+
+    checks: list[RangeCheck | None] = []
+    position = first.offset
+    for span in run:
+        if span.offset > position:
+            checks.append(None)
+        checks.append(RangeCheck(span.crc, span.blob, span.chunk))
+        position = span.offset + span.target.nbytes
+    return ReadRequest(
+        first.key,
+        first.offset,
+        targets,
+        nbytes,
+        holds=gaps,
+        blob=first.blob,
+        chunk=first.chunk,
+        algorithm=first.algorithm,
+        checks=checks,
+    )
 
 
 def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:

@@ -16,7 +16,7 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.builtin import FsspecPath, LocalPath
 from ckptstore.io import _engine
 from ckptstore.io._checksum import crc32_of
-from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest
+from ckptstore.io._engine import ParallelIO, RangeCheck, ReadRequest, WriteRequest
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin import PositionalReader
 
@@ -371,3 +371,41 @@ def test_checked_reads_from_local_disk_go_in_windows_checked_as_read(tmp_path: A
         copying.read_into = counting  # type: ignore[method-assign]
         ParallelIO().read(copying, [request(crc32_of([data]))])
         assert held == [data.nbytes]
+
+
+def test_several_ranges_in_one_request_are_each_checked_and_a_bad_one_named(
+    tmp_path: Any,
+) -> None:
+    """A request reading two large ranges and the header between them (``checks``) opens
+    the file once, reads each range in windows checked as read and the gap unchecked,
+    and a damaged second range names its own blob and chunk; a copying storage reads
+    all in one call and checks each range after."""
+    window = _engine.VERIFY_WINDOW
+    rng = np.random.default_rng(9)
+    first, gap, second = (rng.integers(0, 255, n, dtype=np.uint8) for n in (window + 7, 30, 5))
+    stored = np.concatenate([first, gap, second])
+
+    def request(second_crc: int) -> ReadRequest:
+        a, b = np.empty_like(first), np.empty_like(second)
+        checks = [RangeCheck(crc32_of([first]), "a", 0), None, RangeCheck(second_crc, "b", 3)]
+        targets = [memoryview(a), memoryview(bytearray(gap.nbytes)), memoryview(b)]
+        return ReadRequest("k", 0, targets, stored.nbytes, checks=checks)
+
+    storage = ReadCountingLocalPath(str(tmp_path))
+    storage.write_bytes("k", stored.tobytes())
+    good = request(crc32_of([second]))
+    ParallelIO().read(storage, [good])
+    assert bytes(good.targets[0]) + bytes(good.targets[2]) == first.tobytes() + second.tobytes()
+    assert storage.opens == 1
+    assert storage.reads == [window, 7, 30, 5]
+    with pytest.raises(CorruptCheckpointError) as info:
+        ParallelIO().read(storage, [request(crc32_of([second]) ^ 1)])
+    assert (info.value.blob, info.value.chunk) == ("b", 3)
+    assert f"at offset {first.nbytes + gap.nbytes}" in str(info.value)
+    with memory_root() as url:
+        copying = GatedMemoryPath(url)
+        copying.write_bytes("k", stored.tobytes())
+        ParallelIO().read(copying, [request(crc32_of([second]))])
+        with pytest.raises(CorruptCheckpointError) as info:
+            ParallelIO().read(copying, [request(0)])
+        assert (info.value.blob, info.value.chunk) == ("b", 3)

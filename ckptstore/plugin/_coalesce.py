@@ -27,7 +27,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ckptstore.errors import CorruptCheckpointError
@@ -109,86 +109,86 @@ def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadReque
         yield _run_request(db, run)
 
 
+def _alone(span: Span) -> ReadRequest:
+    """The request reading one span, checked by the engine (in windows)."""
+    return ReadRequest(
+        span.key,
+        span.offset,
+        [span.target],
+        span.target.nbytes,
+        crc=span.crc,
+        blob=span.blob,
+        chunk=span.chunk,
+        algorithm=span.algorithm,
+    )
+
+
+def _layout(spans: list[Span]) -> list[Span | int]:
+    """The spans in file order with the size of each gap before one (the bytes read
+    into scratch): what one request reading them all reads, in order."""
+    items: list[Span | int] = []
+    position = spans[0].offset
+    for span in spans:
+        if span.offset > position:
+            items.append(span.offset - position)
+        items.append(span)
+        position = span.offset + span.target.nbytes
+    return items
+
+
+def _targets(items: list[Span | int]) -> Callable[[], list[memoryview]]:
+    """The views one request reads ``items`` into: each span's target, and slices of
+    one scratch buffer (allocated in the worker) for the gaps."""
+
+    def targets() -> list[memoryview]:
+        scratch = memoryview(bytearray(sum(i for i in items if isinstance(i, int))))
+        views: list[memoryview] = []
+        for item in items:
+            if isinstance(item, int):
+                views.append(scratch[:item])
+                scratch = scratch[item:]
+            else:
+                views.append(item.target)
+        return views
+
+    return targets
+
+
 def _run_request(db: DBLocation, run: list[Span]) -> ReadRequest:
     """One request reading large neighbouring spans and the bytes between them (headers
     of the next member), each span checked on its own by the engine, in windows."""
     first = run[0]
     if len(run) == 1:
-        return ReadRequest(
-            first.key,
-            first.offset,
-            [first.target],
-            first.target.nbytes,
-            crc=first.crc,
-            blob=first.blob,
-            chunk=first.chunk,
-            algorithm=first.algorithm,
-        )
-    last = run[-1]
-    nbytes = last.offset + last.target.nbytes - first.offset
-    gaps = nbytes - sum(span.target.nbytes for span in run)
-
-    def targets() -> list[memoryview]:
-        views: list[memoryview] = []
-        position = first.offset
-        for span in run:
-            if span.offset > position:
-                views.append(memoryview(bytearray(span.offset - position)))
-            views.append(span.target)
-            position = span.offset + span.target.nbytes
-        return views
-
-    checks: list[RangeCheck | None] = []
-    position = first.offset
-    for span in run:
-        if span.offset > position:
-            checks.append(None)
-        checks.append(RangeCheck(span.crc, span.blob, span.chunk))
-        position = span.offset + span.target.nbytes
+        return _alone(first)
+    items = _layout(run)
+    gaps = sum(item for item in items if isinstance(item, int))
     return ReadRequest(
         first.key,
         first.offset,
-        targets,
-        nbytes,
+        _targets(items),
+        gaps + sum(span.target.nbytes for span in run),
         holds=gaps,
         blob=first.blob,
         chunk=first.chunk,
         algorithm=first.algorithm,
-        checks=checks,
+        checks=[
+            None if isinstance(item, int) else RangeCheck(item.crc, item.blob, item.chunk)
+            for item in items
+        ],
     )
 
 
 def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:
+    """One request reading small neighbouring spans in one call, checked after it (a
+    window of their own would cost a system call each)."""
     if len(group) == 1:
-        span = group[0]
-        return ReadRequest(
-            span.key,
-            span.offset,
-            [span.target],
-            span.target.nbytes,
-            crc=span.crc,
-            blob=span.blob,
-            chunk=span.chunk,
-            algorithm=span.algorithm,
-        )
+        return _alone(group[0])
     key = group[0].key
     start = group[0].offset
     last = group[-1]
     nbytes = last.offset + last.target.nbytes - start
     gaps = nbytes - sum(span.target.nbytes for span in group)
     check = db.io.settings.verify
-
-    def targets() -> list[memoryview]:
-        views: list[memoryview] = []
-        scratch = memoryview(bytearray(gaps))
-        position = start
-        for span in group:
-            if span.offset > position:
-                views.append(scratch[: span.offset - position])
-                scratch = scratch[span.offset - position :]
-            views.append(span.target)
-            position = span.offset + span.target.nbytes
-        return views
 
     def verify(_: Sequence[memoryview]) -> None:
         if not check:
@@ -208,7 +208,7 @@ def _group_request(db: DBLocation, group: list[Span]) -> ReadRequest:
     return ReadRequest(
         key,
         start,
-        targets,
+        _targets(_layout(group)),
         nbytes,
         holds=gaps,
         finish=verify,

@@ -51,7 +51,8 @@ GOOD = Distribution(
     "ckptstore_testfmt",
     "testfmt",
     """
-    from ckptstore import NpzDB, hookimpl
+    from ckptstore.builtin import NpzDB
+    from ckptstore.plugin import hookimpl
 
 
     class TestFormat(NpzDB):
@@ -73,7 +74,8 @@ MISSING_IMPORT = Distribution(
     """
     import ckptstore_no_such_dependency
 
-    from ckptstore import NpzDB, hookimpl
+    from ckptstore.builtin import NpzDB
+    from ckptstore.plugin import hookimpl
 
 
     class MissingFormat(NpzDB):
@@ -92,7 +94,8 @@ MISTYPED_HOOK = Distribution(
     "ckptstore_typo",
     "typo",
     """
-    from ckptstore import NpzDB, hookimpl
+    from ckptstore.builtin import NpzDB
+    from ckptstore.plugin import hookimpl
 
 
     class TypoFormat(NpzDB):
@@ -111,7 +114,7 @@ WRONG_ARGUMENT = Distribution(
     "ckptstore_wrongarg",
     "wrongarg",
     """
-    from ckptstore import hookimpl
+    from ckptstore.plugin import hookimpl
 
 
     @hookimpl
@@ -126,7 +129,8 @@ RAISING_HOOK = Distribution(
     "ckptstore_raising",
     "raising",
     """
-    from ckptstore import LocalPath, hookimpl
+    from ckptstore.builtin import LocalPath
+    from ckptstore.plugin import hookimpl
 
 
     class RaisingPath(LocalPath):
@@ -152,7 +156,8 @@ INVALID_RETURN = Distribution(
     "ckptstore_instance",
     "instance",
     """
-    from ckptstore import NpzDB, hookimpl
+    from ckptstore.builtin import NpzDB
+    from ckptstore.plugin import hookimpl
 
 
     class InstanceFormat(NpzDB):

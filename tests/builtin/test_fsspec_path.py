@@ -133,7 +133,8 @@ def test_a_local_disk_run_imports_no_fsspec_or_http_client(tmp_path: Path) -> No
     installed plugin registered, never pays for them."""
     probe = (
         "import numpy as np\n"
-        "from ckptstore import CheckpointManager, LocalSession, get_registry\n"
+        "from ckptstore import CheckpointManager, LocalSession\n"
+        "from ckptstore.plugin import get_registry\n"
         "assert get_registry().path_type_for('s3://b/p') is not None\n"
         "session = LocalSession()\n"
         "session.workspace('trainer_0')['w'] = np.ones(3)\n"

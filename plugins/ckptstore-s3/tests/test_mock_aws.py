@@ -389,7 +389,7 @@ def test_without_moto_server_the_error_says_what_to_install() -> None:
         sys.modules["flask"] = None  # as if moto[server] were not installed
         import boto3
         from moto import mock_aws
-        from ckptstore import InProcessMockError
+        from ckptstore.errors import InProcessMockError
         from ckptstore.tree import save_tree
 
         with mock_aws():

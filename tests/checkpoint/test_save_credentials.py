@@ -5,6 +5,7 @@ authentication, on after the request that creates the bucket)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import traceback
 from collections.abc import Iterator
@@ -15,10 +16,12 @@ import pytest
 from ckpt_helpers import without_aws
 from cli_helpers import train
 
+from ckptstore import JobRunner, MultiNodeCheckpointManager
 from ckptstore.checkpoint._manager import CheckpointManager
 from ckptstore.cli._main import main
 from ckptstore.execution._session import LocalSession
 from ckptstore.testing import MotoServer
+from ckptstore.testing.conformance import counting_job
 
 SECRET = f"SeCrEt-{secrets.token_hex(8)}"
 KEY_ID = f"AKIA{secrets.token_hex(8).upper()}"
@@ -108,3 +111,46 @@ def test_a_copy_with_refused_credentials_says_so_in_one_line(
     assert "refused the credentials" in line
     assert SECRET not in err + out
     assert KEY_ID not in err + out
+
+
+@pytest.mark.usefixtures("no_aws_environment")
+def test_credentials_without_the_bucket_permission_are_the_reported_cause() -> None:
+    """An IAM policy allowing a bucket's objects but not the bucket itself (no
+    ``s3:ListBucket``: its HEAD and its listings answer 403): the job stops naming the
+    refused request and its 403. It used to say only "Checkpoint files cannot be
+    accessed" at every save, the bucket HEAD's 403 swallowed."""
+    import boto3
+
+    with MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "4"}) as server:
+        server.create_bucket(BUCKET)
+        iam = boto3.client(
+            "iam",
+            endpoint_url=server.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
+        iam.create_user(UserName="writer")
+        objects_only = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{BUCKET}/*"}
+            ],
+        }
+        iam.put_user_policy(
+            UserName="writer", PolicyName="objects", PolicyDocument=json.dumps(objects_only)
+        )
+        key = iam.create_access_key(UserName="writer")["AccessKey"]
+        options = {
+            "endpoint_url": server.endpoint_url,
+            "retries": 0,
+            "key": key["AccessKeyId"],
+            "secret": key["SecretAccessKey"],
+        }
+        manager = MultiNodeCheckpointManager(f"s3://{BUCKET}/run", "npz", storage_options=options)
+        with pytest.raises(OSError, match="403") as info:
+            JobRunner(counting_job(epochs=1), manager, save_retries=0).train(LocalSession())
+    printed = "".join(traceback.format_exception(info.value))
+    assert "HTTP 403 AccessDenied" in printed
+    assert "cannot be accessed" not in printed
+    assert key["SecretAccessKey"] not in printed

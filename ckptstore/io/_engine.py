@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
-from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of, crc32_of
+from ckptstore.io._checksum import CHECKSUM_ALGORITHM, ChecksumFunction, checksum_of, crc32_of
 from ckptstore.io._progress import ByteProgress
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._views import windows
 
 if TYPE_CHECKING:
-    from ckptstore.plugin._path_type import PathType, PositionalWriter
+    from ckptstore.plugin._path_type import PathType, PositionalReader, PositionalWriter
 
 __all__ = ["ParallelIO", "RangeCheck", "ReadRequest", "WriteRequest", "WriteResult"]
 
@@ -354,14 +354,27 @@ def _read_checked(
     if not windowed or request.nbytes <= VERIFY_WINDOW:
         storage.read_into(key, request.offset, targets)
         return checksum(targets)
-    value, offset = 0, request.offset
     with storage.open_reader(key) as source:  # one open for every window
-        # as little Python as can be between the calls that let go of the GIL: the I/O
-        # threads share it, and a thread back from a read waits for it
-        for window in windows([byte_view(target) for target in targets], VERIFY_WINDOW):
-            source.read_into(offset, window)
-            value = checksum(window, value)
-            offset += VERIFY_WINDOW  # every window is full but the last
+        views = [byte_view(target) for target in targets]
+        return _read_in_windows(source, request.offset, views, checksum)
+
+
+def _read_in_windows(
+    source: PositionalReader,
+    offset: int,
+    views: Sequence[memoryview],
+    checksum: ChecksumFunction,
+) -> int:
+    """Read ``views`` from ``offset`` of ``source`` in windows of
+    :data:`VERIFY_WINDOW`, each checksummed right after it is read (still in cache);
+    the checksum of them all."""
+    value = 0
+    # as little Python as can be between the calls that let go of the GIL: the I/O
+    # threads share it, and a thread back from a read waits for it
+    for window in windows(views, VERIFY_WINDOW):
+        source.read_into(offset, window)
+        value = checksum(window, value)
+        offset += VERIFY_WINDOW  # every window is full but the last
     return value
 
 
@@ -396,12 +409,7 @@ def _read_ranges_checked(
                     values.append(None)
                     offset += view.nbytes
                     continue
-                value, position = 0, offset
-                for window in windows([view], VERIFY_WINDOW):
-                    source.read_into(position, window)
-                    value = checksum(window, value)
-                    position += VERIFY_WINDOW  # every window is full but the last
-                values.append(value)
+                values.append(_read_in_windows(source, offset, [view], checksum))
                 offset += view.nbytes
     position = request.offset
     for target, expected, found in zip(targets, checks, values, strict=True):

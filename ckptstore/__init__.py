@@ -86,41 +86,22 @@ __all__ = [
     "get_ckpt_filename",
 ]
 
-_MOVED = {
-    "ckptstore.builtin": (
-        "CatalogEntry",
-        "CopyUpload",
-        "FsspecPath",
-        "IndexCatalog",
-        "JsonCatalog",
-        "LocalPath",
-        "NpzDB",
-        "RebuildReport",
-        "SqliteCatalog",
-        "ZarrDB",
-    ),
-    "ckptstore.execution": ("TaskOutput", "WorkspaceType"),
-    "ckptstore.plugin": (
-        "DBLocation",
-        "DBType",
-        "MetadataHandler",
-        "PathType",
-        "WrittenDB",
-        "get_registry",
-        "hookimpl",
-    ),
-    "ckptstore.records": ("BlobRecord", "ChunkRecord", "NodeManifest", "NodeStats"),
-}
-"""Names ``ckptstore`` exported before its front door narrowed, by their home now.
-Errors not in ``__all__`` are all in ``ckptstore.errors``."""
+_HOMES = (
+    "ckptstore.builtin",
+    "ckptstore.plugin",
+    "ckptstore.errors",
+    "ckptstore.records",
+    "ckptstore.execution",
+)
+"""Where the names ``ckptstore`` exported before its front door narrowed live now
+(built-in classes, plugin contracts, errors, records, execution types)."""
 
 
 def _home(name: str) -> str | None:
-    for module, names in _MOVED.items():
-        if name in names:
+    for module in _HOMES:
+        if name in importlib.import_module(module).__all__:
             return module
-    errors = importlib.import_module("ckptstore.errors")
-    return "ckptstore.errors" if name in errors.__all__ else None
+    return None
 
 
 def __getattr__(name: str) -> object:

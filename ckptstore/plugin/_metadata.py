@@ -123,6 +123,12 @@ class MetadataHandler(ABC):
     def write(self, epoch: int) -> None:
         """Record that ``epoch`` is committed on every node."""
 
+    def write_committed(self, epoch: int, stats: Sequence[NodeStats]) -> None:
+        """Record that ``epoch`` is committed, told by the save that committed it:
+        ``stats`` are its nodes', each with the commit just written (``commit``), so a
+        catalog need not read it back. The default calls :meth:`write`."""
+        self.write(epoch)
+
     def cp_accessible(self, epoch: int | None = None) -> bool:
         """Whether checkpoints can be written now (the runner skips the save if not)."""
         storage = self.require_storage()

@@ -31,11 +31,11 @@ from ckptstore.records._names import get_ckpt_filename
 
 NODES = ("trainer_0", "trainer_1")
 EPOCHS = 5
-RECORD_READS = 3
+RECORD_READS = 2
 """Reads of each node's commit record by a resume: the listing's check of the
-candidate, then the restore's."""
-MANIFEST_READS = 2
-"""Reads of each node's manifest by a resume."""
+candidate, then the restore's, which opens each node once."""
+MANIFEST_READS = 1
+"""Reads of each node's manifest by a resume (the restore loads what it lists)."""
 
 
 def manifest_reads(storage: RequestCountingPath) -> dict[str, int]:

@@ -148,7 +148,10 @@ class ManagerBase(ABC):
         return self._db_type
 
     @property
-    def metadata_handler(self) -> MetadataHandler | MetadataHandlerLike | None:
+    def metadata_handler(self) -> MetadataHandler | None:
+        """The handler, or ``None``; a Caffe2-style one is wrapped in a
+        :class:`~ckptstore.plugin.Caffe2Handler` (the object passed in is its
+        ``handler``)."""
         return self._metadata_handler
 
     @property
@@ -458,7 +461,7 @@ class ManagerBase(ABC):
         ``ckptstore_report`` plugin. A failing report is logged, never raised: it comes
         after the operation it describes, which succeeded or failed on its own."""
         handler = self._metadata_handler
-        if handler is not None and hasattr(handler, "report"):
+        if handler is not None:
             try:
                 handler.report(action_name, stats)
             except Exception:
@@ -486,7 +489,7 @@ class ManagerBase(ABC):
         """Tell the metadata handler that ``epoch`` is committed; ``stats``, the save's,
         carry the commit just written (:meth:`MetadataHandler.write_committed`)."""
         handler = self._metadata_handler
-        if isinstance(handler, MetadataHandler) and stats:
+        if handler is not None and stats:
             handler.write_committed(epoch, stats)
         elif handler is not None:
             handler.write(epoch=epoch)
@@ -509,16 +512,14 @@ class ManagerBase(ABC):
         handler = self._metadata_handler
         if handler is None:
             return
-        arguments: dict[str, Any] = {
-            "db_prefix": self._db_prefix,
-            "db_type": self._db_type.name,
-            "node_names": node_names,
-            "path_prefix": path_prefix,
-            "path_type": path_type,
-        }
-        if isinstance(handler, MetadataHandler):
-            arguments["storage"] = self.location.storage
-        handler.set_params(**arguments)
+        handler.set_params(
+            db_prefix=self._db_prefix,
+            db_type=self._db_type.name,
+            node_names=node_names,
+            path_prefix=path_prefix,
+            path_type=path_type,
+            storage=self.location.storage,
+        )
 
     def cp_accessible(self, epoch: int | None = None) -> bool:
         """Whether checkpoints can be written now (the handler's answer, else the

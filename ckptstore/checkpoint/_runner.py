@@ -43,7 +43,6 @@ from ckptstore.errors import (
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
-from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
@@ -270,7 +269,7 @@ class JobRunner:
         from the commit records."""
         resume = manager.get_resume_from_epoch_id(self.resume_from_epoch)
         handler = manager.metadata_handler
-        if isinstance(handler, MetadataHandler) and handler.answers_from_storage:
+        if handler is not None and handler.answers_from_storage:
             return resume  # the same question, already answered from the commit records
         nodes = self._saved_nodes(manager)
         if self.resume_from_epoch is None and not manager.overwrite:

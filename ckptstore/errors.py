@@ -584,7 +584,9 @@ class CatalogCorruptError(CkptStoreError, ValueError):
 
 
 class StorageError(CkptStoreError, OSError):
-    """A read or write on a path type failed after its retries.
+    """A read or write on a path type failed after its retries: the root of the one
+    family of ckptstore's ``OSError`` subclasses (storage failures, failed object-store
+    requests, failed saves), each with the ``url``, ``key`` and ``action`` involved.
 
     Example::
 
@@ -872,7 +874,8 @@ def is_permanent(error: BaseException) -> bool:
     if isinstance(error, StorageNotWritableError | InvalidNameError | UnsupportedBlobError):
         return True
     # an object store's "access denied" (HTTP 401/403), as is or wrapped in StorageError
-    cause = error.__cause__ if isinstance(error, StorageError) else error
+    wrapped = isinstance(error, StorageError) and not isinstance(error, RequestError)
+    cause = error.__cause__ if wrapped else error
     if isinstance(cause, RequestError) and cause.status in CREDENTIAL_STATUSES:
         return True
     return isinstance(error, OSError) and error.errno in _NOT_WRITABLE
@@ -891,7 +894,7 @@ def is_disk_full(error: BaseException) -> bool:
     )
 
 
-class SaveFailedError(CkptStoreError, OSError):
+class SaveFailedError(StorageError):
     """A checkpoint save failed on one or more nodes; the epoch was not committed.
 
     ``node_errors`` maps each failed node to what went wrong there.
@@ -906,12 +909,15 @@ class SaveFailedError(CkptStoreError, OSError):
     def __init__(self, epoch: int, url: str, node_errors: Mapping[str, str]) -> None:
         self.epoch = epoch
         self.url = url
+        self.key = None
+        self.action = "save"
         self.node_errors = dict(node_errors)
         causes = "; ".join(f"node {node!r}: {error}" for node, error in self.node_errors.items())
-        super().__init__(
+        CkptStoreError.__init__(
+            self,
             f"epoch {epoch} was not committed under {url}: the save failed on "
             f"{len(self.node_errors)} node(s) ({causes}). Check that every node can write "
-            "there; the job resumes from the last committed epoch."
+            "there; the job resumes from the last committed epoch.",
         )
 
     @property
@@ -966,12 +972,14 @@ class NodeLostError(CkptStoreError, RuntimeError):
         return type(self), (self.node, self.worker, self.detail), dict(self.__dict__)
 
 
-class RequestError(CkptStoreError, OSError):
+class RequestError(StorageError):
     """An object-store request that failed for good, described without credentials.
 
     ``status`` is the HTTP status (``None`` if no answer came), ``code`` the store's
     error code, ``attempts`` how many requests were made, ``retryable`` whether the last
-    failure was a transient one (the retries ran out).
+    failure was a transient one (the retries ran out). ``url`` and ``key`` are empty:
+    the message names the request; a path type wraps it in a :class:`StorageError`
+    naming both.
 
     Example::
 
@@ -990,7 +998,10 @@ class RequestError(CkptStoreError, OSError):
         attempts: int,
         retryable: bool,
     ) -> None:
-        super().__init__(message)
+        CkptStoreError.__init__(self, message)
+        self.url = ""
+        self.key = None
+        self.action = "request"
         self.status = status
         self.code = code
         self.attempts = attempts

@@ -114,8 +114,8 @@ class CountingLocalPath(LocalPath):
 
 
 class RequestCountingPath(CountingLocalPath):
-    """Local disk that also records every listing (its prefix) and every commit record
-    read (its epoch)."""
+    """Local disk that also records every listing (its prefix), every commit record
+    read (its epoch) and every document read (its key: one GET on an object store)."""
 
     name = "request_counting"
 
@@ -123,6 +123,7 @@ class RequestCountingPath(CountingLocalPath):
         super().__init__(url, **options)
         self.listings: list[str] = []
         self.record_reads: list[int] = []
+        self.document_keys: list[str] = []
 
     def list_keys(self, prefix: str = "") -> list[str]:
         with self._count_lock:
@@ -135,6 +136,11 @@ class RequestCountingPath(CountingLocalPath):
             with self._count_lock:
                 self.record_reads.append(epoch)
         return super().get_document(key)
+
+    def read_document(self, key: str) -> bytes:
+        with self._count_lock:
+            self.document_keys.append(key)
+        return super().read_document(key)
 
 
 class RecordingMemoryPath(FsspecPath):

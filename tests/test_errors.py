@@ -28,14 +28,18 @@ from ckptstore.errors import (
     KeyExistsError,
     LeaseHeldError,
     LeaseLostError,
+    MissingObjectError,
     NodeLostError,
     NotRunError,
     ObjectNotFoundError,
     PluginError,
+    RangeNotSatisfiableError,
+    RequestError,
     RestoreMismatchError,
     TooManySaveFailuresError,
     UnknownPluginError,
     UnsupportedBlobError,
+    is_permanent,
 )
 
 ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
@@ -63,6 +67,8 @@ ERRORS: list[tuple[CkptStoreError, type[BaseException]]] = [
     (LeaseHeldError("/c", "n", "host h, pid 1", 30.0), RuntimeError),
     (DocumentChangedError("/c", "_ckptstore/lease/n.json"), FileExistsError),
     (LeaseLostError("/c", "n", 3, "an operator broke it"), RuntimeError),
+    (RequestError("GET s3://b/k: HTTP 503", status=503, attempts=8, retryable=True), OSError),
+    (MissingObjectError("GET s3://b/k: 404", status=404, attempts=1, retryable=False), OSError),
 ]
 
 
@@ -74,6 +80,25 @@ def test_every_error_is_a_ckptstore_error_and_the_expected_builtin(
     assert isinstance(error, builtin)
     assert str(error)
     assert not str(error).startswith(("'", '"'))  # KeyError subclasses print plainly
+
+
+def test_storage_failures_are_one_oserror_family() -> None:
+    """Failed requests and failed saves are StorageErrors too: one ``except`` for all,
+    each with the location involved; the old names keep working."""
+    for cls in (RequestError, MissingObjectError, RangeNotSatisfiableError, SaveFailedError):
+        assert issubclass(cls, StorageError)
+    request = RequestError("PUT s3://b/k: HTTP 403", status=403, attempts=1, retryable=False)
+    assert (request.url, request.key, request.action) == ("", None, "request")
+    assert str(request) == "PUT s3://b/k: HTTP 403"
+    failed = SaveFailedError(2, "/c", {"n": "x"})
+    assert (failed.url, failed.key, failed.action) == ("/c", None, "save")
+    # an object store's "access denied" is permanent as is, and wrapped in a StorageError
+    assert is_permanent(request)
+    wrapped = StorageError("s3://b", "k", "write", request)
+    wrapped.__cause__ = request  # as `raise ... from request` sets it
+    assert is_permanent(wrapped)
+    transient = RequestError("PUT s3://b/k: HTTP 503", status=503, attempts=8, retryable=True)
+    assert not is_permanent(transient)
 
 
 def test_plugin_errors_share_a_base() -> None:

@@ -26,6 +26,7 @@ from ckptstore import (
 from ckptstore.builtin import NpzDB
 from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import BlobNotFoundError, NotRunError, SaveFailedError, UnknownPluginError
+from ckptstore.plugin import Caffe2Handler
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
@@ -295,6 +296,10 @@ def test_a_duck_typed_caffe2_handler_gets_caffe2_arguments(tmp_path: Path) -> No
     }
     assert manager.get_resume_from_epoch_id(None) == 7
     manager.report_checkpoint_stats("checkpoint_save")  # no report method: skipped
+    wrapped = manager.metadata_handler
+    assert isinstance(wrapped, Caffe2Handler)  # one contract inside the managers
+    assert wrapped.handler is handler
+    wrapped.forget([3])  # no forget method: nothing to drop
 
 
 def test_without_handler_the_users_epoch_and_the_storage_decide(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ from ckptstore.protocol import (
     read_commit,
     require_commit,
 )
-from ckptstore.records import json_int, json_list
+from ckptstore.records import NodeStats, json_int, json_list
 
 __all__ = ["CatalogEntry", "IndexCatalog", "RebuildReport"]
 
@@ -296,7 +296,27 @@ class IndexCatalog(MetadataHandler):
         return CommitListing.of(self.require_storage()).complete(nodes)
 
     def write(self, epoch: int) -> None:
-        record = require_commit(self.require_storage(), epoch, self.node_names, action="catalog")
+        self._file(require_commit(self.require_storage(), epoch, self.node_names, action="catalog"))
+
+    def write_committed(self, epoch: int, stats: Sequence[NodeStats]) -> None:
+        """File the commit the save just wrote (no read), when it covers every node of
+        the job; else, as :meth:`write`, from the commit records."""
+        commits = {
+            node_stats.node: node_stats.commit
+            for node_stats in stats
+            if node_stats.epoch == epoch
+            and node_stats.commit is not None
+            and node_stats.commit.committed_at is not None
+        }
+        nodes = set(self.node_names)
+        if not nodes or not nodes <= set(commits):
+            self.write(epoch)
+            return
+        mine = {node: commits[node] for node in sorted(nodes)}
+        stamps = [commit.committed_at for commit in mine.values() if commit.committed_at]
+        self._file(EpochCommit(epoch, mine, max(stamps)))
+
+    def _file(self, record: EpochCommit) -> None:
         try:
             self._put_entry(record)
         except CatalogCorruptError as error:

@@ -110,9 +110,11 @@ class FsspecPath(PathType):
     def _errors(self, action: str, key: str | None) -> Iterator[None]:
         try:
             yield
-        except (StorageError, CorruptCheckpointError):
-            raise
         except Exception as error:
+            # typed already; a request's failure (a StorageError too) is judged below
+            typed = isinstance(error, StorageError) and not isinstance(error, RequestError)
+            if typed or isinstance(error, CorruptCheckpointError):
+                raise
             failure = _failure(error)
             if failure is None:
                 raise ObjectNotFoundError(self.display_url, key, action, error) from None

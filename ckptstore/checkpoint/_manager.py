@@ -38,8 +38,13 @@ from ckptstore.checkpoint._node_tasks import (
     run_alone,
     save_node,
 )
-from ckptstore.checkpoint._retention import RetentionPolicy
-from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
+from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    JobConfigurationError,
+    NotRunError,
+    SaveFailedError,
+)
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
 from ckptstore.execution._task import Task, TaskGroup, TaskOutput
@@ -48,9 +53,12 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol._commit import open_node, verify_node
+from ckptstore.protocol._commit import check_can_hold, open_node, verify_node
+from ckptstore.protocol._lease import WriterLease
 from ckptstore.protocol._lease_document import LeaseFence
+from ckptstore.protocol._listing import CommitListing
 from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 from ckptstore.records._stats import NodeStats
 
@@ -63,6 +71,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# the longest names a save derives from a node's: its staging directory for a 10-digit
+# epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
+_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
+_CHUNK_SAMPLE = "c/0/0/0/0"
+_KEPT_COMMITS = 8
 
 DEFAULT_DB_TYPE = "zarr"
 BACKGROUND_NICE = 0
@@ -121,6 +135,9 @@ class ManagerBase(ABC):
         self.writer_fence: LeaseFence | None = None
         """The writer lease a runner holds for this manager's saves (set by
         ``JobRunner.train``): each commit checks it and records its generation."""
+        self._replace_upto = -1  # saves of epochs up to this one replace damaged ones
+        self._legacy_epochs: frozenset[int] | None = None  # from the last listing
+        self._committed: dict[int, list[NodeStats]] = {}  # kept by a group's commit
 
     @property
     def db_prefix(self) -> str:
@@ -131,13 +148,84 @@ class ManagerBase(ABC):
         return self._db_type
 
     @property
-    def metadata_handler(self) -> MetadataHandler | MetadataHandlerLike | None:
+    def metadata_handler(self) -> MetadataHandler | None:
+        """The handler, or ``None``; a Caffe2-style one is wrapped in a
+        :class:`~ckptstore.plugin.Caffe2Handler` (the object passed in is its
+        ``handler``)."""
         return self._metadata_handler
 
     @property
     def location(self) -> CheckpointLocation:
         """The opened checkpoint root, format and I/O settings."""
         return self._location
+
+    @property
+    def display_url(self) -> str:
+        """The checkpoint root, as messages name it (credentials removed)."""
+        return self._location.storage.display_url
+
+    # -- what a runner asks before and around saves ------------------------------------
+
+    def saved_nodes(self, job_nodes: Sequence[str]) -> list[str]:
+        """The node names a job with ``job_nodes`` files its checkpoints under."""
+        return [str(node) for node in job_nodes]
+
+    def check_writable(self) -> None:
+        """Raise, typed, if the checkpoint root cannot be written at all."""
+        self._location.storage.check_writable()
+
+    def check_can_hold(self) -> None:
+        """Raise :class:`~ckptstore.errors.JobConfigurationError` if this manager's
+        format cannot be written on its storage (before anything is saved)."""
+        check_can_hold(self._location.storage, self._location.db_type)
+
+    def check_accessible(self, epoch: int) -> None:
+        """Before a save of ``epoch``: raise if the handler (else the storage) says
+        checkpoints cannot be written now, typed when the cause is permanent, else a
+        retryable :class:`~ckptstore.errors.SaveFailedError`."""
+        if not self.cp_accessible(epoch=None):
+            self.check_writable()  # a permanent cause: typed
+            raise SaveFailedError(
+                epoch,
+                self.display_url,
+                dict.fromkeys(self.node_names(), "Checkpoint files cannot be accessed"),
+            )
+
+    def check_name_limits(self) -> None:
+        """Raise :class:`~ckptstore.errors.InvalidNameError` at init if a node or blob
+        name makes a key longer than the storage allows (255-byte local path
+        components, 1024-byte S3/GCS object names), instead of failing at every save."""
+        storage = self._location.storage
+        for node, blobs in self._blob_lists():
+            directory = _STAGING_SAMPLE.format(node=node)
+            storage.check_key_limits(directory, "node name", node)
+            for blob in blobs:
+                storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)
+
+    def _blob_lists(self) -> list[tuple[str, list[str]]]:
+        """Each node's name and the blobs its saves write (after :meth:`init`)."""
+        return []
+
+    def writer_lease(self, nodes: Sequence[str], ttl: float) -> WriterLease:
+        """A writer lease on ``nodes`` under this manager's root (not taken yet)."""
+        return WriterLease(self._location.storage, nodes, ttl=ttl)
+
+    def commit_listing(self) -> CommitListing:
+        """The commit records under the root, from one listing of its control directory
+        (a snapshot: resume asks it). Saves learn from it which epochs have a
+        one-document record of earlier versions, so they look for one only there."""
+        listing = CommitListing.of(self._location.storage)
+        self._legacy_epochs = listing.legacy
+        return listing
+
+    def replace_committed(self, upto: int | None = None) -> None:
+        """Let later saves replace committed epochs: every epoch (``upto=None``, what
+        ``overwrite=True`` does), or those up to ``upto`` (epochs a runner could not
+        restore: they hold nothing usable; each replacement is logged)."""
+        if upto is None:
+            self.overwrite = True
+        else:
+            self._replace_upto = max(self._replace_upto, upto)
 
     def _read_location(self, path_prefix: str | None, path_type: str | None) -> CheckpointLocation:
         return self._location.at(path_prefix or self._path_prefix, path_type or self._path_type)
@@ -172,19 +260,72 @@ class ManagerBase(ABC):
         """What runs before every node's part of the save of ``epoch`` (committed
         checkpoints are write-once) and after all of them (commit, or
         :class:`~ckptstore.errors.SaveFailedError` naming the failed nodes)."""
-        storage = self.location.storage
-        check = partial(
+        return Hooks(self._check_hook(epoch), self._commit_hook(epoch))
+
+    def _check_hook(self, epoch: int) -> Callable[[], None]:
+        """The check before the save of ``epoch``; it reads the epoch's one-document
+        record of earlier versions only if a listing showed one (the first save of a
+        manager that was never listed lists the control directory once)."""
+        replacing = epoch <= self._replace_upto and not self.overwrite
+        if replacing:
+            log.warning("Replacing epoch %d, which could not be restored", epoch)
+        if self._legacy_epochs is None:
+            self.commit_listing()
+        assert self._legacy_epochs is not None
+        return partial(
             check_not_committed,
-            storage=storage,
+            storage=self.location.storage,
             db_type=self.location.db_type,
             epoch=epoch,
             nodes=self.node_names(),
-            overwrite=self.overwrite,
+            overwrite=self.overwrite or replacing,
             fence=self.writer_fence,
+            legacy=epoch in self._legacy_epochs,
         )
-        return Hooks(
-            check, partial(commit_saves, storage=storage, epoch=epoch, fence=self.writer_fence)
+
+    def _commit_hook(self, epoch: int) -> Callable[[list[object]], list[NodeStats]]:
+        """The commit after every node's part of the save of ``epoch``."""
+        return partial(
+            commit_saves, storage=self.location.storage, epoch=epoch, fence=self.writer_fence
         )
+
+    def _keep_committed(self, results: list[object]) -> list[object]:
+        """Keep the stats a group's commit hook returned (with the commit just
+        written) for :meth:`finish_commit`: a group's tasks' outputs lack it."""
+        committed = [stats for stats in results if isinstance(stats, NodeStats)]
+        if committed:
+            self._committed[committed[0].epoch] = committed
+            while len(self._committed) > _KEPT_COMMITS:  # saves nobody finished
+                del self._committed[next(iter(self._committed))]
+        return results
+
+    def finish_commit(
+        self,
+        epoch: int,
+        stats: Sequence[NodeStats] | None = None,
+        *,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
+        """What follows the commit of ``epoch``, the one path for synchronous and
+        asynchronous saves: the catalog entry (from the commit just written, nothing
+        read back), the stats reports, then ``retention``.
+
+        ``stats``: the save's (default: those of the last operation). A failing
+        catalog write raises before anything else ran, so the caller may call this
+        again; a failing report or retention is logged: the save succeeded."""
+        if stats is None:
+            collected: dict[str, NodeStats] = {}
+            self.collect_checkpoint_stats(collected)
+            stats = list(collected.values())
+        stats = self._committed.pop(epoch, None) or list(stats)
+        try:
+            self.write_checkpoint_metadata(epoch, stats)
+        except BaseException:
+            self._committed[epoch] = stats  # for the caller's next attempt
+            raise
+        self.report("checkpoint_save", {node_stats.db_path: node_stats for node_stats in stats})
+        if retention is not None:
+            retain_after_save(self, retention, epoch)
 
     @abstractmethod
     def _on_every_node(
@@ -199,6 +340,12 @@ class ManagerBase(ABC):
     ) -> Task | TaskGroup:
         """What loads ``epoch`` back into the workspaces."""
 
+    @abstractmethod
+    def restore(self, nodes: Sequence[str], epoch: int) -> Task | TaskGroup:
+        """What a resume runs: ``init(nodes, retrieve_from_epoch=epoch)`` then
+        ``load(epoch)`` in one, each node's checkpoint opened once (its manifest read
+        once): every stored blob is loaded and becomes a blob to checkpoint."""
+
     def save_async(
         self,
         epoch: int,
@@ -209,16 +356,18 @@ class ManagerBase(ABC):
         backoff: float = 0.5,
         after_commit: Callable[[int, list[NodeStats]], None] | None = None,
         background_nice: int = BACKGROUND_NICE,
+        retention: RetentionPolicy | None = None,
     ) -> SaveFuture:
         """Save ``epoch`` in the background; returns once every node's blobs are copied
         into staging buffers (training may then change them).
 
-        Writing, checksums, fsync, the commit (once every node succeeded), the catalog
-        update, stats reports and ``after_commit(epoch, stats)`` (e.g. retention) run on
-        background threads; the returned :class:`SaveFuture` completes after them. At
-        most ``max_in_flight`` saves are unfinished: this call first waits for the
-        oldest, and raises (typed) the error of an earlier save nobody observed. A
-        node's background write is retried ``retries`` times from its staged copy.
+        Writing, checksums, fsync, the commit (once every node succeeded), then
+        :meth:`finish_commit` (the catalog update, stats reports, ``retention``) and
+        ``after_commit(epoch, stats)`` run on background threads; the returned
+        :class:`SaveFuture` completes after them. At most ``max_in_flight`` saves are
+        unfinished: this call first waits for the oldest, and raises (typed) the error
+        of an earlier save nobody observed. A node's background write is retried
+        ``retries`` times from its staged copy.
 
         The background write runs ``background_nice`` nice levels below the calling
         thread (Linux; its I/O threads too; default 0: at the training thread's
@@ -244,8 +393,7 @@ class ManagerBase(ABC):
 
         def finish(tickets: list[Any]) -> list[NodeStats]:
             results = cast("list[NodeStats]", session.run(self._finish_group(epoch, tickets)))
-            self.write_checkpoint_metadata(epoch)
-            self.report("checkpoint_save", {stats.db_path: stats for stats in results})
+            self.finish_commit(epoch, results, retention=retention)
             if after_commit is not None:
                 try:
                     after_commit(epoch, results)
@@ -269,7 +417,7 @@ class ManagerBase(ABC):
     def _stage_group(self, epoch: int, options: StageOptions) -> Task | TaskGroup:
         """What copies every node's blobs into staging and queues their writes (after
         the same check as a synchronous save)."""
-        check = Hooks(before=self._commit_hooks(epoch).before)
+        check = Hooks(before=self._check_hook(epoch))
         return self._on_every_node(
             lambda manager: manager._stage_work(epoch, options), "checkpoint_stage", check
         )
@@ -277,7 +425,7 @@ class ManagerBase(ABC):
     def _finish_group(self, epoch: int, tickets: list[Any]) -> Task | TaskGroup:
         """What waits for the staged writes, then commits as a synchronous save does."""
         by_node = dict(zip(self.node_names(), tickets, strict=True))
-        commit = Hooks(after=self._commit_hooks(epoch).after)
+        commit = Hooks(after=self._commit_hook(epoch))
         return self._on_every_node(
             lambda manager: manager._await_work(epoch, by_node[manager.node_name]),
             "checkpoint_await_save",
@@ -313,7 +461,7 @@ class ManagerBase(ABC):
         ``ckptstore_report`` plugin. A failing report is logged, never raised: it comes
         after the operation it describes, which succeeded or failed on its own."""
         handler = self._metadata_handler
-        if handler is not None and hasattr(handler, "report"):
+        if handler is not None:
             try:
                 handler.report(action_name, stats)
             except Exception:
@@ -335,10 +483,16 @@ class ManagerBase(ABC):
             stats[path] = NodeStats(node, epoch, path, action, error=error)
         return stats
 
-    def write_checkpoint_metadata(self, epoch: int) -> None:
-        """Tell the metadata handler that ``epoch`` is committed."""
-        if self._metadata_handler is not None:
-            self._metadata_handler.write(epoch=epoch)
+    def write_checkpoint_metadata(
+        self, epoch: int, stats: Sequence[NodeStats] | None = None
+    ) -> None:
+        """Tell the metadata handler that ``epoch`` is committed; ``stats``, the save's,
+        carry the commit just written (:meth:`MetadataHandler.write_committed`)."""
+        handler = self._metadata_handler
+        if handler is not None and stats:
+            handler.write_committed(epoch, stats)
+        elif handler is not None:
+            handler.write(epoch=epoch)
 
     def get_resume_from_epoch_id(self, user_epoch: int | None = None) -> int | None:
         """The epoch to resume from: the handler's answer if there is a handler, else
@@ -358,16 +512,14 @@ class ManagerBase(ABC):
         handler = self._metadata_handler
         if handler is None:
             return
-        arguments: dict[str, Any] = {
-            "db_prefix": self._db_prefix,
-            "db_type": self._db_type.name,
-            "node_names": node_names,
-            "path_prefix": path_prefix,
-            "path_type": path_type,
-        }
-        if isinstance(handler, MetadataHandler):
-            arguments["storage"] = self.location.storage
-        handler.set_params(**arguments)
+        handler.set_params(
+            db_prefix=self._db_prefix,
+            db_type=self._db_type.name,
+            node_names=node_names,
+            path_prefix=path_prefix,
+            path_type=path_type,
+            storage=self.location.storage,
+        )
 
     def cp_accessible(self, epoch: int | None = None) -> bool:
         """Whether checkpoints can be written now (the handler's answer, else the
@@ -507,7 +659,10 @@ class CheckpointManager(ManagerBase):
         if self._names_output is None:
             raise JobConfigurationError("call manager.init(...) and run its task before save/load")
         try:
-            return list(cast("list[str]", self._names_output.fetch()))
+            names = self._names_output.fetch()
+            if isinstance(names, NodeStats):  # recorded by restore: what it loaded
+                return sorted(names.blobs)
+            return list(cast("list[str]", names))
         except NotRunError:
             raise NotRunError(
                 "the task returned by manager.init(...) has not run yet: run it in the session "
@@ -572,21 +727,36 @@ class CheckpointManager(ManagerBase):
 
         ``path_prefix`` reads from another checkpoint root, such as an upload tier.
         """
-        epoch = validate_epoch(epoch)
-        task = Task(
-            partial(
-                load_node,
-                location=self._read_location(path_prefix, path_type),
-                node=self._node_name,
-                epoch=epoch,
-                names=self.blob_list(),
-            ),
-            name="checkpoint_load",
-            node=self._task_node(),
-            result_is_output=True,
+        task = self._load_task(
+            validate_epoch(epoch), self._read_location(path_prefix, path_type), self.blob_list()
         )
         self._stats_outputs = [task.outputs()[0]]
         return task
+
+    def restore(self, nodes: Sequence[str], epoch: int) -> Task:
+        """A task that loads every blob of this node's checkpoint of ``epoch`` and
+        records them as the blobs to checkpoint (see :meth:`ManagerBase.restore`)."""
+        epoch = validate_epoch(epoch)
+        self.init(nodes)  # the workspace's node; the blob list comes from the load
+        task = self._load_task(epoch, self._read_location(None, None), None, "checkpoint_restore")
+        self._names_output = task.outputs()[0]
+        self._stats_outputs = [self._names_output]
+        return task
+
+    def _load_task(
+        self,
+        epoch: int,
+        location: CheckpointLocation,
+        names: list[str] | None,
+        name: str = "checkpoint_load",
+    ) -> Task:
+        """A task loading ``names`` (``None``: every stored blob) of ``epoch``."""
+        return Task(
+            partial(load_node, location=location, node=self._node_name, epoch=epoch, names=names),
+            name=name,
+            node=self._task_node(),
+            result_is_output=True,
+        )
 
     def load_blobs_from_checkpoint(self, blob_names: Sequence[str], epoch: int) -> Task:
         """A task that loads ``blob_names`` from this node's checkpoint of ``epoch`` into
@@ -628,6 +798,12 @@ class CheckpointManager(ManagerBase):
 
     def node_names(self) -> list[str]:
         return [self._node_name]
+
+    def saved_nodes(self, job_nodes: Sequence[str]) -> list[str]:
+        return [self._node_name]
+
+    def _blob_lists(self) -> list[tuple[str, list[str]]]:
+        return [(self._node_name, self.blob_list())]
 
     def get_ckpt_db_name(self, node_name: str, epoch: int) -> str | None:
         """Where ``node_name``'s checkpoint of ``epoch`` lives, if it is this manager's."""

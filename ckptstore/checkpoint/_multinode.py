@@ -123,7 +123,15 @@ class MultiNodeCheckpointManager(ManagerBase):
     def _task_group(
         self, build: Callable[[CheckpointManager], Task], hooks: Hooks = NO_HOOKS
     ) -> TaskGroup:
-        group = TaskGroup(WorkspaceType.GLOBAL, before_run=hooks.before, after_run=hooks.after)
+        after = hooks.after
+        group = TaskGroup(
+            WorkspaceType.GLOBAL,
+            before_run=hooks.before,
+            # on the driver: the commit's stats (the record just written) are kept
+            after_run=None
+            if after is None
+            else lambda results: self._keep_committed(list(after(results))),
+        )
         for node, manager in self._require_managers():
             with Node(node), group:
                 build(manager)
@@ -174,6 +182,18 @@ class MultiNodeCheckpointManager(ManagerBase):
         group = self._task_group(lambda manager: manager.load(epoch, path_prefix, path_type))
         self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
         return group
+
+    def restore(self, nodes: Sequence[str], epoch: int) -> TaskGroup:
+        """A group loading every node's blobs from epoch ``epoch`` and recording them as
+        the blobs to checkpoint (see :meth:`ManagerBase.restore`)."""
+        epoch = validate_epoch(epoch)
+        self._create_managers(nodes)
+        group = self._task_group(lambda manager: manager.restore([manager.node_name], epoch))
+        self._stats_outputs = [task.outputs()[0] for task in group.tasks()]
+        return group
+
+    def _blob_lists(self) -> list[tuple[str, list[str]]]:
+        return [(node, manager.blob_list()) for node, manager in self._require_managers()]
 
     def load_blobs_locally(
         self, nodes: Sequence[str], blob_names: Sequence[str], epoch: int, session: Session

@@ -23,8 +23,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -160,15 +160,19 @@ def check_not_committed(
     nodes: Sequence[str],
     overwrite: bool,
     fence: LeaseFence | None = None,
+    legacy: bool | None = None,
 ) -> None:
     """Before any node's part of an epoch's save: a format ``storage`` cannot hold is
     refused (:func:`~ckptstore.protocol.check_can_hold`) before anything is retracted;
     committed checkpoints are write-once (:class:`~ckptstore.errors.AlreadyCommittedError`;
-    ``overwrite`` uncommits them first). A multi-node save's ``before_run``; a
-    single-node save runs it in its task."""
+    ``overwrite`` uncommits them first; ``legacy``: see
+    :func:`~ckptstore.protocol.check_not_committed`). A multi-node save's
+    ``before_run``; a single-node save runs it in its task."""
     protocol.check_can_hold(storage, db_type)
     with _failing(storage, epoch, nodes):
-        protocol.check_not_committed(storage, epoch, nodes, overwrite=overwrite, fence=fence)
+        protocol.check_not_committed(
+            storage, epoch, nodes, overwrite=overwrite, fence=fence, legacy=legacy
+        )
 
 
 def commit_saves(
@@ -177,11 +181,13 @@ def commit_saves(
     storage: PathType,
     epoch: int,
     fence: LeaseFence | None = None,
-) -> None:
+) -> list[NodeStats]:
     """After every node's part of the save of ``epoch`` ran: commit the epoch if all
     succeeded, else raise :class:`SaveFailedError` naming each failed node (the epoch
     stays invisible), chained to the first failure's error when this process holds it.
-    A multi-node save's ``after_run``; a single-node save runs it in its task."""
+    Returns the nodes' stats, each with the commit just written (``commit``: its time
+    and lease generation), so that no one reads it back. A multi-node save's
+    ``after_run``; a single-node save runs it in its task."""
     stats = [result for result in results if isinstance(result, NodeStats)]
     failed = [result for result in stats if result.error is not None]
     if failed:
@@ -189,9 +195,13 @@ def commit_saves(
             epoch, storage.display_url, {result.node: str(result.error) for result in failed}
         ) from next((result.cause for result in failed if result.cause is not None), None)
     with _failing(storage, epoch, [result.node for result in stats]):
-        protocol.commit_epoch(
+        record = protocol.commit_epoch(
             storage, epoch, [result.commit for result in stats if result.commit], fence=fence
         )
+    return [
+        replace(result, commit=record.nodes[result.node]) if result.commit else result
+        for result in stats
+    ]
 
 
 @contextmanager
@@ -213,7 +223,8 @@ def _failing(storage: PathType, epoch: int, nodes: Sequence[str]) -> Iterator[No
 @dataclass(frozen=True)
 class Hooks:
     """What runs before every node's part of an operation (``before()``) and after all
-    of them (``after(results)``): a :class:`~ckptstore.execution.TaskGroup`'s hooks.
+    of them (``after(results)``, which returns the results as they stand after it):
+    a :class:`~ckptstore.execution.TaskGroup`'s hooks.
 
     Example::
 
@@ -222,7 +233,7 @@ class Hooks:
     """
 
     before: Callable[[], None] | None = None
-    after: Callable[[list[object]], None] | None = None
+    after: Callable[[list[object]], Sequence[object]] | None = None
 
 
 NO_HOOKS = Hooks()
@@ -234,12 +245,13 @@ NodeWork = Callable[[Workspace], object]
 def run_alone(ws: Workspace, *, work: Callable[[Workspace], _T], hooks: Hooks) -> _T:
     """``work`` on this node as a group of one: ``hooks.before()``, the work, then
     ``hooks.after([result])``, as a :class:`~ckptstore.execution.TaskGroup` runs its
-    hooks around its tasks (a single-node manager returns one Task, as in Caffe2)."""
+    hooks around its tasks (a single-node manager returns one Task, as in Caffe2).
+    Returns the result as ``hooks.after`` returned it (a save's: with its commit)."""
     if hooks.before is not None:
         hooks.before()
     result = work(ws)
     if hooks.after is not None:
-        hooks.after([result])
+        (result,) = cast("Sequence[_T]", hooks.after([result]))
     return result
 
 
@@ -254,10 +266,11 @@ def load_node(
     location: CheckpointLocation,
     node: str,
     epoch: int,
-    names: Sequence[str],
+    names: Sequence[str] | None,
 ) -> NodeStats:
-    """Load every listed blob from ``node``'s checkpoint of ``epoch`` into ``ws``. All
-    blobs are read and verified before any is replaced: a failed load changes nothing."""
+    """Load every listed blob (``None``: every stored one) from ``node``'s checkpoint of
+    ``epoch`` into ``ws``, opening it once. All blobs are read and verified before any
+    is replaced: a failed load changes nothing."""
     started = time.perf_counter_ns()
     manifest = protocol.open_node(location.storage, node, epoch)
     arrays = protocol.read_blobs(

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
 from ckptstore.io._progress import ByteProgress, NodeProgress
+from ckptstore.plugin._metadata import MetadataHandler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._documents import decode_document, encode_document, json_list
 from ckptstore.records._layout import CONTROL_DIR
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EpochRemoval",
-    "ForgetsEpochs",
     "KeepLast",
     "RetentionPlan",
     "RetentionPolicy",
@@ -99,22 +99,6 @@ class RetentionPolicy(Protocol):
 
     def keep(self, epochs: Sequence[int]) -> set[int]:
         """The subset of ``epochs`` (committed, ascending) to keep."""
-        ...
-
-
-@runtime_checkable
-class ForgetsEpochs(Protocol):
-    """A metadata handler that drops deleted epochs from its catalog.
-
-    Example::
-
-        >>> from ckptstore.builtin import JsonCatalog
-        >>> isinstance(JsonCatalog(), ForgetsEpochs)  # retention calls handler.forget([3, 4])
-        True
-    """
-
-    def forget(self, epochs: Sequence[int]) -> None:
-        """Remove ``epochs`` from the catalog."""
         ...
 
 
@@ -352,13 +336,13 @@ def enforce(
     upto: int | None = None,
     protect: Iterable[int] = (),
     nodes: Iterable[str] | None = None,
-    handler: Any = None,
+    handler: MetadataHandler | None = None,
     on_removed: Callable[[EpochRemoval], None] | None = None,
     on_bytes: ByteProgress | None = None,
 ) -> RetentionPlan:
     """Plan and (unless ``dry_run``) carry out ``policy`` for ``nodes`` (``None``: every
-    node); the handler brings the touched epochs' entries in line with storage if it
-    can (:class:`ForgetsEpochs`)."""
+    node); the handler brings the touched epochs' entries in line with storage
+    (:meth:`~ckptstore.plugin.MetadataHandler.forget`)."""
     plan = plan_retention(storage, policy, upto=upto, protect=protect, nodes=nodes)
     if not dry_run:
         carry_out(storage, plan, handler=handler, on_removed=on_removed, on_bytes=on_bytes)
@@ -369,15 +353,15 @@ def carry_out(
     storage: PathType,
     plan: RetentionPlan,
     *,
-    handler: Any = None,
+    handler: MetadataHandler | None = None,
     on_removed: Callable[[EpochRemoval], None] | None = None,
     on_bytes: ByteProgress | None = None,
 ) -> None:
-    """Delete what ``plan`` lets go, then tell the handler (:class:`ForgetsEpochs`)."""
+    """Delete what ``plan`` lets go, then tell the handler (``handler.forget``)."""
     if not plan.delete:
         return
     remove_epochs(storage, plan.delete, on_removed=on_removed, on_bytes=on_bytes)
-    if isinstance(handler, ForgetsEpochs):
+    if handler is not None:
         handler.forget(sorted({removal.epoch for removal in plan.delete}))
 
 

@@ -25,14 +25,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
 from ckptstore.checkpoint._async_save import SaveFuture
-from ckptstore.checkpoint._manager import BACKGROUND_NICE, CheckpointManager, ManagerBase
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
+from ckptstore.checkpoint._manager import BACKGROUND_NICE, ManagerBase
+from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.errors import (
     AlreadyCommittedError,
     CorruptCheckpointError,
@@ -45,16 +43,11 @@ from ckptstore.errors import (
 )
 from ckptstore.execution._job import Job
 from ckptstore.execution._session import Session
-from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import check_can_hold
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
 from ckptstore.protocol._listing import CommitListing
-from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._names import validate_epoch
-from ckptstore.records._stats import NodeStats
 
 __all__ = ["JobRunner", "SaveFailure"]
 
@@ -69,53 +62,17 @@ class SaveFailure:
     error: BaseException
 
 
-def _refuse_to_start_over(storage: PathType, complete: int | None) -> None:
+def _refuse_to_start_over(url: str, complete: int | None) -> None:
     """Raise if an epoch is committed on every node of the job (``complete``, the newest
     such): starting from scratch would overwrite it."""
     if complete is not None:
         raise JobConfigurationError(
             f"refusing to start from scratch over committed checkpoints: epoch {complete} "
-            f"is committed on every node of this job under {storage.display_url}. "
+            f"is committed on every node of this job under {url}. "
             f"Resume with JobRunner(..., resume_from_epoch={complete}) or a metadata "
             "handler (metadata_handler='json' resumes by itself), or pass "
             "JobRunner(..., overwrite=True) to start over and overwrite them."
         )
-
-
-def _require_accessible(manager: ManagerBase, epoch: int) -> None:
-    """Before a save: raise if the handler (else the storage) says checkpoints cannot be
-    written now, typed when the cause is permanent, else a retryable SaveFailedError."""
-    if not manager.cp_accessible(epoch=None):
-        manager.location.storage.check_writable()  # a permanent cause: typed
-        raise SaveFailedError(
-            epoch,
-            manager.location.storage.display_url,
-            dict.fromkeys(manager.node_names(), "Checkpoint files cannot be accessed"),
-        )
-
-
-# the longest names a save derives from a node's: its staging directory for a 10-digit
-# epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
-_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
-_CHUNK_SAMPLE = "c/0/0/0/0"
-
-
-def check_name_limits(manager: ManagerBase) -> None:
-    """Raise :class:`~ckptstore.errors.InvalidNameError` at init if a node or blob
-    name makes a key longer than the storage allows (255-byte local path components,
-    1024-byte S3/GCS object names), instead of failing at every save."""
-    storage = manager.location.storage
-    if isinstance(manager, MultiNodeCheckpointManager):
-        pairs = manager.node_managers()
-    elif isinstance(manager, CheckpointManager):
-        pairs = [(manager.node_names()[0], manager)]
-    else:
-        return
-    for node, node_manager in pairs:
-        directory = _STAGING_SAMPLE.format(node=node)
-        storage.check_key_limits(directory, "node name", node)
-        for blob in node_manager.blob_list():
-            storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)
 
 
 class JobRunner:
@@ -239,7 +196,6 @@ class JobRunner:
         self.max_saves_in_flight = max_saves_in_flight
         self.background_nice = background_nice
         self._in_flight: list[SaveFuture] = []
-        self._damaged_upto = -1  # epochs up to this one failed to restore: re-saved over
         self.already_finished = False
         self.resumed_from_epoch: int | None = None
         """The epoch the last :meth:`train` restored and continued from; ``None`` when
@@ -277,9 +233,8 @@ class JobRunner:
         if manager is None or self.lease_ttl is None:
             return None
         nodes = self._saved_nodes(manager)
-        storage = manager.location.storage
-        storage.check_writable()  # an unusable root says so, not the lease's first write
-        lease = WriterLease(storage, nodes, ttl=self.lease_ttl)
+        manager.check_writable()  # an unusable root says so, not the lease's first write
+        lease = manager.writer_lease(nodes, self.lease_ttl)
         lease.acquire()
         self._lease = lease
         return lease
@@ -302,9 +257,7 @@ class JobRunner:
 
     def _saved_nodes(self, manager: ManagerBase) -> list[str]:
         """The node names this job's checkpoints are filed under."""
-        if isinstance(manager, CheckpointManager):
-            return [manager.node_name]
-        return [str(node) for node in self.job.nodes_to_checkpoint()]
+        return manager.saved_nodes(self.job.nodes_to_checkpoint())
 
     def _resume_epoch(self, manager: ManagerBase) -> int | None:
         """The epoch to resume from: the handler's (or the user's) answer, caught up with
@@ -316,9 +269,8 @@ class JobRunner:
         from the commit records."""
         resume = manager.get_resume_from_epoch_id(self.resume_from_epoch)
         handler = manager.metadata_handler
-        if isinstance(handler, MetadataHandler) and handler.answers_from_storage:
+        if handler is not None and handler.answers_from_storage:
             return resume  # the same question, already answered from the commit records
-        storage = manager.location.storage
         nodes = self._saved_nodes(manager)
         if self.resume_from_epoch is None and not manager.overwrite:
             try:
@@ -332,19 +284,21 @@ class JobRunner:
                         "The catalog is behind storage: epoch %d is committed on every "
                         "node under %s; resuming from it",
                         newest,
-                        storage.display_url,
+                        manager.display_url,
                     )
                     self._catalog_behind = newest
                 resume = newest
         if resume is None and not self.overwrite:
-            _refuse_to_start_over(storage, self._listing(manager).newest_complete(nodes))
+            _refuse_to_start_over(
+                manager.display_url, self._listing(manager).newest_complete(nodes)
+            )
         return resume
 
     def _listing(self, manager: ManagerBase) -> CommitListing:
         """The commit records as one listing found them, taken once per :meth:`train`
         before anything is saved (resume and its fallback ask it; saves never do)."""
         if self._commits is None:
-            self._commits = CommitListing.of(manager.location.storage)
+            self._commits = manager.commit_listing()
             if self._lease is not None:  # just read to take the lease: no request more
                 self._commits.know_fences(self._lease.fences)
         return self._commits
@@ -359,8 +313,8 @@ class JobRunner:
         resume = self.resume_from_epoch
         if manager is not None:
             if self.overwrite:
-                manager.overwrite = True
-            manager.location.storage.check_writable()
+                manager.replace_committed()
+            manager.check_writable()
             nodes = job.nodes_to_checkpoint()
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)
@@ -373,12 +327,12 @@ class JobRunner:
         from_scratch = resume is None
         if from_scratch:
             if manager is not None:  # before anything runs: this job will save
-                check_can_hold(manager.location.storage, manager.location.db_type)
+                manager.check_can_hold()
             session.run(job.init_group)
         if manager is not None:
             if resume is None:
                 session.run(manager.init(job.nodes_to_checkpoint()))
-                check_name_limits(manager)
+                manager.check_name_limits()
                 with self._finishing_saves():
                     self.save_checkpoints(0, session)
             else:
@@ -388,7 +342,7 @@ class JobRunner:
                 self._log_resume(resume, self.restore_failures[failed_before:])
                 if self._finished(resume):
                     return resume  # a finished job only reads: any format may be read
-                check_can_hold(manager.location.storage, manager.location.db_type)
+                manager.check_can_hold()
         epoch = 1 if resume is None else resume + 1
         with self._finishing_saves():
             while True:
@@ -442,8 +396,7 @@ class JobRunner:
         nodes = self.job.nodes_to_checkpoint()
         while True:
             try:
-                session.run(manager.init(nodes, retrieve_from_epoch=epoch))
-                session.run(manager.load(epoch))
+                session.run(manager.restore(nodes, epoch))
             except (CorruptCheckpointError, ObjectNotFoundError) as error:
                 older = (
                     None
@@ -470,7 +423,7 @@ class JobRunner:
                     older,
                 )
                 self.restore_failures.append(SaveFailure(epoch, error))
-                self._damaged_upto = max(self._damaged_upto, epoch)
+                manager.replace_committed(upto=epoch)
                 epoch = older
                 continue
             manager.report_checkpoint_stats("checkpoint_load")
@@ -490,10 +443,10 @@ class JobRunner:
         for attempt in range(1, attempts + 1):
             try:
                 if not committed:
-                    _require_accessible(manager, epoch)
+                    manager.check_accessible(epoch)
                     self._run_save(session, manager, epoch)
                     committed = True
-                manager.write_checkpoint_metadata(epoch)
+                manager.finish_commit(epoch, retention=self._retention(manager))
                 break
             except AlreadyCommittedError:
                 raise  # write-once: retrying cannot help, and it is not a storage fault
@@ -514,28 +467,27 @@ class JobRunner:
                 time.sleep(self.retry_backoff * 2 ** (attempt - 1))
         self._consecutive_failures = 0
         self.committed_epochs.append(epoch)
-        manager.report_checkpoint_stats("checkpoint_save")
-        policy = self.retention if self.retention is not None else manager.retention
-        if policy is not None:
-            retain_after_save(manager, policy, epoch)
         return True
+
+    def _retention(self, manager: ManagerBase) -> RetentionPolicy | None:
+        """The runner's retention policy, else the manager's."""
+        return self.retention if self.retention is not None else manager.retention
 
     def _start_async_save(self, manager: ManagerBase, epoch: int, session: Session) -> bool:
         self.collect_saves(self.max_saves_in_flight - 1)
         try:
             if self._lease is not None:
                 self._lease.check()
-            _require_accessible(manager, epoch)
-            with self._replacing_damaged(manager, epoch):
-                future = manager.save_async(
-                    epoch,
-                    session,
-                    max_in_flight=self.max_saves_in_flight,
-                    retries=self.save_retries,
-                    backoff=self.retry_backoff,
-                    after_commit=partial(self._after_async_commit, manager),
-                    background_nice=self.background_nice,
-                )
+            manager.check_accessible(epoch)
+            future = manager.save_async(
+                epoch,
+                session,
+                max_in_flight=self.max_saves_in_flight,
+                retries=self.save_retries,
+                backoff=self.retry_backoff,
+                background_nice=self.background_nice,
+                retention=self._retention(manager),
+            )
         except AlreadyCommittedError:
             raise
         except (OSError, CorruptCheckpointError) as error:
@@ -546,12 +498,6 @@ class JobRunner:
             return False
         self._in_flight.append(future)
         return True
-
-    def _after_async_commit(self, manager: ManagerBase, epoch: int, stats: list[NodeStats]) -> None:
-        """Retention after a background commit (on the background thread)."""
-        policy = self.retention if self.retention is not None else manager.retention
-        if policy is not None:
-            retain_after_save(manager, policy, epoch)
 
     def collect_saves(self, keep: int = 0) -> None:
         """Collect finished background saves, waiting for the oldest until at most
@@ -609,22 +555,7 @@ class JobRunner:
         (committed, but it could not be restored) is replaced: it holds nothing usable."""
         if self._lease is not None:
             self._lease.check()
-        with self._replacing_damaged(manager, epoch):
-            session.run(manager.save(epoch))
-
-    @contextmanager
-    def _replacing_damaged(self, manager: ManagerBase, epoch: int) -> Iterator[None]:
-        """While saving ``epoch``: if the runner fell back past it (committed, but it
-        could not be restored), let the save replace it, loudly."""
-        replace = epoch <= self._damaged_upto and not manager.overwrite
-        if replace:
-            log.warning("Replacing epoch %d, which could not be restored", epoch)
-            manager.overwrite = True
-        try:
-            yield
-        finally:
-            if replace:
-                manager.overwrite = False
+        session.run(manager.save(epoch))
 
     def _save_failed(self, epoch: int, error: BaseException) -> None:
         manager = self.checkpoint_manager

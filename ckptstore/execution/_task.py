@@ -212,7 +212,7 @@ class TaskGroup(Current, context="ckptstore_task_group"):
         workspace_type: WorkspaceType | None = None,
         *,
         before_run: Callable[[], None] | None = None,
-        after_run: Callable[[list[object]], None] | None = None,
+        after_run: Callable[[list[object]], object] | None = None,
     ) -> None:
         self._workspace_type = workspace_type
         self._tasks: list[Task] = []

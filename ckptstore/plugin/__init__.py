@@ -24,7 +24,7 @@ Example (a plugin module listing its DB types; ``MyFormat`` subclasses :class:`D
 
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
-from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
+from ckptstore.plugin._metadata import Caffe2Handler, MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import (
     PathType,
     PositionalReader,
@@ -36,6 +36,7 @@ from ckptstore.plugin._upload import UploadTaskGroupBuilder
 
 __all__ = [
     "PROJECT_NAME",
+    "Caffe2Handler",
     "DBLocation",
     "DBType",
     "MetadataHandler",

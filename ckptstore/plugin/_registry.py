@@ -43,7 +43,7 @@ from ckptstore.plugin._loading import (
     one_line,
     warn_once,
 )
-from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
+from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike, as_metadata_handler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.records._stats import NodeStats
@@ -242,11 +242,14 @@ class Registry:
 
     def metadata_handler(
         self, spec: str | MetadataHandler | MetadataHandlerLike | None
-    ) -> MetadataHandler | MetadataHandlerLike | None:
-        """A metadata handler from a registered name, an instance or ``None``. Objects
-        that only duck-type the Caffe2 protocol are accepted as they are."""
-        if spec is None or not isinstance(spec, str):
-            return spec
+    ) -> MetadataHandler | None:
+        """A metadata handler from a registered name, an instance or ``None``. An object
+        that only duck-types the Caffe2 protocol is wrapped in a
+        :class:`~ckptstore.plugin.Caffe2Handler`."""
+        if spec is None:
+            return None
+        if not isinstance(spec, str):
+            return as_metadata_handler(spec)
         handler: MetadataHandler = self._instance(
             "metadata handler", self.metadata_handlers, spec, MetadataHandler
         )

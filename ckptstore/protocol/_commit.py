@@ -51,7 +51,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -126,6 +126,9 @@ class NodeCommit:
     lease_generation: int | None = None
     """The writer lease generation its writer held when it committed (the fencing
     token, see :mod:`ckptstore.protocol._lease`); ``None`` without a lease."""
+    committed_at: str | None = field(default=None, compare=False)
+    """When its record was created; ``None`` until :func:`commit_epoch` created it (a
+    catalog then files the commit just written without reading it back)."""
 
     def encode(self) -> JSONObject:
         encoded: JSONObject = {
@@ -163,7 +166,8 @@ class NodeCommit:
                 raise ValueError(
                     f"it belongs to {document['node']}.{document['epoch']}, not {node}.{epoch}"
                 )
-            return cls.decode(node, epoch, document), str(document["committed_at"])
+            stamp = str(document["committed_at"])
+            return replace(cls.decode(node, epoch, document), committed_at=stamp), stamp
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorruptCheckpointError(
                 f"commit record is malformed: {error}", url=url, file=key, node=node, epoch=epoch
@@ -356,8 +360,10 @@ def _refuse_committed(storage: PathType, epoch: int, node: str) -> None:
     """Raise :class:`~ckptstore.errors.AlreadyCommittedError` if ``node``'s ``epoch`` is
     committed: the last look before a save's data is renamed into place (a local file
     read). The save's own check (:func:`check_not_committed`) ran when it started;
-    another writer of the same node and epoch may have committed since."""
-    if committed_nodes(storage, epoch, [node]):
+    another writer of the same node and epoch may have committed since. Only the
+    node's own record is read: writers since the one-document record create per-node
+    records, and the save's check already looked for an older one."""
+    if _read_records(storage, "", epoch, [node], every=False, legacy=False) is not None:
         raise AlreadyCommittedError(storage.display_url, epoch, [node])
 
 
@@ -368,10 +374,14 @@ def check_not_committed(
     *,
     overwrite: bool = False,
     fence: LeaseFence | None = None,
+    legacy: bool | None = None,
 ) -> None:
     """Before a save of ``nodes``' ``epoch``: committed checkpoints are write-once, so
     raise :class:`~ckptstore.errors.AlreadyCommittedError` if they are committed, or
     (``overwrite``) uncommit them first (:func:`retract_epoch`). One GET per node.
+    ``legacy`` says whether a listing showed the epoch's one-document record of
+    earlier versions (read then, one GET); ``None``: no listing was taken, so it is
+    looked for when a node's record is missing.
 
     When only some of ``nodes`` are committed, the epoch was never complete for this
     save's nodes (a commit interrupted between two nodes' records, which no reader of
@@ -380,9 +390,9 @@ def check_not_committed(
     unreadable (corrupt) record, which no reader accepts either. So are, with a writer
     lease's ``fence``, records fenced out by it: written by a job this one took the
     lease over from, after the epoch this one resumed from (never committed)."""
-    nodes = sorted(set(nodes))
+    nodes = sorted({validate_node_name(node) for node in nodes})
     try:
-        record = read_commit(storage, epoch, nodes)
+        record = _read_records(storage, "", epoch, nodes, every=False, legacy=legacy)
     except CorruptCheckpointError as error:
         # unreadable: no reader accepts it, so nothing committed is replaced
         log.warning("Replacing the unreadable commit record of epoch %d: %s", epoch, error)
@@ -473,6 +483,7 @@ def commit_epoch(
             for commit in commits
         ]
     committed_at = datetime.now(UTC).isoformat()
+    commits = [replace(commit, committed_at=committed_at) for commit in commits]
     created: list[str] = []
     try:
         for commit in commits:

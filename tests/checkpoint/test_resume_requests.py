@@ -23,6 +23,7 @@ from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CommitListing, commit_epoch, retract_epoch, write_node
 from ckptstore.records._layout import (
     CONTROL_DIR,
+    MANIFEST_NAME,
     manifest_key,
     node_commit_key,
 )
@@ -30,6 +31,20 @@ from ckptstore.records._names import get_ckpt_filename
 
 NODES = ("trainer_0", "trainer_1")
 EPOCHS = 5
+RECORD_READS = 2
+"""Reads of each node's commit record by a resume: the listing's check of the
+candidate, then the restore's, which opens each node once."""
+MANIFEST_READS = 1
+"""Reads of each node's manifest by a resume (the restore loads what it lists)."""
+
+
+def manifest_reads(storage: RequestCountingPath) -> dict[str, int]:
+    """How many times each node's manifest was read."""
+    counts = dict.fromkeys(NODES, 0)
+    for key in storage.document_keys:
+        if key.endswith(MANIFEST_NAME):
+            counts[key.split("/")[0].split(".")[0]] += 1
+    return counts
 
 
 def _trained(root: Path, registry: Registry) -> None:
@@ -59,7 +74,8 @@ def test_a_resume_lists_the_commit_records_once_and_reads_only_the_newest(
     assert storage.listings == [CONTROL_DIR]  # one listing, of the control directory only
     # the candidate's records (and the restore's own checks of them): no walk over
     # epochs 0..4 one GET at a time, as the catch-up did before
-    assert set(storage.record_reads) == {EPOCHS}
+    assert storage.record_reads == [EPOCHS] * RECORD_READS * len(NODES)
+    assert manifest_reads(storage) == dict.fromkeys(NODES, MANIFEST_READS)
 
 
 def test_with_a_catalog_the_runner_asks_storage_nothing_more(
@@ -75,7 +91,8 @@ def test_with_a_catalog_the_runner_asks_storage_nothing_more(
     assert runner.train(LocalSession()) == EPOCHS
     commit_listings = [prefix for prefix in storage.listings if prefix == CONTROL_DIR]
     assert commit_listings == [CONTROL_DIR]  # the catalog's last_epoch; the runner's none
-    assert set(storage.record_reads) == {EPOCHS}
+    assert storage.record_reads == [EPOCHS] * RECORD_READS * len(NODES)
+    assert manifest_reads(storage) == dict.fromkeys(NODES, MANIFEST_READS)
 
 
 def test_the_restore_fallback_reuses_the_same_listing(
@@ -89,7 +106,9 @@ def test_the_restore_fallback_reuses_the_same_listing(
     assert "resuming from epoch 4" in caplog.text
     assert [failure.epoch for failure in runner.restore_failures] == [EPOCHS]
     assert storage.listings == [CONTROL_DIR]
-    assert EPOCHS - 2 not in storage.record_reads  # 4 was intact: nothing older was read
+    # 5 is tried, then 4 (intact): nothing older is read
+    assert sorted(set(storage.record_reads)) == [EPOCHS - 1, EPOCHS]
+    assert storage.record_reads.count(EPOCHS - 1) == RECORD_READS * len(NODES)
 
 
 def test_refusing_to_start_over_asks_the_same_question(tmp_path: Path, registry: Registry) -> None:

@@ -129,8 +129,8 @@ def test_lookups_accept_names_and_instances(registry: Registry) -> None:
     assert isinstance(registry.db_type("npz"), NpzDB)
     with pytest.raises(InvalidPluginError, match="got int"):
         registry.db_type(3)  # type: ignore[arg-type]
-    duck = object()
-    assert registry.metadata_handler(duck) is duck
+    with pytest.raises(InvalidPluginError, match=r"cp_accessible\); got object"):
+        registry.metadata_handler(object())  # type: ignore[arg-type]
     assert registry.upload_builder(None) is None
     assert registry.path_type_for("memory://x").name == "fsspec"
     assert registry.path_type_for("/x", path_type="local") is LocalPath

@@ -39,6 +39,13 @@ from ckptstore.checkpoint._node_tasks import (
     save_node,
 )
 from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.checkpoint._tiers import (
+    RootLike,
+    Tiers,
+    from_fastest,
+    split_retention,
+    split_roots,
+)
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, NotRunError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
@@ -121,6 +128,9 @@ class ManagerBase(ABC):
         self.writer_fence: LeaseFence | None = None
         """The writer lease a runner holds for this manager's saves (set by
         ``JobRunner.train``): each commit checks it and records its generation."""
+        self.tiers: Tiers | None = None
+        """The later roots (given several roots): each committed epoch is copied there
+        in the background (see :mod:`ckptstore.checkpoint._tiers`)."""
 
     @property
     def db_prefix(self) -> str:
@@ -182,9 +192,34 @@ class ManagerBase(ABC):
             overwrite=self.overwrite,
             fence=self.writer_fence,
         )
-        return Hooks(
-            check, partial(commit_saves, storage=storage, epoch=epoch, fence=self.writer_fence)
-        )
+        commit = partial(commit_saves, storage=storage, epoch=epoch, fence=self.writer_fence)
+        tiers = self.tiers
+        if tiers is None:
+            return Hooks(check, commit)
+        nodes = self.node_names()
+
+        def commit_then_copy(results: list[object]) -> None:
+            commit(results)
+            tiers.after_commit(epoch, nodes)
+
+        return Hooks(check, commit_then_copy)
+
+    def _set_tiers(
+        self,
+        later: Sequence[object],
+        retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None,
+    ) -> None:
+        """Keep the first root's retention on the manager and give the later roots (upload
+        builders) and their policies to a :class:`Tiers`."""
+        first, others = split_retention(retention, 1 + len(later))
+        self.retention = first
+        if later:
+            self.tiers = Tiers(self, cast("list[Any]", list(later)), others)
+
+    def epochs_in_transit(self) -> set[int]:
+        """Epochs committed here and not yet copied to the later roots (retention on the
+        first root keeps them)."""
+        return self.tiers.in_transit() if self.tiers is not None else set()
 
     @abstractmethod
     def _on_every_node(
@@ -429,7 +464,7 @@ class CheckpointManager(ManagerBase):
 
     def __init__(
         self,
-        db_prefix: str,
+        db_prefix: str | Sequence[RootLike],
         node_name: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
         metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
@@ -438,18 +473,22 @@ class CheckpointManager(ManagerBase):
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
         location: CheckpointLocation | None = None,
-        retention: RetentionPolicy | None = None,
+        retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
     ) -> None:
-        super().__init__(
-            location
-            or CheckpointLocation.open(
-                db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+        roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
+        first, later = split_roots(
+            [location or roots[0], *roots[1:]],
+            partial(
+                _open_root,
+                db_type=db_type,
+                io=io,
+                path_type=path_type,
+                storage_options=storage_options,
             ),
-            metadata_handler,
-            retention,
-            overwrite=overwrite,
         )
+        super().__init__(first, metadata_handler, None, overwrite=overwrite)
+        self._set_tiers(later, retention)
         self._node_name = validate_node_name(str(node_name))
         self._workspace_node: str | None = None
         self._names_output: TaskOutput | None = None
@@ -492,9 +531,10 @@ class CheckpointManager(ManagerBase):
         if retrieve_from_epoch is None:
             fn: Any = list_blob_names
         else:
-            fn = partial(
+            fn = self._reading(
                 read_blob_names,
-                location=self._read_location(path_prefix, path_type),
+                path_prefix,
+                path_type,
                 node=self._node_name,
                 epoch=retrieve_from_epoch,
             )
@@ -574,9 +614,10 @@ class CheckpointManager(ManagerBase):
         """
         epoch = validate_epoch(epoch)
         task = Task(
-            partial(
+            self._reading(
                 load_node,
-                location=self._read_location(path_prefix, path_type),
+                path_prefix,
+                path_type,
                 node=self._node_name,
                 epoch=epoch,
                 names=self.blob_list(),
@@ -587,6 +628,21 @@ class CheckpointManager(ManagerBase):
         )
         self._stats_outputs = [task.outputs()[0]]
         return task
+
+    def _reading(
+        self,
+        work: Callable[..., Any],
+        path_prefix: str | None,
+        path_type: str | None,
+        **arguments: Any,
+    ) -> Callable[[Workspace], Any]:
+        """``work`` bound to where it reads: the given prefix, else (several roots) the
+        fastest root holding the node intact, else this manager's root."""
+        if self.tiers is not None and not path_prefix and not self._path_prefix:
+            return partial(
+                from_fastest, work=work, locations=self.tiers.read_locations(), **arguments
+            )
+        return partial(work, location=self._read_location(path_prefix, path_type), **arguments)
 
     def load_blobs_from_checkpoint(self, blob_names: Sequence[str], epoch: int) -> Task:
         """A task that loads ``blob_names`` from this node's checkpoint of ``epoch`` into
@@ -634,3 +690,17 @@ class CheckpointManager(ManagerBase):
         if str(node_name) != self._node_name:
             return None
         return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)
+
+
+def _open_root(
+    prefix: str,
+    *,
+    db_type: str | DBType,
+    io: IOSettings | None,
+    path_type: str | None,
+    storage_options: Mapping[str, object] | None,
+) -> CheckpointLocation:
+    """The first root of a manager, opened with the manager's own options."""
+    return CheckpointLocation.open(
+        prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+    )

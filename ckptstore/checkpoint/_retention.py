@@ -390,7 +390,7 @@ def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int)
             manager.location.storage,
             policy,
             upto=epoch,
-            protect={epoch},
+            protect={epoch, *manager.epochs_in_transit()},
             nodes=manager.node_names(),
             handler=manager.metadata_handler,
         )

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
 from ckptstore import protocol
 from ckptstore.checkpoint._retention import RetentionPolicy, enforce
@@ -70,12 +70,15 @@ __all__ = [
     "TierCopyFailure",
     "TieredListing",
     "Tiers",
+    "first_serving",
     "from_fastest",
     "split_retention",
     "split_roots",
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_COPY_RETRIES = 3
 """How many times a failed background copy is retried (backoff doubling from 0.5 s)."""
@@ -421,19 +424,29 @@ def from_fastest(
     **arguments: object,
 ) -> object:
     """``work(ws, location=..., node=..., epoch=..., **arguments)`` on the first of
-    ``locations`` where ``node``'s checkpoint of ``epoch`` is committed and intact: a
-    damaged or missing one is passed over (logged), never a partial copy (a copy is
-    read only once committed). Raises the first root's error if no root serves it."""
+    ``locations`` serving ``node``'s checkpoint of ``epoch`` (:func:`first_serving`)."""
+    return first_serving(
+        locations,
+        lambda location: work(ws, location=location, node=node, epoch=epoch, **arguments),
+        f"node {node} of epoch {epoch}",
+    )
+
+
+def first_serving(
+    locations: Sequence[CheckpointLocation], read: Callable[[CheckpointLocation], T], what: str
+) -> T:
+    """``read(location)`` on the first of ``locations`` where it succeeds: a root where
+    ``what`` is damaged or missing is passed over (logged), never a partial copy (a copy
+    is read only once committed). Raises the first root's error if no root serves it."""
     errors: list[BaseException] = []
     for location in locations:
         try:
-            return work(ws, location=location, node=node, epoch=epoch, **arguments)
+            return read(location)
         except (CorruptCheckpointError, FileNotFoundError) as error:
-            if errors or len(locations) > 1:
+            if len(locations) > 1:
                 log.warning(
-                    "Node %s of epoch %d cannot be read from %s (%s)%s",
-                    node,
-                    epoch,
+                    "%s cannot be read from %s (%s)%s",
+                    what[:1].upper() + what[1:],
                     location.storage.display_url,
                     error,
                     "; trying the next root" if location is not locations[-1] else "",

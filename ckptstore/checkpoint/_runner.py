@@ -399,6 +399,9 @@ class JobRunner:
                 self.resumed_from_epoch = resume
                 self._log_resume(resume, self.restore_failures[failed_before:])
                 if self._finished(resume):
+                    tier_error = self._finish_copies(manager, resume)  # a stopped copy
+                    if tier_error is not None:
+                        raise tier_error
                     return resume  # a finished job only reads: any format may be read
                 check_can_hold(manager.location.storage, manager.location.db_type)
         epoch = 1 if resume is None else resume + 1

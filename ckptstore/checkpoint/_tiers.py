@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
 from ckptstore import protocol
-from ckptstore.checkpoint._retention import RetentionPolicy, enforce
+from ckptstore.checkpoint._retention import RetentionPolicy, enforce, retain_after_save
 from ckptstore.errors import (
     CorruptCheckpointError,
     JobConfigurationError,
@@ -181,6 +181,9 @@ class Tiers:
     _failures: list[TierCopyFailure] = field(init=False)
     _lock: threading.Condition = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
+    first_retention: RetentionPolicy | None = field(init=False, default=None)
+    """The first root's policy, as the runner last applied it: applied again once the
+    epochs it kept for the later roots are copied."""
 
     def __post_init__(self) -> None:
         policies = list(self.retention) or [None] * len(self.builders)
@@ -255,6 +258,11 @@ class Tiers:
                     self._pending[epoch] -= 1
                     if not self._pending[epoch]:
                         del self._pending[epoch]
+                    policy = self.first_retention
+                    last = not self._pending
+                if policy is not None and last:  # what the first root kept for the copies
+                    retain_after_save(self.manager, policy, epoch)
+                with self._lock:
                     self._lock.notify_all()
 
     def _copy_retrying(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:

@@ -1,0 +1,216 @@
+"""Several roots, fastest first: local disk then S3 (moto) or GCS (the emulator)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from ckpt_helpers import build_counter_job, flip_byte
+
+from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
+from ckptstore.builtin import CopyUpload
+from ckptstore.checkpoint import CheckpointManager, KeepLast, MultiNodeCheckpointManager
+from ckptstore.errors import TierCopyFailedError
+from ckptstore.protocol import CheckpointLocation, CommitListing, committed_nodes
+from ckptstore.testing import FaultProxy
+from ckptstore.tree import load_tree, save_tree
+
+NODES = ("trainer_0", "trainer_1")
+CHILD = Path(__file__).parents[1] / "tier_copy_child.py"
+
+
+class Reports:
+    """A metadata handler that records what it is told."""
+
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, list[Any]]] = []
+
+    def set_params(self, **kwargs: Any) -> None: ...
+    def write(self, epoch: int) -> None: ...
+    def last_epoch(self, user_epoch: int | None = None) -> int | None:
+        return user_epoch
+
+    def cp_accessible(self, epoch: int | None = None) -> bool:
+        return True
+
+    def report(self, action: str, stats: Any) -> None:
+        self.actions.append((action, list(stats.values())))
+
+
+def _train(roots: list[Any], epochs: int, **options: Any) -> tuple[JobRunner, LocalSession]:
+    job, _ = build_counter_job(NODES, epochs=epochs)
+    manager = MultiNodeCheckpointManager(roots, "zarr", "json", retention=options.pop("keep", None))
+    runner = JobRunner(job, manager, **options)
+    session = LocalSession()
+    runner.train(session)
+    return runner, session
+
+
+def _complete(url: str, storage_options: dict[str, Any] | None = None) -> list[int]:
+    manager = CheckpointManager(url, "trainer_0", storage_options=storage_options)
+    return CommitListing.of(manager.location.storage).complete(NODES)
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_every_root_holds_the_last_epoch_as_an_ordinary_root(
+    tmp_path: Path, s3_url: str, async_save: bool
+) -> None:
+    local = str(tmp_path / "fast")
+    _train([local, s3_url], 4, keep=[KeepLast(2), KeepLast(4)], async_save=async_save)
+    assert _complete(local) == [3, 4]  # per-root retention
+    assert _complete(s3_url) == [1, 2, 3, 4]
+    # a plain one-root manager reads the S3 copy alone, verified
+    alone = MultiNodeCheckpointManager(s3_url, "zarr")
+    session = LocalSession()
+    session.run(alone.init(list(NODES), retrieve_from_epoch=4))
+    assert alone.verify(4) == []
+    session.run(alone.load(4))
+    assert session.fetch_blob("trainer_1", "trainer_1/step") == 4
+
+
+def test_a_resume_after_the_fast_root_was_deleted_reads_the_durable_one(
+    tmp_path: Path, s3_url: str
+) -> None:
+    local = tmp_path / "fast"
+    _train([str(local), s3_url], 3)
+    for path in sorted(local.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    local.rmdir()
+    runner, session = _train([str(local), s3_url], 5)
+    assert runner.resumed_from_epoch == 3
+    assert session.fetch_blob("trainer_0", "trainer_0/w").tolist() == [5.0] * 4
+    assert _complete(str(local)) == [4, 5]
+    assert _complete(s3_url)[-1] == 5
+
+
+def test_a_damaged_node_on_the_fast_root_is_read_from_the_slower_one(
+    tmp_path: Path, s3_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = tmp_path / "fast"
+    _train([str(local), s3_url], 3)
+    data = next(p for p in (local / "trainer_1.3").rglob("*") if "manifest" not in p.name)
+    for offset in range(data.stat().st_size):  # every byte damaged
+        flip_byte(data, offset)
+    runner, session = _train([str(local), s3_url], 4)
+    assert runner.resumed_from_epoch == 3  # the same epoch, not a fallback to an older one
+    assert runner.restore_failures == []
+    assert session.fetch_blob("trainer_1", "trainer_1/w").tolist() == [4.0] * 4
+    assert any("trainer_1 of epoch 3 cannot be read from" in r.message for r in caplog.records)
+
+
+def test_an_s3_outage_delays_copies_never_saves(
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy
+) -> None:
+    handler = Reports()
+    durable = CheckpointLocation.open(s3_url, "zarr", storage_options={"retries": 0})
+    manager = CheckpointManager([str(tmp_path / "fast"), durable], "trainer_0", "zarr", handler)
+    assert manager.tiers is not None
+    manager.tiers.retries, manager.tiers.backoff = 1, 0.01
+    lag: dict[str, int | None] = {}
+
+    def weather(ws: Any) -> None:
+        epoch = int(ws["step"]) + 1  # the epoch this task trains
+        if epoch == 2:  # epochs 0 and 1 are on S3: cut it off
+            manager.tiers.wait()  # type: ignore[union-attr]
+            s3_faults.outage()
+        if epoch == 4:  # epochs 2 and 3 could not be copied: S3 comes back
+            manager.tiers.wait()  # type: ignore[union-attr]
+            lag.update(manager.tiers.lag())  # type: ignore[union-attr]
+            s3_faults.restore()
+        ws["step"] += 1
+
+    with Job() as job, Node("trainer_0"):
+        with job.init_group:
+            Task(lambda ws: ws.update(step=np.array(0)))
+        Task(weather)
+        epoch_limiter(job, 5)
+    runner = JobRunner(job, manager)
+    assert runner.train(LocalSession()) == 5
+    assert runner.committed_epochs == [0, 1, 2, 3, 4, 5]  # saves went on locally
+    assert lag == {s3_url: 1}  # the job knew S3 lagged at epoch 1
+    failed = [(f.epoch, type(f.error)) for f in runner.save_failures]
+    assert failed == [(2, TierCopyFailedError), (3, TierCopyFailedError)]
+    assert s3_url in str(runner.save_failures[0].error)
+    reported = [
+        stats[0].epoch for action, stats in handler.actions if action == "checkpoint_copy_failed"
+    ]
+    assert reported == [2, 3]
+    storage = manager.tiers.read_locations()[1].storage
+    assert CommitListing.of(storage).complete(["trainer_0"]) == [0, 1, 4, 5]  # caught up
+
+
+def test_train_raises_naming_the_root_that_lacks_the_last_epoch(
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy
+) -> None:
+    job, _ = build_counter_job(["trainer_0"], epochs=1)
+    durable = CheckpointLocation.open(s3_url, "zarr", storage_options={"retries": 0})
+    manager = CheckpointManager([str(tmp_path / "fast"), durable], "trainer_0", "zarr")
+    assert manager.tiers is not None
+    manager.tiers.retries, manager.tiers.backoff = 0, 0.01
+    s3_faults.outage()
+    with pytest.raises(TierCopyFailedError, match="epoch 1 was not copied to s3://"):
+        JobRunner(job, manager).train(LocalSession())
+    first = CommitListing.of(manager.location.storage)
+    assert first.complete(["trainer_0"]) == [0, 1]  # committed on the first root all the same
+
+
+def test_a_copy_killed_midway_is_never_visible_and_the_next_run_redoes_it(
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy, s3_storage_options: dict[str, Any]
+) -> None:
+    local = str(tmp_path / "fast")
+    bucket, prefix = s3_url[len("s3://") :].split("/", 1)
+    direct = boto3.client("s3", endpoint_url=s3_faults.upstream)
+    s3_faults.stall_next(seconds=120, methods={"PUT"}, path="trainer_0.3/ckptstore.manifest")
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), local, s3_url, "3"], env=os.environ.copy()
+    )
+    try:
+        _wait_for(lambda: _keys(direct, bucket, f"{prefix}/trainer_0.3/"), child)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    finally:
+        s3_faults.restore()
+    s3 = CheckpointManager(s3_url, "trainer_0").location.storage
+    assert committed_nodes(s3, 3, ["trainer_0"]) == set()  # half copied: not visible
+    assert committed_nodes(s3, 2, ["trainer_0"]) == {"trainer_0"}
+    job, _ = build_counter_job(["trainer_0"], epochs=3)
+    manager = CheckpointManager([local, s3_url], "trainer_0", "zarr", "json")
+    JobRunner(job, manager).train(LocalSession())  # finished: only the copy is redone
+    alone = CheckpointManager(s3_url, "trainer_0")
+    assert committed_nodes(s3, 3, ["trainer_0"]) == {"trainer_0"}
+    assert alone.verify(3) == []
+
+
+def test_save_tree_to_local_disk_then_gcs(tmp_path: Path, gcs_url: str) -> None:
+    roots = [str(tmp_path / "fast"), gcs_url]
+    save_tree(roots, 1, {"w": np.arange(3.0)})
+    assert load_tree(gcs_url)["w"].tolist() == [0.0, 1.0, 2.0]  # type: ignore[index]
+    assert load_tree(roots)["w"].tolist() == [0.0, 1.0, 2.0]  # type: ignore[index]
+
+
+def test_an_upload_builder_serves_as_a_tier(tmp_path: Path) -> None:
+    archive = CopyUpload(str(tmp_path / "archive"))
+    save_tree([str(tmp_path / "fast"), archive], 2, {"w": np.ones(2)})
+    assert committed_nodes(archive.storage, 2, ["tree"]) == {"tree"}
+
+
+def _keys(client: Any, bucket: str, prefix: str) -> list[str]:
+    found = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return [item["Key"] for item in found]
+
+
+def _wait_for(condition: Callable[[], object], child: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert child.poll() is None, "the child ended before its copy started"
+        assert time.monotonic() < deadline, "the copy never started"
+        time.sleep(0.05)

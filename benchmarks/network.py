@@ -89,11 +89,20 @@ class NetworkNamespace(Service):
             subprocess.run([*ns.exec_prefix, "ip", "addr"])
     """
 
-    def __init__(self, name: str, *, delay_ms: float = 0.0, subnet: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        delay_ms: float = 0.0,
+        subnet: str | None = None,
+        rate_mibps: float | None = None,
+    ) -> None:
         self.name = f"{name}{os.getpid()}"
         if subnet is None:  # one per process, so that two runs never share a route
             subnet = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"
         self.delay_ms = delay_ms
+        self.rate_mibps = rate_mibps
+        """A bandwidth cap on what leaves the namespace (netem's ``rate``), if set."""
         self.outer_address = f"{subnet}.1"
         self.inner_address = f"{subnet}.2"
         self._outer = f"ckv{os.getpid() % 100000}a"
@@ -131,6 +140,7 @@ class NetworkNamespace(Service):
                     "netem",
                     "delay",
                     f"{self.delay_ms}ms",
+                    *(["rate", f"{int(self.rate_mibps * 8 * 1.048576)}mbit"] if self.rate_mibps else []),
                 ],
                 capture_output=True,
                 text=True,

@@ -140,7 +140,11 @@ class NetworkNamespace(Service):
                     "netem",
                     "delay",
                     f"{self.delay_ms}ms",
-                    *(["rate", f"{int(self.rate_mibps * 8 * 1.048576)}mbit"] if self.rate_mibps else []),
+                    *(
+                        ["rate", f"{int(self.rate_mibps * 8 * 1.048576)}mbit"]
+                        if self.rate_mibps
+                        else []
+                    ),
                 ],
                 capture_output=True,
                 text=True,

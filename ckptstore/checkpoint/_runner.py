@@ -339,7 +339,7 @@ class JobRunner:
                         "The catalog is behind storage: epoch %d is committed on every "
                         "node under %s; resuming from it",
                         newest,
-                        storage.display_url,
+                        " or ".join(manager.tiers.roots) if manager.tiers else storage.display_url,
                     )
                     self._catalog_behind = newest
                 resume = newest

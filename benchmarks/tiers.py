@@ -157,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.mib, args.epochs, args.compute_seconds = 16, 3, 0.2
-    state = make_state(args.mib)
     loops: list[Loop] = []
     rows: list[tuple[str, Callable[[str, str], list[str | CheckpointLocation]]]] = [
         ("local only", lambda local, endpoint: [local]),
@@ -166,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     limits = ""
     for name, roots in rows:
-        with server(args) as (endpoint, limits), tempfile.TemporaryDirectory() as local:
+        with server(args) as (endpoint, where), tempfile.TemporaryDirectory() as local:
+            limits = where
             loop = run_loop(name, roots(f"{local}/run", endpoint), make_state(args.mib), args)
             loops.append(loop)
             print(f"{name}: median blocked {statistics.median(loop.blocked):.3f} s", flush=True)
-    del state
     publish(table(loops, args, limits), "tiers", "tiers", smoke=args.smoke, docs=args.docs)
     return 0
 

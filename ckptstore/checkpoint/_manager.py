@@ -55,6 +55,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import open_node, verify_node
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
@@ -206,7 +207,7 @@ class ManagerBase(ABC):
 
     def _set_tiers(
         self,
-        later: Sequence[object],
+        later: Sequence[UploadTaskGroupBuilder],
         retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None,
     ) -> None:
         """Keep the first root's retention on the manager and give the later roots (upload
@@ -214,7 +215,7 @@ class ManagerBase(ABC):
         first, others = split_retention(retention, 1 + len(later))
         self.retention = first
         if later:
-            self.tiers = Tiers(self, cast("list[Any]", list(later)), others)
+            self.tiers = Tiers(self, list(later), others)
 
     def epochs_in_transit(self) -> set[int]:
         """Epochs committed here and not yet copied to the later roots (retention on the

@@ -353,17 +353,23 @@ class Tiers:
         newest = listing.newest_complete(nodes)
         if newest is None:
             return
-        missing = [
-            tier
-            for tier in self._tiers
-            if not isinstance(tier.builder, ReadableTier)
-            or not _holds(tier.builder.storage, newest, nodes)
-        ]
+        missing = [tier for tier in self._tiers if not self._known_to_hold(tier, newest, nodes)]
         if missing:
             log.info(
                 "Epoch %d is not on %s yet: copying it", newest, [tier.url for tier in missing]
             )
             self.after_commit(newest, nodes)
+
+    def _known_to_hold(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:
+        """Whether ``tier`` is known to hold ``epoch`` (unreachable: not known, so the
+        copy is queued and its own retries and reports deal with the outage)."""
+        if not isinstance(tier.builder, ReadableTier):
+            return False
+        try:
+            return _holds(tier.builder.storage, epoch, nodes)
+        except (OSError, CorruptCheckpointError) as error:
+            log.warning("Cannot tell whether %s holds epoch %d: %s", tier.url, epoch, error)
+            return False
 
     # -- reading -----------------------------------------------------------------------
 

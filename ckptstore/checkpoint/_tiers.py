@@ -176,7 +176,11 @@ class Tiers:
     retries: int = DEFAULT_COPY_RETRIES
     backoff: float = 0.5
     _tiers: list[_Tier] = field(init=False)
-    _queue: queue.Queue[tuple[int, tuple[str, ...]] | None] = field(init=False)
+    copy_every_epoch: bool = False
+    """Copy every committed epoch, even when the copies fall behind the saves; by
+    default, when several epochs wait, only the newest is copied (the later roots then
+    lag by one copy, not by a growing queue)."""
+    _queue: queue.Queue[tuple[int, tuple[str, ...]]] = field(init=False)
     _pending: dict[int, int] = field(init=False)
     _failures: list[TierCopyFailure] = field(init=False)
     _lock: threading.Condition = field(init=False)
@@ -246,24 +250,40 @@ class Tiers:
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            epoch, nodes = item
+            batch = [self._queue.get()]
+            while not self._queue.empty():  # queued while the previous copy ran
+                batch.append(self._queue.get_nowait())
+            epochs = [epoch for epoch, _ in batch]
+            todo = batch if self.copy_every_epoch else [max(batch, key=lambda item: item[0])]
+            skipped = sorted(set(epochs) - {epoch for epoch, _ in todo})
+            if skipped:
+                log.info(
+                    "Not copying epoch(s) %s to the later roots: epoch %d was saved before "
+                    "their turn came (the copies are slower than the saves)",
+                    skipped,
+                    todo[-1][0],
+                )
             try:
-                for tier in self._tiers:
-                    self._copy_retrying(tier, epoch, nodes)
+                for epoch, nodes in todo:
+                    for tier in self._tiers:
+                        self._copy_retrying(tier, epoch, nodes)
             finally:
-                with self._lock:
-                    self._pending[epoch] -= 1
-                    if not self._pending[epoch]:
-                        del self._pending[epoch]
-                    policy = self.first_retention
-                    last = not self._pending
-                if policy is not None and last:  # what the first root kept for the copies
-                    retain_after_save(self.manager, policy, epoch)
-                with self._lock:
-                    self._lock.notify_all()
+                self._done(epochs, todo[-1])
+
+    def _done(self, epochs: list[int], newest: tuple[int, tuple[str, ...]]) -> None:
+        """The queued ``epochs`` are copied or given up on; the first root's policy may
+        now let them go."""
+        with self._lock:
+            for epoch in epochs:
+                self._pending[epoch] -= 1
+                if not self._pending[epoch]:
+                    del self._pending[epoch]
+            policy = self.first_retention
+            last = not self._pending
+        if policy is not None and last:  # what the first root kept for the copies
+            retain_after_save(self.manager, policy, newest[0])
+        with self._lock:
+            self._lock.notify_all()
 
     def _copy_retrying(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:
         attempts = 1 + self.retries

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,8 @@ class Reports:
 def _train(roots: list[Any], epochs: int, **options: Any) -> tuple[JobRunner, LocalSession]:
     job, _ = build_counter_job(NODES, epochs=epochs)
     manager = MultiNodeCheckpointManager(roots, "zarr", "json", retention=options.pop("keep", None))
+    assert manager.tiers is not None
+    manager.tiers.copy_every_epoch = options.pop("every_epoch", False)
     runner = JobRunner(job, manager, **options)
     session = LocalSession()
     runner.train(session)
@@ -65,7 +68,9 @@ def test_every_root_holds_the_last_epoch_as_an_ordinary_root(
     tmp_path: Path, s3_url: str, async_save: bool
 ) -> None:
     local = str(tmp_path / "fast")
-    _train([local, s3_url], 4, keep=[KeepLast(2), KeepLast(4)], async_save=async_save)
+    _train(
+        [local, s3_url], 4, keep=[KeepLast(2), KeepLast(4)], async_save=async_save, every_epoch=True
+    )
     assert _complete(local) == [3, 4]  # per-root retention
     assert _complete(s3_url) == [1, 2, 3, 4]
     # a plain one-root manager reads the S3 copy alone, verified
@@ -181,7 +186,9 @@ def test_a_copy_killed_midway_is_never_visible_and_the_next_run_redoes_it(
         s3_faults.restore()
     s3 = CheckpointManager(s3_url, "trainer_0").location.storage
     assert committed_nodes(s3, 3, ["trainer_0"]) == set()  # half copied: not visible
-    assert committed_nodes(s3, 2, ["trainer_0"]) == {"trainer_0"}
+    before = CommitListing.of(s3).complete(["trainer_0"])
+    assert before  # what was committed there before the kill is intact
+    assert all(CheckpointManager(s3_url, "trainer_0").verify(e) == [] for e in before)
     job, _ = build_counter_job(["trainer_0"], epochs=3)
     manager = CheckpointManager([local, s3_url], "trainer_0", "zarr", "json")
     JobRunner(job, manager).train(LocalSession())  # finished: only the copy is redone
@@ -214,3 +221,32 @@ def _wait_for(condition: Callable[[], object], child: subprocess.Popen[bytes]) -
         assert child.poll() is None, "the child ended before its copy started"
         assert time.monotonic() < deadline, "the copy never started"
         time.sleep(0.05)
+
+
+class GatedCopy(CopyUpload):
+    """The built-in copy, whose first copy waits for ``gate``."""
+
+    def __init__(self, dest: str, gate: threading.Event) -> None:
+        super().__init__(dest)
+        self.gate = gate
+
+    def build(self, epoch: int, checkpoint_manager: Any) -> Any:
+        assert self.gate.wait(60)
+        return super().build(epoch, checkpoint_manager)
+
+
+def test_epochs_queued_behind_a_slow_copy_give_way_to_the_newest(tmp_path: Path) -> None:
+    gate = threading.Event()
+    durable = GatedCopy(str(tmp_path / "durable"), gate)
+    manager = CheckpointManager([str(tmp_path / "fast"), durable], "trainer_0", "npz")
+    assert manager.tiers is not None
+    session = LocalSession()
+    session.workspace("trainer_0")["w"] = np.ones(2)
+    session.run(manager.init(["trainer_0"]))
+    for epoch in range(4):  # epoch 0's copy waits at the gate; 1-3 queue up behind it
+        session.run(manager.save(epoch))
+    assert manager.tiers.in_transit() == {0, 1, 2, 3}  # the first root's retention keeps them
+    gate.set()
+    manager.tiers.wait()
+    assert CommitListing.of(durable.storage).complete(["trainer_0"]) == [0, 3]
+    assert manager.tiers.in_transit() == set()

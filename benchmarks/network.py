@@ -108,6 +108,8 @@ class NetworkNamespace(Service):
         self._outer = f"ckv{os.getpid() % 100000}a"
         self._inner = f"ckv{os.getpid() % 100000}b"
         self.netem = False
+        self.rate_capped = False
+        """Whether ``rate_mibps`` is applied (netem's ``rate``, else ``tbf``)."""
         self._created = False
 
     @property
@@ -152,6 +154,25 @@ class NetworkNamespace(Service):
                 timeout=30,
             )
             self.netem = result.returncode == 0
+            self.rate_capped = self.netem and bool(self.rate_mibps)
+        if self.rate_mibps and not self.netem:
+            self._cap_with_tbf()
+
+    def _cap_with_tbf(self) -> None:
+        """The bandwidth cap without netem: a token bucket (``tbf``) on both ends of the
+        veth pair, so uploads and downloads are both capped."""
+        assert self.rate_mibps is not None
+        rate = f"{int(self.rate_mibps * 8 * 1.048576)}mbit"
+        for prefix, device in (([], self._outer), (self.exec_prefix, self._inner)):
+            subprocess.run(
+                [*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate]
+                + ["burst", "4mb", "latency", "200ms"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            )
+        self.rate_capped = True
 
     def stop(self) -> None:
         """Delete the veth pair and the namespace (also after a partial start)."""

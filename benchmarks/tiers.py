@@ -105,12 +105,13 @@ def server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             yield endpoint, "loopback, no limits"
         return
     with NetworkNamespace("tiers", delay_ms=args.delay_ms, rate_mibps=args.mibps) as network:
-        limits = (
-            f"+{args.delay_ms:g} ms per packet, {args.mibps:g} MiB/s (netem)"
+        delay = (
+            f"+{args.delay_ms:g} ms per packet (netem)"
             if network.netem
-            else f"+{args.delay_ms:g} ms per request (user-space relay: no netem in this "
-            "kernel, so NO bandwidth cap)"
+            else f"+{args.delay_ms:g} ms per request (user-space relay: no netem here)"
         )
+        cap = "netem rate" if network.netem else "tbf on both ends of the veth pair"
+        limits = f"{delay}, {args.mibps:g} MiB/s cap ({cap})"
         with delayed_server(network, args.delay_ms, 9000 + int(time.time()) % 500) as endpoint:
             yield endpoint, limits
 

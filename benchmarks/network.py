@@ -75,6 +75,10 @@ def netem_available() -> bool:
         _ip("netns", "del", name, check=False)
 
 
+TBF_ADD = ("tc", "qdisc", "add", "dev")
+TBF_SHAPE = ("burst", "4mb", "latency", "200ms")
+
+
 class NetworkNamespace(Service):
     """A network namespace reachable from this one over a veth pair.
 
@@ -165,8 +169,7 @@ class NetworkNamespace(Service):
         rate = f"{int(self.rate_mibps * 8 * 1.048576)}mbit"
         for prefix, device in (([], self._outer), (self.exec_prefix, self._inner)):
             subprocess.run(
-                [*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate]
-                + ["burst", "4mb", "latency", "200ms"],
+                [*prefix, *TBF_ADD, device, "root", "tbf", "rate", rate, *TBF_SHAPE],
                 capture_output=True,
                 text=True,
                 check=True,

@@ -447,6 +447,11 @@ class CheckpointManager(ManagerBase):
     type instead of choosing it from the URL; ``storage_options`` go to the path type (endpoint,
     credentials...).
 
+    ``db_prefix`` may list several roots, fastest first (URLs, locations or upload
+    builders): saves commit on the first and are copied to the others in the
+    background, loads read the fastest root holding the node intact, and ``retention``
+    may give one policy per root (see :mod:`ckptstore.checkpoint._tiers`).
+
     Example::
 
         >>> from ckptstore import LocalSession

@@ -51,7 +51,9 @@ class MultiNodeCheckpointManager(ManagerBase):
     record is written only once every node succeeded. Per-node managers have no
     metadata handler: this object alone talks to it, as in Caffe2. Committed epochs are
     write-once: saving one again raises :class:`~ckptstore.errors.AlreadyCommittedError`
-    unless ``overwrite=True``, which uncommits the job's nodes first.
+    unless ``overwrite=True``, which uncommits the job's nodes first. ``db_prefix`` may
+    list several roots, fastest first, as for :class:`CheckpointManager`
+    (``["/mnt/nvme/run", "s3://bucket/run"]``).
 
     Example::
 

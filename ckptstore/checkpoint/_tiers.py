@@ -417,10 +417,20 @@ class Tiers:
         ]
 
     def listing(self, first: CommitListing) -> TieredListing:
-        """What is committed on every readable root, ``first`` being the first root's."""
-        return TieredListing(
-            first, [CommitListing.of(location.storage) for location in self.read_locations()[1:]]
-        )
+        """What is committed on every readable root, ``first`` being the first root's. A
+        later root that cannot be listed is left out, loudly: the job resumes from the
+        others (its copies report the outage)."""
+        later = []
+        for location in self.read_locations()[1:]:
+            try:
+                later.append(CommitListing.of(location.storage))
+            except OSError as error:
+                log.warning(
+                    "Cannot list %s (%s): resuming from the other roots",
+                    location.storage.display_url,
+                    error,
+                )
+        return TieredListing(first, later)
 
 
 def _holds(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:

@@ -250,3 +250,24 @@ def test_epochs_queued_behind_a_slow_copy_give_way_to_the_newest(tmp_path: Path)
     manager.tiers.wait()
     assert CommitListing.of(durable.storage).complete(["trainer_0"]) == [0, 3]
     assert manager.tiers.in_transit() == set()
+
+
+def test_a_job_starts_and_resumes_locally_while_s3_is_down(
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy
+) -> None:
+    local = str(tmp_path / "fast")
+    durable = CheckpointLocation.open(s3_url, "zarr", storage_options={"retries": 0})
+    job, _ = build_counter_job(["trainer_0"], epochs=2)
+    JobRunner(job, CheckpointManager([local, durable], "trainer_0", "zarr", "json")).train(
+        LocalSession()
+    )
+    s3_faults.outage()
+    job, _ = build_counter_job(["trainer_0"], epochs=3)
+    manager = CheckpointManager([local, durable], "trainer_0", "zarr", "json")
+    assert manager.tiers is not None
+    manager.tiers.retries = 0
+    runner = JobRunner(job, manager)
+    with pytest.raises(TierCopyFailedError, match="epoch 3 was not copied"):
+        runner.train(LocalSession())
+    assert runner.resumed_from_epoch == 2  # from the local root, S3 unreachable
+    assert runner.committed_epochs == [3]

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 from ckpt_helpers import build_counter_job, flip_byte
@@ -168,33 +167,56 @@ def test_train_raises_naming_the_root_that_lacks_the_last_epoch(
     assert first.complete(["trainer_0"]) == [0, 1]  # committed on the first root all the same
 
 
+WRITES = {"PUT", "POST", "DELETE"}
+LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
+
+
 def test_a_copy_killed_midway_is_never_visible_and_the_next_run_redoes_it(
-    tmp_path: Path, s3_url: str, s3_faults: FaultProxy, s3_storage_options: dict[str, Any]
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy
 ) -> None:
+    _kill_during_copy(tmp_path, s3_url, s3_faults, "trainer_0.3/ckptstore.manifest", 0)
+
+
+@pytest.mark.skipif(not LONG, reason="every kill point: set CKPTSTORE_LONG_TESTS=1 (~1 min)")
+def test_a_copy_killed_at_any_of_its_writes_is_never_visible(
+    tmp_path: Path, s3_url: str, s3_faults: FaultProxy
+) -> None:
+    subprocess.run([sys.executable, str(CHILD), str(tmp_path / "dry"), s3_url, "3"], check=True)
+    writes = [r for r in s3_faults.requests if r.method in WRITES and "trainer_0.3/" in r.path]
+    assert len(writes) >= 2  # the archive, the manifest (and the delete before it)
+    points = [("trainer_0.3/", k) for k in range(len(writes))] + [("epoch-3/", 0)]
+    for index, (path, after) in enumerate(points):
+        run = tmp_path / f"point{index}"
+        _kill_during_copy(run, f"{s3_url}{index}", s3_faults, path, after)
+
+
+def _kill_during_copy(
+    tmp_path: Path, s3_url: str, proxy: FaultProxy, path: str, after: int
+) -> None:
+    """Kill -9 the child while the proxy holds the ``after``-th write to ``path`` of
+    epoch 3's copy; then S3 must show no trace of it, and a rerun must copy it."""
     local = str(tmp_path / "fast")
-    bucket, prefix = s3_url[len("s3://") :].split("/", 1)
-    direct = boto3.client("s3", endpoint_url=s3_faults.upstream)
-    s3_faults.stall_next(seconds=120, methods={"PUT"}, path="trainer_0.3/ckptstore.manifest")
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), local, s3_url, "3"], env=os.environ.copy()
-    )
+    proxy.stall_next(seconds=120, methods=WRITES, path=path, after=after)
+    child = subprocess.Popen([sys.executable, str(CHILD), local, s3_url, "3"])
     try:
-        _wait_for(lambda: _keys(direct, bucket, f"{prefix}/trainer_0.3/"), child)
+        _wait_for(lambda: proxy.holding, child)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     finally:
-        s3_faults.restore()
+        proxy.restore()
+        proxy.release()
     s3 = CheckpointManager(s3_url, "trainer_0").location.storage
-    assert committed_nodes(s3, 3, ["trainer_0"]) == set()  # half copied: not visible
-    before = CommitListing.of(s3).complete(["trainer_0"])
-    assert before  # what was committed there before the kill is intact
+    # held at its commit record, the copy is complete: that PUT, sent whole before the
+    # kill, lands when the proxy lets it go, and epoch 3 is committed (and intact)
+    if not path.startswith("epoch-"):
+        assert committed_nodes(s3, 3, ["trainer_0"]) == set()  # half copied: not visible
+    before = CommitListing.of(s3).complete(["trainer_0"])  # every committed epoch intact
     assert all(CheckpointManager(s3_url, "trainer_0").verify(e) == [] for e in before)
     job, _ = build_counter_job(["trainer_0"], epochs=3)
     manager = CheckpointManager([local, s3_url], "trainer_0", "zarr", "json")
     JobRunner(job, manager).train(LocalSession())  # finished: only the copy is redone
-    alone = CheckpointManager(s3_url, "trainer_0")
     assert committed_nodes(s3, 3, ["trainer_0"]) == {"trainer_0"}
-    assert alone.verify(3) == []
+    assert CheckpointManager(s3_url, "trainer_0").verify(3) == []
 
 
 def test_save_tree_to_local_disk_then_gcs(tmp_path: Path, gcs_url: str) -> None:
@@ -208,11 +230,6 @@ def test_an_upload_builder_serves_as_a_tier(tmp_path: Path) -> None:
     archive = CopyUpload(str(tmp_path / "archive"))
     save_tree([str(tmp_path / "fast"), archive], 2, {"w": np.ones(2)})
     assert committed_nodes(archive.storage, 2, ["tree"]) == {"tree"}
-
-
-def _keys(client: Any, bucket: str, prefix: str) -> list[str]:
-    found = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
-    return [item["Key"] for item in found]
 
 
 def _wait_for(condition: Callable[[], object], child: subprocess.Popen[bytes]) -> None:

@@ -90,7 +90,7 @@ def run_loop(
         session.run(manager.save(epoch))
         blocked.append(time.perf_counter() - before)
         if manager.tiers is not None:
-            copied = next(iter(manager.tiers.lag().values()))
+            copied = next(iter(manager.tiers.newest_copied().values()))
             lags.append(epoch - (copied or 0))
     if manager.tiers is not None:
         manager.tiers.ensure(args.epochs, ["trainer_0"])

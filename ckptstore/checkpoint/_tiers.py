@@ -185,6 +185,7 @@ class Tiers:
     _failures: list[TierCopyFailure] = field(init=False)
     _lock: threading.Condition = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
+    _newest_committed: int | None = field(init=False, default=None)
     first_retention: RetentionPolicy | None = field(init=False, default=None)
     """The first root's policy, as the runner last applied it: applied again once the
     epochs it kept for the later roots are copied."""
@@ -212,6 +213,7 @@ class Tiers:
         root; returns at once."""
         with self._lock:
             self._pending[epoch] = self._pending.get(epoch, 0) + 1
+            self._newest_committed = max(epoch, self._newest_committed or epoch)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._work, name="ckptstore-tiers", daemon=True
@@ -241,10 +243,20 @@ class Tiers:
             failures, self._failures = self._failures, []
         return failures
 
-    def lag(self) -> dict[str, int | None]:
+    def newest_copied(self) -> dict[str, int | None]:
         """For each later root, the newest epoch this process copied there (``None``:
         none yet)."""
         return {tier.url: tier.newest for tier in self._tiers}
+
+    def lag(self) -> dict[str, int | None]:
+        """For each later root, how many epochs it is behind the newest one committed on
+        the first root (``None``: nothing copied there yet)."""
+        with self._lock:
+            newest = self._newest_committed
+        return {
+            tier.url: None if tier.newest is None or newest is None else newest - tier.newest
+            for tier in self._tiers
+        }
 
     # -- the background thread -------------------------------------------------------
 
@@ -348,6 +360,15 @@ class Tiers:
         self.manager.report("checkpoint_copy_failed", stats)
         with self._lock:
             self._failures.append(TierCopyFailure(tier.url, epoch, error))
+        log.error(
+            "Gave up copying epoch %d to %s (%s); the newest epoch there is %s, "
+            "committed on the first root: %s",
+            epoch,
+            tier.url,
+            message,
+            tier.newest,
+            self.manager.location.storage.display_url,
+        )
 
     # -- the end of training and the start of the next -------------------------------
 

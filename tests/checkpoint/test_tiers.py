@@ -19,7 +19,7 @@ from ckpt_helpers import build_counter_job, flip_byte
 from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
 from ckptstore.builtin import CopyUpload
 from ckptstore.checkpoint import CheckpointManager, KeepLast, MultiNodeCheckpointManager
-from ckptstore.errors import TierCopyFailedError
+from ckptstore.errors import JobConfigurationError, TierCopyFailedError
 from ckptstore.protocol import CheckpointLocation, CommitListing, committed_nodes
 from ckptstore.testing import FaultProxy
 from ckptstore.tree import load_tree, save_tree
@@ -288,3 +288,17 @@ def test_a_job_starts_and_resumes_locally_while_s3_is_down(
         runner.train(LocalSession())
     assert runner.resumed_from_epoch == 2  # from the local root, S3 unreachable
     assert runner.committed_epochs == [3]
+
+
+def test_roots_and_policies_that_do_not_fit_are_refused(tmp_path: Path) -> None:
+    roots = [str(tmp_path / "fast"), str(tmp_path / "durable")]
+    with pytest.raises(JobConfigurationError, match="2 roots"):
+        CheckpointManager(roots, "trainer_0", retention=[KeepLast(1)] * 3)
+    with pytest.raises(JobConfigurationError, match="the first root is where saves commit"):
+        CheckpointManager([CopyUpload(roots[0]), roots[1]], "trainer_0")
+    with pytest.raises(JobConfigurationError, match="at least one"):
+        MultiNodeCheckpointManager([], "zarr")
+    one_policy = CheckpointManager(roots, "trainer_0", retention=KeepLast(2))
+    assert one_policy.retention == KeepLast(2)  # a single policy applies to every root
+    assert one_policy.tiers is not None
+    assert one_policy.tiers.roots == roots

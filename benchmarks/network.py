@@ -75,6 +75,10 @@ def netem_available() -> bool:
         _ip("netns", "del", name, check=False)
 
 
+TBF_ADD = ("tc", "qdisc", "add", "dev")
+TBF_SHAPE = ("burst", "4mb", "latency", "200ms")
+
+
 class NetworkNamespace(Service):
     """A network namespace reachable from this one over a veth pair.
 
@@ -89,16 +93,27 @@ class NetworkNamespace(Service):
             subprocess.run([*ns.exec_prefix, "ip", "addr"])
     """
 
-    def __init__(self, name: str, *, delay_ms: float = 0.0, subnet: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        delay_ms: float = 0.0,
+        subnet: str | None = None,
+        rate_mibps: float | None = None,
+    ) -> None:
         self.name = f"{name}{os.getpid()}"
         if subnet is None:  # one per process, so that two runs never share a route
             subnet = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"
         self.delay_ms = delay_ms
+        self.rate_mibps = rate_mibps
+        """A bandwidth cap on what leaves the namespace (netem's ``rate``), if set."""
         self.outer_address = f"{subnet}.1"
         self.inner_address = f"{subnet}.2"
         self._outer = f"ckv{os.getpid() % 100000}a"
         self._inner = f"ckv{os.getpid() % 100000}b"
         self.netem = False
+        self.rate_capped = False
+        """Whether ``rate_mibps`` is applied (netem's ``rate``, else ``tbf``)."""
         self._created = False
 
     @property
@@ -131,6 +146,11 @@ class NetworkNamespace(Service):
                     "netem",
                     "delay",
                     f"{self.delay_ms}ms",
+                    *(
+                        ["rate", f"{int(self.rate_mibps * 8 * 1.048576)}mbit"]
+                        if self.rate_mibps
+                        else []
+                    ),
                 ],
                 capture_output=True,
                 text=True,
@@ -138,6 +158,24 @@ class NetworkNamespace(Service):
                 timeout=30,
             )
             self.netem = result.returncode == 0
+            self.rate_capped = self.netem and bool(self.rate_mibps)
+        if self.rate_mibps and not self.netem:
+            self._cap_with_tbf()
+
+    def _cap_with_tbf(self) -> None:
+        """The bandwidth cap without netem: a token bucket (``tbf``) on both ends of the
+        veth pair, so uploads and downloads are both capped."""
+        assert self.rate_mibps is not None
+        rate = f"{int(self.rate_mibps * 8 * 1.048576)}mbit"
+        for prefix, device in (([], self._outer), (self.exec_prefix, self._inner)):
+            subprocess.run(
+                [*prefix, *TBF_ADD, device, "root", "tbf", "rate", rate, *TBF_SHAPE],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            )
+        self.rate_capped = True
 
     def stop(self) -> None:
         """Delete the veth pair and the namespace (also after a partial start)."""

@@ -59,6 +59,7 @@ __all__ = [
     "StorageFullError",
     "StorageIOError",
     "StorageNotWritableError",
+    "TierCopyFailedError",
     "TooManySaveFailuresError",
     "UnknownPluginError",
     "UnsupportedBlobError",
@@ -923,6 +924,27 @@ class SaveFailedError(StorageError):
     @property
     def failed_nodes(self) -> tuple[str, ...]:
         return tuple(self.node_errors)
+
+
+class TierCopyFailedError(SaveFailedError):
+    """A later checkpoint root (a tier) did not receive an epoch committed on the first
+    root: the copy failed after its retries. The epoch stays committed on the first
+    root; a resume finds it there.
+
+    Example::
+
+        >>> err = TierCopyFailedError(3, "s3://bucket/run", {"trainer_0": "timed out"})
+        >>> err.url, isinstance(err, OSError)
+        ('s3://bucket/run', True)
+    """
+
+    def __init__(self, epoch: int, url: str, node_errors: Mapping[str, str]) -> None:
+        super().__init__(epoch, url, node_errors)
+        causes = "; ".join(f"node {node!r}: {error}" for node, error in self.node_errors.items())
+        self.args = (
+            f"epoch {epoch} was not copied to {url} ({causes}); it is committed on the first "
+            "root. Check that this root can be written; the next run copies it again.",
+        )
 
 
 class TooManySaveFailuresError(CkptStoreError, RuntimeError):

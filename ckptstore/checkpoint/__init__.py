@@ -32,6 +32,7 @@ from ckptstore.checkpoint._manager import (
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
 from ckptstore.checkpoint._runner import JobRunner, SaveFailure
+from ckptstore.checkpoint._tiers import RootLike, Tiers, first_serving
 
 __all__ = [
     "DEFAULT_DB_TYPE",
@@ -41,6 +42,9 @@ __all__ = [
     "ManagerBase",
     "MultiNodeCheckpointManager",
     "RetentionPolicy",
+    "RootLike",
     "SaveFailure",
     "SaveFuture",
+    "Tiers",
+    "first_serving",
 ]

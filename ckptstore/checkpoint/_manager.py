@@ -39,6 +39,13 @@ from ckptstore.checkpoint._node_tasks import (
     save_node,
 )
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
+from ckptstore.checkpoint._tiers import (
+    RootLike,
+    Tiers,
+    from_fastest,
+    split_retention,
+    split_roots,
+)
 from ckptstore.errors import (
     CorruptCheckpointError,
     JobConfigurationError,
@@ -53,6 +60,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import check_can_hold, open_node, verify_node
 from ckptstore.protocol._lease import WriterLease
 from ckptstore.protocol._lease_document import LeaseFence
@@ -138,6 +146,9 @@ class ManagerBase(ABC):
         self._replace_upto = -1  # saves of epochs up to this one replace damaged ones
         self._legacy_epochs: frozenset[int] | None = None  # from the last listing
         self._committed: dict[int, list[NodeStats]] = {}  # kept by a group's commit
+        self.tiers: Tiers | None = None
+        """The later roots (given several roots): each committed epoch is copied there
+        in the background (see :mod:`ckptstore.checkpoint._tiers`)."""
 
     @property
     def db_prefix(self) -> str:
@@ -284,10 +295,39 @@ class ManagerBase(ABC):
         )
 
     def _commit_hook(self, epoch: int) -> Callable[[list[object]], list[NodeStats]]:
-        """The commit after every node's part of the save of ``epoch``."""
-        return partial(
+        """The commit after every node's part of the save of ``epoch``; with several
+        roots, it then queues the epoch's copy to the later ones."""
+        commit = partial(
             commit_saves, storage=self.location.storage, epoch=epoch, fence=self.writer_fence
         )
+        tiers = self.tiers
+        if tiers is None:
+            return commit
+        nodes = self.node_names()
+
+        def commit_then_copy(results: list[object]) -> list[NodeStats]:
+            committed = commit(results)
+            tiers.after_commit(epoch, nodes)
+            return committed
+
+        return commit_then_copy
+
+    def _set_tiers(
+        self,
+        later: Sequence[UploadTaskGroupBuilder],
+        retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None,
+    ) -> None:
+        """Keep the first root's retention on the manager and give the later roots (upload
+        builders) and their policies to a :class:`Tiers`."""
+        first, others = split_retention(retention, 1 + len(later))
+        self.retention = first
+        if later:
+            self.tiers = Tiers(self, list(later), others)
+
+    def epochs_in_transit(self) -> set[int]:
+        """Epochs committed here and not yet copied to the later roots (retention on the
+        first root keeps them)."""
+        return self.tiers.in_transit() if self.tiers is not None else set()
 
     def _keep_committed(self, results: list[object]) -> list[object]:
         """Keep the stats a group's commit hook returned (with the commit just
@@ -563,6 +603,11 @@ class CheckpointManager(ManagerBase):
     type instead of choosing it from the URL; ``storage_options`` go to the path type (endpoint,
     credentials...).
 
+    ``db_prefix`` may list several roots, fastest first (URLs, locations or upload
+    builders): saves commit on the first and are copied to the others in the
+    background, loads read the fastest root holding the node intact, and ``retention``
+    may give one policy per root (see :mod:`ckptstore.checkpoint._tiers`).
+
     Example::
 
         >>> from ckptstore import LocalSession
@@ -581,7 +626,7 @@ class CheckpointManager(ManagerBase):
 
     def __init__(
         self,
-        db_prefix: str,
+        db_prefix: str | Sequence[RootLike],
         node_name: str,
         db_type: str | DBType = DEFAULT_DB_TYPE,
         metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
@@ -590,18 +635,22 @@ class CheckpointManager(ManagerBase):
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
         location: CheckpointLocation | None = None,
-        retention: RetentionPolicy | None = None,
+        retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
     ) -> None:
-        super().__init__(
-            location
-            or CheckpointLocation.open(
-                db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+        roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
+        first, later = split_roots(
+            [location or roots[0], *roots[1:]],
+            partial(
+                _open_root,
+                db_type=db_type,
+                io=io,
+                path_type=path_type,
+                storage_options=storage_options,
             ),
-            metadata_handler,
-            retention,
-            overwrite=overwrite,
         )
+        super().__init__(first, metadata_handler, None, overwrite=overwrite)
+        self._set_tiers(later, retention)
         self._node_name = validate_node_name(str(node_name))
         self._workspace_node: str | None = None
         self._names_output: TaskOutput | None = None
@@ -644,9 +693,10 @@ class CheckpointManager(ManagerBase):
         if retrieve_from_epoch is None:
             fn: Any = list_blob_names
         else:
-            fn = partial(
+            fn = self._reading(
                 read_blob_names,
-                location=self._read_location(path_prefix, path_type),
+                path_prefix,
+                path_type,
                 node=self._node_name,
                 epoch=retrieve_from_epoch,
             )
@@ -727,9 +777,7 @@ class CheckpointManager(ManagerBase):
 
         ``path_prefix`` reads from another checkpoint root, such as an upload tier.
         """
-        task = self._load_task(
-            validate_epoch(epoch), self._read_location(path_prefix, path_type), self.blob_list()
-        )
+        task = self._load_task(validate_epoch(epoch), path_prefix, path_type, self.blob_list())
         self._stats_outputs = [task.outputs()[0]]
         return task
 
@@ -738,7 +786,7 @@ class CheckpointManager(ManagerBase):
         records them as the blobs to checkpoint (see :meth:`ManagerBase.restore`)."""
         epoch = validate_epoch(epoch)
         self.init(nodes)  # the workspace's node; the blob list comes from the load
-        task = self._load_task(epoch, self._read_location(None, None), None, "checkpoint_restore")
+        task = self._load_task(epoch, None, None, None, "checkpoint_restore")
         self._names_output = task.outputs()[0]
         self._stats_outputs = [self._names_output]
         return task
@@ -746,17 +794,36 @@ class CheckpointManager(ManagerBase):
     def _load_task(
         self,
         epoch: int,
-        location: CheckpointLocation,
+        path_prefix: str | None,
+        path_type: str | None,
         names: list[str] | None,
         name: str = "checkpoint_load",
     ) -> Task:
-        """A task loading ``names`` (``None``: every stored blob) of ``epoch``."""
+        """A task loading ``names`` (``None``: every stored blob) of ``epoch`` from where
+        :meth:`_reading` says."""
         return Task(
-            partial(load_node, location=location, node=self._node_name, epoch=epoch, names=names),
+            self._reading(
+                load_node, path_prefix, path_type, node=self._node_name, epoch=epoch, names=names
+            ),
             name=name,
             node=self._task_node(),
             result_is_output=True,
         )
+
+    def _reading(
+        self,
+        work: Callable[..., Any],
+        path_prefix: str | None,
+        path_type: str | None,
+        **arguments: Any,
+    ) -> Callable[[Workspace], Any]:
+        """``work`` bound to where it reads: the given prefix, else (several roots) the
+        fastest root holding the node intact, else this manager's root."""
+        if self.tiers is not None and not path_prefix and not self._path_prefix:
+            return partial(
+                from_fastest, work=work, locations=self.tiers.read_locations(), **arguments
+            )
+        return partial(work, location=self._read_location(path_prefix, path_type), **arguments)
 
     def load_blobs_from_checkpoint(self, blob_names: Sequence[str], epoch: int) -> Task:
         """A task that loads ``blob_names`` from this node's checkpoint of ``epoch`` into
@@ -810,3 +877,17 @@ class CheckpointManager(ManagerBase):
         if str(node_name) != self._node_name:
             return None
         return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)
+
+
+def _open_root(
+    prefix: str,
+    *,
+    db_type: str | DBType,
+    io: IOSettings | None,
+    path_type: str | None,
+    storage_options: Mapping[str, object] | None,
+) -> CheckpointLocation:
+    """The first root of a manager, opened with the manager's own options."""
+    return CheckpointLocation.open(
+        prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+    )

@@ -28,6 +28,7 @@ from ckptstore import protocol
 from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase
 from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.checkpoint._tiers import RootLike, split_roots
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
@@ -50,7 +51,9 @@ class MultiNodeCheckpointManager(ManagerBase):
     record is written only once every node succeeded. Per-node managers have no
     metadata handler: this object alone talks to it, as in Caffe2. Committed epochs are
     write-once: saving one again raises :class:`~ckptstore.errors.AlreadyCommittedError`
-    unless ``overwrite=True``, which uncommits the job's nodes first.
+    unless ``overwrite=True``, which uncommits the job's nodes first. ``db_prefix`` may
+    list several roots, fastest first, as for :class:`CheckpointManager`
+    (``["/mnt/nvme/run", "s3://bucket/run"]``).
 
     Example::
 
@@ -67,20 +70,25 @@ class MultiNodeCheckpointManager(ManagerBase):
 
     def __init__(
         self,
-        db_prefix: str,
+        db_prefix: str | Sequence[RootLike],
         db_type: str | DBType = DEFAULT_DB_TYPE,
         metadata_handler: str | MetadataHandler | MetadataHandlerLike | None = None,
         *,
         io: IOSettings | None = None,
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
-        retention: RetentionPolicy | None = None,
+        retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
     ) -> None:
-        location = CheckpointLocation.open(
-            db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+        roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
+        location, later = split_roots(
+            roots,
+            lambda prefix: CheckpointLocation.open(
+                prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+            ),
         )
-        super().__init__(location, metadata_handler, retention, overwrite=overwrite)
+        super().__init__(location, metadata_handler, None, overwrite=overwrite)
+        self._set_tiers(later, retention)
         self._node_managers: list[tuple[str, CheckpointManager]] | None = None
         self._node_names: list[str] = []
 
@@ -118,6 +126,8 @@ class MultiNodeCheckpointManager(ManagerBase):
             (node, CheckpointManager(self._db_prefix, node, location=self._location))
             for node in names
         ]
+        for _, manager in self._node_managers:
+            manager.tiers = self.tiers  # loads read from the fastest root holding the node
         return True
 
     def _task_group(

@@ -368,13 +368,16 @@ def carry_out(
 def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int) -> None:
     """Apply ``policy`` to the manager's own nodes after ``epoch`` was committed (what
     :class:`JobRunner` calls). A failure is logged, never raised: the save itself
-    succeeded."""
+    succeeded. With several roots, it runs again on the first root once the epochs it
+    kept for the later roots were copied there."""
+    if manager.tiers is not None:
+        manager.tiers.first_retention = policy
     try:
         plan = enforce(
             manager.location.storage,
             policy,
             upto=epoch,
-            protect={epoch},
+            protect={epoch, *manager.epochs_in_transit()},
             nodes=manager.node_names(),
             handler=manager.metadata_handler,
         )

@@ -31,12 +31,14 @@ import numpy as np
 from ckptstore.checkpoint._async_save import SaveFuture
 from ckptstore.checkpoint._manager import BACKGROUND_NICE, ManagerBase
 from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.checkpoint._tiers import TieredListing
 from ckptstore.errors import (
     AlreadyCommittedError,
     CorruptCheckpointError,
     JobConfigurationError,
     ObjectNotFoundError,
     SaveFailedError,
+    TierCopyFailedError,
     TooManySaveFailuresError,
     is_disk_full,
     is_permanent,
@@ -188,6 +190,7 @@ class JobRunner:
         self.lease_ttl = lease_ttl
         self._lease: WriterLease | None = None
         self._commits: CommitListing | None = None
+        self._tiered: TieredListing | None = None
         self.save_failures: list[SaveFailure] = []
         self.restore_failures: list[SaveFailure] = []
         self.committed_epochs: list[int] = []
@@ -219,7 +222,7 @@ class JobRunner:
             return self._train(session)
         finally:
             self._lease = None
-            self._commits = None
+            self._commits = self._tiered = None
             if self.checkpoint_manager is not None:
                 self.checkpoint_manager.writer_fence = None
             if lease is not None:
@@ -269,7 +272,11 @@ class JobRunner:
         from the commit records."""
         resume = manager.get_resume_from_epoch_id(self.resume_from_epoch)
         handler = manager.metadata_handler
-        if handler is not None and handler.answers_from_storage:
+        if (
+            handler is not None
+            and handler.answers_from_storage
+            and manager.tiers is None  # it answers for the first root alone
+        ):
             return resume  # the same question, already answered from the commit records
         nodes = self._saved_nodes(manager)
         if self.resume_from_epoch is None and not manager.overwrite:
@@ -284,7 +291,7 @@ class JobRunner:
                         "The catalog is behind storage: epoch %d is committed on every "
                         "node under %s; resuming from it",
                         newest,
-                        manager.display_url,
+                        " or ".join(manager.tiers.roots) if manager.tiers else manager.display_url,
                     )
                     self._catalog_behind = newest
                 resume = newest
@@ -294,14 +301,17 @@ class JobRunner:
             )
         return resume
 
-    def _listing(self, manager: ManagerBase) -> CommitListing:
+    def _listing(self, manager: ManagerBase) -> CommitListing | TieredListing:
         """The commit records as one listing found them, taken once per :meth:`train`
-        before anything is saved (resume and its fallback ask it; saves never do)."""
+        before anything is saved (resume and its fallback ask it; saves never do); with
+        several roots, the newest epoch committed on any of them."""
         if self._commits is None:
             self._commits = manager.commit_listing()
             if self._lease is not None:  # just read to take the lease: no request more
                 self._commits.know_fences(self._lease.fences)
-        return self._commits
+            if manager.tiers is not None:
+                self._tiered = manager.tiers.listing(self._commits)
+        return self._tiered if manager.tiers is not None and self._tiered else self._commits
 
     def _train(self, session: Session) -> int:
         job, manager = self.job, self.checkpoint_manager
@@ -319,6 +329,8 @@ class JobRunner:
             manager.set_params(nodes=nodes)
             resume = self._resume_epoch(manager)
             self._fence_writes(manager, resume)
+            if manager.tiers is not None and self._commits is not None:
+                manager.tiers.catch_up(self._saved_nodes(manager), self._commits)
         elif resume is not None:
             raise JobConfigurationError(
                 f"resume_from_epoch={resume} needs a checkpoint manager to load that epoch "
@@ -341,6 +353,9 @@ class JobRunner:
                 self.resumed_from_epoch = resume
                 self._log_resume(resume, self.restore_failures[failed_before:])
                 if self._finished(resume):
+                    tier_error = self._finish_copies(manager, resume)  # a stopped copy
+                    if tier_error is not None:
+                        raise tier_error
                     return resume  # a finished job only reads: any format may be read
                 manager.check_can_hold()
         epoch = 1 if resume is None else resume + 1
@@ -354,12 +369,48 @@ class JobRunner:
                     break
                 epoch += 1
             self.collect_saves(0)
+        tier_error = self._finish_copies(manager, resume)
         upload_error = self._upload(session, epoch, resume)
         session.run(job.download_group)
         session.run(job.exit_group)
         if upload_error is not None:
             raise upload_error
+        if tier_error is not None:
+            raise tier_error
         return epoch
+
+    def _finish_copies(
+        self, manager: ManagerBase | None, resumed_from: int | None
+    ) -> TierCopyFailedError | None:
+        """With several roots: wait until every root holds the last committed epoch;
+        the error naming the root that does not (raised once download and exit ran)."""
+        if manager is None or manager.tiers is None:
+            return None
+        committed = self.committed_epochs[-1] if self.committed_epochs else resumed_from
+        try:
+            if committed is not None:
+                manager.tiers.ensure(committed, self._saved_nodes(manager))
+        except TierCopyFailedError as error:
+            log.error("%s", error)
+            return error
+        finally:
+            self._count_copy_failures(manager)
+        return None
+
+    def _count_copy_failures(self, manager: ManagerBase) -> None:
+        """Count the background copies given up on as failed saves (reported already);
+        they do not stop the job: the epoch is committed on the first root."""
+        if manager.tiers is None:
+            return
+        for failure in manager.tiers.take_failures():
+            error = TierCopyFailedError(
+                failure.epoch,
+                failure.root,
+                dict.fromkeys(
+                    manager.node_names(), f"{type(failure.error).__name__}: {failure.error}"
+                ),
+            )
+            self.save_failures.append(SaveFailure(failure.epoch, error))
 
     def _log_resume(self, restored: int, failures: list[SaveFailure]) -> None:
         """Say where training resumed: at INFO, as a warning when something was wrong."""
@@ -436,6 +487,7 @@ class JobRunner:
         manager = self.checkpoint_manager
         if manager is None:
             raise JobConfigurationError("save_checkpoints needs a checkpoint manager")
+        self._count_copy_failures(manager)
         if self.async_save:
             return self._start_async_save(manager, epoch, session)
         attempts = 1 + self.save_retries

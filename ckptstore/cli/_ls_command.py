@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
+from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._inventory import RunEntry, scan
 
 
@@ -26,11 +27,21 @@ def register(commands: Any) -> None:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", action="store_true", help="show every node checkpoint")
+    parser.add_argument(
+        "--tier",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a later root of the same job (repeatable): show which roots hold each epoch",
+    )
+    common.add_storage_options(parser, "tier")  # --tier-option, for every --tier
 
 
 @common.guarded
 def run(args: argparse.Namespace) -> int:
     storage = common.open_storage(args.url, args)
+    if args.tier:
+        return _tiers(storage, [common.open_storage(url, args, "tier") for url in args.tier], args)
     runs = scan(storage)
     if not runs and not common.location_exists(storage):
         return common.nothing_at(storage, args)
@@ -64,3 +75,41 @@ def _print_runs(runs: list[RunEntry], *, show_nodes: bool) -> None:
                         f"{node.db_type or '-':<6} "
                         f"{common.format_bytes(node.stored_bytes):>10}{mark}"
                     )
+
+
+def _states(storage: PathType) -> dict[int, str]:
+    """Each epoch's state in the run at ``storage`` itself."""
+    runs = [entry for entry in scan(storage) if entry.prefix == ""]
+    return {epoch.epoch: epoch.state for run in runs for epoch in run.epochs}
+
+
+def _tiers(first: PathType, later: list[PathType], args: argparse.Namespace) -> int:
+    """Which roots of a tiered job hold each epoch (fastest first)."""
+    roots = [first, *later]
+    states = [_states(storage) for storage in roots]
+    if not any(states) and not common.location_exists(first):
+        return common.nothing_at(first, args)
+    epochs = sorted({epoch for found in states for epoch in found})
+    if args.json:
+        common.print_json(
+            {
+                "roots": [storage.display_url for storage in roots],
+                "epochs": [
+                    {
+                        "epoch": epoch,
+                        "roots": {
+                            storage.display_url: found.get(epoch)
+                            for storage, found in zip(roots, states, strict=True)
+                        },
+                    }
+                    for epoch in epochs
+                ],
+            }
+        )
+        return common.EXIT_OK
+    width = max(11, *(len(storage.display_url) for storage in roots))
+    print(f"  {'EPOCH':>6}  " + "  ".join(f"{s.display_url:<{width}}" for s in roots).rstrip())
+    for epoch in epochs:
+        cells = "  ".join(f"{found.get(epoch, '-'):<{width}}" for found in states)
+        print(f"  {epoch:>6}  {cells.rstrip()}")
+    return common.EXIT_OK

@@ -23,11 +23,12 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ckptstore.checkpoint import ManagerBase
+from ckptstore.checkpoint import CheckpointManager, ManagerBase, RootLike, first_serving
 from ckptstore.errors import CheckpointKindError, CheckpointNotFoundError, CorruptCheckpointError
 from ckptstore.protocol import (
     CheckpointLocation,
@@ -48,8 +49,9 @@ SPEC_BLOB = "#tree"
 """The blob holding a tree's JSON spec."""
 MAX_SPEC_BYTES = 64 << 20
 
-TreeTarget = str | CheckpointLocation | ManagerBase
-"""Where trees go: a local path or URL, an opened location, or a manager (its location)."""
+TreeTarget = str | CheckpointLocation | ManagerBase | Sequence[RootLike]
+"""Where trees go: a local path or URL, an opened location, a manager (its location), or
+several roots, fastest first (see :mod:`ckptstore.checkpoint._tiers`)."""
 
 
 def _location(target: TreeTarget, db_type: str) -> CheckpointLocation:
@@ -57,7 +59,22 @@ def _location(target: TreeTarget, db_type: str) -> CheckpointLocation:
         return target
     if isinstance(target, ManagerBase):
         return target.location
+    if not isinstance(target, str):
+        return _tiered(target, "tree", db_type).location
     return CheckpointLocation.open(str(target), db_type)
+
+
+def _tiered(roots: Sequence[RootLike], node: str, db_type: str) -> CheckpointManager:
+    """A manager of ``node`` over several roots: its tiers copy and read them."""
+    return CheckpointManager(list(roots), node, db_type)
+
+
+def _read_locations(target: TreeTarget, node: str, db_type: str) -> list[CheckpointLocation]:
+    """Where a tree is read from, fastest first (one root unless several were given)."""
+    if isinstance(target, (str, CheckpointLocation, ManagerBase)):
+        return [_location(target, db_type)]
+    tiers = _tiered(target, node, db_type).tiers
+    return tiers.read_locations() if tiers is not None else [_location(target, db_type)]
 
 
 def save_tree(
@@ -72,6 +89,11 @@ def save_tree(
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
 
+    With several roots (``["/mnt/nvme/run", "s3://bucket/run"]``) it commits on the
+    first, then copies the epoch, verified, to each later root and commits it there;
+    it returns once every root holds it, or raises
+    :class:`~ckptstore.errors.TierCopyFailedError` naming the root that does not.
+
     Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
     :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
     ``overwrite`` (then it is uncommitted first, as a manager's ``overwrite=True`` does).
@@ -82,7 +104,9 @@ def save_tree(
     """
     epoch = validate_epoch(epoch)
     validate_node_name(node)
-    location = _location(target, db_type)
+    tiered = None if isinstance(target, (str, CheckpointLocation, ManagerBase)) else target
+    manager = _tiered(tiered, node, db_type) if tiered is not None else None
+    location = manager.location if manager is not None else _location(target, db_type)
     arrays, spec = flatten(tree, adapter)
     document = json.dumps(spec, separators=(",", ":"), ensure_ascii=True).encode()
     blobs: dict[str, np.ndarray[Any, Any]] = {
@@ -94,6 +118,8 @@ def save_tree(
     check_not_committed(storage, epoch, [node], overwrite=overwrite)
     commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
     commit_epoch(storage, epoch, [commit])
+    if manager is not None and manager.tiers is not None:
+        manager.tiers.ensure(epoch, [node])
 
 
 def load_tree(
@@ -111,10 +137,22 @@ def load_tree(
     if epoch is not None:
         epoch = validate_epoch(epoch)
     validate_node_name(node)
-    location = _location(target, db_type)
-    storage = location.storage
+    locations = _read_locations(target, node, db_type)
     if epoch is None:
-        epoch = _newest(location, node)
+        epoch = _newest(locations, node)
+    chosen = epoch
+    return first_serving(
+        locations,
+        lambda location: _read_tree(location, node, chosen, adapter),
+        f"tree {node!r} of epoch {epoch}",
+    )
+
+
+def _read_tree(
+    location: CheckpointLocation, node: str, epoch: int, adapter: ArrayAdapter | None
+) -> object:
+    """The tree stored as ``node``'s committed checkpoint of ``epoch`` under one root."""
+    storage = location.storage
     manifest = open_node(storage, node, epoch)
     url = location.db_path(node, epoch)
     record = manifest.blobs.get(SPEC_BLOB)
@@ -147,16 +185,19 @@ def latest_tree_epoch(target: TreeTarget, *, node: str = "tree", db_type: str = 
     it: one listing of the control directory, then the candidates' commit records, newest
     first; a damaged record is passed over with a warning. Raises
     :class:`~ckptstore.CheckpointNotFoundError` if there is none."""
-    return _newest(_location(target, db_type), validate_node_name(node))
+    node = validate_node_name(node)
+    return _newest(_read_locations(target, node, db_type), node)
 
 
-def _newest(location: CheckpointLocation, node: str) -> int:
-    """The newest epoch committed for ``node``: the question resume asks
-    (:meth:`~ckptstore.protocol.CommitListing.newest_complete`: one listing, then the
-    candidates' records newest first; a damaged one is skipped with a warning)."""
-    epoch = CommitListing.of(location.storage).newest_complete([node])
-    if epoch is not None:
-        return epoch
+def _newest(locations: Sequence[CheckpointLocation], node: str) -> int:
+    """The newest epoch committed for ``node`` on any of ``locations``: the question
+    resume asks (:meth:`~ckptstore.protocol.CommitListing.newest_complete`: one listing,
+    then the candidates' records newest first; a damaged one is skipped with a warning)."""
+    found = [CommitListing.of(where.storage).newest_complete([node]) for where in locations]
+    known = [epoch for epoch in found if epoch is not None]
+    if known:
+        return max(known)
+    location = locations[0]
     raise CheckpointNotFoundError(
         location.storage.display_url,
         node,

@@ -127,3 +127,20 @@ def test_the_default_node_is_listed_and_said_what_it_is(cli: Cli, tmp_path: Path
 
 def test_no_note_without_a_default_node(cli: Cli, run_url: str) -> None:
     assert "(default node)" not in cli("ls", run_url, "--nodes").out
+
+
+def test_tier_shows_which_roots_hold_each_epoch(cli: Cli, tmp_path: Path, s3_url: str) -> None:
+    from ckptstore.tree import save_tree
+
+    fast = str(tmp_path / "fast")
+    save_tree([fast, s3_url], 1, {"w": np.ones(2)})
+    save_tree(fast, 2, {"w": np.ones(2)})  # on the fast root only
+    result = cli("ls", fast, "--tier", s3_url, "--json")
+    assert result.code == 0
+    assert result.json()["epochs"] == [
+        {"epoch": 1, "roots": {fast: "committed", s3_url: "committed"}},
+        {"epoch": 2, "roots": {fast: "committed", s3_url: None}},
+    ]
+    table = cli("ls", fast, "--tier", s3_url).out.splitlines()
+    assert table[0].split() == ["EPOCH", fast, s3_url]
+    assert table[2].split() == ["2", "committed", "-"]

@@ -1,0 +1,520 @@
+"""Tiers: several checkpoint roots, fastest first.
+
+A manager given several roots (``["/mnt/nvme/run", "s3://bucket/run"]``) saves and
+commits on the first one at its speed; every later root receives a verified copy of
+each committed epoch in the background, in order, committed there with its own
+create-once commit records. Each root stays an ordinary checkpoint root: a one-root
+manager, the CLI and the reading guide read it alone.
+
+Copies are :class:`~ckptstore.plugin.UploadTaskGroupBuilder` groups (a URL becomes the
+built-in ``copy`` builder, which verifies every checksum before it commits), run on one
+background thread per manager. A copy that fails is retried, then reported
+(``checkpoint_copy_failed``, to the metadata handler and every reporter) and handed to
+the runner, which counts it; the epoch stays committed on the first root, where a
+resume finds it. Retention runs per root, and never lets the first root drop an epoch
+a later root has not received yet.
+
+Reading goes the other way: the newest epoch committed on any root, each node read
+from the first root that holds it committed and intact (a damaged or missing node on a
+fast root is read from a slower one; a copy is visible only once committed, so never
+half done).
+
+Example::
+
+    >>> from ckptstore import LocalSession
+    >>> from ckptstore.checkpoint import CheckpointManager
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.ones(2)
+    >>> manager = CheckpointManager(["fast", "durable"], "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(1))  # committed on "fast"; copied in the background
+    >>> manager.tiers.wait()
+    >>> manager.tiers.holding(1, ["trainer_0"])
+    ['fast', 'durable']
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
+
+from ckptstore import protocol
+from ckptstore.checkpoint._retention import RetentionPolicy, enforce, retain_after_save
+from ckptstore.errors import (
+    CorruptCheckpointError,
+    JobConfigurationError,
+    TierCopyFailedError,
+    is_permanent,
+)
+from ckptstore.execution._session import LocalSession
+from ckptstore.execution._workspace import Workspace
+from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.protocol._listing import CommitListing
+from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._stats import NodeStats
+
+if TYPE_CHECKING:
+    from ckptstore.checkpoint._manager import ManagerBase
+
+__all__ = [
+    "DEFAULT_COPY_RETRIES",
+    "ReadableTier",
+    "RootLike",
+    "TierCopyFailure",
+    "TieredListing",
+    "Tiers",
+    "first_serving",
+    "from_fastest",
+    "split_retention",
+    "split_roots",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_COPY_RETRIES = 3
+"""How many times a failed background copy is retried (backoff doubling from 0.5 s)."""
+
+RootLike = str | CheckpointLocation | UploadTaskGroupBuilder
+"""One root of a manager: a URL, an opened location (with its own storage options), or
+(for a later root) an upload builder."""
+
+
+@runtime_checkable
+class ReadableTier(Protocol):
+    """An upload builder whose destination is a checkpoint root (``storage``): it can be
+    listed, checked and resumed from. A builder without one is a write-only tier."""
+
+    @property
+    def storage(self) -> PathType: ...
+
+
+@dataclass(frozen=True)
+class TierCopyFailure:
+    """An epoch a later root did not receive (after the retries), and why."""
+
+    root: str
+    epoch: int
+    error: BaseException
+
+
+def split_roots(
+    roots: Sequence[RootLike], open_first: Callable[[str], CheckpointLocation]
+) -> tuple[CheckpointLocation, list[UploadTaskGroupBuilder]]:
+    """The first root opened (a URL through ``open_first``) and the later ones as upload
+    builders (a URL or a location becomes the registered ``copy`` builder)."""
+    if not roots:
+        raise JobConfigurationError("a manager needs at least one checkpoint root")
+    first = roots[0]
+    if isinstance(first, UploadTaskGroupBuilder):
+        raise JobConfigurationError(
+            "the first root is where saves commit: give a URL or a CheckpointLocation, not "
+            f"an upload builder ({first!r})"
+        )
+    location = first if isinstance(first, CheckpointLocation) else open_first(str(first))
+    return location, [_builder(root) for root in roots[1:]]
+
+
+def _builder(root: RootLike) -> UploadTaskGroupBuilder:
+    if isinstance(root, UploadTaskGroupBuilder):
+        return root
+    copy = cast("Callable[..., UploadTaskGroupBuilder]", get_registry().upload_builders["copy"])
+    if isinstance(root, CheckpointLocation):
+        return copy(root.prefix, path_type=root.path_type, storage_options=root.storage_options)
+    return copy(str(root))
+
+
+def split_retention(
+    retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None, roots: int
+) -> tuple[RetentionPolicy | None, list[RetentionPolicy | None]]:
+    """The first root's policy and the later roots': one policy applies to every root, a
+    list gives one per root (``None``: keep everything there)."""
+    if retention is None or isinstance(retention, RetentionPolicy):
+        return retention, [retention] * (roots - 1)
+    policies = list(retention)
+    if len(policies) != roots:
+        raise JobConfigurationError(
+            f"retention lists {len(policies)} policies for {roots} roots: give one per root "
+            "(None keeps everything on that root), or one policy for all"
+        )
+    return policies[0], policies[1:]
+
+
+def _url(builder: UploadTaskGroupBuilder) -> str:
+    if isinstance(builder, ReadableTier):
+        return builder.storage.display_url
+    return repr(builder)
+
+
+@dataclass
+class _Tier:
+    builder: UploadTaskGroupBuilder
+    retention: RetentionPolicy | None
+    url: str
+    newest: int | None = None  # the newest epoch copied there by this process
+
+
+@dataclass
+class Tiers:
+    """The later roots of a manager and the background thread copying to them.
+
+    ``manager`` is the one saving to the first root (its node names and location are
+    what the builders copy from). ``retries`` and ``backoff`` govern each copy.
+    """
+
+    manager: ManagerBase
+    builders: Sequence[UploadTaskGroupBuilder]
+    retention: Sequence[RetentionPolicy | None] = ()
+    retries: int = DEFAULT_COPY_RETRIES
+    backoff: float = 0.5
+    _tiers: list[_Tier] = field(init=False)
+    copy_every_epoch: bool = False
+    """Copy every committed epoch, even when the copies fall behind the saves; by
+    default, when several epochs wait, only the newest is copied (the later roots then
+    lag by one copy, not by a growing queue)."""
+    _queue: queue.Queue[tuple[int, tuple[str, ...]]] = field(init=False)
+    _pending: dict[int, int] = field(init=False)
+    _failures: list[TierCopyFailure] = field(init=False)
+    _lock: threading.Condition = field(init=False)
+    _thread: threading.Thread | None = field(init=False, default=None)
+    _newest_committed: int | None = field(init=False, default=None)
+    first_retention: RetentionPolicy | None = field(init=False, default=None)
+    """The first root's policy, as the runner last applied it: applied again once the
+    epochs it kept for the later roots are copied."""
+
+    def __post_init__(self) -> None:
+        policies = list(self.retention) or [None] * len(self.builders)
+        self._tiers = [
+            _Tier(builder, policy, _url(builder))
+            for builder, policy in zip(self.builders, policies, strict=True)
+        ]
+        self._queue = queue.Queue()
+        self._pending = {}
+        self._failures = []
+        self._lock = threading.Condition()
+
+    # -- what the first root's commit calls -----------------------------------------
+
+    @property
+    def roots(self) -> list[str]:
+        """Every root's URL, fastest (the first) first, without credentials."""
+        return [self.manager.location.storage.display_url] + [tier.url for tier in self._tiers]
+
+    def after_commit(self, epoch: int, nodes: Iterable[str]) -> None:
+        """Queue the copy of ``epoch`` (just committed on the first root) to every later
+        root; returns at once."""
+        with self._lock:
+            self._pending[epoch] = self._pending.get(epoch, 0) + 1
+            self._newest_committed = max(epoch, self._newest_committed or epoch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._work, name="ckptstore-tiers", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((epoch, tuple(nodes)))
+
+    def in_transit(self) -> set[int]:
+        """Epochs committed on the first root and not yet copied (or given up on): the
+        first root's retention keeps them."""
+        with self._lock:
+            return set(self._pending)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until every queued copy finished (copied or given up on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._pending:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"copies of epoch(s) {sorted(self._pending)} unfinished")
+                self._lock.wait(remaining)
+
+    def take_failures(self) -> list[TierCopyFailure]:
+        """The copies given up on since the last call, oldest first."""
+        with self._lock:
+            failures, self._failures = self._failures, []
+        return failures
+
+    def newest_copied(self) -> dict[str, int | None]:
+        """For each later root, the newest epoch this process copied there (``None``:
+        none yet)."""
+        return {tier.url: tier.newest for tier in self._tiers}
+
+    def lag(self) -> dict[str, int | None]:
+        """For each later root, how many epochs it is behind the newest one committed on
+        the first root (``None``: nothing copied there yet)."""
+        with self._lock:
+            newest = self._newest_committed
+        return {
+            tier.url: None if tier.newest is None or newest is None else newest - tier.newest
+            for tier in self._tiers
+        }
+
+    # -- the background thread -------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while not self._queue.empty():  # queued while the previous copy ran
+                batch.append(self._queue.get_nowait())
+            epochs = [epoch for epoch, _ in batch]
+            todo = batch if self.copy_every_epoch else [max(batch, key=lambda item: item[0])]
+            skipped = sorted(set(epochs) - {epoch for epoch, _ in todo})
+            if skipped:
+                log.info(
+                    "Not copying epoch(s) %s to the later roots: epoch %d was saved before "
+                    "their turn came (the copies are slower than the saves)",
+                    skipped,
+                    todo[-1][0],
+                )
+            try:
+                for epoch, nodes in todo:
+                    for tier in self._tiers:
+                        self._copy_retrying(tier, epoch, nodes)
+            finally:
+                self._done(epochs, todo[-1])
+
+    def _done(self, epochs: list[int], newest: tuple[int, tuple[str, ...]]) -> None:
+        """The queued ``epochs`` are copied or given up on; the first root's policy may
+        now let them go."""
+        with self._lock:
+            for epoch in epochs:
+                self._pending[epoch] -= 1
+                if not self._pending[epoch]:
+                    del self._pending[epoch]
+            policy = self.first_retention
+            last = not self._pending
+        if policy is not None and last:  # what the first root kept for the copies
+            retain_after_save(self.manager, policy, newest[0])
+        with self._lock:
+            self._lock.notify_all()
+
+    def _copy_retrying(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:
+        attempts = 1 + self.retries
+        for attempt in range(1, attempts + 1):
+            try:
+                self._copy(tier, epoch, nodes)
+                return True
+            except Exception as error:
+                final = attempt == attempts or (isinstance(error, OSError) and is_permanent(error))
+                log.warning(
+                    "Copy of epoch %d to %s failed (attempt %d of %d): %s",
+                    epoch,
+                    tier.url,
+                    attempt,
+                    attempts,
+                    error,
+                )
+                if final:
+                    self._failed(tier, epoch, nodes, error)
+                    return False
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+        return False  # pragma: no cover (the loop returns)
+
+    def _copy(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> None:
+        builder = tier.builder
+        if isinstance(builder, ReadableTier) and _holds(builder.storage, epoch, nodes):
+            tier.newest = max(epoch, tier.newest or epoch)
+            return  # copied by an earlier run: committed there, never copied twice
+        started = time.perf_counter_ns()
+        results = LocalSession().run(builder.build(epoch, self.manager))
+        tier.newest = max(epoch, tier.newest or epoch)
+        stats = {s.db_path: s for s in results if isinstance(s, NodeStats)}
+        log.info(
+            "Copied epoch %d to %s in %.2f s",
+            epoch,
+            tier.url,
+            (time.perf_counter_ns() - started) / 1e9,
+        )
+        self.manager.report("checkpoint_copy", stats)
+        if tier.retention is not None and isinstance(builder, ReadableTier):
+            self._retain(tier, builder.storage, epoch, nodes)
+
+    def _retain(self, tier: _Tier, storage: PathType, epoch: int, nodes: Sequence[str]) -> None:
+        try:
+            assert tier.retention is not None
+            enforce(storage, tier.retention, upto=epoch, protect={epoch}, nodes=nodes)
+        except (OSError, CorruptCheckpointError) as error:
+            log.warning("Retention on %s after epoch %d failed: %s", tier.url, epoch, error)
+
+    def _failed(self, tier: _Tier, epoch: int, nodes: Sequence[str], error: BaseException) -> None:
+        message = f"{type(error).__name__}: {error}"
+        stats = {
+            f"{tier.url.rstrip('/')}/{node}": NodeStats(
+                node,
+                epoch,
+                f"{tier.url.rstrip('/')}/{node}",
+                "checkpoint_copy_failed",
+                error=message,
+            )
+            for node in nodes
+        }
+        self.manager.report("checkpoint_copy_failed", stats)
+        with self._lock:
+            self._failures.append(TierCopyFailure(tier.url, epoch, error))
+        log.error(
+            "Gave up copying epoch %d to %s (%s); the newest epoch there is %s, "
+            "committed on the first root: %s",
+            epoch,
+            tier.url,
+            message,
+            tier.newest,
+            self.manager.location.storage.display_url,
+        )
+
+    # -- the end of training and the start of the next -------------------------------
+
+    def ensure(self, epoch: int, nodes: Sequence[str]) -> None:
+        """Return once every root holds ``epoch`` (waiting for the background copies,
+        then copying again where it is missing), or raise
+        :class:`~ckptstore.errors.TierCopyFailedError` naming the first root that does
+        not."""
+        self.wait()
+        for tier in self._tiers:
+            if tier.newest is not None and tier.newest >= epoch:
+                continue
+            if not self._copy_retrying(tier, epoch, nodes):
+                failure = self.take_failures()[-1]
+                raise TierCopyFailedError(
+                    epoch, tier.url, dict.fromkeys(nodes, str(failure.error))
+                ) from failure.error
+
+    def catch_up(self, nodes: Sequence[str], listing: CommitListing) -> None:
+        """At the start of a job: queue the newest epoch complete on the first root
+        again if a later root lacks it (an earlier run was stopped mid-copy: the copy
+        is redone; a half-done one was never visible)."""
+        newest = listing.newest_complete(nodes)
+        if newest is None:
+            return
+        missing = [tier for tier in self._tiers if not self._known_to_hold(tier, newest, nodes)]
+        if missing:
+            log.info(
+                "Epoch %d is not on %s yet: copying it", newest, [tier.url for tier in missing]
+            )
+            self.after_commit(newest, nodes)
+
+    def _known_to_hold(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:
+        """Whether ``tier`` is known to hold ``epoch`` (unreachable: not known, so the
+        copy is queued and its own retries and reports deal with the outage)."""
+        if not isinstance(tier.builder, ReadableTier):
+            return False
+        try:
+            return _holds(tier.builder.storage, epoch, nodes)
+        except (OSError, CorruptCheckpointError) as error:
+            log.warning("Cannot tell whether %s holds epoch %d: %s", tier.url, epoch, error)
+            return False
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read_locations(self) -> list[CheckpointLocation]:
+        """Every readable root as a location, fastest first (the first root first)."""
+        first = self.manager.location
+        later = [
+            CheckpointLocation(
+                tier.builder.storage,
+                first.db_type,
+                tier.builder.storage.default_io.with_environment(),
+                tier.url,
+            )
+            for tier in self._tiers
+            if isinstance(tier.builder, ReadableTier)
+        ]
+        return [first, *later]
+
+    def holding(self, epoch: int, nodes: Sequence[str]) -> list[str]:
+        """The roots where ``epoch`` is committed on every node of ``nodes``."""
+        return [
+            location.storage.display_url
+            for location in self.read_locations()
+            if _holds(location.storage, epoch, nodes)
+        ]
+
+    def listing(self, first: CommitListing) -> TieredListing:
+        """What is committed on every readable root, ``first`` being the first root's. A
+        later root that cannot be listed is left out, loudly: the job resumes from the
+        others (its copies report the outage)."""
+        later = []
+        for location in self.read_locations()[1:]:
+            try:
+                later.append(CommitListing.of(location.storage))
+            except OSError as error:
+                log.warning(
+                    "Cannot list %s (%s): resuming from the other roots",
+                    location.storage.display_url,
+                    error,
+                )
+        return TieredListing(first, later)
+
+
+def _holds(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:
+    wanted = set(nodes)
+    return protocol.committed_nodes(storage, epoch, wanted) == wanted
+
+
+@dataclass(frozen=True)
+class TieredListing:
+    """Committed epochs over several roots: the newest epoch complete on any of them.
+    Writer fences are the first root's (the only one a job writes directly)."""
+
+    first: CommitListing
+    later: Sequence[CommitListing]
+
+    def newest_complete(self, nodes: Iterable[str], *, before: int | None = None) -> int | None:
+        names = list(nodes)
+        found = [
+            listing.newest_complete(names, before=before) for listing in (self.first, *self.later)
+        ]
+        known = [epoch for epoch in found if epoch is not None]
+        return max(known) if known else None
+
+    def newest_listed(self, node: str) -> int | None:
+        return self.first.newest_listed(node)
+
+
+def from_fastest(
+    ws: Workspace,
+    *,
+    work: Callable[..., object],
+    locations: Sequence[CheckpointLocation],
+    node: str,
+    epoch: int,
+    **arguments: object,
+) -> object:
+    """``work(ws, location=..., node=..., epoch=..., **arguments)`` on the first of
+    ``locations`` serving ``node``'s checkpoint of ``epoch`` (:func:`first_serving`)."""
+    return first_serving(
+        locations,
+        lambda location: work(ws, location=location, node=node, epoch=epoch, **arguments),
+        f"node {node} of epoch {epoch}",
+    )
+
+
+def first_serving(
+    locations: Sequence[CheckpointLocation], read: Callable[[CheckpointLocation], T], what: str
+) -> T:
+    """``read(location)`` on the first of ``locations`` where it succeeds: a root where
+    ``what`` is damaged or missing is passed over (logged), never a partial copy (a copy
+    is read only once committed). Raises the first root's error if no root serves it."""
+    errors: list[BaseException] = []
+    for location in locations:
+        try:
+            return read(location)
+        except (CorruptCheckpointError, FileNotFoundError) as error:
+            if len(locations) > 1:
+                log.warning(
+                    "%s cannot be read from %s (%s)%s",
+                    what[:1].upper() + what[1:],
+                    location.storage.display_url,
+                    error,
+                    "; trying the next root" if location is not locations[-1] else "",
+                )
+            errors.append(error)
+    raise errors[0]

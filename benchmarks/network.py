@@ -6,7 +6,8 @@ when it does not.
 it created on exit. :class:`LatencyRelay` is a TCP relay in a subprocess that holds every
 chunk of data for ``delay / 2`` in each direction and every new connection for
 ``delay``, so a request on a new connection costs two round trips of ``delay`` as with
-netem, without limiting bandwidth.
+netem; with ``rate_mibps`` it also caps each direction's bandwidth, shared by every
+connection (netem's ``rate`` does the same in the namespace).
 
 Example::
 
@@ -89,8 +90,16 @@ class NetworkNamespace(Service):
             subprocess.run([*ns.exec_prefix, "ip", "addr"])
     """
 
-    def __init__(self, name: str, *, delay_ms: float = 0.0, subnet: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        delay_ms: float = 0.0,
+        subnet: str | None = None,
+        rate_mibps: float = 0.0,
+    ) -> None:
         self.name = f"{name}{os.getpid()}"
+        self.rate_mibps = rate_mibps
         if subnet is None:  # one per process, so that two runs never share a route
             subnet = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"
         self.delay_ms = delay_ms
@@ -131,6 +140,11 @@ class NetworkNamespace(Service):
                     "netem",
                     "delay",
                     f"{self.delay_ms}ms",
+                    *(
+                        ["rate", f"{self.rate_mibps * 8 * 1.048576:.0f}mbit"]
+                        if self.rate_mibps
+                        else []
+                    ),
                 ],
                 capture_output=True,
                 text=True,
@@ -159,11 +173,14 @@ class LatencyRelay(ServerProcess):
 
     kind = "latency relay"
 
-    def __init__(self, upstream_host: str, upstream_port: int, *, delay_ms: float) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, *, delay_ms: float, rate_mibps: float = 0.0
+    ) -> None:
         super().__init__(port=free_port(), startup_timeout=30.0)
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.delay_ms = delay_ms
+        self.rate_mibps = rate_mibps
 
     def command(self) -> list[str]:
         return [
@@ -175,6 +192,7 @@ class LatencyRelay(ServerProcess):
             self.upstream_host,
             str(self.upstream_port),
             str(self.delay_ms),
+            str(self.rate_mibps),
         ]
 
     def answers(self) -> bool:
@@ -184,8 +202,32 @@ class LatencyRelay(ServerProcess):
         return False
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-    """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived."""
+class _Pacer:
+    """One direction's bandwidth cap: chunks leave at most ``rate`` bytes per second,
+    in the order they ask (0: no cap)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.free_at = 0.0
+
+    async def take(self, nbytes: int) -> None:
+        if not self.rate:
+            return
+        now = time.monotonic()
+        start = max(now, self.free_at)
+        self.free_at = start + nbytes / self.rate
+        if self.free_at > now:
+            await asyncio.sleep(self.free_at - now)
+
+
+async def _pump(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    delay: float,
+    pacer: _Pacer | None = None,
+) -> None:
+    """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived (and
+    after ``pacer`` let it through)."""
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=64)
 
     async def receive() -> None:
@@ -207,6 +249,8 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
                 with contextlib.suppress(OSError, RuntimeError):
                     writer.write_eof()
                 return
+            if pacer is not None:
+                await pacer.take(len(data))
             writer.write(data)
             await writer.drain()
 
@@ -221,8 +265,11 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
             await receiving
 
 
-async def _relay(port: int, host: str, upstream_port: int, delay_ms: float) -> None:
+async def _relay(
+    port: int, host: str, upstream_port: int, delay_ms: float, rate_mibps: float = 0.0
+) -> None:
     one_way = delay_ms / 2000
+    upload, download = _Pacer(rate_mibps * (1 << 20)), _Pacer(rate_mibps * (1 << 20))
 
     async def handle(
         client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
@@ -233,8 +280,8 @@ async def _relay(port: int, host: str, upstream_port: int, delay_ms: float) -> N
             server_reader, server_writer = await asyncio.open_connection(host, upstream_port)
             writers.append(server_writer)
             await asyncio.gather(
-                _pump(client_reader, server_writer, one_way),
-                _pump(server_reader, client_writer, one_way),
+                _pump(client_reader, server_writer, one_way, upload),
+                _pump(server_reader, client_writer, one_way, download),
             )
         except Exception as error:  # one broken connection must not stop the relay
             print(f"latency relay: connection dropped ({error!r})", file=sys.stderr)
@@ -264,8 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     relay.add_argument("host")
     relay.add_argument("upstream_port", type=int)
     relay.add_argument("delay_ms", type=float)
+    relay.add_argument("rate_mibps", type=float, nargs="?", default=0.0)
     args = parser.parse_args(argv)
-    asyncio.run(_relay(args.port, args.host, args.upstream_port, args.delay_ms))
+    asyncio.run(_relay(args.port, args.host, args.upstream_port, args.delay_ms, args.rate_mibps))
 
 
 if __name__ == "__main__":

@@ -220,14 +220,21 @@ def loopback_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def delayed_server(network: NetworkNamespace, delay_ms: float, port: int) -> Iterator[str]:
+def delayed_server(
+    network: NetworkNamespace, delay_ms: float, port: int, rate_mibps: float = 0.0
+) -> Iterator[str]:
+    """moto in ``network``, reached through netem's delay (and the namespace's rate cap)
+    or, without netem, a relay adding ``delay_ms`` and capping at ``rate_mibps``."""
     server = MotoServer(host=network.inner_address, port=port, command_prefix=network.exec_prefix)
     with server:
         server.create_bucket("bench")
         if network.netem:
             yield server.endpoint_url
         else:
-            with LatencyRelay(network.inner_address, port, delay_ms=delay_ms) as relay:
+            relay = LatencyRelay(
+                network.inner_address, port, delay_ms=delay_ms, rate_mibps=rate_mibps
+            )
+            with relay:
                 yield relay.endpoint_url
 
 

@@ -140,13 +140,14 @@ def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
                 _group(lambda node: Task(lambda ws, n=node: fill(ws, node=n, nbytes=nbytes)))
             )
             session.run(manager.init(list(NODES)))
+            with Node(LOST):
+                [expected] = session.run(Task(lambda ws: digest(ws, node=LOST)))
             started = time.perf_counter()
             session.run(manager.save(1))
             save = time.perf_counter() - started
+            session.run(_group(lambda node: Task(lambda ws: ws.clear())))  # the copies come from S3
             shipped = session.wait_for_peer_replicas()
             ship = time.perf_counter() - started - save
-            with Node(LOST):
-                [expected] = session.run(Task(lambda ws: digest(ws, node=LOST)))
             victim = session.node_to_worker()[LOST]
         print(
             f"saved 1 epoch in {save:.2f} s; peer replicas in place {ship:.2f} s later", flush=True

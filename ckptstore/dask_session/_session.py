@@ -67,6 +67,12 @@ class DaskSession(Session):
     and it resumes from the last epoch committed on all nodes. ``close()`` frees the
     workspaces on every worker; the client stays open.
 
+    ``peer_replicas=k`` keeps a copy of each node's newest committed checkpoint in the
+    memory of ``k`` other workers (at most ``peer_memory_limit`` bytes of copies per
+    worker), so a re-run after a lost worker restores its nodes from a surviving copy,
+    checked against the root's commit record, instead of from the root (see
+    :mod:`ckptstore.dask_session._peers`).
+
     Example::
 
         >>> from distributed import Client, LocalCluster

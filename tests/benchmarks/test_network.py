@@ -60,3 +60,14 @@ def test_a_namespace_is_reachable_over_its_veth_and_removed_after() -> None:
     assert network.name not in names
     links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
     assert network._outer not in links
+
+
+def test_the_relay_caps_the_bandwidth_and_keeps_data(s3_server: MotoServer) -> None:
+    s3_server.create_bucket("capped")
+    payload = os.urandom(8 << 20)
+    with LatencyRelay("127.0.0.1", s3_server.port or 0, delay_ms=0, rate_mibps=16) as relay:
+        assert timed_request(relay.port, "PUT", "/capped/blob", payload)[1] == 200
+        seconds, status, data = timed_request(relay.port, "GET", "/capped/blob")
+        assert (status, data == payload) == (200, True)
+        assert seconds >= 0.45  # 8 MiB at 16 MiB/s, each way
+    s3_server.delete_bucket("capped")

@@ -111,7 +111,11 @@ class WorkerPeerCopies:
         storage = ReplicaPath(NodeReplica(root, node, epoch, {}), location.storage)
         if node not in protocol.committed_nodes(storage, epoch, [node]):
             return None  # a replica never counts as committed on its own
-        replica = _fetch(replica_dataset(root, node), node, epoch)
+        try:
+            replica = _fetch(replica_dataset(root, node), node, epoch)
+        except Exception as error:  # the scheduler cannot be asked: read the root
+            log.warning("Could not look up a peer replica of node %r: %s", node, error)
+            return None
         if replica is None or (replica.root, replica.node, replica.epoch) != (root, node, epoch):
             return None
         storage.files = dict(replica.files)

@@ -22,10 +22,11 @@ from distributed import Client
 
 from ckptstore import JobRunner, MultiNodeCheckpointManager
 from ckptstore.dask_session import DaskSession
-from ckptstore.dask_session._peers import replica_dataset
+from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
 from ckptstore.dask_session._replica_storage import NodeReplica
-from ckptstore.errors import CheckpointNotFoundError
+from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
+from ckptstore.records import NodeStats
 
 VALUES = 1 << 17  # 1 MiB of float64 per node
 EPOCHS = 2
@@ -160,3 +161,27 @@ def test_without_peer_replicas_nothing_is_shipped(client: Client, tmp_path: Path
     assert not [
         name for name in client.list_datasets() if str(name).startswith("ckptstore-peer-replica-")
     ]
+
+
+def test_replicas_spread_over_the_other_workers_within_the_memory_limit(
+    client: Client,
+) -> None:
+    workers = ["tcp://a:1", "tcp://b:1", "tcp://c:1"]
+    assert peer_order(workers, "tcp://b:1") == ["tcp://c:1", "tcp://a:1"]
+    saves = [
+        NodeStats(node, 1, f"/ckpt/{node}.1", "checkpoint_save", stored_bytes=100) for node in NODES
+    ]
+    unbounded = PeerReplicas(client, 2)
+    chosen = [
+        unbounded._choose(stats, writer, workers)
+        for stats, writer in zip(saves, workers, strict=True)
+    ]
+    assert chosen == [[workers[1], workers[2]], [workers[2], workers[0]], [workers[0], workers[1]]]
+    bounded = PeerReplicas(client, 2, memory_limit=100)  # room for one replica per worker
+    chosen = [
+        bounded._choose(stats, writer, workers)
+        for stats, writer in zip(saves, workers, strict=True)
+    ]
+    assert chosen == [[workers[1], workers[2]], [workers[0]], []]  # the last one is logged
+    with pytest.raises(JobConfigurationError, match="peer_memory_limit"):
+        PeerReplicas(client, 1, memory_limit=-1)

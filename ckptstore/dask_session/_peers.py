@@ -55,7 +55,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DATASET_PREFIX = "ckptstore-peer-replica-"
+DATASET_PREFIX = "ckptstore-peer-replica/"
 FETCH_TIMEOUT = 600.0
 """Seconds a restore waits for a replica from a peer before reading the root."""
 
@@ -64,7 +64,7 @@ def replica_dataset(root: str, node: str) -> str:
     """The prefix of the Dask datasets holding the newest replicas of ``node`` under
     ``root`` (one per peer: the prefix and the copy's number)."""
     digest = hashlib.sha256(root.encode()).hexdigest()[:16]
-    return f"{DATASET_PREFIX}{digest}-{node}-"
+    return f"{DATASET_PREFIX}{digest}/{node}/"  # node names hold no "/"
 
 
 def peer_order(workers: Sequence[str], writer: str) -> list[str]:
@@ -149,7 +149,7 @@ def _fetch(prefix: str, node: str, epoch: int) -> NodeReplica | None:
         except Exception as error:  # the peer left during the fetch
             log.warning("Peer replica %s of node %r could not be fetched: %s", name, node, error)
             continue
-        if isinstance(replica, NodeReplica):
+        if isinstance(replica, NodeReplica) and (replica.node, replica.epoch) == (node, epoch):
             return replica
     return None
 

@@ -159,7 +159,7 @@ def test_without_peer_replicas_nothing_is_shipped(client: Client, tmp_path: Path
     _, session = train(client, str(tmp_path / "ckpt"))
     assert session.wait_for_peer_replicas() == {}
     assert not [
-        name for name in client.list_datasets() if str(name).startswith("ckptstore-peer-replica-")
+        name for name in client.list_datasets() if str(name).startswith("ckptstore-peer-replica/")
     ]
 
 

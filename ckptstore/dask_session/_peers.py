@@ -108,13 +108,20 @@ class WorkerPeerCopies:
         cached = self._fetched.get((root, node, epoch))
         if cached is not None:
             return cached
+        try:
+            names = _published(get_client(), replica_dataset(root, node))
+        except Exception as error:  # the scheduler cannot be asked: read the root
+            log.warning("Could not look up a peer replica of node %r: %s", node, error)
+            return None
+        if not names:
+            return None  # no replica: the load reads the root, with no request more
         storage = ReplicaPath(NodeReplica(root, node, epoch, {}), location.storage)
         if node not in protocol.committed_nodes(storage, epoch, [node]):
             return None  # a replica never counts as committed on its own
         try:
-            replica = _fetch(replica_dataset(root, node), node, epoch)
+            replica = _fetch(names, node, epoch)
         except Exception as error:  # the scheduler cannot be asked: read the root
-            log.warning("Could not look up a peer replica of node %r: %s", node, error)
+            log.warning("Could not fetch a peer replica of node %r: %s", node, error)
             return None
         if replica is None or (replica.root, replica.node, replica.epoch) != (root, node, epoch):
             return None
@@ -133,11 +140,11 @@ class WorkerPeerCopies:
         self._fetched.clear()
 
 
-def _fetch(prefix: str, node: str, epoch: int) -> NodeReplica | None:
-    """A replica of ``node``'s ``epoch`` published under ``prefix`` that a surviving
+def _fetch(names: Sequence[str], node: str, epoch: int) -> NodeReplica | None:
+    """A replica of ``node``'s ``epoch`` among the datasets ``names`` that a surviving
     peer still holds; ``None`` if there is none (the caller reads the root)."""
     client = get_client()
-    for name in _published(client, prefix):
+    for name in names:
         held = client.get_dataset(name, default=None)
         if not isinstance(held, tuple) or len(held) != 2 or held[0] != epoch:
             continue

@@ -45,6 +45,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ckptstore.checkpoint._node_tasks import blobs_to_save, save_arrays
+from ckptstore.checkpoint._peer_copies import note_saved
 from ckptstore.errors import (
     CorruptCheckpointError,
     SaveFailedError,
@@ -149,6 +150,7 @@ def stage_node(
     on a writer thread ``nice`` levels below the calling thread's priority.
     """
     arrays = blobs_to_save(ws, node, epoch, names)
+    note_saved(location, node, epoch)
     writer = _writer(node, slots, nice)
     slot = writer.pool.acquire()
     try:

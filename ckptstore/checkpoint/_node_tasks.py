@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from ckptstore import protocol
+from ckptstore.checkpoint._peer_copies import note_saved, read_committed
 from ckptstore.errors import (
     AlreadyCommittedError,
     BlobNotFoundError,
@@ -74,8 +75,15 @@ def list_blob_names(ws: Workspace) -> list[str]:
 def read_blob_names(
     ws: Workspace, *, location: CheckpointLocation, node: str, epoch: int
 ) -> list[str]:
-    """The blob names stored in a committed node checkpoint."""
-    return sorted(protocol.open_node(location.storage, node, epoch).blobs)
+    """The blob names stored in a committed node checkpoint (from a peer copy when the
+    session keeps one, see :mod:`ckptstore.checkpoint._peer_copies`)."""
+    return read_committed(
+        location,
+        node,
+        epoch,
+        lambda storage: sorted(protocol.open_node(storage, node, epoch).blobs),
+        last=False,
+    )
 
 
 def save_node(
@@ -89,6 +97,7 @@ def save_node(
     """Save the listed blobs as ``node``'s checkpoint of ``epoch``, uncommitted: the
     node's part of an epoch's save (see :func:`check_not_committed` and
     :func:`commit_saves` for what runs before and after every node's part)."""
+    note_saved(location, node, epoch)
     return save_arrays(
         blobs_to_save(ws, node, epoch, names), location=location, node=node, epoch=epoch
     )
@@ -270,12 +279,18 @@ def load_node(
 ) -> NodeStats:
     """Load every listed blob (``None``: every stored one) from ``node``'s checkpoint of
     ``epoch`` into ``ws``, opening it once. All blobs are read and verified before any
-    is replaced: a failed load changes nothing."""
+    is replaced: a failed load changes nothing. A peer copy the session keeps is read
+    instead of the root when it passes the same checks
+    (:func:`~ckptstore.checkpoint._peer_copies.read_committed`)."""
     started = time.perf_counter_ns()
-    manifest = protocol.open_node(location.storage, node, epoch)
-    arrays = protocol.read_blobs(
-        location.storage, manifest, names, location.reader_for(manifest), location.engine()
-    )
+
+    def read(storage: PathType) -> dict[str, np.ndarray[Any, Any]]:
+        manifest = protocol.open_node(storage, node, epoch)
+        return protocol.read_blobs(
+            storage, manifest, names, location.reader_for(manifest), location.engine()
+        )
+
+    arrays = read_committed(location, node, epoch, read)
     ws.update(arrays)
     return _read_stats(location, node, epoch, "checkpoint_load", started, arrays)
 

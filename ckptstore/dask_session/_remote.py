@@ -37,6 +37,8 @@ from typing import Any
 from distributed import Worker, WorkerPlugin, get_worker
 from distributed.protocol import pickle as dask_pickle
 
+from ckptstore.checkpoint._peer_copies import PEER_COPIES
+from ckptstore.dask_session._peers import WorkerPeerCopies
 from ckptstore.dask_session._shipping import ShippedError
 from ckptstore.errors import NodeLostError
 from ckptstore.execution._task import Task, TaskFn, WorkspaceType
@@ -86,16 +88,22 @@ class WorkspaceStore(WorkerPlugin):
         >>> client.close(); cluster.close()
     """
 
-    def __init__(self) -> None:
+    def __init__(self, peer_copies: bool = False) -> None:
         self._workspaces: dict[str, Workspace] = {}
         self.address = ""
+        self.peer_copies = peer_copies
+        self.peers: WorkerPeerCopies | None = None
+        """This worker's side of the session's peer replicas (``peer_copies``)."""
 
     def setup(self, worker: Worker) -> None:
         self._workspaces = {}
         self.address = worker.address
+        self.peers = WorkerPeerCopies() if self.peer_copies else None
 
     def teardown(self, worker: Worker) -> None:
         self._workspaces.clear()
+        if self.peers is not None:
+            self.peers.clear()
 
     def nodes(self) -> list[str]:
         """The nodes whose workspace this worker holds."""
@@ -189,11 +197,15 @@ def run_node_calls(
     except Exception as error:
         return encode(NodeReport(node_error=ShippedError.pack(error, where)))
     outcomes = []
-    for call in node_calls:
-        try:
-            outcomes.append(RemoteOutcome(call.run(workspace, workspace_type)))
-        except Exception as error:
-            outcomes.append(RemoteOutcome(error=ShippedError.pack(error, where)))
+    peers = PEER_COPIES.set(store.peers)
+    try:
+        for call in node_calls:
+            try:
+                outcomes.append(RemoteOutcome(call.run(workspace, workspace_type)))
+            except Exception as error:
+                outcomes.append(RemoteOutcome(error=ShippedError.pack(error, where)))
+    finally:
+        PEER_COPIES.reset(peers)
     try:
         return encode(NodeReport(tuple(outcomes)))
     except Exception:

@@ -32,6 +32,7 @@ import numpy as np
 from distributed import Client
 
 from ckptstore.checkpoint._node_tasks import list_blob_names
+from ckptstore.dask_session._peers import PeerReplicas, ShippedReplica
 from ckptstore.dask_session._placement import NodePlacement
 from ckptstore.dask_session._remote import (
     NodeCall,
@@ -43,7 +44,7 @@ from ckptstore.dask_session._remote import (
 )
 from ckptstore.dask_session._watch import await_nodes
 from ckptstore.errors import JobConfigurationError, NodeLostError
-from ckptstore.execution._session import Session, TaskOutcome
+from ckptstore.execution._session import Runnable, Session, TaskOutcome
 from ckptstore.execution._task import TaskGroup, WorkspaceType
 
 __all__ = ["DaskSession"]
@@ -65,6 +66,12 @@ class DaskSession(Session):
     :class:`~ckptstore.errors.NodeLostError` naming it. Re-run the job in a new session
     and it resumes from the last epoch committed on all nodes. ``close()`` frees the
     workspaces on every worker; the client stays open.
+
+    ``peer_replicas=k`` keeps a copy of each node's newest committed checkpoint in the
+    memory of ``k`` other workers (at most ``peer_memory_limit`` bytes of copies per
+    worker), so a re-run after a lost worker restores its nodes from a surviving copy,
+    checked against the root's commit record, instead of from the root (see
+    :mod:`ckptstore.dask_session._peers`).
 
     Example::
 
@@ -93,6 +100,8 @@ class DaskSession(Session):
         node_to_worker: Mapping[str, str] | None = None,
         *,
         liveness_interval: float = 0.5,
+        peer_replicas: int = 0,
+        peer_memory_limit: int | None = None,
     ) -> None:
         if client.asynchronous:
             raise JobConfigurationError(
@@ -112,7 +121,10 @@ class DaskSession(Session):
         self._lost: dict[str, NodeLostError] = {}
         self._keys = itertools.count()
         self._closed = False
-        client.register_plugin(WorkspaceStore(), name=self._store_name)
+        self._peers = (
+            PeerReplicas(client, peer_replicas, peer_memory_limit) if peer_replicas else None
+        )
+        client.register_plugin(WorkspaceStore(peer_replicas > 0), name=self._store_name)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"nodes={self._placement.pinned()}"
@@ -142,7 +154,46 @@ class DaskSession(Session):
         """Nodes whose workspace was lost with their worker."""
         return list(self._lost)
 
+    # -- peer replicas ----------------------------------------------------------------
+
+    def wait_for_peer_replicas(self, timeout: float | None = None) -> dict[str, ShippedReplica]:
+        """Wait until the peer replicas of the epochs committed so far are in place;
+        ``{node: where its newest replica went}`` (empty without ``peer_replicas``).
+        Raises the error of a shipment that failed."""
+        return {} if self._peers is None else self._peers.wait(timeout)
+
+    def restored_from_peers(self) -> list[tuple[str, int]]:
+        """``(node, epoch)`` of every checkpoint this session restored from a peer
+        replica instead of the checkpoint root."""
+        if self._peers is None:
+            return []
+        store = self._store_name
+
+        def restored(dask_worker: Any) -> list[tuple[str, int]]:
+            peers = getattr(dask_worker.plugins.get(store), "peers", None)
+            return list(peers.restored) if peers is not None else []
+
+        found = self.client.run(restored)
+        return sorted(entry for entries in found.values() for entry in entries)
+
+    def drop_peer_replicas(self) -> None:
+        """Free every peer replica held on the cluster. They otherwise outlive the
+        session (a restart after a lost worker restores from them) until a newer
+        epoch of the same node replaces them."""
+        PeerReplicas(self.client, 0).drop_all()
+
     # -- Session ----------------------------------------------------------------------
+
+    def run(self, runnable: Runnable) -> list[object]:
+        """:meth:`Session.run`; with ``peer_replicas``, the nodes whose save it
+        committed then ship their copies to their peers, in the background."""
+        results = super().run(runnable)
+        if self._peers is not None:
+            saves = self._peers.committed(results)
+            if saves:
+                writers = {stats.node: self._placement.pinned()[stats.node] for stats in saves}
+                self._peers.ship(self._store_name, saves, writers, list(self._live_workers()))
+        return results
 
     def _execute(self, group: TaskGroup) -> list[TaskOutcome]:
         workspace_type = group.workspace_type() or WorkspaceType.GLOBAL

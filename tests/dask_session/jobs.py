@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import IO, Any
 
+import numpy as np
 from caffe2_pipeline import build_pipeline
 from distributed import Event, Worker, get_worker
 
-from ckptstore import Job, Node, Session, Task, Workspace
+from ckptstore import Job, Node, Session, Task, Workspace, epoch_limiter
 from ckptstore._types import Buffer
 from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
@@ -160,3 +161,29 @@ def ckptstore_path_types() -> list[type[PathType]]:
 def totals(session: Session) -> list[int]:
     """Each node's running total in ``session``."""
     return [int(session.fetch_blob(node, f"{node}/total")[0]) for node in NODES]
+
+
+def state_job(values: int, epochs: int) -> Job:
+    """Each node of :data:`NODES` holds ``{node}/w``: ``values`` float64s, equal to
+    :func:`expected_state` after each epoch; the job stops after ``epochs``."""
+    with Job() as job:
+        for node_id, node in enumerate(NODES):
+            with Node(node):
+                with job.init_group:
+                    Task(partial(fill_state, node=node, values=values, node_id=node_id))
+                Task(partial(step_state, node=node))
+        with Node(NODES[0]):
+            epoch_limiter(job, epochs)
+    return job
+
+
+def expected_state(node: str, values: int, epoch: int) -> np.ndarray:
+    return np.arange(values, dtype=np.float64) + 1000 * NODES.index(node) + epoch
+
+
+def fill_state(ws: Workspace, *, node: str, values: int, node_id: int) -> None:
+    ws[f"{node}/w"] = expected_state(node, values, 0)
+
+
+def step_state(ws: Workspace, *, node: str) -> None:
+    ws[f"{node}/w"] += 1

@@ -1,0 +1,172 @@
+"""A node checkpoint's stored objects held in memory: what a peer replica is made of,
+and the read-only storage a restore reads it through.
+
+:func:`capture_node` copies a committed node checkpoint into memory through the commit
+protocol (:func:`~ckptstore.protocol.copy_node`: every chunk checked as it is read, the
+manifest byte for byte, the keys the protocol chose). :class:`ReplicaPath` serves those
+objects back, and serves every other document (the commit records) from the root it
+came from, so :func:`~ckptstore.protocol.open_node` and
+:func:`~ckptstore.protocol.read_blobs` check the copy exactly as they check the root:
+the manifest's CRC-32C against the root's commit record, every chunk against the
+manifest. A key the copy lacks is missing: it is never read from the root.
+
+Example::
+
+    >>> from ckptstore import CheckpointManager, LocalSession
+    >>> from ckptstore.protocol import open_node
+    >>> session = LocalSession()
+    >>> session.workspace("trainer_0")["w"] = np.arange(4.0)
+    >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
+    >>> _ = session.run(manager.init(["trainer_0"]))
+    >>> _ = session.run(manager.save(2))
+    >>> replica = capture_node(manager.location, "trainer_0", 2)
+    >>> storage = ReplicaPath(replica, manager.location.storage)
+    >>> sorted(open_node(storage, "trainer_0", 2).blobs)
+    ['w']
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import IO, ClassVar
+
+import numpy as np
+
+from ckptstore._types import Buffer
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import CheckpointLocation, copy_node
+
+__all__ = ["NodeReplica", "ReplicaPath", "capture_node"]
+
+
+@dataclass(frozen=True)
+class NodeReplica:
+    """A copy of one committed node checkpoint: its stored objects by key (each a
+    ``uint8`` array, so Dask sends it without a pickled copy), taken from ``root``."""
+
+    root: str
+    node: str
+    epoch: int
+    files: dict[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(data.nbytes for data in self.files.values())
+
+
+class _MemoryObjects(PathType):
+    """Objects in a dict, written whole: what :func:`copy_node` fills."""
+
+    name: ClassVar[str] = "ckptstore-peer-replica"
+    batches_small_requests: ClassVar[bool] = True
+
+    def __init__(self, url: str, files: dict[str, np.ndarray] | None = None) -> None:
+        super().__init__(url)
+        self.files: dict[str, np.ndarray] = {} if files is None else files
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        pieces = [np.frombuffer(part, np.uint8) for part in parts]
+        data = np.empty(sum(piece.nbytes for piece in pieces), np.uint8)
+        position = 0
+        for piece in pieces:
+            data[position : position + piece.nbytes] = piece
+            position += piece.nbytes
+        self.files[key] = data
+
+    def _object(self, key: str) -> np.ndarray:
+        data = self.files.get(key)
+        if data is None:
+            raise ObjectNotFoundError(
+                self.display_url, key, "read", FileNotFoundError("not in the peer replica")
+            )
+        return data
+
+    def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
+        data = self._object(key)
+        for target in targets:
+            view = np.asarray(target.cast("B"))
+            end = offset + view.nbytes
+            if end > data.nbytes:
+                raise CorruptCheckpointError(
+                    f"the object is {data.nbytes} bytes, shorter than the {end} read",
+                    url=self.display_url,
+                    file=key,
+                )
+            view[:] = data[offset:end]
+            offset = end
+
+    def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        data = self._object(key)
+        end = data.nbytes if length is None else min(data.nbytes, offset + length)
+        return data[offset:end].tobytes()
+
+    def exists(self, key: str) -> bool:
+        return key in self.files
+
+    def size(self, key: str) -> int:
+        return int(self._object(key).nbytes)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in list(keys):
+            self.files.pop(key, None)
+
+    def delete_tree(self, prefix: str) -> None:
+        self.delete([key for key in self.files if key.startswith(f"{prefix}/")])
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        return sorted(key for key in self.files if key.startswith(prefix))
+
+    def open_write(self, key: str) -> IO[bytes]:
+        return _ClosingWriter(self, key)
+
+
+class _ClosingWriter(io.BytesIO):
+    """A stream whose bytes become the object ``key`` when it is closed."""
+
+    def __init__(self, storage: _MemoryObjects, key: str) -> None:
+        super().__init__()
+        self._storage, self._key = storage, key
+
+    def close(self) -> None:
+        if not self.closed:
+            self._storage.write_parts(self._key, [self.getbuffer()])
+        super().close()
+
+
+def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeReplica:
+    """``node``'s committed checkpoint of ``epoch`` under ``location``, read into memory
+    (each chunk checked against the manifest as it is read)."""
+    memory = _MemoryObjects(f"peer-replica:{node}")
+    copy_node(source=location, dest=memory, node=node, epoch=epoch, verify=False)
+    return NodeReplica(location.storage.display_url, node, epoch, memory.files)
+
+
+class ReplicaPath(_MemoryObjects):
+    """A peer replica's objects, read-only; every other document (the commit records)
+    comes from ``root``, each read once. Nothing else is read from ``root``."""
+
+    def __init__(self, replica: NodeReplica, root: PathType) -> None:
+        super().__init__(f"peer replica of {replica.node}.{replica.epoch} from {root.display_url}")
+        self.files = dict(replica.files)
+        self._root = root
+        self._documents: dict[str, bytes | None] = {}
+
+    def get_document(self, key: str) -> bytes | None:
+        if key in self.files:
+            return self.read_bytes(key)
+        if key not in self._documents:
+            self._documents[key] = self._root.get_document(key)
+        return self._documents[key]
+
+    def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
+        raise StorageError(
+            self.display_url, key, "write", PermissionError("a peer replica is read-only")
+        )
+
+    def delete(self, keys: Iterable[str]) -> None:
+        raise StorageError(
+            self.display_url, None, "delete", PermissionError("a peer replica is read-only")
+        )

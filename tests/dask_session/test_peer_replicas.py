@@ -1,0 +1,187 @@
+"""Peer replicas (``DaskSession(client, peer_replicas=k)``): a node lost with its worker
+(a real worker process killed with SIGKILL, its local directory removed) is restored
+from a surviving peer's copy, verified against the root's commit record, without
+reading the node's data from the root; a damaged, lost or uncommitted copy is never
+used, and the node is read from the root as without replicas.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from dask_session.jobs import NODES, expected_state, state_job
+from distributed import Client
+
+from ckptstore import JobRunner, MultiNodeCheckpointManager
+from ckptstore.dask_session import DaskSession
+from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
+from ckptstore.dask_session._replica_storage import NodeReplica
+from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
+from ckptstore.protocol import retract_epoch
+from ckptstore.records import NodeStats
+
+VALUES = 1 << 17  # 1 MiB of float64 per node
+EPOCHS = 2
+LOST_DATA = pytest.mark.filterwarnings("ignore:Client .* desires key .* but key is unknown")
+"""Dask's warning when a restore looks up a replica whose only peer was killed."""
+
+
+@pytest.fixture
+def replicas(client: Client) -> Iterator[Client]:
+    yield client
+    DaskSession(client).drop_peer_replicas()
+
+
+def train(client: Client, ckpt: str, **options: Any) -> tuple[JobRunner, DaskSession]:
+    """Train the job for :data:`EPOCHS` in a new session with ``options``; returns the
+    runner and the (closed) session."""
+    manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
+    runner = JobRunner(state_job(VALUES, EPOCHS), manager)
+    with DaskSession(client, **options) as session:
+        assert runner.train(session) == EPOCHS
+        shipped = session.wait_for_peer_replicas(timeout=60)
+    if options.get("peer_replicas"):
+        assert {node: shipment.epoch for node, shipment in shipped.items()} == dict.fromkeys(
+            NODES, EPOCHS
+        )
+        for node, shipment in shipped.items():
+            assert session.node_to_worker()[node] not in shipment.peers
+    return runner, session
+
+
+def restore(client: Client, ckpt: str) -> DaskSession:
+    """Re-run the finished job in a new session (it restores epoch EPOCHS on every
+    node), check each node's bytes, and return the session (still open)."""
+    client.wait_for_workers(3, timeout=60)
+    manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
+    session = DaskSession(client, peer_replicas=1)
+    runner = JobRunner(state_job(VALUES, EPOCHS), manager)
+    assert runner.train(session) == EPOCHS
+    assert runner.resumed_from_epoch == EPOCHS
+    for node in NODES:
+        np.testing.assert_array_equal(
+            session.fetch_blob(node, f"{node}/w"), expected_state(node, VALUES, EPOCHS)
+        )
+    return session
+
+
+def kill_worker(client: Client, address: str) -> None:
+    """SIGKILL the worker process at ``address``, remove its local directory, and wait
+    until the scheduler dropped it and the nanny's new worker joined."""
+
+    def where(dask_worker: Any) -> tuple[int, str]:
+        return os.getpid(), str(dask_worker.local_directory)
+
+    pid, directory = client.run(where, workers=[address])[address]
+    assert pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(directory, ignore_errors=True)
+    deadline = time.monotonic() + 60
+    while address in client.nthreads():
+        assert time.monotonic() < deadline, f"the scheduler still lists {address}"
+        client.sync(lambda: __import__("asyncio").sleep(0.05))
+    client.wait_for_workers(3, timeout=60)
+
+
+def hide_node_data(manager_ckpt: str, node: str) -> Path:
+    """Move ``node``'s data of epoch EPOCHS out of the root (its commit record stays):
+    a read of it from the root now fails. Returns where it went."""
+    manager = MultiNodeCheckpointManager(manager_ckpt)
+    manager.init(list(NODES))
+    db = Path(str(manager.get_ckpt_db_name(node, EPOCHS)))
+    assert db.is_dir()
+    hidden = db.parent.parent / f"hidden-{node}"
+    db.rename(hidden)
+    return hidden
+
+
+@LOST_DATA
+def test_a_lost_worker_s_node_is_restored_from_a_peer(replicas: Client, tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    _, trained = train(replicas, ckpt, peer_replicas=1)
+    kill_worker(replicas, trained.node_to_worker()["trainer_1"])
+    hide_node_data(ckpt, "trainer_1")  # the restore cannot read it from the root
+    with restore(replicas, ckpt) as session:
+        assert ("trainer_1", EPOCHS) in session.restored_from_peers()
+
+
+def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    train(replicas, ckpt, peer_replicas=1)
+    name = replica_dataset(str(tmp_path / "ckpt"), "trainer_1") + "0"  # its one copy
+    epoch, future = replicas.get_dataset(name)
+    replica: NodeReplica = future.result()
+    files = {key: data.copy() for key, data in replica.files.items()}
+    largest = max(files, key=lambda key: files[key].nbytes)
+    files[largest][files[largest].nbytes // 2] ^= 0xFF  # one flipped byte in the data
+    forged = replicas.scatter(NodeReplica(replica.root, replica.node, epoch, files))
+    replicas.unpublish_dataset(name)
+    replicas.publish_dataset((epoch, forged), name=name)
+    del future, forged
+    with restore(replicas, ckpt) as session:  # the bytes are right: read from the root
+        assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
+
+
+@LOST_DATA
+def test_with_no_surviving_replica_the_node_is_read_from_the_root(
+    replicas: Client, tmp_path: Path
+) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    _, trained = train(replicas, ckpt, peer_replicas=1)
+    [holder] = trained.wait_for_peer_replicas()["trainer_1"].peers
+    kill_worker(replicas, holder)  # the only copy of trainer_1 goes with it
+    with restore(replicas, ckpt) as session:
+        assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
+
+
+def test_a_replica_of_an_uncommitted_epoch_is_never_used(replicas: Client, tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    runner, _ = train(replicas, ckpt, peer_replicas=1)
+    assert runner.checkpoint_manager is not None
+    retract_epoch(runner.checkpoint_manager.location.storage, EPOCHS, ["trainer_1"])
+    manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
+    rerun = JobRunner(state_job(VALUES, EPOCHS), manager, resume_from_epoch=EPOCHS)
+    with DaskSession(replicas, peer_replicas=1) as session:
+        with pytest.raises(CheckpointNotFoundError, match="trainer_1"):
+            rerun.train(session)  # the replica of epoch 2 does not stand in for its record
+        assert session.restored_from_peers() == []
+
+
+def test_without_peer_replicas_nothing_is_shipped(client: Client, tmp_path: Path) -> None:
+    _, session = train(client, str(tmp_path / "ckpt"))
+    assert session.wait_for_peer_replicas() == {}
+    assert not [
+        name for name in client.list_datasets() if str(name).startswith("ckptstore-peer-replica/")
+    ]
+
+
+def test_replicas_spread_over_the_other_workers_within_the_memory_limit(
+    client: Client,
+) -> None:
+    workers = ["tcp://a:1", "tcp://b:1", "tcp://c:1"]
+    assert peer_order(workers, "tcp://b:1") == ["tcp://c:1", "tcp://a:1"]
+    saves = [
+        NodeStats(node, 1, f"/ckpt/{node}.1", "checkpoint_save", stored_bytes=100) for node in NODES
+    ]
+    unbounded = PeerReplicas(client, 2)
+    chosen = [
+        unbounded._choose(stats, writer, workers)
+        for stats, writer in zip(saves, workers, strict=True)
+    ]
+    assert chosen == [[workers[1], workers[2]], [workers[2], workers[0]], [workers[0], workers[1]]]
+    bounded = PeerReplicas(client, 2, memory_limit=100)  # room for one replica per worker
+    chosen = [
+        bounded._choose(stats, writer, workers)
+        for stats, writer in zip(saves, workers, strict=True)
+    ]
+    assert chosen == [[workers[1], workers[2]], [workers[0]], []]  # the last one is logged
+    with pytest.raises(JobConfigurationError, match="peer_memory_limit"):
+        PeerReplicas(client, 1, memory_limit=-1)

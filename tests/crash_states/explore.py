@@ -59,6 +59,23 @@ def record(directory: Path, db_type: str, shape: str) -> tuple[Recording, Path]:
     return recording, directory / "before"
 
 
+def tree_bytes(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root``: a file's bytes, ``None`` for a directory."""
+    return {
+        str(path.relative_to(root)): None if path.is_dir() else path.read_bytes()
+        for path in root.rglob("*")
+    }
+
+
+def unrecorded(recording: Recording, before: Path, after: Path, scratch: Path) -> list[str]:
+    """The paths where replaying every recorded operation on ``before`` does not give
+    ``after`` (the tree the recorded run left): what the recorder missed."""
+    build(recording, CrashState(len(recording.ops), "process"), before).write_to(scratch, before)
+    replayed, real = tree_bytes(scratch), tree_bytes(after)
+    shutil.rmtree(scratch)
+    return sorted(p for p in replayed.keys() | real.keys() if replayed.get(p, 0) != real.get(p, 0))
+
+
 def explore_local(
     directory: Path,
     scratch: Path,
@@ -76,6 +93,9 @@ def explore_local(
     report = Report(f"{db_type}/{shape} on local disk")
     recording, before = record(directory, db_type, shape)
     report.operations = len(recording.ops)
+    missed = unrecorded(recording, before, directory / "run", scratch / "replayed")
+    if missed:
+        report.failures.append(f"the recording misses changes to {missed}")
     states = distinct_states(recording, before, every_tear=every_tear)
     report.distinct = len(states)
     chosen = sample(states, budget, seed)

@@ -19,6 +19,7 @@ the same epoch limit, its default lease) resumes. It must:
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -71,7 +72,12 @@ SHAPES = {shape.name: shape for shape in (SMALL, MIX)}
 
 
 def initial_blobs(shape: Shape, node: str) -> dict[str, np.ndarray]:
-    """The node's blobs at epoch 0 (seeded by the node's name)."""
+    """The node's blobs at epoch 0 (seeded by the node's name): new arrays."""
+    return {name: array.copy() for name, array in _initial(shape, node).items()}
+
+
+@functools.cache
+def _initial(shape: Shape, node: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(sum(node.encode()))
     blobs: dict[str, np.ndarray] = {}
     for index, nbytes in enumerate(shape.large):
@@ -108,20 +114,18 @@ def _init(ws: Workspace, *, shape: Shape, node: str) -> None:
 
 
 def _train(ws: Workspace, *, shape: Shape, node: str) -> None:
-    for name in initial_blobs(shape, node):
+    for name in _initial(shape, node):
         _bump(ws[name])
 
 
 def build_job(shape: Shape, epochs: int) -> Job:
     """The two-node job that runs ``epochs`` epochs."""
-    from functools import partial
-
     with Job() as job:
         for node in NODES:
             with Node(node):
                 with job.init_group:
-                    Task(partial(_init, shape=shape, node=node), name=f"{node}/init")
-                Task(partial(_train, shape=shape, node=node), name=f"{node}/train")
+                    Task(functools.partial(_init, shape=shape, node=node), name=f"{node}/init")
+                Task(functools.partial(_train, shape=shape, node=node), name=f"{node}/train")
         epoch_limiter(job, epochs)
     return job
 

@@ -80,8 +80,9 @@ class Tree:
             self.entries[op.node].pop(op.name, None)
 
     def _bytes(self, node: int, base: Path) -> bytearray:
-        if node not in self.content:
-            self.content[node] = bytearray((base / self.recording.initial_files[node]).read_bytes())
+        if node not in self.content:  # a file from before, or one whose entry is lost
+            initial = self.recording.initial_files.get(node)
+            self.content[node] = bytearray((base / initial).read_bytes() if initial else b"")
         return self.content[node]
 
     def apply_data(

@@ -40,9 +40,10 @@ class Report:
     seconds: float = 0.0
 
     def summary(self) -> str:
+        resumed = dict(sorted(self.resumed.items(), key=str))
         return (
             f"{self.label}: {self.operations} operations, {self.distinct} distinct crash "
-            f"states, {self.checked} checked (resumed from {dict(sorted(self.resumed.items(), key=str))}), "
+            f"states, {self.checked} checked (resumed from {resumed}), "
             f"{len(self.failures)} failing, {self.seconds:.1f} s"
         )
 
@@ -141,7 +142,7 @@ def explore_s3(
     report.operations = report.distinct = len(requests) + 1
     cuts = list(range(len(requests) + 1))
     if budget is not None and budget < len(cuts):
-        cuts = sorted(random.Random(seed).sample(cuts[:-1], budget - 1) + [cuts[-1]])
+        cuts = sorted([*random.Random(seed).sample(cuts[:-1], budget - 1), cuts[-1]])
     for cut in cuts:
         bucket = f"{base_bucket}-cut-{cut}"
         copy_objects(client, before, bucket)

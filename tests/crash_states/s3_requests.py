@@ -113,7 +113,10 @@ def replay(client: Any, requests: list[Request], bucket: str) -> None:
             params["UploadId"] = uploads[params["UploadId"]]
         if request.method == "complete_multipart_upload":
             parts = [
-                {"PartNumber": p["PartNumber"], "ETag": etags[(params["UploadId"], p["PartNumber"])]}
+                {
+                    "PartNumber": p["PartNumber"],
+                    "ETag": etags[(params["UploadId"], p["PartNumber"])],
+                }
                 for p in params["MultipartUpload"]["Parts"]
             ]
             params["MultipartUpload"] = {"Parts": parts}

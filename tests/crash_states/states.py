@@ -121,9 +121,7 @@ class Tree:
 
     def signature(self) -> tuple[object, ...]:
         """Equal for two trees with the same paths, inodes and applied writes."""
-        return tuple(
-            (path, node, tuple(self.history.get(node, ()))) for path, node in self.walk()
-        )
+        return tuple((path, node, tuple(self.history.get(node, ()))) for path, node in self.walk())
 
     def write_to(self, target: Path, base: Path) -> None:
         """Lay the tree out in the new directory ``target``; files unchanged since the
@@ -185,15 +183,22 @@ def _apply(tree: Tree, op: Op, index: int, base: Path) -> None:
         tree.apply_data(op, index, base)
 
 
+TEARS_LONG = 16
+"""Tear points per write in the long run (a 1 MiB write has 255 boundaries)."""
+
+
 def tear_points(op: Op, *, every: bool) -> list[int]:
-    """The lengths a torn ``op`` keeps: each 4 KiB boundary of the file strictly inside
-    the write (``every``), or the first, middle and last of them."""
+    """The lengths a torn ``op`` keeps: 4 KiB boundaries of the file strictly inside
+    the write, evenly spaced, the first and last among them: up to
+    :data:`TEARS_LONG` (``every``) or 3."""
     start = op.offset
     end = op.offset + len(op.data)
     first = (start // BLOCK + 1) * BLOCK
     boundaries = list(range(first, end, BLOCK))
-    if not every and len(boundaries) > 3:
-        boundaries = [boundaries[0], boundaries[len(boundaries) // 2], boundaries[-1]]
+    most = TEARS_LONG if every else 3
+    if len(boundaries) > most:
+        last = len(boundaries) - 1
+        boundaries = [boundaries[round(i * last / (most - 1))] for i in range(most)]
     return [b - start for b in boundaries]
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import boto3
 import pytest
-
 from crash_states.explore import Report, explore_local, explore_s3
+
 from ckptstore.testing import MotoServer
 
 LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 ENTRY_KINDS = frozenset({"create", "mkdir", "rename", "link", "unlink", "rmdir"})
 DATA_KINDS = frozenset({"write", "truncate"})
@@ -186,11 +187,10 @@ class FsRecorder:
             recorder._written(self.fileno(), position, memoryview(data).cast("B")[:count])
             return count
 
-        syncing._write = buffered_write  # type: ignore[method-assign]
         try:
-            yield self
+            with mock.patch.object(syncing, "_write", buffered_write):
+                yield self
         finally:
-            syncing._write = original_write  # type: ignore[method-assign]
             for name, function in saved.items():
                 setattr(os, name, function)
 
@@ -368,11 +368,8 @@ class FsRecorder:
                     recorder._add(Op("create", parent, lmdb_db.DATA_FILE, new=node))
             return Environment(env, path)
 
-        module.open = open_lmdb
-        try:
+        with mock.patch.object(module, "open", open_lmdb):
             yield
-        finally:
-            module.open = original_open
 
 
 _WRAPPED = (

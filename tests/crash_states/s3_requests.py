@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 MUTATING = frozenset(
     {
@@ -78,11 +79,8 @@ def recording_requests() -> Iterator[list[Request]]:
                 requests.append(Request(method, recorded, str(response.get("UploadId", ""))))
         return response
 
-    S3Client.call = call  # type: ignore[method-assign]
-    try:
+    with mock.patch.object(S3Client, "call", call):
         yield requests
-    finally:
-        S3Client.call = original  # type: ignore[method-assign]
 
 
 def copy_objects(client: Any, objects: dict[str, bytes], bucket: str) -> None:

@@ -10,8 +10,9 @@ resumes (:func:`crash_states.scenario.check_state`): it must resume from an inta
 
 The default run checks a seeded sample of the small shape's states per format
 (``CKPTSTORE_CRASH_STATES_SEED``, default 0). ``CKPTSTORE_LONG_TESTS=1`` checks every
-distinct state, every 4 KiB tear point, of the small shape and the larger mix, on local
-disk and S3 (see docs/testing.md).
+distinct state, up to 16 tear points per write, of the small shape and the larger mix,
+on local disk (zarr, npz, lmdb) and S3 (zarr, npz; LMDB works only on local disk): see
+docs/design.md, "Crash states, explored".
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ckptstore.testing import MotoServer
 
 LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
 SEED = int(os.environ.get("CKPTSTORE_CRASH_STATES_SEED", "0"))
-LOCAL_SAMPLE = 30
+LOCAL_SAMPLE = 25
 S3_SAMPLE = 4
 SHAPES = ["small", "mix"] if LONG else ["small"]
 
@@ -58,7 +59,7 @@ def test_every_local_crash_state_resumes_an_intact_epoch(
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("db_type", ["zarr", "npz", "lmdb"] if LONG else ["zarr"])
+@pytest.mark.parametrize("db_type", ["zarr", "npz"] if LONG else ["zarr"])  # lmdb: local only
 def test_every_s3_request_cut_resumes_an_intact_epoch(
     db_type: str,
     shape: str,

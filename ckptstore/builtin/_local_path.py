@@ -197,13 +197,19 @@ class LocalPath(PathType):
         return f"{self.root}/{validate_key(key)}"
 
     @contextlib.contextmanager
-    def _parent(self, key: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+    def _parent(
+        self, key: str, *, create: bool = False, durable: bool = False
+    ) -> Iterator[tuple[int, str]]:
         """The directory holding ``key``, opened component by component from the root
         without following links (``O_NOFOLLOW``), and the key's last component.
 
         A symbolic link (or anything but a directory) on the way is refused with
         :class:`CorruptCheckpointError`: nothing outside the root is ever reached
-        through a link placed inside it. ``create`` makes missing directories."""
+        through a link placed inside it. ``create`` makes missing directories;
+        ``durable`` also fsyncs the directory holding each one made (unless durability
+        is ``"none"``), so that the entry written in it next survives a power loss:
+        a fsync of a directory makes its own entries durable, not its entry in its
+        parent."""
         *directories, name = validate_key(key).split("/")
         try:  # the root itself is the caller's choice: links in its path are theirs
             fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
@@ -214,15 +220,16 @@ class LocalPath(PathType):
             fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
         try:
             for part in directories:
-                child = self._enter(fd, part, key, create)
+                child = self._enter(fd, part, key, create, durable)
                 os.close(fd)
                 fd = child
             yield fd, name
         finally:
             os.close(fd)
 
-    def _enter(self, fd: int, part: str, key: str, create: bool) -> int:
-        """Open directory ``part`` under ``fd`` without following a link."""
+    def _enter(self, fd: int, part: str, key: str, create: bool, durable: bool = False) -> int:
+        """Open directory ``part`` under ``fd`` without following a link (``create``:
+        made if missing; ``durable``: then ``fd`` fsynced, see :meth:`_parent`)."""
         try:
             try:
                 return os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -231,6 +238,8 @@ class LocalPath(PathType):
                     raise
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    if durable and self.durability != "none":
+                        os.fsync(fd)
                 return os.open(part, _DIR_FLAGS, dir_fd=fd)
         except OSError as error:
             if error.errno in (errno.ENOTDIR, errno.ELOOP):
@@ -426,7 +435,10 @@ class LocalPath(PathType):
         return io.BufferedWriter(raw, buffer_size=1 << 20)
 
     def put_document(self, key: str, data: bytes) -> None:
-        with self._errors("write", key), self._parent(key, create=True) as (parent, name):
+        with (
+            self._errors("write", key),
+            self._parent(key, create=True, durable=True) as (parent, name),
+        ):
             _replace_entry(parent, name, data)
 
     def create_document(self, key: str, data: bytes) -> None:
@@ -434,7 +446,10 @@ class LocalPath(PathType):
         ``key``: ``link`` fails if ``key`` exists, so exactly one of two racing writers
         creates it, and readers see all of it or nothing. The directory is fsynced. Like
         every write here, it goes through directory descriptors and follows no link."""
-        with self._errors("create", key), self._parent(key, create=True) as (parent, name):
+        with (
+            self._errors("create", key),
+            self._parent(key, create=True, durable=True) as (parent, name),
+        ):
             temporary = _write_temporary(parent, name, data)
             try:
                 os.link(

@@ -72,6 +72,7 @@ from ckptstore.io._gc import paused_gc
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._chunks import ChunkStore, release_intents
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
@@ -241,6 +242,17 @@ class EpochCommit:
 # -- writing ---------------------------------------------------------------------------
 
 
+def check_incremental(db_type: DBType) -> None:
+    """Raise :class:`~ckptstore.errors.JobConfigurationError` unless ``db_type`` can
+    save incrementally (its large blobs in the root's chunk store)."""
+    if not getattr(db_type, "supports_incremental", False):
+        raise JobConfigurationError(
+            f"DB type {db_type.name!r} cannot save incrementally (incremental=True): its "
+            "blobs cannot refer to chunks outside its own files. Use db_type='zarr' "
+            "(uncompressed) or 'npz', or save with incremental=False"
+        )
+
+
 def check_can_hold(storage: PathType, db_type: DBType) -> None:
     """Raise :class:`~ckptstore.errors.JobConfigurationError` if ``db_type`` cannot be
     written on ``storage`` (a format that needs a renaming, local path type, such as
@@ -261,27 +273,44 @@ def write_node(
     blobs: Mapping[str, object],
     db_type: DBType,
     io: ParallelIO,
+    *,
+    incremental: bool = False,
 ) -> NodeCommit:
-    """Steps 1-4 for one node: data, manifest, durability barrier, publish."""
+    """Steps 1-4 for one node: data, manifest, durability barrier, publish.
+
+    ``incremental``: the large blobs' chunks go to the root's chunk store, each stored
+    once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`);
+    the format must support it (``supports_incremental``)."""
     started = time.perf_counter_ns()
     validate_node_name(node)
     arrays = {validate_blob_name(name): as_blob(name, value) for name, value in blobs.items()}
     for name, array in arrays.items():
         db_type.check_blob(name, array)
     check_can_hold(storage, db_type)
+    shared = ChunkStore(storage, node, epoch) if incremental else None
+    if shared is not None:
+        check_incremental(db_type)
     manifests: list[NodeManifest] = []
 
     def fill(root: str) -> bytes:
-        written = db_type.write(DBLocation(storage, root, io), arrays)
+        written = db_type.write(DBLocation(storage, root, io, shared), arrays)
         manifests.append(NodeManifest(node, epoch, db_type.name, written.blobs, written.files))
         return manifests[0].encode()
 
-    manifest_bytes = publish_node(
-        storage,
-        get_ckpt_filename(node, epoch),
-        fill,
-        partial(_refuse_committed, storage, epoch, node),
-    )
+    try:
+        manifest_bytes = publish_node(
+            storage,
+            get_ckpt_filename(node, epoch),
+            fill,
+            partial(_refuse_committed, storage, epoch, node),
+        )
+    except BaseException:
+        if shared is not None:
+            with contextlib.suppress(Exception):
+                shared.withdraw()
+        raise
+    if shared is not None:
+        shared.remember()
     return NodeCommit(
         node=node,
         epoch=epoch,
@@ -488,6 +517,8 @@ def commit_epoch(
             with contextlib.suppress(Exception):
                 storage.delete(node_commit_key(epoch, node) for node in created)
         raise
+    with contextlib.suppress(Exception):  # tidying only: a leftover intent keeps its chunks
+        release_intents(storage, epoch, [commit.node for commit in commits])
     return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
 
 

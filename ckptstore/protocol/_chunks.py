@@ -1,0 +1,412 @@
+"""Incremental saves: large blobs cut into chunks stored once per content in a store
+shared by every node and epoch under a checkpoint root, and the collection that frees
+the chunks no committed epoch refers to (docs/design.md, "Incremental checkpoints").
+
+::
+
+    <root>/_ckptstore/chunks/<hh>/<hash>          one chunk (BLAKE3 of its bytes), created once
+    <root>/_ckptstore/chunks/<hh>/<hash>.<token>  a copy written while a collection ran
+    <root>/_ckptstore/intents/<node>.<epoch>.<token>.json
+                                                 a save in flight: the chunks it will name
+    <root>/_ckptstore/gc/<token>.json             a collection in progress
+
+Example (a save that changes nothing stores nothing new)::
+
+    >>> import numpy as np
+    >>> from ckptstore.builtin import LocalPath, ZarrDB
+    >>> from ckptstore.io import ParallelIO
+    >>> from ckptstore.protocol import commit_epoch, write_node
+    >>> storage = LocalPath("incremental")
+    >>> blobs = {"w": np.ones(1 << 19)}  # 4 MiB: into the chunk store
+    >>> commits = [write_node(storage, "t", e, blobs, ZarrDB(), ParallelIO(), incremental=True)
+    ...            for e in (1, 2)]
+    >>> for commit in commits:
+    ...     commit_epoch(storage, commit.epoch, [commit])
+    >>> len(storage.list_keys(CHUNK_STORE_DIR))
+    1
+    >>> collect_chunks(storage).freed
+    ()
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+import numpy as np
+import xxhash
+
+from ckptstore._types import Array
+from ckptstore.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    KeyExistsError,
+    ObjectNotFoundError,
+)
+from ckptstore.io._checksum import crc32_of
+from ckptstore.io._shared_keys import (
+    CHUNK_STORE_DIR,
+    chunk_object_key,
+    is_shared_key,
+    shared_key,
+)
+from ckptstore.plugin._db_type import DBLocation
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._documents import decode_document, encode_document
+from ckptstore.records._dtypes import encode_dtype
+from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
+from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+
+__all__ = [
+    "CHUNK_BYTES",
+    "COLLECTIONS_DIR",
+    "INCREMENTAL_FROM",
+    "INTENTS_DIR",
+    "ChunkStore",
+    "Collection",
+    "collect_chunks",
+    "release_intents",
+    "shared_chunk_keys",
+]
+
+INCREMENTAL_FROM = 1 << 20
+"""Blobs of at least this many bytes go to the chunk store in an incremental save;
+smaller ones stay in the node's archive (written whole at every save: a chunk object
+per small blob would cost a request each)."""
+CHUNK_BYTES = 4 << 20
+"""The size of a chunk of the store: what an unchanged range must cover to be reused.
+A 1 GiB table of which 5% of the rows change in a few ranges rewrites a few dozen
+chunks; a larger chunk rewrites more around each range, a smaller one costs more
+objects and requests."""
+INTENTS_DIR = f"{CONTROL_DIR}/intents"
+COLLECTIONS_DIR = f"{CONTROL_DIR}/gc"
+_INTENT_KIND = "ckptstore.save-intent"
+_MARKER_KIND = "ckptstore.gc-marker"
+
+
+@dataclass(frozen=True)
+class _Known:
+    """One chunk of a node's previous incremental save in this process."""
+
+    fingerprint: bytes
+    name: str
+    crc: int
+    size: int
+
+
+_MEMORY: dict[tuple[str, str], dict[str, list[_Known]]] = {}
+"""Per (root, node), the chunks of the last incremental save in this process: a chunk
+whose 128-bit fingerprint (XXH3) is unchanged is named without hashing it again."""
+_MEMORY_LOCK = threading.Lock()
+_REMEMBER_NODES = 64
+_INTENTS: dict[tuple[str, str, int], list[str]] = {}
+"""Intent records of this process's saves, by (root, node, epoch), until committed."""
+
+
+@dataclass
+class _Piece:
+    blob: str
+    index: int
+    data: memoryview
+    fingerprint: bytes = b""
+    name: str = ""
+    crc: int = 0
+    reused: bool = False
+
+
+class ChunkStore:
+    """One node's incremental save (a :class:`~ckptstore.plugin.SharedChunks`): it
+    names each chunk of its large blobs by its content, writes those the store lacks,
+    and records its intent first so that a collection never frees them."""
+
+    def __init__(self, storage: PathType, node: str, epoch: int) -> None:
+        self.storage = storage
+        self.node = node
+        self.epoch = epoch
+        self.token = secrets.token_hex(6)
+        self.written_bytes = 0
+        self.reused_bytes = 0
+        self._lock = threading.Lock()
+        self._known: dict[str, list[_Known]] | None = None
+
+    def takes(self, array: Array) -> bool:
+        return int(array.nbytes) >= INCREMENTAL_FROM
+
+    def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
+        with _MEMORY_LOCK:
+            previous = _MEMORY.get((self.storage.display_url, self.node), {})
+        pieces = [piece for name, array in blobs.items() for piece in _cut(name, array)]
+        workers = max(1, db.io.settings.concurrency)
+        with ThreadPoolExecutor(workers, thread_name_prefix="ckptstore-chunks") as pool:
+            list(pool.map(lambda piece: _name(piece, previous), pieces))
+            names = sorted({piece.name for piece in pieces})
+            self._announce(names)
+            # a collection running now may not have seen the intent: then every chunk
+            # is written anew under a name of this save's own (see collect_chunks)
+            alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
+            first = {piece.name: piece for piece in reversed(pieces)}
+            objects = dict(pool.map(lambda piece: self._put(piece, alone), first.values()))
+        records: dict[str, BlobRecord] = {}
+        known: dict[str, list[_Known]] = {}
+        for name, array in blobs.items():
+            own = [piece for piece in pieces if piece.blob == name]
+            chunks = tuple(
+                ChunkRecord(objects[p.name], 0, p.data.nbytes, p.data.nbytes, p.crc) for p in own
+            )
+            records[name] = BlobRecord(name, encode_dtype(name, array.dtype), array.shape, chunks)
+            known[name] = [_Known(p.fingerprint, p.name, p.crc, p.data.nbytes) for p in own]
+        self._known = known
+        return records
+
+    def remember(self) -> None:
+        """After the node's save: its chunks are what the next save compares with."""
+        if self._known is None:
+            return
+        with _MEMORY_LOCK:
+            _MEMORY[(self.storage.display_url, self.node)] = self._known
+            while len(_MEMORY) > _REMEMBER_NODES:
+                del _MEMORY[next(iter(_MEMORY))]
+
+    @property
+    def intent_key(self) -> str:
+        return f"{INTENTS_DIR}/{self.node}.{self.epoch}.{self.token}.json"
+
+    def _announce(self, names: list[str]) -> None:
+        body = {
+            "node": self.node,
+            "epoch": self.epoch,
+            "chunks": names,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        self.storage.create_document(self.intent_key, encode_document(_INTENT_KIND, body))
+        with _MEMORY_LOCK:
+            place = (self.storage.display_url, self.node, self.epoch)
+            _INTENTS.setdefault(place, []).append(self.intent_key)
+
+    def withdraw(self) -> None:
+        """Delete the intent (a failed save: nothing of it will be committed)."""
+        with _MEMORY_LOCK:
+            place = (self.storage.display_url, self.node, self.epoch)
+            mine = _INTENTS.get(place, [])
+            if self.intent_key in mine:
+                mine.remove(self.intent_key)
+        self.storage.delete([self.intent_key])
+
+    def _put(self, piece: _Piece, alone: bool) -> tuple[str, str]:
+        """Store ``piece`` unless the store holds it; its manifest key."""
+        name = f"{piece.name}.{self.token}" if alone else piece.name
+        key = _object(name)
+        written = False
+        if alone or not self.storage.exists(key):
+            try:
+                self.storage.create_document(key, bytes(piece.data))
+                written = True
+            except KeyExistsError:  # another save of the same bytes, just now
+                pass
+        with self._lock:
+            if written:
+                self.written_bytes += piece.data.nbytes
+            else:
+                self.reused_bytes += piece.data.nbytes
+        return piece.name, shared_key(name)
+
+
+def _object(name: str) -> str:
+    return chunk_object_key(shared_key(name))
+
+
+def _cut(blob: str, array: Array) -> list[_Piece]:
+    """``array``'s bytes (C order) in chunks of :data:`CHUNK_BYTES`."""
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    data = flat.data
+    return [
+        _Piece(blob, number, data[start : start + CHUNK_BYTES])
+        for number, start in enumerate(range(0, flat.nbytes, CHUNK_BYTES))
+    ]
+
+
+def _name(piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
+    """Name ``piece`` by its content: the previous save's name when its fingerprint is
+    unchanged, else the BLAKE3 of its bytes (and its CRC-32, for the manifest)."""
+    piece.fingerprint = xxhash.xxh3_128_digest(piece.data)
+    before = previous.get(piece.blob, [])
+    if piece.index < len(before):
+        known = before[piece.index]
+        if known.fingerprint == piece.fingerprint and known.size == piece.data.nbytes:
+            piece.name, piece.crc, piece.reused = known.name, known.crc, True
+            return
+    piece.crc = crc32_of((piece.data,))
+    piece.name = blake3.blake3(piece.data).hexdigest()
+
+
+def release_intents(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
+    """Delete this process's intent records of ``nodes``' saves of ``epoch``, once
+    committed: their commit records now protect the chunks they name."""
+    keys: list[str] = []
+    with _MEMORY_LOCK:
+        for node in nodes:
+            keys += _INTENTS.pop((storage.display_url, node, epoch), [])
+    if keys:
+        storage.delete(keys)
+
+
+def shared_chunk_keys(manifest: NodeManifest) -> set[str]:
+    """The shared chunks (manifest keys) a node checkpoint refers to."""
+    return {
+        chunk.key
+        for record in manifest.blobs.values()
+        for chunk in record.chunks
+        if is_shared_key(chunk.key)
+    }
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What a collection of the chunk store found and freed (or would free)."""
+
+    listed: int
+    referenced: int
+    freed: tuple[str, ...]
+    freed_bytes: int
+    intents: tuple[str, ...] = field(default=())
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunks_listed": self.listed,
+            "chunks_referenced": self.referenced,
+            "chunks_freed": len(self.freed),
+            "chunk_bytes_freed": self.freed_bytes,
+            "saves_in_flight": list(self.intents),
+        }
+
+
+def collect_chunks(
+    storage: PathType,
+    *,
+    dry_run: bool = False,
+    read_manifest: Callable[[PathType, str, int], NodeManifest] | None = None,
+) -> Collection:
+    """Free the chunks of the store that no committed epoch under ``storage`` (any job,
+    any node) and no save in flight refers to; with ``dry_run``, only say which.
+
+    One listing of the root, then every committed node's manifest and every intent.
+    The safety argument (docs/design.md, "Collecting chunks"): the collection records
+    itself before it lists; a save records its intent before it looks at the store,
+    then looks for collections; so of the two, at least one sees the other. A
+    collection that sees an intent keeps the chunks it names (and the save's own
+    copies); a save that sees a collection reuses nothing and writes its chunks under
+    names of its own, which no listing taken before could hold. A manifest that cannot
+    be read stops the collection before it deletes anything."""
+    from ckptstore.protocol._commit import open_node  # the commit path imports this module
+
+    opened = read_manifest or open_node
+    token = secrets.token_hex(6)
+    marker = f"{COLLECTIONS_DIR}/{token}.json"
+    if not dry_run:
+        body = {"host": socket.gethostname(), "pid": os.getpid()}
+        storage.create_document(marker, encode_document(_MARKER_KIND, body))
+    try:
+        keys = storage.list_keys("")
+        prefix = CHUNK_STORE_DIR + "/"
+        chunks = [key for key in keys if key.startswith(prefix) and _is_object(key)]
+        intents = sorted(key for key in keys if key.startswith(INTENTS_DIR + "/"))
+        kept: set[str] = set()
+        tokens: set[str] = set()
+        for key in intents:
+            names, intent_token = _read_intent(storage, key)
+            kept.update(_object(name) for name in names)
+            tokens.add(intent_token)
+        for epoch, nodes in _committed(storage, keys).items():
+            for node in sorted(nodes):
+                try:
+                    manifest = opened(storage, node, epoch)
+                except CheckpointNotFoundError:
+                    continue  # retracted since the listing: being deleted
+                except CorruptCheckpointError as error:
+                    raise CorruptCheckpointError(
+                        "the collection deleted nothing: it cannot tell which chunks this "
+                        f"committed node checkpoint refers to ({error.detail}). Check it with "
+                        "`ckptstore verify`; delete that epoch (`ckptstore gc --keep-last`) "
+                        "or repair it, then collect again",
+                        url=storage.display_url,
+                        file=error.file,
+                    ) from error
+                kept.update(chunk_object_key(key) for key in shared_chunk_keys(manifest))
+        garbage = tuple(
+            key for key in chunks if key not in kept and key.rpartition(".")[2] not in tokens
+        )
+        freed = sum(_size(storage, key) for key in garbage)
+        if not dry_run and garbage:
+            storage.delete(garbage)
+        referenced = len(chunks) - len(garbage)
+        return Collection(len(chunks), referenced, garbage, freed, tuple(intents), dry_run)
+    finally:
+        if not dry_run:
+            storage.delete([marker])
+
+
+def _is_object(key: str) -> bool:
+    """Whether a listed key is a chunk object (not a temporary of one being created)."""
+    name = key.rpartition("/")[2]
+    try:
+        shared_key(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_intent(storage: PathType, key: str) -> tuple[list[str], str]:
+    """The chunk names an intent record holds, and its save's token."""
+    url = storage.display_url
+    try:
+        data = storage.read_document(key)
+    except ObjectNotFoundError:
+        return [], ""  # its save was committed (or failed) since the listing
+    document = decode_document(data, _INTENT_KIND, url=url, key=key)
+    names = document.get("chunks")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise CorruptCheckpointError("the intent record's chunks are not names", url=url, file=key)
+    for name in names:
+        if not _is_object(f"x/{name}"):
+            raise CorruptCheckpointError(f"{name!r} is not a chunk's name", url=url, file=key)
+    token = key.rpartition("/")[2].removesuffix(".json").rpartition(".")[2]
+    return [str(name) for name in names], token
+
+
+def _committed(storage: PathType, keys: Iterable[str]) -> dict[int, set[str]]:
+    """Committed nodes by epoch, from the listing (an earlier version's one-document
+    record is read for its nodes)."""
+    from ckptstore.protocol._commit import read_commit
+
+    found: dict[int, set[str]] = {}
+    legacy: set[int] = set()
+    for key in keys:
+        epoch = parse_commit_record_key(key)
+        if epoch is None:
+            continue
+        node = key.rpartition("/")[2].removesuffix(".commit.json")
+        if key.count("/") == 2:
+            found.setdefault(epoch, set()).add(node)
+        else:
+            legacy.add(epoch)
+    for epoch in legacy:
+        record = read_commit(storage, epoch)
+        if record is not None:
+            found.setdefault(epoch, set()).update(record.nodes)
+    return found
+
+
+def _size(storage: PathType, key: str) -> int:
+    try:
+        return storage.size(key)
+    except ObjectNotFoundError:
+        return 0

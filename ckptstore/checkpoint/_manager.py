@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -49,6 +49,7 @@ from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._commit import open_node, verify_node
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_epoch, validate_node_name
@@ -440,11 +441,20 @@ class CheckpointManager(ManagerBase):
         location: CheckpointLocation | None = None,
         retention: RetentionPolicy | None = None,
         overwrite: bool = False,
+        incremental: bool = False,
     ) -> None:
+        if location is not None and incremental and not location.incremental:
+            check_incremental(location.db_type)
+            location = replace(location, incremental=True)
         super().__init__(
             location
             or CheckpointLocation.open(
-                db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+                db_prefix,
+                db_type,
+                io=io,
+                path_type=path_type,
+                storage_options=storage_options,
+                incremental=incremental,
             ),
             metadata_handler,
             retention,

@@ -76,9 +76,15 @@ class MultiNodeCheckpointManager(ManagerBase):
         storage_options: Mapping[str, object] | None = None,
         retention: RetentionPolicy | None = None,
         overwrite: bool = False,
+        incremental: bool = False,
     ) -> None:
         location = CheckpointLocation.open(
-            db_prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+            db_prefix,
+            db_type,
+            io=io,
+            path_type=path_type,
+            storage_options=storage_options,
+            incremental=incremental,
         )
         super().__init__(location, metadata_handler, retention, overwrite=overwrite)
         self._node_managers: list[tuple[str, CheckpointManager]] | None = None

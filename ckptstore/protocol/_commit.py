@@ -73,6 +73,7 @@ from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import ChunkStore, release_intents
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
@@ -240,17 +241,6 @@ class EpochCommit:
 
 
 # -- writing ---------------------------------------------------------------------------
-
-
-def check_incremental(db_type: DBType) -> None:
-    """Raise :class:`~ckptstore.errors.JobConfigurationError` unless ``db_type`` can
-    save incrementally (its large blobs in the root's chunk store)."""
-    if not getattr(db_type, "supports_incremental", False):
-        raise JobConfigurationError(
-            f"DB type {db_type.name!r} cannot save incrementally (incremental=True): its "
-            "blobs cannot refer to chunks outside its own files. Use db_type='zarr' "
-            "(uncompressed) or 'npz', or save with incremental=False"
-        )
 
 
 def check_can_hold(storage: PathType, db_type: DBType) -> None:

@@ -69,8 +69,14 @@ def save_tree(
     db_type: str = "zarr",
     adapter: ArrayAdapter | None = None,
     overwrite: bool = False,
+    incremental: bool | None = None,
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
+
+    ``incremental=True`` stores each chunk of the large arrays once per content under
+    the root (unchanged chunks of earlier epochs are referred to, not written again:
+    docs/design.md, "Incremental checkpoints"); ``None`` takes the target location's
+    (or manager's) setting, off for a path.
 
     Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
     :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
@@ -92,7 +98,15 @@ def save_tree(
     storage = location.storage
     check_can_hold(storage, location.db_type)  # before any retraction: nothing lost
     check_not_committed(storage, epoch, [node], overwrite=overwrite)
-    commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
+    commit = write_node(
+        storage,
+        node,
+        epoch,
+        blobs,
+        location.db_type,
+        location.engine(),
+        incremental=location.incremental if incremental is None else incremental,
+    )
     commit_epoch(storage, epoch, [commit])
 
 

@@ -294,9 +294,12 @@ def collect_chunks(
     *,
     dry_run: bool = False,
     read_manifest: Callable[[PathType, str, int], NodeManifest] | None = None,
+    deleting: Iterable[tuple[int, str]] = (),
 ) -> Collection:
     """Free the chunks of the store that no committed epoch under ``storage`` (any job,
-    any node) and no save in flight refers to; with ``dry_run``, only say which.
+    any node) and no save in flight refers to; with ``dry_run``, only say which
+    (counting the node checkpoints ``deleting``, ``(epoch, node)``, as gone: what a
+    retention about to run would delete).
 
     One listing of the root, then every committed node's manifest and every intent.
     The safety argument (docs/design.md, "Collecting chunks"): the collection records
@@ -325,8 +328,11 @@ def collect_chunks(
             names, intent_token = _read_intent(storage, key)
             kept.update(_object(name) for name in names)
             tokens.add(intent_token)
+        gone = set(deleting)
         for epoch, nodes in _committed(storage, keys).items():
             for node in sorted(nodes):
+                if (epoch, node) in gone:
+                    continue
                 try:
                     manifest = opened(storage, node, epoch)
                 except CheckpointNotFoundError:

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import blake3
@@ -47,7 +48,6 @@ from ckptstore._types import Array
 from ckptstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
-    KeyExistsError,
     ObjectNotFoundError,
 )
 from ckptstore.io._checksum import crc32_of
@@ -113,12 +113,14 @@ _INTENTS: dict[tuple[str, str, int], list[str]] = {}
 @dataclass
 class _Piece:
     blob: str
+    blob_number: int
     index: int
     data: memoryview
     fingerprint: bytes = b""
     name: str = ""
     crc: int = 0
     reused: bool = False
+    staged: str | None = None
 
 
 class ChunkStore:
@@ -142,28 +144,83 @@ class ChunkStore:
     def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
         with _MEMORY_LOCK:
             previous = _MEMORY.get((self.storage.display_url, self.node), {})
-        pieces = [piece for name, array in blobs.items() for piece in _cut(name, array)]
+        pieces = [
+            piece
+            for number, (name, array) in enumerate(blobs.items())
+            for piece in _cut(name, number, array)
+        ]
         workers = max(1, db.io.settings.concurrency)
-        with ThreadPoolExecutor(workers, thread_name_prefix="ckptstore-chunks") as pool:
-            list(pool.map(lambda piece: _name(piece, previous), pieces))
-            names = sorted({piece.name for piece in pieces})
-            self._announce(names)
-            # a collection running now may not have seen the intent: then every chunk
-            # is written anew under a name of this save's own (see collect_chunks)
-            alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
-            first = {piece.name: piece for piece in reversed(pieces)}
-            objects = dict(pool.map(lambda piece: self._put(piece, alone), first.values()))
+        if self.storage.supports_rename:
+            self.storage.prepare_keys([f"{self._staging}/-"])
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="ckptstore-chunks") as pool:
+                # named, and (on local disk) changed chunks written to temporary files
+                list(pool.map(lambda piece: self._stage(piece, previous), pieces))
+                names = sorted({piece.name for piece in pieces})
+                self._announce(names)
+                # a collection running now may not have seen the intent: then every
+                # chunk goes under a name of this save's own (see collect_chunks)
+                alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
+                first = {piece.name: piece for piece in reversed(pieces)}
+                if self.storage.supports_rename:
+                    own = [f"{name}.{self.token}" for name in first] if alone else list(first)
+                    self.storage.prepare_keys(_object(name) for name in own)
+                put = partial(self._put, alone=alone)
+                objects = dict(pool.map(put, first.values()))
+        finally:
+            if self.storage.supports_rename:
+                self.storage.delete_tree(self._staging)
         records: dict[str, BlobRecord] = {}
         known: dict[str, list[_Known]] = {}
         for name, array in blobs.items():
-            own = [piece for piece in pieces if piece.blob == name]
+            own_pieces = [piece for piece in pieces if piece.blob == name]
             chunks = tuple(
-                ChunkRecord(objects[p.name], 0, p.data.nbytes, p.data.nbytes, p.crc) for p in own
+                ChunkRecord(objects[p.name], 0, p.data.nbytes, p.data.nbytes, p.crc)
+                for p in own_pieces
             )
             records[name] = BlobRecord(name, encode_dtype(name, array.dtype), array.shape, chunks)
-            known[name] = [_Known(p.fingerprint, p.name, p.crc, p.data.nbytes) for p in own]
+            known[name] = [_Known(p.fingerprint, p.name, p.crc, p.data.nbytes) for p in own_pieces]
         self._known = known
         return records
+
+    @property
+    def _staging(self) -> str:
+        return f"{CHUNK_STORE_DIR}/tmp-{self.token}"
+
+    def _stage(self, piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
+        """Name ``piece`` (:func:`_name`); on local disk, write a changed one to a
+        temporary file of this save (from the array's memory, ``O_DIRECT``), while the
+        other workers hash: nothing of the store is looked at before the intent."""
+        _name(piece, previous)
+        if not piece.reused and self.storage.supports_rename:
+            piece.staged = self._write_temporary(piece)
+
+    def _write_temporary(self, piece: _Piece) -> str:
+        key = f"{self._staging}/{piece.blob_number}-{piece.index}"
+        with self.storage.open_positional(key, piece.data.nbytes) as target:
+            target.write_at(0, [piece.data])
+        return key
+
+    def _put(self, piece: _Piece, *, alone: bool) -> tuple[str, str]:
+        """Store ``piece`` unless the store holds it; its content name and manifest key."""
+        name = f"{piece.name}.{self.token}" if alone else piece.name
+        key = _object(name)
+        written = False
+        if self.storage.supports_rename:
+            staged = piece.staged
+            if staged is None and (alone or not self.storage.exists(key)):
+                staged = self._write_temporary(piece)  # unchanged, but gone from the store
+            if staged is not None:
+                written = self.storage.adopt(staged, key)  # an existing one is kept
+        elif alone or not self.storage.exists(key):
+            self.storage.write_parts(key, [piece.data])  # the same bytes, if it raced
+            written = True
+        with self._lock:
+            if written:
+                self.written_bytes += piece.data.nbytes
+            else:
+                self.reused_bytes += piece.data.nbytes
+        return piece.name, shared_key(name)
 
     def remember(self) -> None:
         """After the node's save: its chunks are what the next save compares with."""
@@ -200,36 +257,18 @@ class ChunkStore:
                 mine.remove(self.intent_key)
         self.storage.delete([self.intent_key])
 
-    def _put(self, piece: _Piece, alone: bool) -> tuple[str, str]:
-        """Store ``piece`` unless the store holds it; its manifest key."""
-        name = f"{piece.name}.{self.token}" if alone else piece.name
-        key = _object(name)
-        written = False
-        if alone or not self.storage.exists(key):
-            try:
-                self.storage.create_document(key, bytes(piece.data))
-                written = True
-            except KeyExistsError:  # another save of the same bytes, just now
-                pass
-        with self._lock:
-            if written:
-                self.written_bytes += piece.data.nbytes
-            else:
-                self.reused_bytes += piece.data.nbytes
-        return piece.name, shared_key(name)
-
 
 def _object(name: str) -> str:
     return chunk_object_key(shared_key(name))
 
 
-def _cut(blob: str, array: Array) -> list[_Piece]:
+def _cut(blob: str, number: int, array: Array) -> list[_Piece]:
     """``array``'s bytes (C order) in chunks of :data:`CHUNK_BYTES`."""
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     data = flat.data
     return [
-        _Piece(blob, number, data[start : start + CHUNK_BYTES])
-        for number, start in enumerate(range(0, flat.nbytes, CHUNK_BYTES))
+        _Piece(blob, number, index, data[start : start + CHUNK_BYTES])
+        for index, start in enumerate(range(0, flat.nbytes, CHUNK_BYTES))
     ]
 
 

@@ -137,7 +137,8 @@ def test_collection_frees_only_what_no_committed_epoch_refers_to(tmp_path: Path)
         save(tmp_path, epoch, {"base": base, "step": rng.standard_normal(MiB // 8)})
     assert len(chunk_objects(tmp_path)) == 4
     dry = collect_chunks(LocalPath(str(tmp_path)), dry_run=True, deleting=[(0, "t"), (1, "t")])
-    assert len(dry.freed) == 2 and dry.freed_bytes == 2 * MiB
+    assert len(dry.freed) == 2
+    assert dry.freed_bytes == 2 * MiB
     assert len(chunk_objects(tmp_path)) == 4
     storage = LocalPath(str(tmp_path))
     storage.delete(["_ckptstore/epoch-0/t.commit.json", "_ckptstore/epoch-1/t.commit.json"])
@@ -166,7 +167,8 @@ def test_a_save_in_flight_keeps_its_chunks_and_a_save_beside_a_collection_reuses
     storage.create_document(f"{_chunks.COLLECTIONS_DIR}/0123456789ab.json", b"{}")
     save(tmp_path, 1, {"w": blob})
     names = chunk_objects(tmp_path)
-    assert len(names) == 2 and any("." in name.rpartition("/")[2] for name in names)
+    assert len(names) == 2
+    assert any("." in name.rpartition("/")[2] for name in names)
     storage.delete([f"{_chunks.COLLECTIONS_DIR}/0123456789ab.json"])
     freed = collect_chunks(storage).freed
     assert len(freed) == 1  # the uncommitted save's chunk; epoch 1's own copy stays
@@ -225,7 +227,8 @@ def test_a_damaged_shared_chunk_is_named_in_every_epoch_that_uses_it(tmp_path: P
     path.write_bytes(bytes(data))
     for epoch in (1, 2):
         problems = verify_node(storage, "t", epoch, ZarrDB(), ParallelIO())
-        assert problems and problems[0].blob == "w", epoch
+        assert problems, epoch
+        assert problems[0].blob == "w"
         with pytest.raises(CorruptCheckpointError):
             load(tmp_path, epoch)
     assert verify_node(storage, "t", 0, ZarrDB(), ParallelIO()) == []

@@ -446,7 +446,10 @@ class LocalPath(PathType):
             except FileExistsError:
                 created = False
             os.unlink(src_name, dir_fd=src_parent)
-        self._note_dir(self._path(target))
+        if created:  # the new entry, and the directory's own if it was just made
+            path = self._path(target)
+            self._note_dir(path)
+            self._note_dir(os.path.dirname(path))
         return created
 
     def create_document(self, key: str, data: bytes) -> None:

@@ -1,10 +1,10 @@
 """Keys of the shared chunk store: where an incremental save's large-blob chunks live,
 once per content, for every node and epoch under a checkpoint root.
 
-A manifest names such a chunk ``@chunks/<hh>/<hash>`` (or ``@chunks/<hh>/<hash>.<token>``,
+A manifest names such a chunk ``@chunks/<hash>`` (or ``@chunks/<hash>.<token>``,
 a copy written while a collection ran: docs/design.md, "Incremental checkpoints"); every
 key of a node checkpoint is relative to the node's directory, and this one alone
-resolves to ``_ckptstore/chunks/<hh>/<hash>`` beside it, under the checkpoint root. No
+resolves to ``_ckptstore/chunks/<hash>`` beside it, under the checkpoint root. No
 format writes such a key inside a node directory (archives have fixed names; compressed
 zarr writes under blob names, and ``<hash>/...`` never matches the whole pattern).
 
@@ -12,8 +12,8 @@ Example::
 
     >>> resolve_key("trainer_0.3", "blobs.zarr.zip")
     'trainer_0.3/blobs.zarr.zip'
-    >>> resolve_key("runs/a/trainer_0.3", shared_key("ab" * 32))
-    'runs/a/_ckptstore/chunks/ab/abababababababababababababababababababababababababababababababab'
+    >>> resolve_key("runs/a/trainer_0.3", shared_key("ab" * 16))
+    'runs/a/_ckptstore/chunks/abababababababababababababababab'
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ __all__ = [
 
 SHARED_MARK = "@chunks/"
 CHUNK_STORE_DIR = "_ckptstore/chunks"
-_SHARED = re.compile(r"@chunks/([0-9a-f]{2})/([0-9a-f]{64}(?:\.[0-9a-f]{12})?)")
+_SHARED = re.compile(r"@chunks/[0-9a-f]{32}(?:\.[0-9a-f]{12})?")
 
 
 def shared_key(name: str) -> str:
     """The manifest key of the shared chunk ``name`` (``<hash>`` or ``<hash>.<token>``)."""
-    key = f"{SHARED_MARK}{name[:2]}/{name}"
+    key = f"{SHARED_MARK}{name}"
     if not _SHARED.fullmatch(key):
         raise ValueError(f"{name!r} is not a shared chunk's name")
     return key

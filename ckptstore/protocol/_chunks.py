@@ -38,12 +38,11 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import numpy as np
 import xxhash
 
-from ckptstore._types import Array
+from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -332,7 +331,7 @@ class Collection:
     intents: tuple[str, ...] = field(default=())
     dry_run: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "chunks_listed": self.listed,
             "chunks_referenced": self.referenced,

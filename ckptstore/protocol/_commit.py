@@ -69,6 +69,7 @@ from ckptstore.execution._workspace import as_blob
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._gc import paused_gc
+from ckptstore.io._shared_keys import is_shared_key
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
@@ -128,6 +129,9 @@ class NodeCommit:
     lease_generation: int | None = None
     """The writer lease generation its writer held when it committed (the fencing
     token, see :mod:`ckptstore.protocol._lease`); ``None`` without a lease."""
+    shared_bytes: int = 0
+    """Of ``stored_bytes``, those in the root's chunk store (an incremental save's
+    large blobs, shared with other epochs and nodes); the rest is the node's own."""
 
     def encode(self) -> JSONObject:
         encoded: JSONObject = {
@@ -140,6 +144,8 @@ class NodeCommit:
         }
         if self.lease_generation is not None:
             encoded["lease_generation"] = self.lease_generation
+        if self.shared_bytes:
+            encoded["shared_bytes"] = self.shared_bytes
         return encoded
 
     def encode_record(self, committed_at: str) -> bytes:
@@ -187,6 +193,7 @@ class NodeCommit:
             lease_generation=(
                 _stored_int(raw["lease_generation"]) if "lease_generation" in raw else None
             ),
+            shared_bytes=_stored_int(raw.get("shared_bytes", 0)),
         )
 
 
@@ -311,6 +318,12 @@ def write_node(
         stored_bytes=manifests[0].stored_bytes + len(manifest_bytes),
         nblobs=len(manifests[0].blobs),
         duration_ns=time.perf_counter_ns() - started,
+        shared_bytes=sum(
+            chunk.stored
+            for record in manifests[0].blobs.values()
+            for chunk in record.chunks
+            if is_shared_key(chunk.key)
+        ),
     )
 
 

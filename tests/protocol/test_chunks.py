@@ -23,7 +23,10 @@ from ckptstore.io import CHUNK_STORE_DIR, ParallelIO
 from ckptstore.protocol import _chunks, collect_chunks, commit_epoch, shared_chunk_keys, write_node
 from ckptstore.protocol._commit import committed_nodes, open_node, read_blobs, verify_node
 from ckptstore.protocol._inventory import committed_epochs
+from ckptstore.testing.fixtures import s3_server, s3_storage_options, s3_url
 from ckptstore.tree import load_tree, save_tree
+
+__all__ = ["s3_server", "s3_storage_options", "s3_url"]  # the fixtures this module uses
 
 Array = np.ndarray[Any, Any]
 MiB = 1 << 20
@@ -311,3 +314,35 @@ def test_sigkill_at_every_step_of_an_incremental_save_leaves_earlier_epochs_load
         np.testing.assert_array_equal(load(copy, 0)["base"], base)
         if 1 in committed_epochs(storage):
             assert load(copy, 1)["small"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_an_incremental_multi_node_save_on_s3_round_trips_and_collects(
+    s3_url: str, s3_storage_options: dict[str, Any]
+) -> None:
+    rng = np.random.default_rng(9)
+    same = rng.standard_normal(MiB // 4).astype(np.float32)  # replicated on both nodes
+    session = LocalSession()
+    options: dict[str, Any] = {"storage_options": s3_storage_options, "incremental": True}
+    manager = MultiNodeCheckpointManager(s3_url, "npz", **options)
+    for node in ("trainer_0", "trainer_1"):
+        session.workspace(node)["w"] = same
+    session.workspace("trainer_0")["own"] = np.zeros(MiB // 8)
+    session.run(manager.init(["trainer_0", "trainer_1"]))
+    for epoch in (1, 2):
+        session.workspace("trainer_0")["own"][:] = rng.standard_normal(MiB // 8)
+        session.run(manager.save(epoch))
+    storage = manager.location.storage
+    assert len(storage.list_keys(CHUNK_STORE_DIR)) == 1 + 2  # w once, trainer_0's own twice
+    fresh = LocalSession()
+    reader = MultiNodeCheckpointManager(s3_url, "npz", storage_options=s3_storage_options)
+    fresh.run(reader.init(["trainer_0", "trainer_1"], retrieve_from_epoch=2))
+    fresh.run(reader.load(2))
+    np.testing.assert_array_equal(fresh.workspace("trainer_1")["w"], same)
+    np.testing.assert_array_equal(
+        fresh.workspace("trainer_0")["own"], session.workspace("trainer_0")["own"]
+    )
+    storage.delete(
+        [f"_ckptstore/epoch-1/{node}.commit.json" for node in ("trainer_0", "trainer_1")]
+    )
+    assert len(collect_chunks(storage).freed) == 1
+    assert storage.list_keys(_chunks.INTENTS_DIR) == []  # released at commit

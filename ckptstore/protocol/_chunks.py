@@ -30,11 +30,12 @@ Example (a save that changes nothing stores nothing new)::
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,11 +48,13 @@ from ckptstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     ObjectNotFoundError,
+    StorageError,
 )
 from ckptstore.io._checksum import crc32_of
 from ckptstore.io._direct import aligned_buffer
 from ckptstore.io._shared_keys import (
     CHUNK_STORE_DIR,
+    SHARED_MARK,
     chunk_object_key,
     is_shared_key,
     shared_key,
@@ -71,6 +74,7 @@ __all__ = [
     "ChunkStore",
     "Collection",
     "collect_chunks",
+    "receive_chunks",
     "release_intents",
     "shared_chunk_keys",
 ]
@@ -297,6 +301,53 @@ def _name(piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
             piece.crc, piece.reused = known.crc, True
             return
     piece.crc = crc32_of((piece.data,))
+
+
+def receive_chunks(
+    storage: PathType,
+    node: str,
+    epoch: int,
+    chunks: Sequence[ChunkRecord],
+    fetch: Callable[[ChunkRecord], memoryview],
+) -> int:
+    """Store the shared ``chunks`` of a node checkpoint copied from another root
+    (``ckptstore cp``) that ``storage`` lacks, under the same names (the copied manifest
+    names them); ``fetch`` reads and checks one from the source. Returns the bytes
+    copied. The copy records its intent first, as a save does; while a collection runs
+    at ``storage`` it cannot write copies of its own (the names are fixed), so it
+    raises :class:`~ckptstore.errors.StorageError` and copies nothing."""
+    store = ChunkStore(storage, node, epoch)
+    names = sorted({chunk.key.removeprefix(SHARED_MARK) for chunk in chunks})
+    store._announce(names)
+    running = storage.list_keys(COLLECTIONS_DIR)
+    if running:
+        store.withdraw()
+        raise StorageError(
+            storage.display_url,
+            running[0],
+            "copy shared chunks while a chunk collection runs at",
+            OSError(
+                errno.EBUSY,
+                "copy again once it is done (a marker left by a killed "
+                "collection is removed by hand)",
+            ),
+        )
+    copied = 0
+    for chunk in {chunk.key: chunk for chunk in chunks}.values():
+        key = chunk_object_key(chunk.key)
+        if storage.exists(key):
+            continue
+        data = fetch(chunk)
+        if storage.supports_rename:
+            staging = f"{store._staging}/{copied}"
+            storage.write_parts(staging, [data])
+            storage.adopt(staging, key)
+        else:
+            storage.write_parts(key, [data])
+        copied += chunk.stored
+    if storage.supports_rename:
+        storage.delete_tree(store._staging)
+    return copied
 
 
 def release_intents(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:

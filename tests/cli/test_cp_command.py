@@ -83,3 +83,29 @@ def test_progress_bar_counts_bytes(cli: Cli, run_url: str, tmp_path: Path) -> No
 
 def test_nothing_to_copy_exits_4(cli: Cli, tmp_path: Path) -> None:
     assert cli("cp", str(tmp_path / "empty"), str(tmp_path / "copy")).code == 4
+
+
+def test_an_incremental_epoch_copies_only_the_shared_chunks_the_destination_lacks(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from ckptstore.tree import load_tree, save_tree
+
+    source, dest = str(tmp_path / "src"), str(tmp_path / "dst")
+    base = np.ones(1 << 18)  # 2 MiB, in both epochs: one chunk
+    for epoch in (0, 1):
+        save_tree(source, epoch, {"base": base, "new": np.full(1 << 17, epoch)}, incremental=True)
+    assert cli("cp", source, dest, "--epoch", "0").code == 0
+    chunks = Path(dest) / "_ckptstore" / "chunks"
+    before = {path.name: path.stat().st_ino for path in chunks.iterdir()}
+    assert len(before) == 2
+    assert cli("cp", source, dest).code == 0
+    after = {path.name: path.stat().st_ino for path in chunks.iterdir()}
+    assert len(after) == 3  # epoch 1's own chunk; the base chunk is neither copied nor replaced
+    assert all(after[name] == inode for name, inode in before.items())
+    assert cli("verify", dest).code == 0
+    tree = load_tree(dest, 1)
+    assert isinstance(tree, dict)
+    assert tree["new"].tolist() == [1] * (1 << 17)
+    assert LocalPath(dest).list_keys("_ckptstore/intents") == []

@@ -127,3 +127,16 @@ def test_the_default_node_is_listed_and_said_what_it_is(cli: Cli, tmp_path: Path
 
 def test_no_note_without_a_default_node(cli: Cli, run_url: str) -> None:
     assert "(default node)" not in cli("ls", run_url, "--nodes").out
+
+
+def test_ls_shows_each_incremental_epochs_own_and_shared_bytes(cli: Cli, tmp_path: Path) -> None:
+    from ckptstore.tree import save_tree
+
+    url = str(tmp_path / "run")
+    for epoch in (0, 1):
+        save_tree(url, epoch, {"base": np.ones(1 << 18), "x": np.arange(3)}, incremental=True)
+    result = cli("ls", url)
+    assert result.code == 0
+    assert result.out.count("2.0 MiB shared)") == 2
+    epochs = cli("ls", url, "--json").json()["runs"][0]["epochs"]
+    assert [epoch["shared_bytes"] for epoch in epochs] == [2 << 20, 2 << 20]

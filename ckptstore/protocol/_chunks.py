@@ -31,6 +31,7 @@ Example (a save that changes nothing stores nothing new)::
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import socket
@@ -61,6 +62,7 @@ from ckptstore.io._shared_keys import (
 )
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._lease_document import _process_alive
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import encode_dtype
 from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
@@ -114,6 +116,8 @@ _MEMORY_LOCK = threading.Lock()
 _REMEMBER_NODES = 64
 _SCRATCH = threading.local()
 """Each writing thread's page-aligned buffer of a chunk (see ``_write_temporary``)."""
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+"""This host, as the names of temporary files carry it."""
 _INTENTS: dict[tuple[str, str, int], list[str]] = {}
 """Intent records of this process's saves, by (root, node, epoch), until committed."""
 
@@ -192,7 +196,9 @@ class ChunkStore:
 
     @property
     def _staging(self) -> str:
-        return f"{CHUNK_STORE_DIR}/tmp-{self.token}"
+        """This save's temporary files: named after its host and process, so that a
+        collection can tell those of a save killed on its host."""
+        return f"{CHUNK_STORE_DIR}/tmp-{_HOST}-{os.getpid()}-{self.token}"
 
     def _stage(self, piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
         """Name ``piece`` (:func:`_name`); on local disk, write a changed one to a
@@ -427,10 +433,20 @@ def collect_chunks(
         intents = sorted(key for key in keys if key.startswith(INTENTS_DIR + "/"))
         kept: set[str] = set()
         tokens: set[str] = set()
+        dead: list[str] = []  # left by saves killed on this host: they never commit
         for key in intents:
-            names, intent_token = _read_intent(storage, key)
+            names, intent_token, abandoned = _read_intent(storage, key)
+            if abandoned:
+                dead.append(key)
+                continue
             kept.update(_object(name) for name in names)
             tokens.add(intent_token)
+        for key in keys:  # markers of collections killed on this host
+            if key.startswith(COLLECTIONS_DIR + "/") and key != marker:
+                if _left_by_dead_process(storage, key, _MARKER_KIND):
+                    dead.append(key)
+            elif key.startswith(f"{CHUNK_STORE_DIR}/tmp-") and _temporary_of_dead_save(key):
+                dead.append(key)
         gone = set(deleting)
         for epoch, nodes in _committed(storage, keys).items():
             for node in sorted(nodes):
@@ -454,8 +470,8 @@ def collect_chunks(
             key for key in chunks if key not in kept and key.rpartition(".")[2] not in tokens
         )
         freed = sum(_size(storage, key) for key in garbage)
-        if not dry_run and garbage:
-            storage.delete(garbage)
+        if not dry_run and (garbage or dead):
+            storage.delete([*dead, *garbage])
         referenced = len(chunks) - len(garbage)
         return Collection(len(chunks), referenced, garbage, freed, tuple(intents), dry_run)
     finally:
@@ -473,14 +489,50 @@ def _is_object(key: str) -> bool:
     return True
 
 
-def _read_intent(storage: PathType, key: str) -> tuple[list[str], str]:
-    """The chunk names an intent record holds, and its save's token."""
+def _left_by_dead_process(storage: PathType, key: str, kind: str) -> bool:
+    """Whether the intent or marker ``key`` was made by a process of this host that is
+    gone (it can neither commit nor delete anything any more); False when unsure."""
+    try:
+        document = decode_document(
+            storage.read_document(key), kind, url=storage.display_url, key=key
+        )
+    except (ObjectNotFoundError, CorruptCheckpointError):
+        return False
+    return _made_by_dead_process(document)
+
+
+def _temporary_of_dead_save(key: str) -> bool:
+    """Whether ``key`` is a temporary file of a save killed on this host."""
+    parts = key.removeprefix(f"{CHUNK_STORE_DIR}/tmp-").split("/", 1)[0].split("-")
+    return (
+        len(parts) == 3
+        and parts[0] == _HOST
+        and parts[1].isdigit()
+        and int(parts[1]) != os.getpid()
+        and not _process_alive(int(parts[1]))
+    )
+
+
+def _made_by_dead_process(document: JSONObject) -> bool:
+    pid = document.get("pid")
+    return (
+        document.get("host") == socket.gethostname()
+        and isinstance(pid, int)
+        and pid != os.getpid()
+        and not _process_alive(pid)
+    )
+
+
+def _read_intent(storage: PathType, key: str) -> tuple[list[str], str, bool]:
+    """The chunk names an intent record holds, its save's token, and whether that save
+    was killed on this host (its process is gone: see :func:`_left_by_dead_process`)."""
     url = storage.display_url
     try:
         data = storage.read_document(key)
     except ObjectNotFoundError:
-        return [], ""  # its save was committed (or failed) since the listing
+        return [], "", False  # its save was committed (or failed) since the listing
     document = decode_document(data, _INTENT_KIND, url=url, key=key)
+    gone = _made_by_dead_process(document)
     names = document.get("chunks")
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise CorruptCheckpointError("the intent record's chunks are not names", url=url, file=key)
@@ -488,7 +540,7 @@ def _read_intent(storage: PathType, key: str) -> tuple[list[str], str]:
         if not _is_object(f"x/{name}"):
             raise CorruptCheckpointError(f"{name!r} is not a chunk's name", url=url, file=key)
     token = key.rpartition("/")[2].removesuffix(".json").rpartition(".")[2]
-    return [str(name) for name in names], token
+    return [str(name) for name in names], token, gone
 
 
 def _committed(storage: PathType, keys: Iterable[str]) -> dict[int, set[str]]:

@@ -298,6 +298,8 @@ def test_sigkill_at_every_step_of_a_collection_leaves_every_committed_epoch_load
         collect_chunks(LocalPath(str(copy)))  # a collection after the crash finishes the work
         assert len(chunk_objects(copy)) == 1 + 2, copy.name
         assert_every_committed_node_verifies(copy)
+        # the killed collection's marker is gone (its process is): saves reuse again
+        assert LocalPath(str(copy)).list_keys(_chunks.COLLECTIONS_DIR) == []
 
 
 def test_sigkill_at_every_step_of_an_incremental_save_leaves_earlier_epochs_loadable(
@@ -309,8 +311,10 @@ def test_sigkill_at_every_step_of_an_incremental_save_leaves_earlier_epochs_load
     save(template, 0, {"base": base})
     for copy in every_kill_point(template, tmp_path, "save"):
         storage = LocalPath(str(copy))
-        collect_chunks(storage)  # a leftover intent keeps its chunks; nothing committed breaks
+        collect_chunks(storage)  # the killed save's intent, temporaries and chunks go
         assert_every_committed_node_verifies(copy)
+        assert storage.list_keys(_chunks.INTENTS_DIR) == []
+        assert not any("/tmp-" in key for key in storage.list_keys(CHUNK_STORE_DIR))
         np.testing.assert_array_equal(load(copy, 0)["base"], base)
         if 1 in committed_epochs(storage):
             assert load(copy, 1)["small"].tolist() == [0.0, 1.0, 2.0]

@@ -109,3 +109,25 @@ def test_an_incremental_epoch_copies_only_the_shared_chunks_the_destination_lack
     assert isinstance(tree, dict)
     assert tree["new"].tolist() == [1] * (1 << 17)
     assert LocalPath(dest).list_keys("_ckptstore/intents") == []
+
+
+def test_cp_materialize_writes_self_contained_epochs_that_plain_zarr_reads(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import numpy as np
+    import zarr
+
+    from ckptstore.tree import save_tree
+
+    source, dest = str(tmp_path / "src"), str(tmp_path / "dst")
+    base = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: a shared chunk at the source
+    save_tree(source, 0, {"base": base}, incremental=True)
+    result = cli("cp", source, dest, "--materialize")
+    assert result.code == 0, result.err
+    assert "wrote 1 self-contained node checkpoint(s)" in result.out
+    assert not (Path(dest) / "_ckptstore" / "chunks").exists()
+    assert cli("verify", dest).code == 0
+    store = zarr.storage.ZipStore(f"{dest}/tree.0/blobs.zarr.zip", mode="r")
+    group = zarr.open_group(store, mode="r")
+    names = [name for name, _ in group.arrays()]
+    assert any(np.array_equal(group[name][...], base) for name in names)

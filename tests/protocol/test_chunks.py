@@ -20,13 +20,34 @@ from ckptstore import CheckpointManager, JobRunner, LocalSession, MultiNodeCheck
 from ckptstore.builtin import LocalPath, NpzDB, ZarrDB
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
 from ckptstore.io import CHUNK_STORE_DIR, ParallelIO
-from ckptstore.protocol import _chunks, collect_chunks, commit_epoch, shared_chunk_keys, write_node
+from ckptstore.protocol import (
+    CheckpointLocation,
+    _chunks,
+    collect_chunks,
+    commit_epoch,
+    shared_chunk_keys,
+    write_node,
+)
 from ckptstore.protocol._commit import committed_nodes, open_node, read_blobs, verify_node
 from ckptstore.protocol._inventory import committed_epochs
-from ckptstore.testing.fixtures import s3_server, s3_storage_options, s3_url
+from ckptstore.testing.fixtures import (
+    gcs_server,
+    gcs_storage_options,
+    gcs_url,
+    s3_server,
+    s3_storage_options,
+    s3_url,
+)
 from ckptstore.tree import load_tree, save_tree
 
-__all__ = ["s3_server", "s3_storage_options", "s3_url"]  # the fixtures this module uses
+__all__ = [
+    "gcs_server",
+    "gcs_storage_options",
+    "gcs_url",
+    "s3_server",
+    "s3_storage_options",
+    "s3_url",
+]  # the fixtures this module uses
 
 Array = np.ndarray[Any, Any]
 MiB = 1 << 20
@@ -350,3 +371,20 @@ def test_an_incremental_multi_node_save_on_s3_round_trips_and_collects(
     )
     assert len(collect_chunks(storage).freed) == 1
     assert storage.list_keys(_chunks.INTENTS_DIR) == []  # released at commit
+
+
+def test_incremental_saves_on_gcs_store_unchanged_chunks_once_and_load(
+    gcs_url: str, gcs_storage_options: dict[str, Any]
+) -> None:
+    location = CheckpointLocation.open(gcs_url, "zarr", storage_options=gcs_storage_options)
+    rng = np.random.default_rng(10)
+    base = rng.standard_normal(MiB // 8)
+    for epoch in (0, 1):
+        save_tree(
+            location, epoch, {"base": base, "step": np.full(MiB // 8, epoch)}, incremental=True
+        )
+    assert len(location.storage.list_keys(CHUNK_STORE_DIR)) == 1 + 2
+    tree = load_tree(location, 1)
+    assert isinstance(tree, dict)
+    np.testing.assert_array_equal(tree["base"], base)
+    assert verify_node(location.storage, "tree", 1, ZarrDB(), ParallelIO()) == []

@@ -19,7 +19,7 @@ from test_values import VALUES, assert_same
 from ckptstore import CheckpointManager, JobRunner, LocalSession, MultiNodeCheckpointManager
 from ckptstore.builtin import LocalPath, NpzDB, ZarrDB
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
-from ckptstore.io import CHUNK_STORE_DIR, ParallelIO
+from ckptstore.io import CHUNK_STORE_DIR, ParallelIO, chunk_object_key
 from ckptstore.protocol import (
     CheckpointLocation,
     _chunks,
@@ -229,7 +229,7 @@ def test_collections_running_beside_saves_never_free_a_referenced_chunk(tmp_path
     storage = LocalPath(str(tmp_path))
     collect_chunks(storage)
     referenced = {
-        _chunks.chunk_object_key(key)
+        chunk_object_key(key)
         for epoch in committed_epochs(storage)
         for key in shared_chunk_keys(open_node(storage, "t", epoch))
     }
@@ -244,7 +244,7 @@ def test_a_damaged_shared_chunk_is_named_in_every_epoch_that_uses_it(tmp_path: P
         save(tmp_path, epoch, {"w": shared})
     storage = LocalPath(str(tmp_path))
     manifest = open_node(storage, "t", 1)
-    key = _chunks.chunk_object_key(manifest.blobs["w"].chunks[0].key)
+    key = chunk_object_key(manifest.blobs["w"].chunks[0].key)
     path = tmp_path / key
     data = bytearray(path.read_bytes())
     data[100] ^= 1
@@ -266,7 +266,7 @@ def test_resume_falls_back_past_an_epoch_whose_shared_chunk_is_damaged(
     JobRunner(job, MultiNodeCheckpointManager(root, "zarr", incremental=True)).train(LocalSession())
     storage = LocalPath(root)
     w = open_node(storage, "trainer_0", 3).blobs["trainer_0/w"]
-    path = tmp_path / _chunks.chunk_object_key(w.chunks[0].key)
+    path = tmp_path / chunk_object_key(w.chunks[0].key)
     data = bytearray(path.read_bytes())
     data[0] ^= 1
     path.write_bytes(bytes(data))

@@ -441,6 +441,29 @@ class LocalPath(PathType):
         ):
             _replace_entry(parent, name, data)
 
+    def adopt(self, source: str, target: str) -> bool:
+        """Hard-link ``source`` to ``target`` (``link`` fails if ``target`` exists, so
+        an existing object is never replaced nor, for a moment, missing), then remove
+        ``source``. The directory's new entry is made durable by :meth:`sync`."""
+        with (
+            self._errors("link", target),
+            self._parent(source) as (src_parent, src_name),
+            self._parent(target, create=True) as (parent, name),
+        ):
+            try:
+                os.link(
+                    src_name, name, src_dir_fd=src_parent, dst_dir_fd=parent, follow_symlinks=False
+                )
+                created = True
+            except FileExistsError:
+                created = False
+            os.unlink(src_name, dir_fd=src_parent)
+        if created:  # the new entry, and the directory's own if it was just made
+            path = self._path(target)
+            self._note_dir(path)
+            self._note_dir(os.path.dirname(path))
+        return created
+
     def create_document(self, key: str, data: bytes) -> None:
         """Write a temporary file beside ``key``, fsync it, then hard-link it to
         ``key``: ``link`` fails if ``key`` exists, so exactly one of two racing writers

@@ -64,6 +64,7 @@ class NpzDB(DBType):
     """
 
     name = "npz"
+    supports_incremental = True
 
     def write(self, db: DBLocation, blobs: Mapping[str, Array]) -> WrittenDB:
         headers: dict[tuple[str, type, tuple[int, ...]], bytes] = {}

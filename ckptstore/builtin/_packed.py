@@ -301,11 +301,20 @@ def write_shared(
     named by :func:`archive_name`), each holding the members ``members_of`` gives for
     its share of the blobs' names (asked for when the archive's first write is due:
     see :func:`write_archives`)."""
+    stored: dict[str, BlobRecord] = {}
+    if db.shared is not None:  # an incremental save: large blobs go to the chunk store
+        large = {name: array for name, array in blobs.items() if db.shared.takes(array)}
+        if large:
+            stored = db.shared.store(db, large)
+            blobs = {name: array for name, array in blobs.items() if name not in large}
     shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
     archives: list[tuple[str, Members]] = [
         (archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)
     ]
-    return write_archives(db, archives)
+    written = write_archives(db, archives)
+    if not stored:
+        return written
+    return WrittenDB({**written.blobs, **stored}, written.files)
 
 
 def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> WrittenDB:

@@ -219,6 +219,8 @@ class ZarrDB(DBType):
             )
         self.compression = compression
         self.level = level
+        # raw chunks only: a compressed blob's chunks are not byte ranges of it
+        self.supports_incremental = compression is None
         self._templates: dict[np.dtype[Any], bytes] = {}
 
     def __repr__(self) -> str:

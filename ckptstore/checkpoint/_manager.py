@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -62,6 +62,7 @@ from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._registry import get_registry
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import check_can_hold, open_node, verify_node
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease import WriterLease
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._listing import CommitListing
@@ -637,16 +638,21 @@ class CheckpointManager(ManagerBase):
         location: CheckpointLocation | None = None,
         retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
+        incremental: bool = False,
     ) -> None:
+        if location is not None and incremental and not location.incremental:
+            check_incremental(location.db_type)
+            location = replace(location, incremental=True)
         roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
         first, later = split_roots(
             [location or roots[0], *roots[1:]],
             partial(
-                _open_root,
+                open_root,
                 db_type=db_type,
                 io=io,
                 path_type=path_type,
                 storage_options=storage_options,
+                incremental=incremental,
             ),
         )
         super().__init__(first, metadata_handler, None, overwrite=overwrite)
@@ -879,15 +885,21 @@ class CheckpointManager(ManagerBase):
         return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)
 
 
-def _open_root(
+def open_root(
     prefix: str,
     *,
     db_type: str | DBType,
     io: IOSettings | None,
     path_type: str | None,
     storage_options: Mapping[str, object] | None,
+    incremental: bool = False,
 ) -> CheckpointLocation:
     """The first root of a manager, opened with the manager's own options."""
     return CheckpointLocation.open(
-        prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+        prefix,
+        db_type,
+        io=io,
+        path_type=path_type,
+        storage_options=storage_options,
+        incremental=incremental,
     )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from ckptstore import protocol
-from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase
+from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase, open_root
 from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.checkpoint._tiers import RootLike, split_roots
@@ -36,7 +36,6 @@ from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
-from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 
 __all__ = ["MultiNodeCheckpointManager"]
@@ -79,12 +78,18 @@ class MultiNodeCheckpointManager(ManagerBase):
         storage_options: Mapping[str, object] | None = None,
         retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
+        incremental: bool = False,
     ) -> None:
         roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
         location, later = split_roots(
             roots,
-            lambda prefix: CheckpointLocation.open(
-                prefix, db_type, io=io, path_type=path_type, storage_options=storage_options
+            partial(
+                open_root,
+                db_type=db_type,
+                io=io,
+                path_type=path_type,
+                storage_options=storage_options,
+                incremental=incremental,
             ),
         )
         super().__init__(location, metadata_handler, None, overwrite=overwrite)

@@ -133,7 +133,13 @@ def save_arrays(
     started = time.perf_counter_ns()
     try:
         result = protocol.write_node(
-            location.storage, node, epoch, arrays, location.db_type, location.engine()
+            location.storage,
+            node,
+            epoch,
+            arrays,
+            location.db_type,
+            location.engine(),
+            incremental=location.incremental,
         )
     except OSError as error:
         if is_permanent(error) or is_disk_full(error):

@@ -388,3 +388,8 @@ def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int)
         return
     if plan.delete:
         log.info("Retention deleted epochs %s", [removal.epoch for removal in plan.delete])
+    if plan.delete and manager.location.incremental:
+        try:  # the chunks only the deleted epochs referred to
+            protocol.collect_chunks(manager.location.storage)
+        except (OSError, CorruptCheckpointError) as error:
+            log.warning("Collecting chunks after epoch %d failed: %s", epoch, error)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ckptstore.cli import _common as common
 from ckptstore.cli._parser import at_least
-from ckptstore.tools._replication import copy_epochs, copy_passes
+from ckptstore.tools._replication import CONVERT_PASSES, convert_epochs, copy_epochs, copy_passes
 
 
 def register(commands: Any) -> None:
@@ -34,6 +34,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-verify", dest="verify", action="store_false", help="skip reading the copy back"
     )
+    parser.add_argument(
+        "--materialize",
+        action="store_true",
+        help="write each node self-contained, in its format (incremental epochs' shared "
+        "chunks copied into its own files: plain zarr/numpy read it)",
+    )
 
 
 @common.guarded
@@ -43,6 +49,28 @@ def run(args: argparse.Namespace) -> int:
     epochs = common.chosen_epochs(source, args)
     if not epochs:
         return common.no_committed_epoch(source, args)
+    if args.materialize:
+        with common.epochs_progress(
+            source, epochs, "materialize", args, passes=CONVERT_PASSES
+        ) as bar:
+            written = convert_epochs(source, epochs, None, dest=dest, on_bytes=bar.advance)
+        if args.json:
+            common.print_json(
+                {
+                    "src": source.display_url,
+                    "dst": dest.display_url,
+                    "materialized": [
+                        {"node": d.node, "epoch": d.epoch, "stored_bytes": d.stored_bytes}
+                        for d in written
+                    ],
+                }
+            )
+            return common.EXIT_OK
+        print(
+            f"wrote {len(written)} self-contained node checkpoint(s) of epochs "
+            f"{sorted({d.epoch for d in written})} to {dest.display_url}"
+        )
+        return common.EXIT_OK
     label = "copy and verify" if args.verify else "copy"
     passes = copy_passes(args.verify)
     with common.epochs_progress(source, epochs, label, args, passes=passes) as bar:

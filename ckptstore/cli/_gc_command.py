@@ -11,7 +11,9 @@ from ckptstore.checkpoint._retention import KeepLast, carry_out, plan_retention
 from ckptstore.cli import _common as common
 from ckptstore.cli._parser import at_least
 from ckptstore.cli._progress import ProgressBar
+from ckptstore.io import CHUNK_STORE_DIR
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol import collect_chunks
 
 
 def register(commands: Any) -> None:
@@ -25,7 +27,9 @@ def register(commands: Any) -> None:
         "their checkpoints are deleted. With --node, only those nodes' checkpoints are "
         "considered and deleted (a job's share of a prefix); an epoch's commit record goes "
         "only when no node remains in it. Uncommitted epochs and saves in progress are "
-        "never touched. --dry-run lists what would go and deletes nothing.",
+        "never touched. Then the chunks of incremental saves (<root>/_ckptstore/chunks) "
+        "that no committed epoch of any job and no save in flight refers to are freed. "
+        "--dry-run lists what would go and deletes nothing.",
         arguments=_arguments,
     )
 
@@ -54,8 +58,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         with ProgressBar(plan.freed_bytes, "gc", enabled=args.progress) as bar:
             carry_out(storage, plan, handler=_json_catalog(storage), on_bytes=bar.advance)
+    chunks = None
+    if storage.list_keys(CHUNK_STORE_DIR):
+        deleting = [(r.epoch, node) for r in plan.delete for node in r.nodes]
+        chunks = collect_chunks(storage, dry_run=args.dry_run, deleting=deleting)
     if args.json:
-        common.print_json({**plan.to_json(), "dry_run": args.dry_run})
+        shown = {**plan.to_json(), "dry_run": args.dry_run}
+        if chunks is not None:
+            shown["chunks"] = chunks.to_json()
+        common.print_json(shown)
         return common.EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
     for removal in plan.delete:
@@ -67,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         f"{verb} {len(plan.delete)} epoch(s), {common.format_bytes(plan.freed_bytes)}; kept "
         f"{list(plan.keep)}"
     )
+    if chunks is not None:
+        verb = "would free" if args.dry_run else "freed"
+        print(
+            f"{verb} {len(chunks.freed)} of {chunks.listed} shared chunk(s), "
+            f"{common.format_bytes(chunks.freed_bytes)}"
+            + (f"; {len(chunks.intents)} save(s) in flight keep theirs" if chunks.intents else "")
+        )
     return common.EXIT_OK
 
 

@@ -52,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  node {node['node']}{mark}  {node['db_type']}  {len(node['blobs'])} blobs  "
             f"{common.format_bytes(node['nbytes'])} "
-            f"({common.format_bytes(node['stored_bytes'])} stored)"
+            f"({common.format_bytes(node['stored_bytes'])} stored"
+            + (
+                f": {common.format_bytes(node['stored_bytes'] - node['shared_bytes'])} own, "
+                f"{common.format_bytes(node['shared_bytes'])} in shared chunks)"
+                if node["shared_bytes"]
+                else ")"
+            )
         )
         if node["blobs"]:
             print(

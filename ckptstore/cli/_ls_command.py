@@ -66,7 +66,13 @@ def _print_runs(runs: list[RunEntry], *, show_nodes: bool) -> None:
             nodes = f"{committed}/{len(epoch.nodes)}"
             size = common.format_bytes(epoch.stored_bytes)
             when = epoch.committed_at or "-"
-            print(f"  {epoch.epoch:>6}  {epoch.state:<11}  {nodes:>5}  {size:>10}  {when}")
+            shared = (
+                f"  ({common.format_bytes(epoch.stored_bytes - epoch.shared_bytes)} own, "
+                f"{common.format_bytes(epoch.shared_bytes)} shared)"
+                if epoch.shared_bytes
+                else ""
+            )
+            print(f"  {epoch.epoch:>6}  {epoch.state:<11}  {nodes:>5}  {size:>10}  {when}{shared}")
             if show_nodes:
                 for node in epoch.nodes:
                     mark = f"  {common.DEFAULT_NODE_MARK}" if node.default_node else ""

@@ -34,10 +34,18 @@ from ckptstore.io._engine import (
 from ckptstore.io._gc import paused_gc
 from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._settings import IOSettings, usable_cpus
+from ckptstore.io._shared_keys import (
+    CHUNK_STORE_DIR,
+    chunk_object_key,
+    is_shared_key,
+    resolve_key,
+    shared_key,
+)
 from ckptstore.io._staging import StagingPool, StagingSlot
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
+    "CHUNK_STORE_DIR",
     "VERIFY_WINDOW",
     "ArrayChunk",
     "Buffer",
@@ -55,12 +63,16 @@ __all__ = [
     "byte_view",
     "checksum_of",
     "chunk_data",
+    "chunk_object_key",
     "crc32_buffer",
     "crc32_of",
     "crc32c_buffer",
     "crc32c_of",
     "grid_chunk_shape",
+    "is_shared_key",
     "lower_thread_priority",
     "paused_gc",
+    "resolve_key",
+    "shared_key",
     "usable_cpus",
 ]

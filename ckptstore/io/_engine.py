@@ -34,6 +34,7 @@ from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, ChecksumFunction, checksum_of, crc32_of
 from ckptstore.io._progress import ByteProgress
 from ckptstore.io._settings import IOSettings
+from ckptstore.io._shared_keys import resolve_key
 from ckptstore.io._views import windows
 
 if TYPE_CHECKING:
@@ -430,7 +431,7 @@ def _first(pair: tuple[int, Any]) -> int:
 
 
 def _join(prefix: str, key: str) -> str:
-    return f"{prefix}/{key}" if prefix else key
+    return resolve_key(prefix, key)
 
 
 def _annotated(perform: Callable[[RequestT], R], request: RequestT) -> R:

@@ -36,18 +36,19 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, Protocol
 
 import numpy as np
 
 from ckptstore._types import Array
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
+from ckptstore.io._shared_keys import resolve_key
 from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
 
-__all__ = ["DBLocation", "DBType", "WrittenDB", "read_raw_blobs", "verify_records"]
+__all__ = ["DBLocation", "DBType", "SharedChunks", "WrittenDB", "read_raw_blobs", "verify_records"]
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,14 @@ class DBLocation:
     storage: PathType
     root: str
     io: ParallelIO
+    shared: SharedChunks | None = None
+    """An incremental save's chunk store (docs/design.md, "Incremental checkpoints"):
+    formats that support it hand it their large blobs; ``None`` for a full save."""
 
     def key(self, relative: str) -> str:
-        """The storage key of ``relative`` inside this checkpoint."""
-        return f"{self.root}/{relative}"
+        """The storage key of ``relative`` inside this checkpoint (or of a shared chunk
+        it names: :func:`~ckptstore.io.resolve_key`)."""
+        return resolve_key(self.root, relative)
 
     def write(self, requests: Iterable[WriteRequest]) -> list[WriteResult]:
         """Write through the engine; keys in requests and results are relative.
@@ -95,6 +100,17 @@ class DBLocation:
     def open_write(self, relative: str) -> IO[bytes]:
         """A stream creating ``relative``, for formats that write sequentially."""
         return self.storage.open_write(self.key(relative))
+
+
+class SharedChunks(Protocol):
+    """Where an incremental save puts its large blobs: each cut into chunks stored once
+    per content under the checkpoint root, the records naming them (shared keys)."""
+
+    def takes(self, array: Array) -> bool:
+        """Whether ``array`` goes to the chunk store (large enough to be worth it)."""
+
+    def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
+        """Store ``blobs``' chunks the store lacks; every blob's record."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,10 @@ class DBType(ABC):
 
     name: ClassVar[str]
     needs_rename: ClassVar[bool] = False
+    supports_incremental: bool = False
+    """Whether an incremental save may put large blobs in the root's chunk store
+    (:attr:`DBLocation.shared`): the format's :meth:`write` hands them over and its
+    reads take raw chunks from any key (the packed formats do)."""
     codecs: ClassVar[frozenset[str]] = frozenset({"raw"})
     """The chunk codecs :meth:`read` decodes: a manifest naming another is corrupt
     (``ckptstore verify`` reports it, a load refuses it)."""

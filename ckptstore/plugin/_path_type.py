@@ -296,6 +296,19 @@ class PathType(ABC):
         """Store ``data`` as ``key``."""
         self.write_parts(key, [data])
 
+    def adopt(self, source: str, target: str) -> bool:
+        """Give the complete, durable object ``source`` the name ``target`` unless
+        ``target`` exists; ``source`` is gone either way. Returns whether ``target`` was
+        created. Local disk links (``link`` fails if the name exists: never a window
+        without ``target``); this default copies, for path types that rename nothing
+        (incremental saves write to the final name there instead)."""
+        if self.exists(target):
+            self.delete([source])
+            return False
+        self.write_bytes(target, self.read_bytes(source))
+        self.delete([source])
+        return True
+
     def put_document(self, key: str, data: bytes) -> None:
         """Store a small control document so that readers see all of it or none of it,
         durably. Object stores get this from a single PUT; local disk renames."""

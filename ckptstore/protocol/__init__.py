@@ -20,6 +20,12 @@ Example::
     (3,)
 """
 
+from ckptstore.protocol._chunks import (
+    ChunkStore,
+    Collection,
+    collect_chunks,
+    shared_chunk_keys,
+)
 from ckptstore.protocol._commit import (
     EpochCommit,
     NodeCommit,
@@ -63,6 +69,8 @@ from ckptstore.protocol._transfer import copy_node, copy_node_task
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "CheckpointLocation",
+    "ChunkStore",
+    "Collection",
     "CommitListing",
     "EpochCommit",
     "EpochEntry",
@@ -75,6 +83,7 @@ __all__ = [
     "break_lease",
     "check_can_hold",
     "check_not_committed",
+    "collect_chunks",
     "commit_epoch",
     "committed_epochs",
     "committed_epochs_in",
@@ -95,6 +104,7 @@ __all__ = [
     "require_commit",
     "retract_epoch",
     "scan",
+    "shared_chunk_keys",
     "verify_node",
     "write_node",
 ]

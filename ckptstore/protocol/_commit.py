@@ -69,9 +69,12 @@ from ckptstore.execution._workspace import as_blob
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._gc import paused_gc
+from ckptstore.io._shared_keys import is_shared_key
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._chunks import ChunkStore, release_intents
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
@@ -129,6 +132,9 @@ class NodeCommit:
     committed_at: str | None = field(default=None, compare=False)
     """When its record was created; ``None`` until :func:`commit_epoch` created it (a
     catalog then files the commit just written without reading it back)."""
+    shared_bytes: int = 0
+    """Of ``stored_bytes``, those in the root's chunk store (an incremental save's
+    large blobs, shared with other epochs and nodes); the rest is the node's own."""
 
     def encode(self) -> JSONObject:
         encoded: JSONObject = {
@@ -141,6 +147,8 @@ class NodeCommit:
         }
         if self.lease_generation is not None:
             encoded["lease_generation"] = self.lease_generation
+        if self.shared_bytes:
+            encoded["shared_bytes"] = self.shared_bytes
         return encoded
 
     def encode_record(self, committed_at: str) -> bytes:
@@ -189,6 +197,7 @@ class NodeCommit:
             lease_generation=(
                 _stored_int(raw["lease_generation"]) if "lease_generation" in raw else None
             ),
+            shared_bytes=_stored_int(raw.get("shared_bytes", 0)),
         )
 
 
@@ -265,27 +274,44 @@ def write_node(
     blobs: Mapping[str, object],
     db_type: DBType,
     io: ParallelIO,
+    *,
+    incremental: bool = False,
 ) -> NodeCommit:
-    """Steps 1-4 for one node: data, manifest, durability barrier, publish."""
+    """Steps 1-4 for one node: data, manifest, durability barrier, publish.
+
+    ``incremental``: the large blobs' chunks go to the root's chunk store, each stored
+    once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`);
+    the format must support it (``supports_incremental``)."""
     started = time.perf_counter_ns()
     validate_node_name(node)
     arrays = {validate_blob_name(name): as_blob(name, value) for name, value in blobs.items()}
     for name, array in arrays.items():
         db_type.check_blob(name, array)
     check_can_hold(storage, db_type)
+    shared = ChunkStore(storage, node, epoch) if incremental else None
+    if shared is not None:
+        check_incremental(db_type)
     manifests: list[NodeManifest] = []
 
     def fill(root: str) -> bytes:
-        written = db_type.write(DBLocation(storage, root, io), arrays)
+        written = db_type.write(DBLocation(storage, root, io, shared), arrays)
         manifests.append(NodeManifest(node, epoch, db_type.name, written.blobs, written.files))
         return manifests[0].encode()
 
-    manifest_bytes = publish_node(
-        storage,
-        get_ckpt_filename(node, epoch),
-        fill,
-        partial(_refuse_committed, storage, epoch, node),
-    )
+    try:
+        manifest_bytes = publish_node(
+            storage,
+            get_ckpt_filename(node, epoch),
+            fill,
+            partial(_refuse_committed, storage, epoch, node),
+        )
+    except BaseException:
+        if shared is not None:
+            with contextlib.suppress(Exception):
+                shared.withdraw()
+        raise
+    if shared is not None:
+        shared.remember()
     return NodeCommit(
         node=node,
         epoch=epoch,
@@ -296,6 +322,12 @@ def write_node(
         stored_bytes=manifests[0].stored_bytes + len(manifest_bytes),
         nblobs=len(manifests[0].blobs),
         duration_ns=time.perf_counter_ns() - started,
+        shared_bytes=sum(
+            chunk.stored
+            for record in manifests[0].blobs.values()
+            for chunk in record.chunks
+            if is_shared_key(chunk.key)
+        ),
     )
 
 
@@ -499,6 +531,8 @@ def commit_epoch(
             with contextlib.suppress(Exception):
                 storage.delete(node_commit_key(epoch, node) for node in created)
         raise
+    with contextlib.suppress(Exception):  # tidying only: a leftover intent keeps its chunks
+        release_intents(storage, epoch, [commit.node for commit in commits])
     return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
 
 

@@ -77,6 +77,8 @@ class NodeEntry:
     nbytes: int | None = None
     stored_bytes: int | None = None
     nblobs: int | None = None
+    shared_bytes: int = 0
+    """Of ``stored_bytes``, those in the root's chunk store (incremental saves)."""
 
     @property
     def default_node(self) -> bool:
@@ -92,6 +94,7 @@ class NodeEntry:
             "db_type": self.db_type,
             "nbytes": self.nbytes,
             "stored_bytes": self.stored_bytes,
+            "shared_bytes": self.shared_bytes,
             "nblobs": self.nblobs,
         }
 
@@ -127,6 +130,11 @@ class EpochEntry:
     def stored_bytes(self) -> int:
         return sum(node.stored_bytes or 0 for node in self.nodes)
 
+    @property
+    def shared_bytes(self) -> int:
+        """Of :attr:`stored_bytes`, those in the root's chunk store."""
+        return sum(node.shared_bytes for node in self.nodes)
+
     def to_json(self) -> JSONObject:
         return {
             "epoch": self.epoch,
@@ -134,6 +142,7 @@ class EpochEntry:
             "committed_at": self.committed_at,
             "nbytes": self.nbytes,
             "stored_bytes": self.stored_bytes,
+            "shared_bytes": self.shared_bytes,
             "nodes": [node.to_json() for node in self.nodes],
         }
 
@@ -273,6 +282,7 @@ def _run_entry(storage: PathType, prefix: str, found: _Found) -> RunEntry:
                 commit.nbytes,
                 commit.stored_bytes,
                 commit.nblobs,
+                commit.shared_bytes,
             )
     for node, epoch in sorted(found.manifests):
         if node not in nodes[epoch]:

@@ -23,6 +23,7 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import db_name, get_ckpt_filename
 
@@ -52,6 +53,9 @@ class CheckpointLocation:
     prefix: str = ""
     path_type: str | None = None
     storage_options: Mapping[str, object] = field(default_factory=dict, repr=False)
+    incremental: bool = False
+    """Saves store large blobs' chunks once per content in the root's chunk store
+    (docs/design.md, "Incremental checkpoints")."""
     _others: dict[tuple[str, str | None], CheckpointLocation] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -65,13 +69,19 @@ class CheckpointLocation:
         io: IOSettings | None = None,
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
+        incremental: bool = False,
     ) -> CheckpointLocation:
-        """Open the checkpoint root ``prefix`` through the registered path types."""
+        """Open the checkpoint root ``prefix`` through the registered path types
+        (``incremental``: see :func:`~ckptstore.protocol.write_node`; the DB type must
+        support it)."""
         registry = get_registry()
         options = dict(storage_options or {})
         storage = registry.open_path(str(prefix), path_type, **options)
         settings = (io or storage.default_io).with_environment()
-        return cls(storage, registry.db_type(db_type), settings, str(prefix), path_type, options)
+        chosen = registry.db_type(db_type)
+        if incremental:
+            check_incremental(chosen)
+        return cls(storage, chosen, settings, str(prefix), path_type, options, incremental)
 
     def at(self, prefix: str | None, path_type: str | None = None) -> CheckpointLocation:
         """The same format and I/O at another root (e.g. an upload tier), opened once;

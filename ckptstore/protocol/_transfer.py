@@ -35,10 +35,12 @@ from ckptstore.execution._workspace import Workspace
 from ckptstore.io._checksum import checksum_of
 from ckptstore.io._engine import ReadRequest
 from ckptstore.io._progress import ByteProgress
+from ckptstore.io._shared_keys import is_shared_key
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
+from ckptstore.protocol._chunks import receive_chunks
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._manifest import ChunkRecord, NodeManifest
 from ckptstore.records._names import get_ckpt_filename
@@ -69,12 +71,32 @@ def copy_node(
         check_decodable(source.storage, manifest.blobs.values(), source.reader_for(manifest))
         check_pieces_fit(source.storage, db_key, (p for group in pieces.values() for p in group))
 
+    shared = [records[0] for key, records in pieces.items() if is_shared_key(key)]
+
+    def fetch(chunk: ChunkRecord) -> memoryview:
+        data = memoryview(src.storage.read_bytes(src.key(chunk.key)))
+        if data.nbytes != chunk.stored or checksum_of(chunk.algorithm)((data,)) != chunk.crc:
+            raise CorruptCheckpointError(
+                "the shared chunk differs from the one recorded in the manifest",
+                url=src.storage.display_url,
+                file=src.key(chunk.key),
+            )
+        if progress is not None:
+            progress(chunk.stored)
+        return data
+
     def fill(root: str) -> bytes:
         target = DBLocation(dest, root, engine)
-        whole = [records[0] for records in pieces.values() if _is_whole(records)]
+        if shared:  # only those the destination lacks, never replacing one in place
+            receive_chunks(dest, node, epoch, shared, fetch)
+        whole = [
+            records[0]
+            for key, records in pieces.items()
+            if _is_whole(records) and not is_shared_key(key)
+        ]
         src.read((_copy_request(chunk, target) for chunk in whole), verify=True)
         for key, records in pieces.items():
-            if not _is_whole(records):
+            if not _is_whole(records) and not is_shared_key(key):
                 _stream_file(src, target, key, records, progress)
         if verify:
             problems = source.reader_for(manifest).verify(target, manifest)

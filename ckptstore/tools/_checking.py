@@ -29,6 +29,7 @@ from ckptstore import protocol
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.execution._node import DEFAULT_NODE
+from ckptstore.io import is_shared_key
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
@@ -70,6 +71,9 @@ class NodeDescription(TypedDict):
     db_type: str
     nbytes: int
     stored_bytes: int
+    shared_bytes: int
+    """Of ``stored_bytes``, those in the root's chunk store (incremental saves): the
+    chunks the node refers to there, which other epochs and nodes may share."""
     created: str
     blobs: list[BlobDescription]
 
@@ -113,6 +117,12 @@ def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> NodeD
         "db_type": manifest.db_type,
         "nbytes": manifest.nbytes,
         "stored_bytes": commit.stored_bytes,
+        "shared_bytes": sum(
+            chunk.stored
+            for record in manifest.blobs.values()
+            for chunk in record.chunks
+            if is_shared_key(chunk.key)
+        ),
         "created": manifest.created,
         "blobs": [
             {

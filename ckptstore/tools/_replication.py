@@ -157,14 +157,16 @@ def copy_epochs(
 def convert_epochs(
     storage: PathType,
     epochs: Iterable[int],
-    db_type: str | DBType,
+    db_type: str | DBType | None,
     *,
     dest: PathType | None = None,
     on_done: Progress | None = None,
     on_bytes: ByteProgress | None = None,
 ) -> list[NodeDone]:
-    """Rewrite each committed epoch's node checkpoints in format ``db_type``, in place
-    or into ``dest``. Nodes already in that format are skipped when converting in place.
+    """Rewrite each committed epoch's node checkpoints in format ``db_type`` (``None``:
+    each node in its own format, self-contained: what ``ckptstore cp --materialize``
+    makes of incremental epochs), in place or into ``dest``. Nodes already in that
+    format are skipped when converting in place.
     ``on_bytes`` hears bytes as chunks are read, then written: :data:`CONVERT_PASSES`
     times each node's stored bytes (the writes count what the new format stores, up to
     that).
@@ -174,13 +176,10 @@ def convert_epochs(
     format before the error is raised. Into ``dest``, an epoch is committed once every
     one of its nodes is written: a node that cannot be read (corrupt) leaves nothing of
     the epoch committed there."""
-    target_type = get_registry().db_type(db_type)
+    target_type = None if db_type is None else get_registry().db_type(db_type)
     target = dest or storage
-    if target_type.needs_rename and not target.supports_rename:
-        raise JobConfigurationError(
-            f"DB type {target_type.name!r} works only on local disk, not on "
-            f"{target.display_url}; convert into a local --dest, or pick 'zarr' or 'npz'"
-        )
+    if target_type is not None:
+        _check_target(target_type, target)
     in_settings = storage.default_io.with_environment()
     out_settings = target.default_io.with_environment()
     done: list[NodeDone] = []
@@ -191,20 +190,22 @@ def convert_epochs(
         commits = []
         for node, commit in sorted(record.nodes.items()):
             progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
-            if dest is None and commit.db_type == target_type.name:
+            if dest is None and target_type is not None and commit.db_type == target_type.name:
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
                 progress.finish()
                 if on_done is not None:
                     on_done(done[-1])
                 continue
             source_type = _db_type(commit.db_type)
+            node_type = target_type or source_type
+            _check_target(node_type, target)
             manifest = protocol.open_node(storage, node, epoch)
             engine = ParallelIO(in_settings, progress=progress)
             blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
             protocol.retract_epoch(target, epoch, [node])
             out_engine = ParallelIO(out_settings, progress=progress)
             try:
-                result = protocol.write_node(target, node, epoch, blobs, target_type, out_engine)
+                result = protocol.write_node(target, node, epoch, blobs, node_type, out_engine)
             except BaseException:
                 if dest is None:
                     original = protocol.write_node(
@@ -239,6 +240,14 @@ def _copy_one(
     )
     assert stats.commit is not None, "copy_node always records the commit"
     return stats.commit
+
+
+def _check_target(db_type: DBType, target: PathType) -> None:
+    if db_type.needs_rename and not target.supports_rename:
+        raise JobConfigurationError(
+            f"DB type {db_type.name!r} works only on local disk, not on "
+            f"{target.display_url}; convert into a local --dest, or pick 'zarr' or 'npz'"
+        )
 
 
 def _db_type(name: str) -> DBType:

@@ -47,6 +47,7 @@ def save_state(
     node: str = NODE,
     db_type: str = "zarr",
     overwrite: bool = False,
+    incremental: bool | None = None,
 ) -> None:
     """Save a tree of state dicts (tensors, nested dicts/lists/tuples, int, float,
     bool, None, str) as ``node``'s checkpoint of ``epoch`` under ``target``.
@@ -62,6 +63,7 @@ def save_state(
         db_type=db_type,
         adapter=_ADAPTER,
         overwrite=overwrite,
+        incremental=incremental,
     )
 
 
@@ -88,10 +90,12 @@ def save(
     node: str = NODE,
     db_type: str = "zarr",
     overwrite: bool = False,
+    incremental: bool | None = None,
     **objects: Stateful,
 ) -> None:
     """Save each object's ``state_dict()`` under its keyword's name (write-once, as
-    :func:`save_state`: ``overwrite=True`` replaces a committed epoch)."""
+    :func:`save_state`: ``overwrite=True`` replaces a committed epoch;
+    ``incremental=True`` stores unchanged chunks once, as :func:`save_tree`)."""
     save_state(
         target,
         epoch,
@@ -99,6 +103,7 @@ def save(
         node=node,
         db_type=db_type,
         overwrite=overwrite,
+        incremental=incremental,
     )
 
 

@@ -86,6 +86,7 @@ def save_tree(
     db_type: str = "zarr",
     adapter: ArrayAdapter | None = None,
     overwrite: bool = False,
+    incremental: bool | None = None,
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
 
@@ -93,6 +94,11 @@ def save_tree(
     first, then copies the epoch, verified, to each later root and commits it there;
     it returns once every root holds it, or raises
     :class:`~ckptstore.errors.TierCopyFailedError` naming the root that does not.
+
+    ``incremental=True`` stores each chunk of the large arrays once per content under
+    the root (unchanged chunks of earlier epochs are referred to, not written again:
+    docs/design.md, "Incremental checkpoints"); ``None`` takes the target location's
+    (or manager's) setting, off for a path.
 
     Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
     :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
@@ -116,7 +122,15 @@ def save_tree(
     storage = location.storage
     check_can_hold(storage, location.db_type)  # before any retraction: nothing lost
     check_not_committed(storage, epoch, [node], overwrite=overwrite)
-    commit = write_node(storage, node, epoch, blobs, location.db_type, location.engine())
+    commit = write_node(
+        storage,
+        node,
+        epoch,
+        blobs,
+        location.db_type,
+        location.engine(),
+        incremental=location.incremental if incremental is None else incremental,
+    )
     commit_epoch(storage, epoch, [commit])
     if manager is not None and manager.tiers is not None:
         manager.tiers.ensure(epoch, [node])

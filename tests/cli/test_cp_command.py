@@ -83,3 +83,51 @@ def test_progress_bar_counts_bytes(cli: Cli, run_url: str, tmp_path: Path) -> No
 
 def test_nothing_to_copy_exits_4(cli: Cli, tmp_path: Path) -> None:
     assert cli("cp", str(tmp_path / "empty"), str(tmp_path / "copy")).code == 4
+
+
+def test_an_incremental_epoch_copies_only_the_shared_chunks_the_destination_lacks(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from ckptstore.tree import load_tree, save_tree
+
+    source, dest = str(tmp_path / "src"), str(tmp_path / "dst")
+    base = np.ones(1 << 18)  # 2 MiB, in both epochs: one chunk
+    for epoch in (0, 1):
+        save_tree(source, epoch, {"base": base, "new": np.full(1 << 17, epoch)}, incremental=True)
+    assert cli("cp", source, dest, "--epoch", "0").code == 0
+    chunks = Path(dest) / "_ckptstore" / "chunks"
+    before = {path.name: path.stat().st_ino for path in chunks.iterdir()}
+    assert len(before) == 2
+    assert cli("cp", source, dest).code == 0
+    after = {path.name: path.stat().st_ino for path in chunks.iterdir()}
+    assert len(after) == 3  # epoch 1's own chunk; the base chunk is neither copied nor replaced
+    assert all(after[name] == inode for name, inode in before.items())
+    assert cli("verify", dest).code == 0
+    tree = load_tree(dest, 1)
+    assert isinstance(tree, dict)
+    assert tree["new"].tolist() == [1] * (1 << 17)
+    assert LocalPath(dest).list_keys("_ckptstore/intents") == []
+
+
+def test_cp_materialize_writes_self_contained_epochs_that_plain_zarr_reads(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import numpy as np
+    import zarr
+
+    from ckptstore.tree import save_tree
+
+    source, dest = str(tmp_path / "src"), str(tmp_path / "dst")
+    base = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: a shared chunk at the source
+    save_tree(source, 0, {"base": base}, incremental=True)
+    result = cli("cp", source, dest, "--materialize")
+    assert result.code == 0, result.err
+    assert "wrote 1 self-contained node checkpoint(s)" in result.out
+    assert not (Path(dest) / "_ckptstore" / "chunks").exists()
+    assert cli("verify", dest).code == 0
+    store = zarr.storage.ZipStore(f"{dest}/tree.0/blobs.zarr.zip", mode="r")
+    group = zarr.open_group(store, mode="r")
+    names = [name for name, _ in group.arrays()]
+    assert any(np.array_equal(group[name][...], base) for name in names)

@@ -64,3 +64,30 @@ def test_gc_of_one_node_leaves_the_other_nodes_committed(cli: Cli, run_url: str)
     catalog = JsonCatalog()
     catalog.set_params(run_url, "npz", ["trainer_1"], storage=storage)
     assert catalog._read_entries()[0].nodes == ("trainer_1",)  # the catalog followed
+
+
+def test_gc_applies_retention_then_frees_the_chunks_no_epoch_refers_to(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from ckptstore.tree import load_tree, save_tree
+
+    url = str(tmp_path / "run")
+    base = np.ones(1 << 18)  # 2 MiB, in every epoch
+    for epoch in range(4):
+        save_tree(url, epoch, {"base": base, "new": np.full(1 << 17, epoch)}, incremental=True)
+    chunks = LocalPath(url).list_keys("_ckptstore/chunks")
+    assert len(chunks) == 1 + 4
+    dry = cli("gc", url, "--keep-last", "1", "--dry-run")
+    assert dry.code == 0
+    assert "would free 3 of 5 shared chunk(s), 3.0 MiB" in dry.out
+    assert LocalPath(url).list_keys("_ckptstore/chunks") == chunks
+    done = cli("gc", url, "--keep-last", "1", "--json")
+    assert done.code == 0
+    assert done.json()["chunks"]["chunks_freed"] == 3
+    assert len(LocalPath(url).list_keys("_ckptstore/chunks")) == 2
+    assert cli("verify", url).code == 0
+    tree = load_tree(url, 3)
+    assert isinstance(tree, dict)
+    assert tree["new"].tolist() == [3] * (1 << 17)

@@ -104,3 +104,16 @@ def test_the_default_node_is_marked_and_explained(cli: Cli, tmp_path: Path) -> N
     assert "  node local (default node)  npz" in text
     assert "node trainer_0 (default node)" not in text
     assert text.splitlines()[-1] == DEFAULT_NODE_NOTE
+
+
+def test_inspect_shows_a_nodes_own_and_shared_bytes(cli: Cli, tmp_path: Path) -> None:
+    import numpy as np
+
+    from ckptstore.tree import save_tree
+
+    url = str(tmp_path / "run")
+    save_tree(url, 0, {"base": np.ones(1 << 18), "x": np.arange(3)}, incremental=True)
+    result = cli("inspect", url)
+    assert result.code == 0
+    assert "2.0 MiB in shared chunks)" in result.out
+    assert cli("inspect", url, "--json").json()["nodes"][0]["shared_bytes"] == 2 << 20

@@ -144,3 +144,16 @@ def test_tier_shows_which_roots_hold_each_epoch(cli: Cli, tmp_path: Path, s3_url
     table = cli("ls", fast, "--tier", s3_url).out.splitlines()
     assert table[0].split() == ["EPOCH", fast, s3_url]
     assert table[2].split() == ["2", "committed", "-"]
+
+
+def test_ls_shows_each_incremental_epochs_own_and_shared_bytes(cli: Cli, tmp_path: Path) -> None:
+    from ckptstore.tree import save_tree
+
+    url = str(tmp_path / "run")
+    for epoch in (0, 1):
+        save_tree(url, epoch, {"base": np.ones(1 << 18), "x": np.arange(3)}, incremental=True)
+    result = cli("ls", url)
+    assert result.code == 0
+    assert result.out.count("2.0 MiB shared)") == 2
+    epochs = cli("ls", url, "--json").json()["runs"][0]["epochs"]
+    assert [epoch["shared_bytes"] for epoch in epochs] == [2 << 20, 2 << 20]

@@ -195,3 +195,21 @@ def test_a_tree_that_is_not_a_dict_of_states_is_a_wrong_use_not_corruption(
     assert isinstance(raised.value, ValueError)
     assert not isinstance(raised.value, CorruptCheckpointError)
     assert raised.value.checkpoint == "torch.5"
+
+
+def test_an_incremental_save_stores_a_frozen_layer_once_and_restores_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    frozen = torch.nn.Linear(512, 1024)  # 2 MiB of weights: into the chunk store
+    head = torch.nn.Linear(4, 2)
+    root = str(tmp_path)
+    save(root, 1, incremental=True, frozen=frozen, head=head)
+    with torch.no_grad():
+        head.weight += 1
+    save(root, 2, incremental=True, frozen=frozen, head=head)
+    assert len(list((tmp_path / "_ckptstore" / "chunks").iterdir())) == 1
+    fresh_frozen, fresh_head = torch.nn.Linear(512, 1024), torch.nn.Linear(4, 2)
+    restore(root, 2, frozen=fresh_frozen, head=fresh_head)
+    assert torch.equal(fresh_frozen.weight, frozen.weight)
+    assert torch.equal(fresh_head.weight, head.weight)

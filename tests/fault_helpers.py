@@ -4,6 +4,8 @@ shared by the real-disk fault tests and the stateful property test."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ckptstore import Job, Node, Task, Workspace, epoch_limiter
@@ -21,13 +23,18 @@ def weights(step: int, salt: int = 0) -> np.ndarray:
     return np.random.default_rng([step, salt]).integers(0, 256, BLOB_BYTES, dtype=np.uint8)
 
 
-def build_job(epochs: int, salt: int = 0, node: str = NODE) -> Job:
-    """``node`` keeps a step counter and :func:`weights` of that step; runs ``epochs``."""
+def build_job(
+    epochs: int, salt: int = 0, node: str = NODE, before_train: Callable[[], None] | None = None
+) -> Job:
+    """``node`` keeps a step counter and :func:`weights` of that step; runs ``epochs``;
+    ``before_train`` runs at the start of every training epoch."""
 
     def init(ws: Workspace) -> None:
         ws.update(step=np.array(0, dtype=np.int64), w=weights(0, salt))
 
     def train(ws: Workspace) -> None:
+        if before_train is not None:
+            before_train()
         step = int(ws["step"]) + 1
         ws.update(step=np.array(step, dtype=np.int64), w=weights(step, salt))
 
@@ -57,10 +64,12 @@ def load_epoch(url: str, epoch: int, db_type: str, node: str = NODE) -> dict[str
     return read_blobs(storage, manifest, None, get_registry().db_type(db_type), io)
 
 
-def assert_loads_exactly(url: str, epoch: int, db_type: str, salt: int = 0) -> int:
-    """``epoch`` loads and its blob is exactly :func:`weights` of its stored step;
-    returns that step."""
-    blobs = load_epoch(url, epoch, db_type)
+def assert_loads_exactly(
+    url: str, epoch: int, db_type: str, salt: int = 0, node: str = NODE
+) -> int:
+    """``node``'s ``epoch`` loads and its blob is exactly :func:`weights` of its stored
+    step; returns that step."""
+    blobs = load_epoch(url, epoch, db_type, node)
     step = int(blobs["step"])
     np.testing.assert_array_equal(blobs["w"], weights(step, salt))
     return step

@@ -22,7 +22,7 @@ After every step:
 
 Budget: the default run is small (``max_examples`` and ``stateful_step_count`` below,
 about 30 s on a 2-core machine). ``CKPTSTORE_LONG_TESTS=1`` runs the long one
-(50 examples of up to 25 steps; see docs/guarantees.md for its last measured run).
+(30 examples of up to 25 steps; see docs/guarantees.md for its last measured run).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from fault_helpers import NODE, assert_loads_exactly, build_job, committed, resume_epoch
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -265,8 +266,10 @@ class CheckpointLifecycle(RuleBasedStateMachine):
             assert resume_epoch(self.root, node) == (max(present) if present else None)
 
 
+pytestmark = pytest.mark.timeout(0 if LONG else 300)  # the long run takes its time
+
 CheckpointLifecycle.TestCase.settings = settings(
-    max_examples=50 if LONG else 6,
+    max_examples=30 if LONG else 6,
     stateful_step_count=25 if LONG else 8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

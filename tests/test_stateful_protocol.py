@@ -21,8 +21,9 @@ After every step:
 * the resume of each job picks its newest committed epoch.
 
 Budget: the default run is small (``max_examples`` and ``stateful_step_count`` below,
-about 30 s on a 2-core machine). ``CKPTSTORE_LONG_TESTS=1`` runs the long one
-(30 examples of up to 25 steps; see docs/guarantees.md for its last measured run).
+10 to 20 s on a 2-core machine). ``CKPTSTORE_LONG_TESTS=1`` runs the long one
+(30 examples of up to 25 steps; see docs/guarantees.md for its last measured run);
+``CKPTSTORE_STATEFUL_EXAMPLES=N`` sets the number of examples.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ class CheckpointLifecycle(RuleBasedStateMachine):
 pytestmark = pytest.mark.timeout(0 if LONG else 300)  # the long run takes its time
 
 CheckpointLifecycle.TestCase.settings = settings(
-    max_examples=30 if LONG else 6,
+    max_examples=int(os.environ.get("CKPTSTORE_STATEFUL_EXAMPLES", 30 if LONG else 6)),
     stateful_step_count=25 if LONG else 8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -186,7 +186,7 @@ class CheckpointLifecycle(RuleBasedStateMachine):
             refusals += 1
             assert killed, f"only the killed job can still hold the lease: {refused}"
             assert "ckptstore-other-host" in refused
-            assert time.monotonic() - died < LEASE_TTL + 3, "the dead job's lease never expired"
+            assert time.monotonic() - died < LEASE_TTL + 5, "the dead job's lease never expired"
             time.sleep(0.25)  # a scheduler retrying the job; the lease expires by time
 
     @rule(more=st.integers(1, 2))

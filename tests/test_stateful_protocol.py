@@ -270,7 +270,7 @@ class CheckpointLifecycle(RuleBasedStateMachine):
 pytestmark = pytest.mark.timeout(0 if LONG else 300)  # the long run takes its time
 
 CheckpointLifecycle.TestCase.settings = settings(
-    max_examples=int(os.environ.get("CKPTSTORE_STATEFUL_EXAMPLES", 30 if LONG else 6)),
+    max_examples=int(os.environ.get("CKPTSTORE_STATEFUL_EXAMPLES", 30 if LONG else 5)),
     stateful_step_count=25 if LONG else 8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

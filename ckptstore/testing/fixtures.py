@@ -18,6 +18,8 @@ fixture                    scope     gives
                                      buckets with boto3, checkpoint with ckptstore
 ``gcs_server`` ...         (same)    the same for GCS (gcp-storage-emulator),
 ``gcs_url``, ...                     ``"gs://<fresh bucket>/ckpt"``
+``gcs_strict_server``      session   a GCS emulator that enforces ``ifGenerationMatch``
+``gcs_strict_url``         test      ``"gs://<fresh bucket>/ckpt"`` on it
 =========================  ========  ==================================================
 
 Example::
@@ -61,6 +63,8 @@ __all__ = [
     "gcs_faults",
     "gcs_server",
     "gcs_storage_options",
+    "gcs_strict_server",
+    "gcs_strict_url",
     "gcs_url",
     "s3_faults",
     "s3_mock_aws",
@@ -216,13 +220,43 @@ def gcs_url(
     ``STORAGE_EMULATOR_HOST`` points at the emulator for the test, so the URL works with
     no storage options (in ckptstore, gcsfs and google-cloud-storage alike).
     """
-    endpoint = _endpoint(request, gcs_server, "gcs_faults")
+    yield from _gcs_bucket(
+        request, gcs_server, monkeypatch, _endpoint(request, gcs_server, "gcs_faults")
+    )
+
+
+@pytest.fixture(scope="session")
+def gcs_strict_server() -> Iterator[GcsEmulator]:
+    """A GCS emulator that, as GCS does, refuses (412) an upload whose
+    ``ifGenerationMatch`` does not hold (``GcsEmulator(enforce_preconditions=True)``),
+    for the whole test session."""
+    with GcsEmulator(enforce_preconditions=True) as server:
+        yield server
+
+
+@pytest.fixture
+def gcs_strict_url(
+    request: pytest.FixtureRequest, gcs_strict_server: GcsEmulator, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """As ``gcs_url``, on :func:`gcs_strict_server`: creates and conditional replaces
+    race there as on GCS (exactly one of racing ``ifGenerationMatch`` uploads wins)."""
+    yield from _gcs_bucket(request, gcs_strict_server, monkeypatch, gcs_strict_server.endpoint_url)
+
+
+def _gcs_bucket(
+    request: pytest.FixtureRequest,
+    server: GcsEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+    endpoint: str,
+) -> Iterator[str]:
+    """``gs://<fresh bucket>/ckpt`` on ``server``, reached at ``endpoint`` (the
+    environment points there for the test); the bucket is deleted after it."""
     name = bucket_name(request)
-    gcs_server.create_bucket(name, GCS_PROJECT)
+    server.create_bucket(name, GCS_PROJECT)
     use_plain_gcsfs(monkeypatch)
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", GCS_PROJECT)
     yield f"gs://{name}/{PREFIX}"
-    if gcs_server.running:
-        gcs_server.delete_bucket(name)
+    if server.running:
+        server.delete_bucket(name)

@@ -333,6 +333,8 @@ class GcsEmulator(ServerProcess):
     """gcp-storage-emulator (the JSON API of Google Cloud Storage), in memory, or on
     disk under ``data_dir`` (objects then survive a restart, even one that stops the
     server mid-write: see :mod:`ckptstore.testing.gcs_emulator`). No credentials needed.
+    The emulator ignores ``ifGenerationMatch``; ``enforce_preconditions=True`` makes it
+    refuse (412) an upload whose object is not at the generation asked for, as GCS does.
 
     Example::
 
@@ -342,15 +344,28 @@ class GcsEmulator(ServerProcess):
         ...     status, _ = server.request("POST", upload, b"x")
         ...     print(status, server.object_keys("b"))
         200 ['k']
+        >>> with GcsEmulator(enforce_preconditions=True) as server:
+        ...     server.create_bucket("b")
+        ...     create = "/upload/storage/v1/b/b/o?uploadType=media&name=k&ifGenerationMatch=0"
+        ...     first, second = (server.request("POST", create, body)[0] for body in (b"x", b"y"))
+        ...     print(first, second)
+        200 412
     """
 
     kind = "GCS emulator"
     probe_path = "/"
 
-    def __init__(self, *, data_dir: str | os.PathLike[str] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        enforce_preconditions: bool = False,
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         # the emulator refuses relative directories: resolve against this process's cwd
         self.data_dir = os.path.abspath(data_dir) if data_dir is not None else None
+        self.enforce_preconditions = enforce_preconditions
 
     def command(self) -> list[str]:
         storage = ["-d", self.data_dir] if self.data_dir is not None else []
@@ -359,6 +374,7 @@ class GcsEmulator(ServerProcess):
             sys.executable,
             "-m",
             "ckptstore.testing.gcs_emulator",  # the emulator, with files written whole
+            *(["--enforce-preconditions"] if self.enforce_preconditions else []),
             *storage,
             "start",
             "--host",

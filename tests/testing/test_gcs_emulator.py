@@ -1,8 +1,10 @@
 """The GCS emulator launcher writes every file whole, so a server stopped at any moment
-(even SIGKILL mid-write) restarts with every object it acknowledged."""
+(even SIGKILL mid-write) restarts with every object it acknowledged; with
+``enforce_preconditions`` it honours ``ifGenerationMatch`` as GCS does."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -105,3 +107,49 @@ def test_killed_while_uploading_the_emulator_restarts_with_every_acknowledged_ob
             _kill_while_uploading(server, f"r{round_number}", acknowledged)
             server.start()  # raised JSONDecodeError when the index was left half-written
             assert set(acknowledged) <= set(server.object_keys("kept"))
+
+
+def _upload(server: GcsEmulator, name: str, body: bytes, generation: str | None) -> int:
+    query = f"uploadType=media&name={name}"
+    if generation is not None:
+        query += f"&ifGenerationMatch={generation}"
+    status, _ = server.request("POST", f"/upload/storage/v1/b/pre/o?{query}", body)
+    return status
+
+
+def _generation(server: GcsEmulator, name: str) -> str:
+    status, body = server.request("GET", f"/storage/v1/b/pre/o/{name}")
+    assert status == 200, body
+    return str(json.loads(body)["generation"])
+
+
+def test_the_enforcing_emulator_answers_412_unless_the_generation_matches() -> None:
+    with GcsEmulator(enforce_preconditions=True) as server:
+        server.create_bucket("pre")
+        assert _upload(server, "k", b"1", "0") == 200  # absent: created
+        assert _upload(server, "k", b"2", "0") == 412  # exists: refused
+        first = _generation(server, "k")
+        assert _upload(server, "k", b"3", "12345") == 412  # another generation: refused
+        assert _upload(server, "k", b"4", first) == 200  # the current one: replaced
+        assert _upload(server, "k", b"5", first) == 412  # now stale
+        assert _upload(server, "k", b"6", None) == 200  # unconditional uploads still go
+        status, body = server.request("GET", "/download/storage/v1/b/pre/o/k?alt=media")
+        assert (status, body) == (200, b"6")
+        boundary = "b0undary"
+        multipart = (
+            f"--{boundary}\r\nContent-Type: application/json\r\n\r\n"
+            '{"name": "m"}\r\n'
+            f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\nx\r\n"
+            f"--{boundary}--\r\n"
+        ).encode()
+        target = "/upload/storage/v1/b/pre/o?uploadType=multipart&ifGenerationMatch=0"
+        headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
+        assert server.request("POST", target, multipart, headers)[0] == 200
+        assert server.request("POST", target, multipart, headers)[0] == 412  # named in metadata
+
+
+def test_the_plain_emulator_still_ignores_the_precondition() -> None:
+    with GcsEmulator() as server:  # what the ordinary gcs_server fixture runs
+        server.create_bucket("pre")
+        assert _upload(server, "k", b"1", "0") == 200
+        assert _upload(server, "k", b"2", "0") == 200

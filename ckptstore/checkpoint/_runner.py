@@ -52,7 +52,7 @@ from ckptstore.plugin._upload import UploadTaskGroupBuilder
 from ckptstore.protocol._commit import check_can_hold
 from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
 from ckptstore.protocol._listing import CommitListing
-from ckptstore.records._layout import STAGING_MARK
+from ckptstore.records._layout import ATTEMPT_MARK
 from ckptstore.records._names import validate_epoch
 from ckptstore.records._stats import NodeStats
 
@@ -94,9 +94,9 @@ def _require_accessible(manager: ManagerBase, epoch: int) -> None:
         )
 
 
-# the longest names a save derives from a node's: its staging directory for a 10-digit
+# the longest names a save derives from a node's: its attempt directory for a 10-digit
 # epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
-_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
+_ATTEMPT_SAMPLE = "{node}.9999999999/" + ATTEMPT_MARK + "0123456789ab"
 _CHUNK_SAMPLE = "c/0/0/0/0"
 
 
@@ -112,7 +112,7 @@ def check_name_limits(manager: ManagerBase) -> None:
     else:
         return
     for node, node_manager in pairs:
-        directory = _STAGING_SAMPLE.format(node=node)
+        directory = _ATTEMPT_SAMPLE.format(node=node)
         storage.check_key_limits(directory, "node name", node)
         for blob in node_manager.blob_list():
             storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)

@@ -111,8 +111,7 @@ def test_a_corrupt_source_chunk_aborts_the_copy_without_committing(
     target = open_dest(dest)
     assert protocol.read_commit(target, 1) is None
     keys = memory_keys(dest) if dest.startswith("memory://") else files_under(Path(dest))
-    assert not any(key.endswith("ckptstore.manifest.json") for key in keys)
-    assert not any(key.startswith("trainer_1.1/") for key in keys)  # its attempt deleted
+    assert not any(key.startswith("trainer_1.1/") for key in keys), keys  # attempt deleted
 
 
 def test_a_corrupt_archive_aborts_the_streamed_copy(tmp_path: Path) -> None:

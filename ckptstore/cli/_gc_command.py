@@ -1,5 +1,6 @@
 """``ckptstore gc URL --keep-last N [--keep-every K] [--node NAME]... [--dry-run]``:
-delete old epochs (only the given nodes' checkpoints with ``--node``)."""
+delete old epochs (only the given nodes' checkpoints with ``--node``), and the save
+attempts no commit record names once their node and epoch is committed to another."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ckptstore.cli import _common as common
 from ckptstore.cli._parser import at_least
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._garbage import collect_garbage, find_garbage
 
 
 def register(commands: Any) -> None:
@@ -24,7 +26,9 @@ def register(commands: Any) -> None:
         "committed ones: the nodes are retracted from the commit record first, then exactly "
         "their checkpoints are deleted. With --node, only those nodes' checkpoints are "
         "considered and deleted (a job's share of a prefix); an epoch's commit record goes "
-        "only when no node remains in it. Uncommitted epochs and saves in progress are "
+        "only when no node remains in it. Then the save attempts no commit record names "
+        "are deleted where their node and epoch is committed to another attempt (lost "
+        "races, crashed or replaced saves). Uncommitted epochs and saves in progress are "
         "never touched. --dry-run lists what would go and deletes nothing.",
         arguments=_arguments,
     )
@@ -54,8 +58,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         with ProgressBar(plan.freed_bytes, "gc", enabled=args.progress) as bar:
             carry_out(storage, plan, handler=_json_catalog(storage), on_bytes=bar.advance)
+    garbage = find_garbage(storage, args.node)
+    if not args.dry_run:
+        collect_garbage(storage, garbage)
     if args.json:
-        common.print_json({**plan.to_json(), "dry_run": args.dry_run})
+        common.print_json(
+            {
+                **plan.to_json(),
+                "garbage": [item.to_json() for item in garbage],
+                "dry_run": args.dry_run,
+            }
+        )
         return common.EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
     for removal in plan.delete:
@@ -63,10 +76,15 @@ def run(args: argparse.Namespace) -> int:
             f"{verb} epoch {removal.epoch} (node(s) {', '.join(removal.nodes) or '-'}, "
             f"{common.format_bytes(removal.stored_bytes)})"
         )
+    for item in garbage:
+        print(f"{verb} {item.key} ({item.reason}, {common.format_bytes(item.stored_bytes)})")
     print(
         f"{verb} {len(plan.delete)} epoch(s), {common.format_bytes(plan.freed_bytes)}; kept "
         f"{list(plan.keep)}"
     )
+    if garbage:
+        freed = sum(item.stored_bytes for item in garbage)
+        print(f"{verb} {len(garbage)} uncommitted attempt(s), {common.format_bytes(freed)}")
     return common.EXIT_OK
 
 

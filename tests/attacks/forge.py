@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptstore.io._checksum import checksum_of, crc32c_of
-from ckptstore.records._layout import manifest_key, node_commit_key
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.records._layout import MANIFEST_NAME, node_commit_key, node_data_key
 
 NODE = "trainer_0"
 EPOCH = 2
@@ -33,9 +32,10 @@ class Forge:
 
     def __init__(self, root: Path, node: str = NODE, epoch: int = EPOCH) -> None:
         self.root, self.node, self.epoch = root, node, epoch
-        self.db = root / get_ckpt_filename(node, epoch)
-        self.manifest_path = root / manifest_key(get_ckpt_filename(node, epoch))
         self.commit_path = root / node_commit_key(epoch, node)  # this node's commit record
+        attempt = json.loads(self.commit_path.read_bytes()).get("attempt")  # where its files are
+        self.db = root / node_data_key(node, epoch, attempt)
+        self.manifest_path = self.db / MANIFEST_NAME
 
     def manifest(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.manifest_path.read_bytes())

@@ -456,15 +456,26 @@ def commit_epoch(
                 raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
             created.append(commit.node)
     except BaseException:
-        # the epoch stays invisible; leave no partial commit behind if we can, and then
-        # none of these attempts (this save's own) can ever be committed: delete them
+        if created:  # the epoch stays invisible; leave no partial commit behind if we can
+            with contextlib.suppress(Exception):
+                storage.delete(node_commit_key(epoch, node) for node in created)
         with contextlib.suppress(Exception):
-            storage.delete(node_commit_key(epoch, node) for node in created)
-            for commit in commits:
-                if commit.attempt is not None:
-                    storage.delete_tree(commit.data_key)
+            _drop_lost_attempts(storage, epoch, commits)
         raise
     return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
+
+
+def _drop_lost_attempts(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -> None:
+    """After a failed commit, delete the attempts of ``commits`` whose node is committed
+    to another attempt: they lost and can never be committed. An attempt whose record is
+    missing, or names it (a create that succeeded although it seemed to fail), stays:
+    only a later commit of its node and epoch makes it garbage (``ckptstore gc``)."""
+    attempts = {commit.node: commit for commit in commits if commit.attempt is not None}
+    record = read_commit(storage, epoch, attempts) if attempts else None
+    committed = {} if record is None else record.nodes
+    for node, commit in attempts.items():
+        if node in committed and committed[node].attempt != commit.attempt:
+            storage.delete_tree(commit.data_key)
 
 
 # -- reading ---------------------------------------------------------------------------

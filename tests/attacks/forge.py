@@ -27,14 +27,22 @@ def signed(canonical_body: bytes) -> bytes:
     return b'{"crc32c":%d,%s' % (crc32c_of([canonical_body]), canonical_body[1:])
 
 
+def _attempt_of(root: Path, node: str, epoch: int) -> str | None:
+    """The attempt directory of ``node``'s checkpoint of ``epoch`` (the run holds one
+    save of it: its record may be forged already, so the directory is looked up);
+    ``None`` for a checkpoint of an earlier version, without one."""
+    attempts = sorted((root / f"{node}.{epoch}").glob("attempt-*"))
+    assert len(attempts) <= 1, attempts
+    return attempts[0].name.split("-", 1)[1] if attempts else None
+
+
 class Forge:
     """One node checkpoint of a run under ``root``, edited in place with valid CRCs."""
 
     def __init__(self, root: Path, node: str = NODE, epoch: int = EPOCH) -> None:
         self.root, self.node, self.epoch = root, node, epoch
         self.commit_path = root / node_commit_key(epoch, node)  # this node's commit record
-        attempt = json.loads(self.commit_path.read_bytes()).get("attempt")  # where its files are
-        self.db = root / node_data_key(node, epoch, attempt)
+        self.db = root / node_data_key(node, epoch, _attempt_of(root, node, epoch))
         self.manifest_path = self.db / MANIFEST_NAME
 
     def manifest(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Example::
     >>> archive = LocalPath("archive")  # an S3 or GCS path type works alike
     >>> stats = copy_node(source=local_location, dest=archive, node="trainer_0", epoch=3)
     >>> _ = commit_epoch(archive, 3, [stats.commit])
-    >>> archive.exists("trainer_0.3/ckptstore.manifest.json")
+    >>> archive.exists(f"{stats.commit.data_key}/ckptstore.manifest.json")  # a new attempt
     True
 """
 

@@ -365,8 +365,7 @@ class ObjectStoreScenarios(OnObjectStore):
         assert runner.committed_epochs == [0, 1]
         assert [failure.epoch for failure in runner.save_failures] == [2]
         storage = manager.location.storage
-        assert _manifests(storage, "trainer_0.2")  # data landed ...
-        assert protocol.read_commit(storage, 2, NODES) is None  # ... but was never committed
+        assert protocol.read_commit(storage, 2, NODES) is None  # never committed ...
 
         store.faults.clear_faults()
         session = LocalSession()
@@ -376,6 +375,7 @@ class ObjectStoreScenarios(OnObjectStore):
         assert resumed.train(session) == 2  # resumed from 1, not from the uncommitted 2
         assert_state(session, 2)
         assert outside_control_directory(store.faults.listings()) == []
+        assert _manifests(storage, "trainer_0.2")  # ... although its data landed
 
     def test_server_gone_mid_save_then_back_completes_the_save(self, store: StoreUnderTest) -> None:
         session = LocalSession()

@@ -503,3 +503,20 @@ def without_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def data_key(storage: PathType, node: str, epoch: int) -> str:
+    """Where ``node``'s committed checkpoint of ``epoch`` keeps its files: the attempt
+    its commit record names (``<node>.<epoch>/attempt-<id>``)."""
+    from ckptstore.protocol import read_commit
+
+    record = read_commit(storage, epoch, [node])
+    assert record is not None, f"epoch {epoch} is not committed"
+    assert node in record.nodes, f"{node}.{epoch} is not committed"
+    return record.nodes[node].data_key
+
+
+def node_dir(root: Path | str, node: str, epoch: int) -> Path:
+    """The directory of ``node``'s committed checkpoint of ``epoch`` under the local
+    checkpoint root ``root`` (see :func:`data_key`)."""
+    return Path(root) / data_key(LocalPath(str(root)), node, epoch)

@@ -1,8 +1,9 @@
-"""The commit protocol: staging and rename on local disk, in-place writes on object
-stores, commit records, and what readers accept."""
+"""The commit protocol: one attempt per save, never renamed or replaced, commit records
+naming the attempt they commit, and what readers accept."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -11,7 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import RecordingMemoryPath, files_under, flip_byte, memory_keys, memory_root
+from ckpt_helpers import (
+    RecordingMemoryPath,
+    data_key,
+    files_under,
+    flip_byte,
+    memory_keys,
+    memory_root,
+    node_dir,
+)
 
 from ckptstore import (
     CheckpointNotFoundError,
@@ -28,6 +37,7 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._garbage import collect_garbage, find_garbage
 from ckptstore.records._layout import commit_record_key, manifest_key, node_commit_key
 from ckptstore.records._limits import Limits, set_limits
 
@@ -83,35 +93,35 @@ class ObservingZarr(ZarrDB):
         return written
 
 
-def test_a_local_save_is_written_under_a_staging_name_then_renamed(tmp_path: Path) -> None:
+def test_a_save_is_written_under_its_own_attempt_and_never_renamed(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     observer = ObservingZarr(tmp_path)
     commit = protocol.write_node(storage, NODE, 1, blobs(), observer, engine())
     (root, listing), *_ = observer.seen
-    assert root.startswith(".trainer_0.1.staging-")
-    assert listing == [root]  # nothing under the final name while the data is written
-    assert not (tmp_path / root / "ckptstore.manifest.json").exists()  # manifest comes last
-    assert sorted(os.listdir(tmp_path)) == ["trainer_0.1"]
-    assert (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").is_file()
+    assert root == commit.data_key
+    assert root.startswith("trainer_0.1/attempt-")
+    assert listing == ["trainer_0.1"]
+    assert all(name.startswith(f"{root}/") for name in files_under(tmp_path))
+    assert (tmp_path / root / "ckptstore.manifest.json").is_file()
     with pytest.raises(CheckpointNotFoundError, match="save of this epoch is not committed"):
-        protocol.open_node(storage, NODE, 1)  # published, but not committed yet
+        protocol.open_node(storage, NODE, 1)  # written, but not committed yet
     protocol.commit_epoch(storage, 1, [commit])
-    assert protocol.open_node(storage, NODE, 1).node == NODE
+    record = json.loads((tmp_path / node_commit_key(1, NODE)).read_bytes())
+    assert root == f"trainer_0.1/attempt-{record['attempt']}"  # the record names the attempt
+    assert protocol.open_node(storage, NODE, 1).data_key == root
 
 
-def test_leftover_staging_of_a_crashed_save_is_cleaned_by_the_next_save(tmp_path: Path) -> None:
+def test_a_save_never_touches_another_attempt_of_its_node_and_epoch(tmp_path: Path) -> None:
+    """A crashed or concurrent save's attempt is not this save's to delete: it stays
+    (gc collects it once another attempt is committed)."""
     storage = LocalPath(str(tmp_path))
-    for leftover in (".trainer_0.1.staging-dead", ".trainer_0.2.staging-dead"):
-        (tmp_path / leftover / "w").mkdir(parents=True)
-        (tmp_path / leftover / "w" / "c.0").write_bytes(b"torn")
-    (tmp_path / ".trainer_0.10.staging-dead").mkdir()
+    other = tmp_path / "trainer_0.1" / "attempt-0123456789ab"
+    (other / "w").mkdir(parents=True)
+    (other / "w" / "c.0").write_bytes(b"in flight")
+    (tmp_path / ".trainer_0.1.staging-dead").mkdir()  # an earlier version's leftover
     save(storage, 1)
-    assert sorted(os.listdir(tmp_path)) == [
-        ".trainer_0.10.staging-dead",  # another epoch's: not this save's to clean
-        ".trainer_0.2.staging-dead",
-        "_ckptstore",
-        "trainer_0.1",
-    ]
+    assert (other / "w" / "c.0").read_bytes() == b"in flight"
+    assert (tmp_path / ".trainer_0.1.staging-dead").is_dir()
 
 
 class ExplodingZarr(ZarrDB):
@@ -134,16 +144,23 @@ def test_an_exception_mid_write_leaves_no_epoch_and_no_staging(
     storage = LocalPath(str(tmp_path))
     with pytest.raises(type(error)):
         protocol.write_node(storage, NODE, 1, blobs(), ExplodingZarr(error), engine())
-    assert os.listdir(tmp_path) == []
+    assert files_under(tmp_path) == []  # its attempt deleted (an empty directory may stay)
     assert protocol.read_commit(storage, 1) is None
 
 
 def test_a_resave_replaces_the_old_checkpoint_whole(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
-    save(storage, 1, {"old": np.zeros(3), "kept": np.zeros(2)})
-    save(storage, 1, {"kept": np.ones(2)}, overwrite=True)
-    assert files_under(tmp_path / "trainer_0.1") == ["blobs.zarr.zip", "ckptstore.manifest.json"]
-    assert not any(".retired-" in name for name in os.listdir(tmp_path))
+    old = save(storage, 1, {"old": np.zeros(3), "kept": np.zeros(2)})
+    new = save(storage, 1, {"kept": np.ones(2)}, overwrite=True)
+    assert files_under(node_dir(tmp_path, NODE, 1)) == [
+        "blobs.zarr.zip",
+        "ckptstore.manifest.json",
+    ]
+    assert new.attempt != old.attempt
+    # the superseded attempt is garbage, collected by gc
+    assert [item.key for item in find_garbage(storage)] == [old.data_key]
+    collect_garbage(storage, find_garbage(storage))
+    assert not (tmp_path / old.data_key).exists()
     manifest = protocol.open_node(storage, NODE, 1)
     assert list(manifest.blobs) == ["kept"]
     loaded = protocol.read_blobs(storage, manifest, None, ZarrDB(), engine())
@@ -187,13 +204,16 @@ class RacedZarr(ZarrDB):
 def test_a_writer_racing_another_never_replaces_what_the_other_committed(
     tmp_path: Path,
 ) -> None:
-    """The last look before the rename: a save that passed its check, then found the epoch
-    committed by a racing writer, stops before its data replaces the committed data."""
+    """A save that passed its check, while a racing writer committed the same node and
+    epoch, loses at its create-once commit record; the winner's data is untouched."""
     storage = LocalPath(str(tmp_path))
     with pytest.raises(AlreadyCommittedError):
         save(storage, 1, {"w": np.ones(2)}, RacedZarr(storage))
     assert load_w(storage).tolist() == [7.0, 7.0]  # the committed epoch loads whole
-    assert storage.staging_keys("trainer_0.1") == []  # the loser left nothing behind
+    winner = data_key(storage, NODE, 1)
+    written = [f"trainer_0.1/{name}" for name in files_under(tmp_path / "trainer_0.1")]
+    assert written
+    assert all(key.startswith(f"{winner}/") for key in written)
 
 
 @pytest.mark.parametrize("limit", ["max_document_bytes", "max_blobs"])
@@ -210,8 +230,7 @@ def test_a_save_its_own_loads_would_refuse_is_not_written(tmp_path: Path, limit:
     finally:
         set_limits(None)
     assert protocol.committed_nodes(storage, 1) == set()
-    assert storage.staging_keys("trainer_0.1") == []
-    assert not (tmp_path / "trainer_0.1").exists()
+    assert files_under(tmp_path) == []
     save(storage, 1, values)  # under the default limits, the same save goes through
     assert protocol.committed_nodes(storage, 1) == {NODE}
 
@@ -313,48 +332,42 @@ def test_a_corrupt_commit_record_does_not_block_saving_the_epoch_again(tmp_path:
 # -- the in-place protocol on object stores --------------------------------------------------
 
 
-def test_in_place_saves_delete_the_old_manifest_first_and_stale_chunks() -> None:
+def test_object_store_saves_write_a_new_attempt_and_never_touch_the_old_one() -> None:
     chunked = ZarrDB(compression="zstd")  # a layout of one file per chunk
     with memory_root() as url:
         storage = RecordingMemoryPath(url)
         assert not storage.supports_rename
-        save(storage, 1, {"w": np.arange(1500.0), "gone": np.zeros(600)}, chunked)
+        old = save(storage, 1, {"w": np.arange(1500.0), "gone": np.zeros(600)}, chunked)
         old_keys = memory_keys(url)
-        assert "trainer_0.1/gone/c.0" in old_keys
-        assert "trainer_0.1/w/c.2" in old_keys  # 12000 bytes in 4096-byte chunks
+        assert f"{old.data_key}/gone/c.0" in old_keys
         storage.calls.clear()
-        save(storage, 1, {"w": np.arange(10.0)}, chunked, overwrite=True)
-        assert storage.calls[:2] == [
-            ("delete", "_ckptstore/epoch-1/trainer_0.commit.json"),  # uncommitted first
-            ("delete", "trainer_0.1/ckptstore.manifest.json"),
-        ]
-        writes = [i for i, (action, _) in enumerate(storage.calls) if action == "write"]
+        new = save(storage, 1, {"w": np.arange(10.0)}, chunked, overwrite=True)
+        assert storage.calls[0] == ("delete", "_ckptstore/epoch-1/trainer_0.commit.json")
         deletes = [key for action, key in storage.calls if action == "delete"]
-        assert max(i for i, (a, _) in enumerate(storage.calls) if a == "delete") < writes[0]
-        assert "trainer_0.1/gone/c.0" in deletes
-        assert "trainer_0.1/w/c.2" in deletes
-        manifest_write = storage.calls.index(("write", "trainer_0.1/ckptstore.manifest.json"))
+        assert deletes == ["_ckptstore/epoch-1/trainer_0.commit.json"]  # no data deleted
+        writes = [k for a, k in storage.calls if a == "write" and not k.startswith("_ckptstore")]
+        assert writes
+        assert all(key.startswith(f"{new.data_key}/") for key in writes)
+        manifest_write = storage.calls.index(("write", f"{new.data_key}/ckptstore.manifest.json"))
         commit_put = storage.calls.index(("put", "_ckptstore/epoch-1/trainer_0.commit.json"))
-        assert writes[-2] == manifest_write < commit_put  # data, manifest, then the commit
-        assert memory_keys(url) == [
-            "_ckptstore/epoch-1/trainer_0.commit.json",
-            "trainer_0.1/ckptstore.manifest.json",
-            "trainer_0.1/w/c.0",
-            "trainer_0.1/w/zarr.json",
-            "trainer_0.1/zarr.json",
-        ]
+        assert manifest_write < commit_put  # data, manifest, then the commit
+        assert set(old_keys) - {"_ckptstore/epoch-1/trainer_0.commit.json"} <= set(
+            memory_keys(url)
+        )  # the old attempt is garbage now, for gc
         assert load_w(storage).size == 10
 
 
 def test_an_in_place_save_that_fails_midway_leaves_the_epoch_invisible() -> None:
     with memory_root() as url:
         storage = RecordingMemoryPath(url)
-        save(storage, 1)
+        first = save(storage, 1)
         protocol.retract_epoch(storage, 1, [NODE])
         with pytest.raises(RuntimeError):
             protocol.write_node(storage, NODE, 1, blobs(), ExplodingZarr(RuntimeError()), engine())
         assert protocol.read_commit(storage, 1) is None
-        assert not storage.exists(manifest_key("trainer_0.1"))
+        assert [key for key in memory_keys(url) if "ckptstore.manifest.json" in key] == [
+            manifest_key(first.data_key)
+        ]
 
 
 def test_rename_only_formats_are_refused_on_object_stores() -> None:
@@ -374,7 +387,7 @@ def test_rename_only_formats_are_refused_on_object_stores() -> None:
 def test_open_node_refuses_a_committed_epoch_whose_manifest_is_missing(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)
-    os.unlink(tmp_path / "trainer_0.1" / "ckptstore.manifest.json")
+    os.unlink(node_dir(tmp_path, NODE, 1) / "ckptstore.manifest.json")
     with pytest.raises(CorruptCheckpointError, match="manifest is missing"):
         protocol.open_node(storage, NODE, 1)
 
@@ -382,20 +395,21 @@ def test_open_node_refuses_a_committed_epoch_whose_manifest_is_missing(tmp_path:
 def test_open_node_refuses_a_manifest_whose_crc_differs_from_the_commit(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, 1)
-    flip_byte(tmp_path / "trainer_0.1" / "ckptstore.manifest.json", 40, mask=0x01)
+    flip_byte(node_dir(tmp_path, NODE, 1) / "ckptstore.manifest.json", 40, mask=0x01)
     with pytest.raises(CorruptCheckpointError, match="differs from the one in the commit"):
         protocol.open_node(storage, NODE, 1)
 
 
 def test_open_node_refuses_the_manifest_of_another_node(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
-    save(storage, 1, node="trainer_0")
+    mine = save(storage, 1, node="trainer_0")
     other = save(storage, 1, node="trainer_1")
-    stolen = (tmp_path / "trainer_1.1" / "ckptstore.manifest.json").read_bytes()
-    (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").write_bytes(stolen)
+    stolen = (node_dir(tmp_path, "trainer_1", 1) / "ckptstore.manifest.json").read_bytes()
+    (node_dir(tmp_path, NODE, 1) / "ckptstore.manifest.json").write_bytes(stolen)
     forged = protocol.NodeCommit(
         NODE, 1, other.db_type, other.manifest_crc32c, other.nbytes, other.stored_bytes, 2
     )
+    forged = replace(forged, attempt=mine.attempt)
     protocol.retract_epoch(storage, 1, [NODE])
     protocol.commit_epoch(storage, 1, [forged])
     with pytest.raises(CorruptCheckpointError, match=r"belongs to trainer_1\.1"):
@@ -407,7 +421,7 @@ def test_loads_are_all_or_nothing(tmp_path: Path) -> None:
     values = {"a": np.arange(4.0), "b": np.arange(4.0) + 10}
     save(storage, 1, values)
     offset = protocol.open_node(storage, NODE, 1).blobs["b"].chunks[0].offset
-    flip_byte(tmp_path / "trainer_0.1" / "blobs.zarr.zip", offset + 5)
+    flip_byte(node_dir(tmp_path, NODE, 1) / "blobs.zarr.zip", offset + 5)
     location = CheckpointLocation(storage, ZarrDB(), IO)
     ws = Workspace({"a": np.zeros(4), "b": np.zeros(4)})
     with pytest.raises(CorruptCheckpointError) as info:
@@ -435,12 +449,12 @@ def test_verify_node_reports_every_damaged_or_missing_piece(tmp_path: Path) -> N
     storage = LocalPath(str(tmp_path))
     save(storage, 1, None, ZarrDB(compression="zstd"))  # a layout of one file per chunk
     assert protocol.verify_node(storage, NODE, 1, ZarrDB(), engine()) == []
-    flip_byte(tmp_path / "trainer_0.1" / "w" / "c.1", 0)
-    os.unlink(tmp_path / "trainer_0.1" / "step" / "c")
+    flip_byte(node_dir(tmp_path, NODE, 1) / "w" / "c.1", 0)
+    os.unlink(node_dir(tmp_path, NODE, 1) / "step" / "c")
     problems = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert sorted((p.blob, p.chunk) for p in problems) == [("step", 0), ("w", 1)]
     assert any("missing" in str(p) for p in problems)
-    flip_byte(tmp_path / "trainer_0.1" / "ckptstore.manifest.json", 30)
+    flip_byte(node_dir(tmp_path, NODE, 1) / "ckptstore.manifest.json", 30)
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert "commit record" in str(problem)
 
@@ -448,10 +462,10 @@ def test_verify_node_reports_every_damaged_or_missing_piece(tmp_path: Path) -> N
 def test_node_commit_accounts_for_data_and_manifest(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     commit = save(storage, 1)
-    manifest_size = (tmp_path / "trainer_0.1" / "ckptstore.manifest.json").stat().st_size
+    manifest_size = (node_dir(tmp_path, NODE, 1) / "ckptstore.manifest.json").stat().st_size
     data_size = sum(
-        (tmp_path / "trainer_0.1" / name).stat().st_size
-        for name in files_under(tmp_path / "trainer_0.1")
+        (node_dir(tmp_path, NODE, 1) / name).stat().st_size
+        for name in files_under(node_dir(tmp_path, NODE, 1))
     )
     assert commit.nbytes == 1500 * 8 + 8
     assert commit.nblobs == 2

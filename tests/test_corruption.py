@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import node_dir
 
 from ckptstore import (
     CorruptCheckpointError,
@@ -169,7 +170,7 @@ def check_detected(
 
 def test_manifest_decoding_rejects_a_hand_edited_dtype(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, "npz")
-    path = tmp_path / "trainer_0.1" / MANIFEST_NAME
+    path = node_dir(tmp_path, "trainer_0", 1) / MANIFEST_NAME
     edited = path.read_bytes().replace(b'"<f4"', b'"|O8"')
     with pytest.raises(CorruptCheckpointError):
         NodeManifest.decode(edited, url=str(tmp_path), key="m")
@@ -190,7 +191,7 @@ def test_a_compressed_manifest_loads_back_and_a_flip_in_it_is_refused(
     storage = LocalPath(str(tmp_path))
     reader = get_registry().db_type(db_type)
     io = ParallelIO()
-    path = tmp_path / "trainer_0.1" / MANIFEST_NAME
+    path = node_dir(tmp_path, "trainer_0", 1) / MANIFEST_NAME
     data = path.read_bytes()
     assert data.startswith(GZIP_MAGIC)
     assert len(gzip.decompress(data)) > GZIP_MANIFESTS_LARGER_THAN > len(data)
@@ -253,7 +254,7 @@ def test_a_damaged_compressed_manifest_falls_back_to_the_previous_epoch(
     root = str(tmp_path)
     new_manager = partial(MultiNodeCheckpointManager, root, db_type, metadata_handler="json")
     assert JobRunner(small_blob_job(3), new_manager()).train(LocalSession()) == 3
-    path = tmp_path / "trainer_0.3" / MANIFEST_NAME
+    path = node_dir(tmp_path, "trainer_0", 3) / MANIFEST_NAME
     data = path.read_bytes()
     assert data.startswith(GZIP_MAGIC)
     if damage == "flipped byte":
@@ -270,6 +271,7 @@ def test_a_damaged_compressed_manifest_falls_back_to_the_previous_epoch(
     assert isinstance(error, CorruptCheckpointError)
     assert refused_by in str(error)
     assert session.workspace("trainer_0")["trainer_0/small/0"].tolist() == [3.0] * 4
+    path = node_dir(tmp_path, "trainer_0", 3) / MANIFEST_NAME
     assert path.read_bytes().startswith(GZIP_MAGIC)  # epoch 3 saved again, whole
     saved = open_node(LocalPath(root), "trainer_0", 3).blobs
     assert saved.keys() >= blobs_for("trainer_0", SMALL_BLOBS).keys()

@@ -13,6 +13,7 @@ from ckpt_helpers import (
     build_counter_job,
     failing_local_path,
     flip_byte,
+    node_dir,
     register_storage,
 )
 
@@ -217,7 +218,7 @@ def test_a_multi_node_load_is_per_node_and_all_or_nothing(tmp_path: Path) -> Non
     manager = initialised(tmp_path, session)
     session.run(manager.save(1))
     chunk = protocol.open_node(manager.location.storage, "trainer_1", 1).blobs["trainer_1/w"]
-    flip_byte(tmp_path / "trainer_1.1" / "blobs.npz", chunk.chunks[0].offset + 3)
+    flip_byte(node_dir(tmp_path, "trainer_1", 1) / "blobs.npz", chunk.chunks[0].offset + 3)
     for node in NODES:
         session.workspace(node)[f"{node}/w"] = np.full(4, 7.0)
     with pytest.raises(ValueError, match="corrupt checkpoint"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ckpt_helpers import data_key, node_dir
 
 from ckptstore.builtin import LocalPath, _packed, _zarr_db
 from ckptstore.protocol import _commit as protocol
@@ -112,7 +113,7 @@ def assert_manifests_compressed(url: str | Path, *, compressed: bool) -> None:
     """Whether every manifest of epoch 2 under ``url`` is gzip-compressed."""
     storage = CheckpointLocation.open(str(url), "zarr").storage
     for node in ("trainer_0", "trainer_1"):
-        data = storage.read_bytes(f"{node}.2/{MANIFEST_NAME}")
+        data = storage.read_bytes(f"{data_key(storage, node, 2)}/{MANIFEST_NAME}")
         assert data.startswith(GZIP_MAGIC) == compressed
 
 
@@ -144,11 +145,11 @@ def test_the_integrity_check_finds_a_flipped_byte_and_nothing_else(
     (code,) = blocks("Checking integrity yourself")
     exec(code, namespace)
     assert namespace["damaged"] == []
-    archive = tmp_path / "trainer_0.2" / "blobs.zarr.zip"
+    archive = node_dir(tmp_path, "trainer_0", 2) / "blobs.zarr.zip"
     data = bytearray(archive.read_bytes())
     data[len(data) // 2] ^= 1
     archive.write_bytes(bytes(data))
-    damaged = namespace["damaged_ranges"](str(tmp_path / "trainer_0.2"))
+    damaged = namespace["damaged_ranges"](str(node_dir(tmp_path, "trainer_0", 2)))
     assert damaged
     assert all(name == "blobs.zarr.zip" for name, _, _ in damaged)
     assert all(offset <= len(data) // 2 < offset + stored for _, offset, stored in damaged)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import data_key
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
@@ -127,7 +128,7 @@ def test_an_interrupted_deletion_is_finished_next_time(storage: LocalPath) -> No
     plan = plan_retention(storage, KeepLast(100))
     assert [(r.epoch, r.resumed) for r in plan.delete] == [(2, True)]
     enforce(storage, KeepLast(100))
-    assert not storage.exists("trainer_0.2/ckptstore.manifest.json")
+    assert not storage.list_keys("trainer_0.2")  # every attempt deleted
     assert not storage.exists(tombstone_key(2))
     assert committed_epochs(storage) == [0, 1, 3, 4, 5, 6, 7]
 
@@ -137,7 +138,7 @@ def test_resuming_a_deletion_spares_an_epoch_committed_again(storage: LocalPath)
     save(storage, 5)  # the epoch was saved and committed again since
     enforce(storage, KeepLast(100))
     assert protocol.committed_nodes(storage, 5) == set(NODES)
-    assert storage.exists("trainer_1.5/ckptstore.manifest.json")
+    assert storage.exists(f"{data_key(storage, 'trainer_1', 5)}/ckptstore.manifest.json")
 
 
 def test_the_runner_applies_retention_after_each_committed_save(tmp_path: Path) -> None:
@@ -230,8 +231,8 @@ def test_an_epochs_commit_record_goes_only_with_its_last_node(storage: LocalPath
     assert [(r.epoch, r.nodes) for r in plan.delete] == [(e, ("trainer_0",)) for e in range(6)]
     assert committed_epochs(storage) == list(range(8))  # trainer_1 is still in every epoch
     assert all(protocol.committed_nodes(storage, e) == {"trainer_1"} for e in range(6))
-    assert not storage.exists("trainer_0.0/ckptstore.manifest.json")
-    assert storage.exists("trainer_1.0/ckptstore.manifest.json")
+    assert not storage.list_keys("trainer_0.0")  # every attempt deleted
+    assert storage.exists(f"{data_key(storage, 'trainer_1', 0)}/ckptstore.manifest.json")
     enforce(storage, KeepLast(2), nodes=["trainer_1"])
     assert committed_epochs(storage) == [6, 7]  # now nobody's: the commit records went
 

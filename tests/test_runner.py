@@ -18,6 +18,7 @@ from ckpt_helpers import (
     fail_first,
     failing_local_path,
     flip_byte,
+    node_dir,
     register_storage,
 )
 
@@ -260,7 +261,7 @@ def test_a_failing_save_is_retried_counted_reported_and_never_committed(
     assert error.failed_nodes == (NODE,)
     assert runner.committed_epochs == [0, 2]
     assert committed_epochs(tmp_path) == [0, 2]
-    assert not (tmp_path / "trainer_0.1").exists()
+    assert not [path for path in tmp_path.glob("trainer_0.1/**/*") if path.is_file()]
     # 1 + 3 retries for epoch 1; one attempt for epochs 0 and 2
     assert [epoch for call, epoch in handler.calls if call == "cp_accessible"] == [None] * 6
     assert handler.written() == [0, 2]
@@ -460,7 +461,7 @@ class CorruptThenCopy(CopyUpload):
 
     def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
         root = Path(checkpoint_manager.db_prefix)
-        flip_byte(root / f"{NODE}.{epoch}" / "blobs.npz", 100)
+        flip_byte(node_dir(root, NODE, epoch) / "blobs.npz", 100)
         return super().build(epoch, checkpoint_manager)
 
 
@@ -519,7 +520,7 @@ def trained(tmp_path: Path, epochs: int = 3) -> str:
 
 
 def damage_data(root: str, epoch: int) -> None:
-    archive = Path(root) / f"{NODE}.{epoch}" / "blobs.npz"
+    archive = node_dir(root, NODE, epoch) / "blobs.npz"
     manifest = protocol.open_node(LocalPath(root), NODE, epoch)
     chunk = manifest.blobs[f"{NODE}/w"].chunks[0]
     flip_byte(archive, chunk.offset)
@@ -550,7 +551,7 @@ def test_a_damaged_newest_epoch_falls_back_to_the_previous_complete_one(
     assert session.workspace(NODE)[f"{NODE}/w"].tolist() == [3.0] * 4
     assert "checkpoint_load_failed" in [action for action, _ in recorder.reports]
     assert protocol.open_node(LocalPath(root), NODE, 3)  # re-saved, whole again
-    assert LocalPath(root).exists(f"{NODE}.3/blobs.npz")
+    assert (node_dir(root, NODE, 3) / "blobs.npz").is_file()
 
 
 def test_a_fresh_start_resumes_from_no_epoch_and_a_rerun_says_where_it_resumed(

@@ -59,7 +59,9 @@ class NpzDB(DBType):
         >>> manager = CheckpointManager("ckpt", "trainer_0", "npz")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(4))
-        >>> np.load("ckpt/trainer_0.4/blobs.npz", allow_pickle=False)["trainer_0/total"]
+        >>> from ckptstore.protocol import open_node
+        >>> files = open_node(manager.location.storage, "trainer_0", 4).data_key  # its attempt
+        >>> np.load(f"ckpt/{files}/blobs.npz", allow_pickle=False)["trainer_0/total"]
         array([100])
     """
 

@@ -34,7 +34,9 @@ Example::
     >>> _ = session.run(manager.init(["trainer_0"]))
     >>> _ = session.run(manager.save(4))
     >>> import zarr
-    >>> zarr.open_group("ckpt/trainer_0.4", mode="r")["trainer_0/total"][:]  # plain zarr reads it
+    >>> from ckptstore.protocol import open_node
+    >>> files = open_node(manager.location.storage, "trainer_0", 4).data_key  # its attempt
+    >>> zarr.open_group(f"ckpt/{files}", mode="r")["trainer_0/total"][:]  # plain zarr reads it
     array([100])
 """
 

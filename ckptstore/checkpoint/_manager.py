@@ -67,7 +67,7 @@ from ckptstore.protocol._lease import WriterLease
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._listing import CommitListing
 from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._layout import STAGING_MARK
+from ckptstore.records._layout import ATTEMPT_MARK
 from ckptstore.records._names import db_name, validate_epoch, validate_node_name
 from ckptstore.records._stats import NodeStats
 
@@ -81,9 +81,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# the longest names a save derives from a node's: its staging directory for a 10-digit
+# the longest names a save derives from a node's: its attempt directory for a 10-digit
 # epoch, and a blob's deepest key in any built-in format (zarr's chunk keys)
-_STAGING_SAMPLE = f".{{node}}.9999999999{STAGING_MARK}0123456789ab"
+_ATTEMPT_SAMPLE = "{node}.9999999999/" + ATTEMPT_MARK + "0123456789ab"
 _CHUNK_SAMPLE = "c/0/0/0/0"
 _KEPT_COMMITS = 8
 
@@ -209,7 +209,7 @@ class ManagerBase(ABC):
         components, 1024-byte S3/GCS object names), instead of failing at every save."""
         storage = self._location.storage
         for node, blobs in self._blob_lists():
-            directory = _STAGING_SAMPLE.format(node=node)
+            directory = _ATTEMPT_SAMPLE.format(node=node)
             storage.check_key_limits(directory, "node name", node)
             for blob in blobs:
                 storage.check_key_limits(f"{directory}/{blob}/{_CHUNK_SAMPLE}", "blob name", blob)

@@ -1,5 +1,6 @@
 """``ckptstore gc URL --keep-last N [--keep-every K] [--node NAME]... [--dry-run]``:
-delete old epochs (only the given nodes' checkpoints with ``--node``)."""
+delete old epochs (only the given nodes' checkpoints with ``--node``), and the save
+attempts no commit record names once their node and epoch is committed to another."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ckptstore.cli._progress import ProgressBar
 from ckptstore.io import CHUNK_STORE_DIR
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol import collect_chunks
+from ckptstore.protocol._garbage import collect_garbage, find_garbage
 
 
 def register(commands: Any) -> None:
@@ -26,8 +28,10 @@ def register(commands: Any) -> None:
         "committed ones: the nodes are retracted from the commit record first, then exactly "
         "their checkpoints are deleted. With --node, only those nodes' checkpoints are "
         "considered and deleted (a job's share of a prefix); an epoch's commit record goes "
-        "only when no node remains in it. Uncommitted epochs and saves in progress are "
-        "never touched. Then the chunks of incremental saves (<root>/_ckptstore/chunks) "
+        "only when no node remains in it. Then the save attempts no commit record names "
+        "are deleted where their node and epoch is committed to another attempt (lost "
+        "races, crashed or replaced saves). Uncommitted epochs and saves in progress are "
+        "never touched. Last, the chunks of incremental saves (<root>/_ckptstore/chunks) "
         "that no committed epoch of any job and no save in flight refers to are freed. "
         "--dry-run lists what would go and deletes nothing.",
         arguments=_arguments,
@@ -58,12 +62,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         with ProgressBar(plan.freed_bytes, "gc", enabled=args.progress) as bar:
             carry_out(storage, plan, handler=_json_catalog(storage), on_bytes=bar.advance)
+    garbage = find_garbage(storage, args.node)
+    if not args.dry_run:
+        collect_garbage(storage, garbage)
     chunks = None
     if storage.list_keys(CHUNK_STORE_DIR):
         deleting = [(r.epoch, node) for r in plan.delete for node in r.nodes]
         chunks = collect_chunks(storage, dry_run=args.dry_run, deleting=deleting)
     if args.json:
-        shown = {**plan.to_json(), "dry_run": args.dry_run}
+        shown = {
+            **plan.to_json(),
+            "garbage": [item.to_json() for item in garbage],
+            "dry_run": args.dry_run,
+        }
         if chunks is not None:
             shown["chunks"] = chunks.to_json()
         common.print_json(shown)
@@ -74,10 +85,15 @@ def run(args: argparse.Namespace) -> int:
             f"{verb} epoch {removal.epoch} (node(s) {', '.join(removal.nodes) or '-'}, "
             f"{common.format_bytes(removal.stored_bytes)})"
         )
+    for item in garbage:
+        print(f"{verb} {item.key} ({item.reason}, {common.format_bytes(item.stored_bytes)})")
     print(
         f"{verb} {len(plan.delete)} epoch(s), {common.format_bytes(plan.freed_bytes)}; kept "
         f"{list(plan.keep)}"
     )
+    if garbage:
+        freed = sum(item.stored_bytes for item in garbage)
+        print(f"{verb} {len(garbage)} uncommitted attempt(s), {common.format_bytes(freed)}")
     if chunks is not None:
         verb = "would free" if args.dry_run else "freed"
         print(

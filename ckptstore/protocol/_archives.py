@@ -34,7 +34,6 @@ from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._commit import open_node
 from ckptstore.records._limits import current_limits
 from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename
 
 __all__ = ["ARCHIVE_SUFFIXES", "check_archives", "refuse_unsafe_archives"]
 
@@ -52,7 +51,7 @@ def check_archives(storage: PathType, manifest: NodeManifest) -> list[CorruptChe
         max_inflated=limits.max_document_bytes,
         max_ratio=limits.max_compression_ratio,
     )
-    root = get_ckpt_filename(manifest.node, manifest.epoch)
+    root = manifest.data_key
     keys = {chunk.key for record in manifest.blobs.values() for chunk in record.chunks}
     keys.update(chunk.key for chunk in manifest.files)
     problems = []

@@ -2,20 +2,25 @@
 
 For each node (:func:`write_node`)::
 
-    1. data      the DB type writes every blob (on renaming storages, under a staging
-                 name: ``.<node>.<epoch>.staging-<token>``)
-    2. manifest  ``<db>/ckptstore.manifest.json``: every blob's dtype, shape and chunks
-                 with a CRC-32C each, written after the data
-    3. barrier   ``storage.sync()``: data and manifest are durable
-    4. publish   renaming storages rename the staging prefix to ``<node>.<epoch>``;
-                 object stores wrote in place (visibility comes from step 5)
+    1. data      the DB type writes every blob under the save's own attempt
+                 directory, ``<node>.<epoch>/attempt-<id>/`` (a fresh random id: no
+                 other save writes, renames or deletes there)
+    2. manifest  ``<attempt>/ckptstore.manifest.json``: every blob's dtype, shape and
+                 chunks with a CRC-32C each, written after the data
+    3. barrier   ``storage.sync()``: data, manifest and their directories are durable
 
 For the epoch, once every node of the save reported success (:func:`commit_epoch`)::
 
-    5. commit    ``_ckptstore/epoch-<N>/<node>.commit.json`` per node: its manifest's
-                 CRC-32C; written last, with a create-only write
-                 (:meth:`PathType.create_document`), so it is never replaced and two
-                 writers can never both commit the same node and epoch
+    4. commit    ``_ckptstore/epoch-<N>/<node>.commit.json`` per node: the attempt it
+                 commits and its manifest's CRC-32C; written last, with a create-only
+                 write (:meth:`PathType.create_document`), so it is never replaced and
+                 two writers can never both commit the same node and epoch
+
+Nothing is renamed: the record alone says which attempt is the node's checkpoint, so
+write-once holds from the create-only write, with or without a lease. The loser of a
+race gets :class:`~ckptstore.errors.AlreadyCommittedError`, its attempt is deleted, and
+no reader ever follows a record to it. Attempts no record names are garbage once
+another attempt of their (node, epoch) is committed (:mod:`ckptstore.protocol._attempts`).
 
 The epoch's commit record (:func:`read_commit`) is the union of its nodes' records, so
 concurrent jobs committing different nodes of one epoch never lose each other's. A
@@ -23,13 +28,15 @@ committed (node, epoch) is write-once: a save of it fails at once with
 :class:`~ckptstore.errors.AlreadyCommittedError` (:func:`check_not_committed`) unless
 the caller asked to overwrite, in which case :func:`retract_epoch` first deletes the
 nodes' records, so a crash part-way never leaves a committed epoch pointing at
-half-written data. Readers (:func:`open_node`) accept a node's checkpoint only if its
-record exists and the manifest's CRC-32C matches: an epoch whose save did not finish is
-invisible to ``load``, ``check_db_exists``, ``last_epoch`` and resume.
+half-written data. Readers (:func:`open_node`) follow the record to its attempt and
+accept a node's checkpoint only if its record exists and the manifest's CRC-32C
+matches: an epoch whose save did not finish is invisible to ``load``,
+``check_db_exists``, ``last_epoch`` and resume.
 
 With the node names given, reading a record is one GET per node (no listing); without
 them, the epoch's record prefix is listed (operator tools only). The one-document
-records of earlier versions (``_ckptstore/epoch-<N>.commit.json``) are still read.
+records of earlier versions (``_ckptstore/epoch-<N>.commit.json``) are still read, and
+a record that names no attempt (earlier versions) points at ``<node>.<epoch>/``.
 
 Example::
 
@@ -48,12 +55,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import partial
 
 from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
@@ -78,12 +83,15 @@ from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
 from ckptstore.records._layout import (
+    MANIFEST_NAME,
     commit_record_key,
     epoch_commit_dir,
     manifest_key,
+    new_attempt,
     node_commit_key,
+    node_data_key,
     parse_node_commit_key,
-    staging_key,
+    validate_attempt,
 )
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename, validate_blob_name, validate_node_name
@@ -135,6 +143,14 @@ class NodeCommit:
     shared_bytes: int = 0
     """Of ``stored_bytes``, those in the root's chunk store (an incremental save's
     large blobs, shared with other epochs and nodes); the rest is the node's own."""
+    attempt: str | None = None
+    """The save attempt whose data this commits (``<node>.<epoch>/attempt-<id>/``);
+    ``None`` in records of earlier versions, whose data is at ``<node>.<epoch>/``."""
+
+    @property
+    def data_key(self) -> str:
+        """The key prefix of the committed data (see :func:`node_data_key`)."""
+        return node_data_key(self.node, self.epoch, self.attempt)
 
     def encode(self) -> JSONObject:
         encoded: JSONObject = {
@@ -149,6 +165,8 @@ class NodeCommit:
             encoded["lease_generation"] = self.lease_generation
         if self.shared_bytes:
             encoded["shared_bytes"] = self.shared_bytes
+        if self.attempt is not None:
+            encoded["attempt"] = self.attempt
         return encoded
 
     def encode_record(self, committed_at: str) -> bytes:
@@ -198,6 +216,7 @@ class NodeCommit:
                 _stored_int(raw["lease_generation"]) if "lease_generation" in raw else None
             ),
             shared_bytes=_stored_int(raw.get("shared_bytes", 0)),
+            attempt=validate_attempt(raw["attempt"]) if "attempt" in raw else None,
         )
 
 
@@ -298,13 +317,9 @@ def write_node(
         manifests.append(NodeManifest(node, epoch, db_type.name, written.blobs, written.files))
         return manifests[0].encode()
 
+    attempt = new_attempt()
     try:
-        manifest_bytes = publish_node(
-            storage,
-            get_ckpt_filename(node, epoch),
-            fill,
-            partial(_refuse_committed, storage, epoch, node),
-        )
+        manifest_bytes = publish_node(storage, node_data_key(node, epoch, attempt), fill)
     except BaseException:
         if shared is not None:
             with contextlib.suppress(Exception):
@@ -328,75 +343,30 @@ def write_node(
             for chunk in record.chunks
             if is_shared_key(chunk.key)
         ),
+        attempt=attempt,
     )
 
 
-def publish_node(
-    storage: PathType,
-    db_key: str,
-    fill: Callable[[str], bytes],
-    before_replacing: Callable[[], None] = lambda: None,
-) -> bytes:
-    """Steps 1-4 around ``fill(root)``, which writes a node checkpoint's data under the
-    key prefix ``root`` and returns its manifest's bytes. Returns those bytes.
+def publish_node(storage: PathType, root: str, fill: Callable[[str], bytes]) -> bytes:
+    """Steps 1-3 around ``fill(root)``, which writes a node checkpoint's data under the
+    key prefix ``root`` (a fresh attempt's, :func:`node_data_key`) and returns its
+    manifest's bytes. Returns those bytes.
 
-    Where the data is written under a staging name, ``before_replacing()`` runs right
-    before it is renamed over ``db_key`` and may raise to stop it (``_refuse_committed``:
-    a writer racing another one on the same node and epoch does not replace data the
-    other committed meanwhile). A store without rename writes in place from the start:
-    there, the save's check before the write is the last look (docs/design.md,
-    "Limits")."""
-    if storage.supports_rename:
-        for leftover in storage.staging_keys(db_key):
-            storage.delete_tree(leftover)
-        root = staging_key(db_key, secrets.token_hex(6))
-    else:
-        root = db_key
-        _unpublish_in_place(storage, db_key)
+    Nothing is renamed or replaced: the data stays where it was written, invisible until
+    a commit record names its attempt. If writing fails, the attempt is deleted (it is
+    this save's alone: no other save writes under its name)."""
+    # the attempt's directory and its parent get an entry each: make them durable with
+    # the data (local disk; a no-op on object stores)
+    storage.prepare_keys([manifest_key(root), f"{root.rsplit('/', 1)[0]}/{MANIFEST_NAME}"])
     try:
         manifest_bytes = fill(root)
         storage.write_bytes(manifest_key(root), manifest_bytes)
         storage.sync()
-        if storage.supports_rename:
-            before_replacing()
-            storage.replace_tree(root, db_key)
     except BaseException:
-        if storage.supports_rename:
-            with contextlib.suppress(Exception):
-                storage.delete_tree(root)
+        with contextlib.suppress(Exception):
+            storage.delete_tree(root)
         raise
     return manifest_bytes
-
-
-def _unpublish_in_place(storage: PathType, db_key: str) -> None:
-    """Before rewriting a node checkpoint in place, delete its manifest: from then on the
-    old data is unreachable, and stale chunks of blobs that are gone are removed."""
-    key = manifest_key(db_key)
-    try:
-        data = storage.get_document(key)
-    except CorruptCheckpointError:
-        data = b""  # refused unread (larger than the document limit): it names nothing
-    if data is None:
-        return
-    storage.delete([key])
-    try:
-        old = NodeManifest.decode(data, url=storage.display_url, key=key)
-    except CorruptCheckpointError:
-        return
-    stale = {chunk.key for record in old.blobs.values() for chunk in record.chunks}
-    stale.update(chunk.key for chunk in old.files)
-    storage.delete(f"{db_key}/{relative}" for relative in sorted(stale))
-
-
-def _refuse_committed(storage: PathType, epoch: int, node: str) -> None:
-    """Raise :class:`~ckptstore.errors.AlreadyCommittedError` if ``node``'s ``epoch`` is
-    committed: the last look before a save's data is renamed into place (a local file
-    read). The save's own check (:func:`check_not_committed`) ran when it started;
-    another writer of the same node and epoch may have committed since. Only the
-    node's own record is read: writers since the one-document record create per-node
-    records, and the save's check already looked for an older one."""
-    if _read_records(storage, "", epoch, [node], every=False, legacy=False) is not None:
-        raise AlreadyCommittedError(storage.display_url, epoch, [node])
 
 
 def check_not_committed(
@@ -530,10 +500,25 @@ def commit_epoch(
         if created:  # the epoch stays invisible; leave no partial commit behind if we can
             with contextlib.suppress(Exception):
                 storage.delete(node_commit_key(epoch, node) for node in created)
+        with contextlib.suppress(Exception):
+            _drop_lost_attempts(storage, epoch, commits)
         raise
     with contextlib.suppress(Exception):  # tidying only: a leftover intent keeps its chunks
         release_intents(storage, epoch, [commit.node for commit in commits])
     return EpochCommit(epoch, {commit.node: commit for commit in commits}, committed_at)
+
+
+def _drop_lost_attempts(storage: PathType, epoch: int, commits: Sequence[NodeCommit]) -> None:
+    """After a failed commit, delete the attempts of ``commits`` whose node is committed
+    to another attempt: they lost and can never be committed. An attempt whose record is
+    missing, or names it (a create that succeeded although it seemed to fail), stays:
+    only a later commit of its node and epoch makes it garbage (``ckptstore gc``)."""
+    attempts = {commit.node: commit for commit in commits if commit.attempt is not None}
+    record = read_commit(storage, epoch, attempts) if attempts else None
+    committed = {} if record is None else record.nodes
+    for node, commit in attempts.items():
+        if node in committed and committed[node].attempt != commit.attempt:
+            storage.delete_tree(commit.data_key)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -704,7 +689,6 @@ def _open_node_record(
     storage: PathType, node: str, epoch: int
 ) -> tuple[NodeManifest, bytes, NodeCommit]:
     record = read_commit(storage, epoch, [node])
-    db_key = get_ckpt_filename(node, epoch)
     if record is None or node not in record.nodes:
         detail = "the node's save of this epoch is not committed"
         raise CheckpointNotFoundError(
@@ -715,7 +699,8 @@ def _open_node_record(
             f"{storage.display_url} ({detail}). Run `ckptstore ls {storage.display_url}` to "
             "see the committed epochs, or resume from one of them.",
         )
-    key = manifest_key(db_key)
+    node_commit = record.nodes[node]
+    key = manifest_key(node_commit.data_key)
     try:
         data = storage.read_document(key)
     except ObjectNotFoundError:
@@ -724,7 +709,6 @@ def _open_node_record(
             url=storage.display_url,
             file=key,
         ) from None
-    node_commit = record.nodes[node]
     if crc32c_of([data]) != node_commit.manifest_crc32c:
         raise CorruptCheckpointError(
             "the manifest's CRC-32C differs from the one in the commit record",
@@ -738,7 +722,7 @@ def _open_node_record(
             url=storage.display_url,
             file=key,
         )
-    return manifest, data, node_commit
+    return replace(manifest, root=node_commit.data_key), data, node_commit
 
 
 @paused_gc()
@@ -766,7 +750,7 @@ def read_blobs(
             f"it holds {len(manifest.blobs)} blobs; check the names (`ckptstore inspect`)",
         )
     records = [manifest.blobs[name] for name in wanted if name in manifest.blobs]
-    db = DBLocation(storage, get_ckpt_filename(manifest.node, manifest.epoch), io)
+    db = DBLocation(storage, manifest.data_key, io)
     with corrupt_in_node(storage, manifest.node, manifest.epoch):
         check_decodable(storage, records, db_type)
         check_pieces_fit(storage, db.root, (chunk for r in records for chunk in r.chunks))
@@ -781,7 +765,7 @@ def verify_node(
         manifest = open_node(storage, node, epoch)
     except CorruptCheckpointError as error:
         return [error]
-    db = DBLocation(storage, get_ckpt_filename(node, epoch), io)
+    db = DBLocation(storage, manifest.data_key, io)
     pieces = [*(chunk for r in manifest.blobs.values() for chunk in r.chunks), *manifest.files]
     try:
         with corrupt_in_node(storage, node, epoch):

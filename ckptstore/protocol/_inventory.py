@@ -8,8 +8,9 @@ A run is a prefix holding ckptstore's layout (see :mod:`ckptstore.records._layou
 ``committed`` when its commit record lists every node checkpoint found for it,
 ``partial`` when some node checkpoints of it are not in the record, ``uncommitted``
 without a record. A node checkpoint is ``committed``, ``uncommitted`` (written, not
-committed) or ``writing`` (no manifest yet, or a staging directory: a save in progress
-or interrupted).
+committed) or ``writing`` (no manifest yet, or a staging directory of an earlier
+version: a save in progress or interrupted). A committed node names the attempt its
+record commits (``<node>.<epoch>/attempt-<id>/``, where its files are).
 
 Example::
 
@@ -43,12 +44,14 @@ from ckptstore.records._layout import (
     RETIRED_MARK,
     STAGING_MARK,
     manifest_key,
+    node_data_key,
+    parse_attempt_dir,
     parse_commit_record_key,
     parse_db_key,
     parse_node_commit_key,
 )
 from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename, join_url
+from ckptstore.records._names import join_url
 
 __all__ = [
     "EpochEntry",
@@ -79,6 +82,13 @@ class NodeEntry:
     nblobs: int | None = None
     shared_bytes: int = 0
     """Of ``stored_bytes``, those in the root's chunk store (incremental saves)."""
+    attempt: str | None = None
+    """The committed attempt (``None``: uncommitted, or an earlier version's layout)."""
+
+    @property
+    def data_key(self) -> str:
+        """Where the node checkpoint's files are, relative to the run's root."""
+        return node_data_key(self.node, self.epoch, self.attempt)
 
     @property
     def default_node(self) -> bool:
@@ -96,6 +106,8 @@ class NodeEntry:
             "stored_bytes": self.stored_bytes,
             "shared_bytes": self.shared_bytes,
             "nblobs": self.nblobs,
+            "attempt": self.attempt,
+            "data_key": self.data_key if self.state == "committed" else None,
         }
 
 
@@ -196,7 +208,9 @@ def committed_epochs_in(keys: Iterable[str], prefix: str = "") -> list[int]:
 
 @dataclass
 class _Found:
-    manifests: set[tuple[str, int]] = field(default_factory=set)
+    manifests: dict[tuple[str, int], set[str | None]] = field(
+        default_factory=lambda: defaultdict(set)
+    )
     writing: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
     epochs: set[int] = field(default_factory=set)
 
@@ -219,7 +233,14 @@ def _run_prefixes(keys: Iterable[str]) -> set[str]:
     runs = set()
     for key in keys:
         parts = key.split("/")
-        if len(parts) >= 2 and _marks_a_run(parts[-2], parts[-1]):
+        if (
+            len(parts) >= 3
+            and parts[-1] == MANIFEST_NAME
+            and parse_attempt_dir(parts[-2]) is not None
+            and parse_db_key(parts[-3]) is not None
+        ):
+            runs.add("/".join(parts[:-3]))
+        elif len(parts) >= 2 and _marks_a_run(parts[-2], parts[-1]):
             runs.add("/".join(parts[:-2]))
         elif len(parts) >= 3 and parse_node_commit_key("/".join(parts[-3:])) is not None:
             runs.add("/".join(parts[:-3]))
@@ -263,8 +284,10 @@ def _classify(relative: str, key: str, found: _Found) -> None:
     parsed = parse_db_key(head)
     if parsed is None:
         return
-    if rest == MANIFEST_NAME:
-        found.manifests.add(parsed)
+    directory, _, inside = rest.partition("/")
+    attempt = parse_attempt_dir(directory) if inside else None
+    if (inside if attempt is not None else rest) == MANIFEST_NAME:
+        found.manifests[parsed].add(attempt)
     else:
         found.writing[parsed].append(key)
 
@@ -283,10 +306,12 @@ def _run_entry(storage: PathType, prefix: str, found: _Found) -> RunEntry:
                 commit.stored_bytes,
                 commit.nblobs,
                 commit.shared_bytes,
+                commit.attempt,
             )
-    for node, epoch in sorted(found.manifests):
+    for (node, epoch), attempts in sorted(found.manifests.items()):
         if node not in nodes[epoch]:
-            nodes[epoch][node] = _uncommitted(storage, prefix, node, epoch)
+            attempt = sorted(attempts, key=lambda found: found or "")[0]
+            nodes[epoch][node] = _uncommitted(storage, prefix, node, epoch, attempt)
     for (node, epoch), keys in sorted(found.writing.items()):
         if node not in nodes[epoch]:
             size = sum(_size(storage, key) for key in keys)
@@ -317,8 +342,11 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
-def _uncommitted(storage: PathType, prefix: str, node: str, epoch: int) -> NodeEntry:
-    key = _join(prefix, manifest_key(get_ckpt_filename(node, epoch)))
+def _uncommitted(
+    storage: PathType, prefix: str, node: str, epoch: int, attempt: str | None
+) -> NodeEntry:
+    """An uncommitted node checkpoint, sized from one of its attempts' manifests."""
+    key = _join(prefix, manifest_key(node_data_key(node, epoch, attempt)))
     try:
         data = storage.read_document(key)
         manifest = NodeManifest.decode(data, url=storage.display_url, key=key)

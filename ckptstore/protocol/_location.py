@@ -23,9 +23,10 @@ from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
+from ckptstore.protocol._commit import require_commit
 from ckptstore.protocol._incremental import check_incremental
 from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import db_name, get_ckpt_filename
+from ckptstore.records._names import db_name
 
 __all__ = ["CheckpointLocation"]
 
@@ -109,8 +110,11 @@ class CheckpointLocation:
         return db_name(epoch, node, self.storage.display_url)
 
     def db(self, node: str, epoch: int, io: ParallelIO | None = None) -> DBLocation:
-        """What a DB type reads a committed node checkpoint through."""
-        return DBLocation(self.storage, get_ckpt_filename(node, epoch), io or self.engine())
+        """What a DB type reads a committed node checkpoint through: the attempt its
+        commit record names (:class:`~ckptstore.errors.CheckpointNotFoundError` if it
+        is not committed)."""
+        record = require_commit(self.storage, epoch, [node])
+        return DBLocation(self.storage, record.nodes[node].data_key, io or self.engine())
 
     def reader_for(self, manifest: NodeManifest) -> DBType:
         """The DB type that wrote ``manifest`` (checkpoints stay readable after a job

@@ -19,7 +19,7 @@ Example::
     >>> archive = LocalPath("archive")  # an S3 or GCS path type works alike
     >>> stats = copy_node(source=local_location, dest=archive, node="trainer_0", epoch=3)
     >>> _ = commit_epoch(archive, 3, [stats.commit])
-    >>> archive.exists("trainer_0.3/ckptstore.manifest.json")
+    >>> archive.exists(f"{stats.commit.data_key}/ckptstore.manifest.json")  # a new attempt
     True
 """
 
@@ -42,6 +42,7 @@ from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import receive_chunks
 from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.records._layout import new_attempt, node_data_key
 from ckptstore.records._manifest import ChunkRecord, NodeManifest
 from ckptstore.records._names import get_ckpt_filename
 from ckptstore.records._stats import NodeStats
@@ -63,13 +64,14 @@ def copy_node(
     each chunk or range as it is copied, then (``verify``) as the copy is read back."""
     started = time.perf_counter_ns()
     manifest, manifest_bytes, node_commit = protocol.open_node_record(source.storage, node, epoch)
-    db_key = get_ckpt_filename(node, epoch)
     engine = source.engine().reporting(progress)
-    src = DBLocation(source.storage, db_key, engine)
+    src = DBLocation(source.storage, manifest.data_key, engine)
     pieces = _pieces_by_file(manifest)
     with corrupt_in_node(source.storage, node, epoch):
         check_decodable(source.storage, manifest.blobs.values(), source.reader_for(manifest))
-        check_pieces_fit(source.storage, db_key, (p for group in pieces.values() for p in group))
+        check_pieces_fit(
+            source.storage, manifest.data_key, (p for group in pieces.values() for p in group)
+        )
 
     shared = [records[0] for key, records in pieces.items() if is_shared_key(key)]
 
@@ -104,19 +106,21 @@ def copy_node(
                 raise problems[0]
         return manifest_bytes
 
+    attempt = new_attempt()
+    root = node_data_key(node, epoch, attempt)
     with corrupt_in_node(source.storage, node, epoch):
-        protocol.publish_node(dest, db_key, fill)
+        protocol.publish_node(dest, root, fill)
     return NodeStats(
         node=node,
         epoch=epoch,
-        db_path=f"{dest.display_url.rstrip('/')}/{db_key}",
+        db_path=f"{dest.display_url.rstrip('/')}/{get_ckpt_filename(node, epoch)}",
         action="checkpoint_upload",
         duration_ns=time.perf_counter_ns() - started,
         nbytes=manifest.nbytes,
         stored_bytes=node_commit.stored_bytes,
         nblobs=len(manifest.blobs),
         blobs=tuple(manifest.blobs),
-        commit=replace(node_commit, duration_ns=time.perf_counter_ns() - started),
+        commit=replace(node_commit, duration_ns=time.perf_counter_ns() - started, attempt=attempt),
     )
 
 

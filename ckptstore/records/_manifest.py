@@ -43,7 +43,12 @@ from ckptstore.records._documents import (
 )
 from ckptstore.records._dtypes import decode_dtype, dtype_itemsize
 from ckptstore.records._limits import Limits, current_limits
-from ckptstore.records._names import validate_blob_name, validate_key, validate_node_name
+from ckptstore.records._names import (
+    get_ckpt_filename,
+    validate_blob_name,
+    validate_key,
+    validate_node_name,
+)
 
 __all__ = ["BlobRecord", "ChunkRecord", "NodeManifest", "safe_dtype"]
 
@@ -256,6 +261,15 @@ class NodeManifest:
     blobs: Mapping[str, BlobRecord]
     files: tuple[ChunkRecord, ...] = ()
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    root: str | None = field(default=None, compare=False, repr=False)
+    """Where the checkpoint's files are (a key prefix): set by the reader from the
+    commit record's attempt; not stored in the manifest."""
+
+    @property
+    def data_key(self) -> str:
+        """The key prefix of the checkpoint's files (``<node>.<epoch>`` for a manifest
+        that was not read through a commit record, as earlier versions laid it out)."""
+        return self.root if self.root is not None else get_ckpt_filename(self.node, self.epoch)
 
     @cached_property
     def nbytes(self) -> int:

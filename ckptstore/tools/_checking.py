@@ -35,7 +35,7 @@ from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol._archives import check_archives
-from ckptstore.records._layout import manifest_key
+from ckptstore.records._layout import MANIFEST_NAME
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename
 
@@ -69,6 +69,10 @@ class NodeDescription(TypedDict):
     """Whether ``node`` is the default node (``"local"``), which runs the tasks created
     outside any ``with Node(...)``, such as ``epoch_limiter``'s counter."""
     db_type: str
+    data_key: str
+    """Where the node's files are, relative to the URL: its committed attempt's
+    directory (``<node>.<epoch>/attempt-<id>``, or ``<node>.<epoch>`` for a checkpoint
+    an earlier version wrote)."""
     nbytes: int
     stored_bytes: int
     shared_bytes: int
@@ -115,6 +119,7 @@ def _describe_node(manifest: NodeManifest, commit: protocol.NodeCommit) -> NodeD
         "node": manifest.node,
         "default_node": manifest.node == DEFAULT_NODE,
         "db_type": manifest.db_type,
+        "data_key": commit.data_key,
         "nbytes": manifest.nbytes,
         "stored_bytes": commit.stored_bytes,
         "shared_bytes": sum(
@@ -216,7 +221,7 @@ def verify_epochs(
         found.extend(
             NodeCheck(node, epoch, 0, (), committed=False)
             for node in job_nodes - set(record.nodes)
-            if storage.exists(manifest_key(get_ckpt_filename(node, epoch)))
+            if _written(storage, node, epoch)
         )
         for check in sorted(found, key=lambda check: check.node):
             progress = NodeProgress(on_bytes, check.stored_bytes)
@@ -233,6 +238,16 @@ def verify_epochs(
             if on_checked is not None:
                 on_checked(check)
     return checks
+
+
+def _written(storage: PathType, node: str, epoch: int) -> bool:
+    """Whether some save of ``node``'s ``epoch`` wrote a manifest (any attempt, or an
+    earlier version's layout): one LIST of ``<node>.<epoch>/``."""
+    inside = get_ckpt_filename(node, epoch) + "/"
+    return any(
+        key.startswith(inside) and key.endswith(f"/{MANIFEST_NAME}")
+        for key in storage.list_keys(inside[:-1])
+    )
 
 
 def problem_summary(problem: CorruptCheckpointError) -> str:

@@ -507,9 +507,7 @@ class Reader(StorageReader):
             blob: manifest.blobs[blob] if partial is None else partial.record
             for blob, (_, partial) in batch.items()
         }
-        partial_manifest = NodeManifest(
-            manifest.node, manifest.epoch, manifest.db_type, records, manifest.files
-        )
+        partial_manifest = replace(manifest, blobs=records)  # its files: the same attempt
         reader = self.location.reader_for(manifest)
         try:
             arrays = read_blobs(

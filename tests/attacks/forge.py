@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptstore.io._checksum import checksum_of, crc32c_of
-from ckptstore.records._layout import manifest_key, node_commit_key
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.records._layout import MANIFEST_NAME, node_commit_key, node_data_key
 
 NODE = "trainer_0"
 EPOCH = 2
@@ -28,14 +27,23 @@ def signed(canonical_body: bytes) -> bytes:
     return b'{"crc32c":%d,%s' % (crc32c_of([canonical_body]), canonical_body[1:])
 
 
+def _attempt_of(root: Path, node: str, epoch: int) -> str | None:
+    """The attempt directory of ``node``'s checkpoint of ``epoch`` (the run holds one
+    save of it: its record may be forged already, so the directory is looked up);
+    ``None`` for a checkpoint of an earlier version, without one."""
+    attempts = sorted((root / f"{node}.{epoch}").glob("attempt-*"))
+    assert len(attempts) <= 1, attempts
+    return attempts[0].name.split("-", 1)[1] if attempts else None
+
+
 class Forge:
     """One node checkpoint of a run under ``root``, edited in place with valid CRCs."""
 
     def __init__(self, root: Path, node: str = NODE, epoch: int = EPOCH) -> None:
         self.root, self.node, self.epoch = root, node, epoch
-        self.db = root / get_ckpt_filename(node, epoch)
-        self.manifest_path = root / manifest_key(get_ckpt_filename(node, epoch))
         self.commit_path = root / node_commit_key(epoch, node)  # this node's commit record
+        self.db = root / node_data_key(node, epoch, _attempt_of(root, node, epoch))
+        self.manifest_path = self.db / MANIFEST_NAME
 
     def manifest(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.manifest_path.read_bytes())

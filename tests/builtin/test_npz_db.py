@@ -9,7 +9,15 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
+from ckpt_helpers import (
+    SMALL_CHUNKS,
+    data_key,
+    engine,
+    flip_byte,
+    memory_root,
+    node_dir,
+    partial_load,
+)
 
 from ckptstore import CheckpointManager, CorruptCheckpointError, LocalSession, protocol
 from ckptstore.builtin import FsspecPath, LocalPath, NpzDB
@@ -53,7 +61,7 @@ def save(root: Path, values: dict[str, np.ndarray], epoch: int = 1) -> LocalPath
 def test_archives_open_with_plain_numpy_and_no_pickle(tmp_path: Path) -> None:
     values = varied_blobs()
     save(tmp_path, values)
-    with np.load(tmp_path / "trainer_0.1" / "blobs.npz", allow_pickle=False) as archive:
+    with np.load(node_dir(tmp_path, "trainer_0", 1) / "blobs.npz", allow_pickle=False) as archive:
         assert sorted(archive.files) == sorted(values)
         for name, value in values.items():
             assert archive[name].dtype == value.dtype
@@ -69,7 +77,7 @@ def test_ml_dtypes_open_with_plain_numpy_as_unsigned_integers(tmp_path: Path) ->
         "long": np.array([1.25, -0.0], dtype=np.longdouble),
     }
     save(tmp_path, values)
-    with np.load(tmp_path / "trainer_0.1" / "blobs.npz", allow_pickle=False) as archive:
+    with np.load(node_dir(tmp_path, "trainer_0", 1) / "blobs.npz", allow_pickle=False) as archive:
         assert archive["bf16_be"].dtype == np.dtype(">u2")
         assert archive["f8"].dtype == np.dtype("u1")
         assert archive["long"].dtype == np.longdouble
@@ -114,13 +122,13 @@ def test_every_byte_of_the_archive_is_covered_by_a_checksum(tmp_path: Path) -> N
         assert piece.offset == position
         assert piece.stored == piece.size
         position += piece.stored
-    assert position == (tmp_path / "trainer_0.1" / "blobs.npz").stat().st_size
+    assert position == (node_dir(tmp_path, "trainer_0", 1) / "blobs.npz").stat().st_size
     assert manifest.stored_bytes == position  # nested blob bytes count once
 
 
 def test_flipping_any_byte_of_an_archive_is_reported_by_verify(tmp_path: Path) -> None:
     storage = save(tmp_path, {"w": np.arange(3, dtype=np.int8), "s": np.array(1.5)})
-    archive = tmp_path / "trainer_0.1" / "blobs.npz"
+    archive = node_dir(tmp_path, "trainer_0", 1) / "blobs.npz"
     size = archive.stat().st_size
     db = NpzDB()
     io = ParallelIO(IOSettings(chunk_bytes=4096, concurrency=1, memory_budget=1 << 20))
@@ -138,7 +146,9 @@ def test_flipping_any_byte_of_an_archive_is_reported_by_verify(tmp_path: Path) -
 def test_a_damaged_blob_fails_its_load_with_its_name(tmp_path: Path) -> None:
     storage = save(tmp_path, {"a": np.arange(4.0), "b": np.arange(4.0)})
     manifest = protocol.open_node(storage, NODE, 1)
-    flip_byte(tmp_path / "trainer_0.1" / "blobs.npz", manifest.blobs["b"].chunks[0].offset)
+    flip_byte(
+        node_dir(tmp_path, "trainer_0", 1) / "blobs.npz", manifest.blobs["b"].chunks[0].offset
+    )
     with pytest.raises(CorruptCheckpointError) as info:
         protocol.read_blobs(storage, manifest, ["a", "b"], NpzDB(), engine())
     assert info.value.blob == "b"
@@ -150,10 +160,12 @@ def test_partial_loads_read_only_the_requested_blobs_bytes(
 ) -> None:
     session, storage = partial_load(tmp_path, registry, "npz", ["b"])
     assert session.workspace("reader")["b"].tolist() == list(range(10))
-    assert storage.chunk_reads == {"trainer_0.1/blobs.npz": 40}
+    assert storage.chunk_reads == {
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/blobs.npz": 40
+    }
     assert sorted(storage.document_reads) == [
         "_ckptstore/epoch-1/trainer_0.commit.json",
-        "trainer_0.1/ckptstore.manifest.json",
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/ckptstore.manifest.json",
     ]
 
 
@@ -175,13 +187,16 @@ class Bomb:
 def forge(tmp_path: Path, storage: LocalPath, dtype: str) -> bytes:
     """Replace trainer_0.1's archive with one holding a pickled object array, and commit
     a consistent manifest describing its first 8 bytes as blob ``w`` of ``dtype``."""
-    archive = tmp_path / "trainer_0.1" / "blobs.npz"
+    archive = node_dir(tmp_path, "trainer_0", 1) / "blobs.npz"
     np.savez(archive, w=np.array([Bomb()], dtype=object))
     head = archive.read_bytes()[:8]
     chunk = ChunkRecord("blobs.npz", 0, 8, 8, crc32_of([head]))
     data = NodeManifest(NODE, 1, "npz", {"w": BlobRecord("w", dtype, (1,), (chunk,))}).encode()
-    storage.write_bytes("trainer_0.1/ckptstore.manifest.json", data)
-    commit = protocol.NodeCommit(NODE, 1, "npz", crc32c_of([data]), 8, len(data), 1)
+    root = data_key(storage, NODE, 1)
+    storage.write_bytes(f"{root}/ckptstore.manifest.json", data)
+    commit = protocol.NodeCommit(
+        NODE, 1, "npz", crc32c_of([data]), 8, len(data), 1, attempt=root.rsplit("-", 1)[1]
+    )
     protocol.retract_epoch(storage, 1, [NODE])  # the forger replaces the record
     protocol.commit_epoch(storage, 1, [commit])
     return head
@@ -190,7 +205,7 @@ def forge(tmp_path: Path, storage: LocalPath, dtype: str) -> bytes:
 def test_loading_never_unpickles(tmp_path: Path) -> None:
     DETONATED.clear()
     storage = save(tmp_path, {"w": np.zeros(1, dtype=np.int64)})
-    archive = tmp_path / "trainer_0.1" / "blobs.npz"
+    archive = node_dir(tmp_path, "trainer_0", 1) / "blobs.npz"
     manager = CheckpointManager(str(tmp_path), NODE, "npz")
     session = LocalSession()
     forge(tmp_path, storage, "|O")
@@ -220,7 +235,9 @@ def test_archives_stream_to_object_stores_and_load_back() -> None:
         storage = manager.location.storage
         assert isinstance(storage, FsspecPath)
         assert protocol.verify_node(storage, NODE, 1, NpzDB(), engine()) == []
-        with storage.fs.open(f"{storage.root}/trainer_0.1/blobs.npz", "rb") as file:
+        with storage.fs.open(
+            f"{storage.root}/{data_key(storage, NODE, 1)}/blobs.npz", "rb"
+        ) as file:
             archive = np.load(file, allow_pickle=False)
             np.testing.assert_array_equal(archive["model/w"], values["model/w"])
         fresh = LocalSession()

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import zarr
-from ckpt_helpers import CountingLocalPath, flip_byte
+from ckpt_helpers import CountingLocalPath, data_key, flip_byte, node_dir
 
 from ckptstore import CorruptCheckpointError
 from ckptstore._types import Buffer
@@ -91,7 +91,7 @@ def test_plain_zarr_and_numpy_read_every_blob(tmp_path: Path, db_type: str) -> N
     values = mixed_blobs()
     storage = LocalPath(str(tmp_path))
     save(storage, values, FORMATS[db_type](), ParallelIO(SMALL_PIECES))
-    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    loaded = plain_read(node_dir(tmp_path, "trainer_0", 1), db_type)
     assert sorted(loaded) == sorted(values)
     for name, value in values.items():
         np.testing.assert_array_equal(loaded[name], value)
@@ -124,7 +124,7 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     assert storage.direct_io
     io = ParallelIO(IOSettings(chunk_bytes=4 << 20, concurrency=3))
     save(storage, values, FORMATS[db_type](), io)
-    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    archive = node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]
     with zipfile.ZipFile(archive) as opened:
         assert opened.testzip() is None
         raw = archive.read_bytes()
@@ -138,7 +138,7 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
                 start = opened.read(member)[:10]
                 data_at += 10 + int.from_bytes(start[8:10], "little")
             assert data_at % 4096 == memory_residue(values[name])
-    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    loaded = plain_read(node_dir(tmp_path, "trainer_0", 1), db_type)
     manifest = protocol.open_node(storage, NODE, 1)
     back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
     for name, value in values.items():
@@ -159,7 +159,7 @@ def test_ten_thousand_blobs_make_a_few_files_with_no_wasted_space(
     blobs = {f"layer{i // 100}/w{i}": np.full(512, i, dtype=np.float64) for i in range(10_000)}
     storage = LocalPath(str(tmp_path))
     save(storage, blobs, FORMATS[db_type](), ParallelIO(storage.default_io))
-    files = [path for path in (tmp_path / "trainer_0.1").rglob("*") if path.is_file()]
+    files = [path for path in (node_dir(tmp_path, "trainer_0", 1)).rglob("*") if path.is_file()]
     assert len(files) <= 4
     assert sorted(path.name for path in files) == sorted(
         [ARCHIVES[db_type], "ckptstore.manifest.json"]
@@ -168,7 +168,7 @@ def test_ten_thousand_blobs_make_a_few_files_with_no_wasted_space(
     allocated = sum(path.stat().st_blocks * 512 for path in files)
     assert allocated <= 1.1 * stored
     assert stored <= 1.5 * 10_000 * 4096  # headers, documents and manifest included
-    directory = tmp_path / "trainer_0.1"
+    directory = node_dir(tmp_path, "trainer_0", 1)
     if db_type == "npz":
         with np.load(directory / "blobs.npz", allow_pickle=False) as archive:
             last = archive["layer99/w9999"]
@@ -205,7 +205,7 @@ def test_runs_of_small_members_stay_within_the_memory_budget(tmp_path: Path, db_
     storage = LocalPath(str(tmp_path))
     save(storage, blobs, FORMATS[db_type](), io)
     assert 0 < io.peak_in_flight <= settings.memory_budget
-    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    loaded = plain_read(node_dir(tmp_path, "trainer_0", 1), db_type)
     for name, value in blobs.items():
         np.testing.assert_array_equal(loaded[name], value)
 
@@ -219,7 +219,9 @@ def test_a_partial_load_reads_only_that_blobs_range(tmp_path: Path, db_type: str
     storage.chunk_reads.clear()
     loaded = protocol.read_blobs(storage, manifest, ["b"], FORMATS[db_type](), ParallelIO())
     assert loaded["b"].tolist() == list(range(1000))
-    assert storage.chunk_reads == {f"trainer_0.1/{ARCHIVES[db_type]}": 4000}
+    assert storage.chunk_reads == {
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{ARCHIVES[db_type]}": 4000
+    }
 
 
 def forged(db_type: str, tmp_path: Path, offset_of: str) -> tuple[DBLocation, list, DBType]:
@@ -228,11 +230,11 @@ def forged(db_type: str, tmp_path: Path, offset_of: str) -> tuple[DBLocation, li
     save(storage, {"a": np.zeros(1000), "b": np.ones(1000)}, db, ParallelIO())
     manifest = protocol.open_node(storage, NODE, 1)
     a, b = manifest.blobs["a"], manifest.blobs["b"]
-    size = (tmp_path / "trainer_0.1" / ARCHIVES[db_type]).stat().st_size
+    size = (node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]).stat().st_size
     offset = {"past_the_end": size - 10, "overlapping": a.chunks[0].offset + 8}[offset_of]
     chunk: ChunkRecord = replace(b.chunks[0], offset=offset)
     records = [a, replace(b, chunks=(chunk,))]
-    return DBLocation(storage, "trainer_0.1", ParallelIO()), records, db
+    return DBLocation(storage, data_key(storage, "trainer_0", 1), ParallelIO()), records, db
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
@@ -244,7 +246,10 @@ def test_forged_offsets_are_refused_before_reading(
     with pytest.raises(CorruptCheckpointError) as caught:
         db.read(location, records)
     assert caught.value.blob == "b"
-    assert caught.value.file == f"trainer_0.1/{ARCHIVES[db_type]}"
+    assert (
+        caught.value.file
+        == f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{ARCHIVES[db_type]}"
+    )
     assert "crc" not in str(caught.value).lower()  # says where, never a checksum value
 
 
@@ -274,8 +279,13 @@ def test_small_blobs_read_together_are_still_checked_one_by_one(
     storage.chunk_reads.clear()
     loaded = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
     assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
-    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
-    assert storage.chunk_reads[f"trainer_0.1/{ARCHIVES[db_type]}"] < archive.stat().st_size
+    archive = node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]
+    assert (
+        storage.chunk_reads[
+            f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{ARCHIVES[db_type]}"
+        ]
+        < archive.stat().st_size
+    )
     with open(archive, "r+b") as file:  # damage one blob in the middle of a run
         file.seek(manifest.blobs["w157"].chunks[0].offset + 9)
         byte = file.read(1)[0]
@@ -323,7 +333,7 @@ def test_a_range_forged_inside_another_blobs_range_is_refused(tmp_path: Path, db
     manifest = protocol.open_node(storage, NODE, 1)
     a, b, c = (manifest.blobs[name] for name in "abc")
     inside = replace(b, chunks=(replace(b.chunks[0], offset=a.chunks[0].offset + 800),))
-    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    location = DBLocation(storage, data_key(storage, "trainer_0", 1), ParallelIO())
     with pytest.raises(CorruptCheckpointError, match="overlaps blob 'a'") as caught:
         db.read(location, [c, inside, a])
     assert caught.value.blob == "b"
@@ -332,7 +342,7 @@ def test_a_range_forged_inside_another_blobs_range_is_refused(tmp_path: Path, db
 def republish(storage: LocalPath, manifest: NodeManifest) -> None:
     """Store ``manifest`` for epoch 1 and commit it (as an older ckptstore would have)."""
     data = manifest.encode()
-    storage.write_bytes("trainer_0.1/ckptstore.manifest.json", data)
+    storage.write_bytes(f"{data_key(storage, NODE, 1)}/ckptstore.manifest.json", data)
     record = protocol.read_commit(storage, 1)
     assert record is not None
     node = record.nodes[NODE]
@@ -381,7 +391,7 @@ def test_manifests_of_earlier_versions_still_load_verify_and_copy(
     storage = LocalPath(str(tmp_path / "src"))
     values = {**{f"w{i}": np.full(100, i) for i in range(20)}, "big": np.arange(40_000.0)}
     save(storage, values, db, ParallelIO(SMALL_PIECES))
-    archive = tmp_path / "src" / "trainer_0.1" / {**ARCHIVES, "lmdb": "data.mdb"}[db_type]
+    archive = node_dir(tmp_path / "src", "trainer_0", 1) / {**ARCHIVES, "lmdb": "data.mdb"}[db_type]
     manifest = protocol.open_node(storage, NODE, 1)
     old = with_gap_records(manifest, archive)
     assert len(old.files) > 20 > len(manifest.files)  # a gap before each small blob
@@ -394,9 +404,11 @@ def test_manifests_of_earlier_versions_still_load_verify_and_copy(
     assert protocol.verify_node(storage, NODE, 1, db, ParallelIO()) == []
     location = CheckpointLocation.open(str(tmp_path / "src"), db_type)
     dest = LocalPath(str(tmp_path / "dest"))
-    copy_node(source=location, dest=dest, node=NODE, epoch=1)
-    assert (tmp_path / "dest" / "trainer_0.1" / archive.name).read_bytes() == archive.read_bytes()
-    copied = protocol.read_blobs(dest, old, None, db, ParallelIO())
+    stats = copy_node(source=location, dest=dest, node=NODE, epoch=1)
+    assert stats.commit is not None
+    copy_root = stats.commit.data_key
+    assert (tmp_path / "dest" / copy_root / archive.name).read_bytes() == archive.read_bytes()
+    copied = protocol.read_blobs(dest, replace(old, root=copy_root), None, db, ParallelIO())
     assert all(copied[name].tolist() == value.tolist() for name, value in values.items())
     flip_byte(archive, old.files[3].offset + 1)  # a header byte between two blobs
     (problem,) = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
@@ -416,7 +428,7 @@ def test_a_flipped_byte_of_a_small_blob_is_reported_with_the_blob(
     storage = LocalPath(str(tmp_path))
     save(storage, {f"w{i}": np.full(100, i) for i in range(20)}, FORMATS[db_type](), ParallelIO())
     manifest = protocol.open_node(storage, NODE, 1)
-    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    archive = node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]
     flip_byte(archive, manifest.blobs["w7"].chunks[0].offset + 5)
     problems = protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO())
     assert sorted(str(problem.blob) for problem in problems) == ["None", "w7"]
@@ -447,7 +459,7 @@ def test_forged_format_ranges_are_refused_by_verify(
         chunk = replace(w1.chunks[0], offset=blobs["w0"].chunks[0].offset + 8)
         blobs["w1"] = replace(w1, chunks=(chunk,))
     forged_manifest = replace(manifest, files=tuple(files), blobs=blobs)
-    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    location = DBLocation(storage, data_key(storage, "trainer_0", 1), ParallelIO())
     (problem,) = db.verify(location, forged_manifest)
     assert re.search("past the end|overlaps", str(problem))
     assert problem.blob == ("w1" if forgery == "blobs_overlapping" else None)
@@ -504,10 +516,10 @@ def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
     given = [np.frombuffer(part, np.uint8) for part in storage.parts[ARCHIVES[db_type]]]
     for name, shared in (("mid", True), ("one_mib", True), ("mid_fortran", False)):
         assert any(np.shares_memory(part, values[name]) for part in given) is shared, name
-    archive = tmp_path / "trainer_0.1" / ARCHIVES[db_type]
+    archive = node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]
     with zipfile.ZipFile(archive) as opened:
         assert opened.testzip() is None
-    loaded = plain_read(tmp_path / "trainer_0.1", db_type)
+    loaded = plain_read(node_dir(tmp_path, "trainer_0", 1), db_type)
     for name, value in values.items():
         np.testing.assert_array_equal(loaded[name], value)
     assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
@@ -515,7 +527,11 @@ def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
     manifest = protocol.open_node(counting, NODE, 1)
     back = protocol.read_blobs(counting, manifest, ["mid"], FORMATS[db_type](), ParallelIO())
     np.testing.assert_array_equal(back["mid"], values["mid"])
-    assert counting.chunk_reads == {f"trainer_0.1/{ARCHIVES[db_type]}": values["mid"].nbytes}
+    assert counting.chunk_reads == {
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{ARCHIVES[db_type]}": values[
+            "mid"
+        ].nbytes
+    }
 
 
 # -- a node checkpoint shared among a few archives --------------------------------------
@@ -584,7 +600,7 @@ def test_large_blobs_are_shared_among_archives_each_readable_alone(
     storage = CountingLocalPath(str(tmp_path))
     io = ParallelIO(IOSettings(chunk_bytes=512 << 10, concurrency=3))
     save(storage, values, FORMATS[db_type](), io)
-    directory = tmp_path / "trainer_0.1"
+    directory = node_dir(tmp_path, "trainer_0", 1)
     first = ARCHIVES[db_type]
     archives = [_packed.archive_name(first, number) for number in range(4)]
     assert sorted(path.name for path in directory.iterdir()) == sorted(
@@ -609,7 +625,9 @@ def test_large_blobs_are_shared_among_archives_each_readable_alone(
     storage.chunk_reads.clear()
     protocol.read_blobs(storage, manifest, ["layer/w2"], FORMATS[db_type](), ParallelIO())
     (holder,) = holders["layer/w2"]
-    assert storage.chunk_reads == {f"trainer_0.1/{holder}": values["layer/w2"].nbytes}
+    assert storage.chunk_reads == {
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{holder}": values["layer/w2"].nbytes
+    }
     assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
 
 
@@ -626,7 +644,7 @@ def test_damage_to_any_archive_is_found_and_named(
     last = _packed.archive_name(ARCHIVES[db_type], 3)
     (name,) = [n for n, r in manifest.blobs.items() if r.chunks and r.chunks[0].key == last]
     record = manifest.blobs[name]
-    path = tmp_path / "trainer_0.1" / last
+    path = node_dir(tmp_path, "trainer_0", 1) / last
     records = list(manifest.blobs.values())
     if damage == "flipped":
         flip_byte(path, record.chunks[0].offset + 100)
@@ -636,15 +654,17 @@ def test_damage_to_any_archive_is_found_and_named(
         size = path.stat().st_size
         chunk = replace(record.chunks[0], offset=size - 10)
         records = [r if r.name != name else replace(r, chunks=(chunk,)) for r in records]
-    location = DBLocation(storage, "trainer_0.1", ParallelIO())
+    location = DBLocation(storage, data_key(storage, "trainer_0", 1), ParallelIO())
     with pytest.raises(CorruptCheckpointError) as caught:
         db.read(location, records)
     assert caught.value.blob == name
-    assert caught.value.file == f"trainer_0.1/{last}"
+    assert caught.value.file == f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{last}"
     if damage != "forged_past_the_end":
         problems = protocol.verify_node(storage, NODE, 1, db, ParallelIO())
         assert problems
-        assert {problem.file for problem in problems} == {f"trainer_0.1/{last}"}
+        assert {problem.file for problem in problems} == {
+            f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/{last}"
+        }
 
 
 @pytest.mark.usefixtures("one_mib_archives")
@@ -678,11 +698,12 @@ def test_a_checkpoint_of_several_archives_copies_whole(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path / "src"))
     save(storage, shared_blobs(), ZarrDB(), ParallelIO())
     location = CheckpointLocation.open(str(tmp_path / "src"), "zarr")
-    copy_node(source=location, dest=LocalPath(str(tmp_path / "dest")), node=NODE, epoch=1)
+    stats = copy_node(source=location, dest=LocalPath(str(tmp_path / "dest")), node=NODE, epoch=1)
+    assert stats.commit is not None
     for number in range(4):
         name = _packed.archive_name("blobs.zarr.zip", number)
-        source = (tmp_path / "src" / "trainer_0.1" / name).read_bytes()
-        assert (tmp_path / "dest" / "trainer_0.1" / name).read_bytes() == source
+        source = (node_dir(tmp_path / "src", "trainer_0", 1) / name).read_bytes()
+        assert (tmp_path / "dest" / stats.commit.data_key / name).read_bytes() == source
 
 
 def test_documents_are_deflated_only_when_that_makes_them_smaller() -> None:

@@ -12,7 +12,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zarr
-from ckpt_helpers import SMALL_CHUNKS, engine, flip_byte, memory_root, partial_load
+from ckpt_helpers import (
+    SMALL_CHUNKS,
+    data_key,
+    engine,
+    flip_byte,
+    memory_root,
+    node_dir,
+    partial_load,
+)
 
 from ckptstore import CorruptCheckpointError, protocol
 from ckptstore.builtin import FsspecPath, LocalPath, _zarr_db
@@ -61,7 +69,7 @@ def save(storage: PathType, values: dict[str, np.ndarray], db: ZarrDB | None = N
 def test_groups_open_with_plain_zarr(tmp_path: Path, compression: str | None) -> None:
     values = zarr_blobs()
     save(LocalPath(str(tmp_path)), values, ZarrDB(compression=compression))
-    group = open_plain(tmp_path / "trainer_0.1", compression)
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1), compression)
     for name, value in values.items():
         array = group[name]
         assert isinstance(array, zarr.Array)
@@ -106,18 +114,18 @@ def test_blobs_are_packed_unpadded_and_every_piece_is_checksummed(tmp_path: Path
     storage = LocalPath(str(tmp_path))
     values = np.arange(1000, dtype=np.float64)  # 8000 bytes: pieces of 4096 and 3904
     save(storage, {"w": values})
-    assert sorted(p.name for p in (tmp_path / "trainer_0.1").iterdir()) == [
+    assert sorted(p.name for p in (node_dir(tmp_path, "trainer_0", 1)).iterdir()) == [
         "blobs.zarr.zip",
         "ckptstore.manifest.json",
     ]
     record = protocol.open_node(storage, NODE, 1).blobs["w"]
     assert [(c.size, c.stored) for c in record.chunks] == [(4096, 4096), (3904, 3904)]
     assert record.chunks[1].offset == record.chunks[0].offset + 4096
-    array = open_plain(tmp_path / "trainer_0.1")["w"]
+    array = open_plain(node_dir(tmp_path, "trainer_0", 1))["w"]
     assert isinstance(array, zarr.Array)
     assert array.chunks == (1000,)  # one chunk per array: no edge padding
     np.testing.assert_array_equal(array[:], values)
-    flip_byte(tmp_path / "trainer_0.1" / "blobs.zarr.zip", record.chunks[1].offset + 10)
+    flip_byte(node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip", record.chunks[1].offset + 10)
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert (problem.blob, problem.chunk) == ("w", 1)
     manifest = protocol.open_node(storage, NODE, 1)
@@ -133,7 +141,7 @@ def test_compressed_edge_chunks_are_padded_and_the_padding_is_checksummed(
     save(storage, {"w": values}, ZarrDB(compression="zstd"))
     record = protocol.open_node(storage, NODE, 1).blobs["w"]
     assert [c.size for c in record.chunks] == [4096, 3904]
-    flip_byte(tmp_path / "trainer_0.1" / "w" / "c.1", 5)
+    flip_byte(node_dir(tmp_path, "trainer_0", 1) / "w" / "c.1", 5)
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert (problem.blob, problem.chunk) == ("w", 1)
 
@@ -142,7 +150,7 @@ def test_every_format_byte_is_checksummed(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     save(storage, {"a/b": np.zeros(3)})
     manifest = protocol.open_node(storage, NODE, 1)
-    archive = tmp_path / "trainer_0.1" / "blobs.zarr.zip"
+    archive = node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip"
     covered = sorted((f.offset, f.stored) for f in manifest.files)
     position = 0
     for offset, stored in covered:  # one run (headers, documents, data), the directory
@@ -167,7 +175,7 @@ def test_array_documents_are_stored_deflated_and_damage_to_them_is_found(
     storage = LocalPath(str(tmp_path))
     values = {f"layer{i}": np.full(1024, i, dtype=np.float32) for i in range(3)}
     save(storage, values)
-    archive = tmp_path / "trainer_0.1" / "blobs.zarr.zip"
+    archive = node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip"
     with zipfile.ZipFile(archive) as opened:
         assert opened.testzip() is None
         info = opened.getinfo("layer1/zarr.json")
@@ -175,7 +183,7 @@ def test_array_documents_are_stored_deflated_and_damage_to_them_is_found(
         assert info.compress_size < 0.65 * info.file_size
         assert json.loads(opened.read("layer1/zarr.json"))["shape"] == [1024]
         assert opened.getinfo("layer1/0").compress_type == zipfile.ZIP_STORED
-    group = open_plain(tmp_path / "trainer_0.1")
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1))
     for name, value in values.items():
         np.testing.assert_array_equal(group[name][:], value)
     with zipfile.ZipFile(archive) as opened:
@@ -205,7 +213,7 @@ def test_blobs_zarr_cannot_hold_are_refused_clearly(
     storage = LocalPath(str(tmp_path))
     with pytest.raises(UnsupportedBlobError, match=message):
         protocol.write_node(storage, NODE, 1, values, ZarrDB(), engine())
-    assert list(tmp_path.iterdir()) == []
+    assert [path for path in tmp_path.rglob("*") if path.is_file()] == []
 
 
 def test_a_blob_may_be_named_like_the_manifest_below_the_top_level(tmp_path: Path) -> None:
@@ -221,13 +229,13 @@ def test_partial_loads_read_only_the_requested_blobs_bytes(
     session, storage = partial_load(tmp_path, registry, "zarr", ["b", "c"], io=SMALL_CHUNKS)
     assert session.workspace("reader")["b"].tolist() == list(range(10))
     (read,) = storage.chunk_reads.items()
-    assert read[0] == "trainer_0.1/blobs.zarr.zip"
+    assert read[0] == f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/blobs.zarr.zip"
     # b and c, and the few hundred bytes of ZIP headers and zarr documents between them
     # (neighbouring ranges are read with one request); never a's 40,000 bytes
     assert 40 + 2400 <= read[1] < 40 + 2400 + 1024
     assert sorted(storage.document_reads) == [
         "_ckptstore/epoch-1/trainer_0.commit.json",
-        "trainer_0.1/ckptstore.manifest.json",
+        f"{data_key(LocalPath(str(tmp_path)), 'trainer_0', 1)}/ckptstore.manifest.json",
     ]
 
 
@@ -249,7 +257,7 @@ def test_strings_datetimes_and_longdouble_open_with_plain_zarr(
     storage = LocalPath(str(tmp_path))
     values = other_values()
     save(storage, values, ZarrDB(compression=compression))
-    group = open_plain(tmp_path / "trainer_0.1", compression)
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1), compression)
     for name, value in values.items():
         read = np.asarray(group[name][...])
         if value.dtype.kind == "f":  # zarr has no longdouble: its raw bytes
@@ -269,7 +277,7 @@ def test_ml_dtypes_open_with_plain_zarr_as_unsigned_integers_with_their_type_nam
         "f8": np.array([0.5, -2.0], dtype=ml_dtypes.float8_e4m3fn),
     }
     save(storage, values)
-    group = open_plain(tmp_path / "trainer_0.1")
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1))
     assert group["bf16"].attrs["ckptstore_dtype"] == "<ml_dtypes.bfloat16"
     assert group["f8"].attrs["ckptstore_dtype"] == "|ml_dtypes.float8_e4m3fn"
     for name, value in values.items():
@@ -307,8 +315,8 @@ def test_large_arrays_are_chunks_each_its_own_member(
     storage = LocalPath(str(tmp_path))
     values = large_values()
     save(storage, values)
-    group = open_plain(tmp_path / "trainer_0.1")
-    with zipfile.ZipFile(tmp_path / "trainer_0.1" / "blobs.zarr.zip") as opened:
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1))
+    with zipfile.ZipFile(node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip") as opened:
         assert opened.testzip() is None
         members = set(opened.namelist())
     for name, value in values.items():
@@ -343,7 +351,7 @@ def test_a_flipped_byte_in_an_edge_chunks_padding_is_found(
     save(storage, large_values())
     manifest = protocol.open_node(storage, NODE, 1)
     (padding,) = [c for c in manifest.blobs["rows"].chunks if c.size == 0]
-    flip_byte(tmp_path / "trainer_0.1" / "blobs.zarr.zip", padding.offset + 3)
+    flip_byte(node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip", padding.offset + 3)
     (problem,) = protocol.verify_node(storage, NODE, 1, ZarrDB(), engine())
     assert problem.blob == "rows"
     with pytest.raises(CorruptCheckpointError):
@@ -369,7 +377,7 @@ def test_large_arrays_chunk_the_first_axis_and_pad_little() -> None:
 def test_every_member_name_is_written_once(tmp_path: Path, small_large_arrays: None) -> None:
     """No duplicate members (zipfile takes the last of two, TensorStore refuses both)."""
     save(LocalPath(str(tmp_path)), large_values())
-    with zipfile.ZipFile(tmp_path / "trainer_0.1" / "blobs.zarr.zip") as opened:
+    with zipfile.ZipFile(node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip") as opened:
         names = opened.namelist()
     assert len(names) == len(set(names))
 
@@ -385,7 +393,7 @@ def test_arrays_of_few_huge_items_are_chunks_of_one_item(
     }
     storage = LocalPath(str(tmp_path))
     save(storage, values)
-    group = open_plain(tmp_path / "trainer_0.1")
+    group = open_plain(node_dir(tmp_path, "trainer_0", 1))
     assert group["few"].chunks == (1,)
     loaded = protocol.read_blobs(
         storage, protocol.open_node(storage, NODE, 1), None, ZarrDB(), engine()
@@ -432,7 +440,7 @@ def test_a_large_arrays_neighbouring_chunks_are_read_together_and_checked_apart(
     loaded = protocol.read_blobs(storage, manifest, None, ZarrDB(), reads)
     np.testing.assert_array_equal(loaded["w"], value)
     assert storage.opens == 3  # 2 + 2 + 1 chunks, not 5 requests
-    flip_byte(tmp_path / "trainer_0.1" / "blobs.zarr.zip", chunks[3].offset + 100)
+    flip_byte(node_dir(tmp_path, "trainer_0", 1) / "blobs.zarr.zip", chunks[3].offset + 100)
     with pytest.raises(CorruptCheckpointError) as info:
         protocol.read_blobs(storage, manifest, None, ZarrDB(), reads)
     assert (info.value.blob, info.value.chunk) == ("w", 3)

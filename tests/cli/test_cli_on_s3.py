@@ -3,6 +3,7 @@ bucket, usable with no options)."""
 
 from __future__ import annotations
 
+from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import protocol
@@ -45,7 +46,7 @@ def test_every_command_works_on_s3(cli: Cli, s3_url: str, run_url: str) -> None:
     ]
 
     chunk = protocol.open_node(storage, "trainer_0", 2).blobs["trainer_0/w"].chunks[0]
-    flip_byte(storage, f"trainer_0.2/{chunk.key}", chunk.offset)
+    flip_byte(storage, f"{data_key(storage, 'trainer_0', 2)}/{chunk.key}", chunk.offset)
     broken = cli("verify", s3_url)
     assert broken.code == 3
     assert "blob 'trainer_0/w'" in broken.out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import protocol
@@ -80,7 +81,7 @@ def test_a_damaged_node_leaves_nothing_committed_at_the_destination(
     """trainer_0 is intact and written first: it is not committed alone (all or nothing)."""
     storage = LocalPath(run_url)
     chunk = protocol.open_node(storage, "trainer_1", 2).blobs["trainer_1/w"].chunks[0]
-    flip_byte(storage, f"trainer_1.2/{chunk.key}", chunk.offset + 5)
+    flip_byte(storage, f"{data_key(storage, 'trainer_1', 2)}/{chunk.key}", chunk.offset + 5)
     dest = tmp_path / "as-zarr"
     result = cli("convert", run_url, "--to", "zarr", "--epoch", "2", "--dest", str(dest))
     assert result.code == 3

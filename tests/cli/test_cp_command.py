@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import protocol
@@ -62,7 +63,7 @@ def test_copies_between_path_types(cli: Cli, run_url: str) -> None:
 def test_a_corrupt_source_is_not_copied(cli: Cli, run_url: str, tmp_path: Path) -> None:
     storage = LocalPath(run_url)
     chunk = protocol.open_node(storage, "trainer_0", 3).blobs["trainer_0/w"].chunks[0]
-    flip_byte(storage, f"trainer_0.3/{chunk.key}", chunk.offset)
+    flip_byte(storage, f"{data_key(storage, 'trainer_0', 3)}/{chunk.key}", chunk.offset)
     dest = tmp_path / "copy"
     result = cli("cp", run_url, str(dest), "--latest")
     assert result.code == 3

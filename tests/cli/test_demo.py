@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckpt_helpers import flip_byte
+from ckpt_helpers import flip_byte, node_dir
 
 from ckptstore import protocol
 from ckptstore.builtin._local_path import LocalPath
@@ -73,7 +73,7 @@ def test_a_resume_past_a_damaged_epoch_says_where_it_did_resume(tmp_path: Path) 
     run_demo(DemoConfig(directory, epochs=2, nodes=2, db_type="npz"), io.StringIO())
     manifest = protocol.open_node(LocalPath(directory), "trainer_0", 2)
     chunk = manifest.blobs["trainer_0/weights"].chunks[0]
-    flip_byte(tmp_path / "demo" / "trainer_0.2" / chunk.key, chunk.offset)
+    flip_byte(node_dir(tmp_path / "demo", "trainer_0", 2) / chunk.key, chunk.offset)
     out = io.StringIO()
     result = run_demo(DemoConfig(directory, epochs=3, nodes=2, db_type="npz"), out)
     assert result is not None
@@ -85,7 +85,7 @@ def test_demo_checkpoints_are_plain_zarr(tmp_path: Path) -> None:
     import zarr
 
     run_demo(DemoConfig(str(tmp_path), epochs=1), io.StringIO())
-    store = zarr.storage.ZipStore(tmp_path / "trainer_1.1" / "blobs.zarr.zip", mode="r")
+    store = zarr.storage.ZipStore(node_dir(tmp_path, "trainer_1", 1) / "blobs.zarr.zip", mode="r")
     group = zarr.open_group(store, mode="r")
     assert group["trainer_1/weights"].shape == (32,)
     assert int(group["trainer_1/epoch"][...]) == 1

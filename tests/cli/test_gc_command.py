@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from cli_helpers import Cli, train
 
 from ckptstore.builtin._json_catalog import JsonCatalog
 from ckptstore.builtin._local_path import LocalPath
-from ckptstore.protocol import committed_nodes
+from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.io._engine import ParallelIO
+from ckptstore.protocol import committed_nodes, write_node
 from ckptstore.protocol._inventory import committed_epochs
 
 
@@ -91,3 +94,25 @@ def test_gc_applies_retention_then_frees_the_chunks_no_epoch_refers_to(
     tree = load_tree(url, 3)
     assert isinstance(tree, dict)
     assert tree["new"].tolist() == [3] * (1 << 17)
+
+
+def test_gc_collects_superseded_attempts_and_dry_run_only_shows_them(
+    cli: Cli, tmp_path: Path
+) -> None:
+    url = str(tmp_path / "run")
+    train(url, epochs=2)
+    storage = LocalPath(url)
+    lost = write_node(storage, "trainer_0", 1, {"w": np.ones(2)}, NpzDB(), ParallelIO())
+    uncommitted = write_node(storage, "trainer_0", 9, {"w": np.ones(2)}, NpzDB(), ParallelIO())
+    result = cli("gc", url, "--keep-last", "5", "--dry-run")
+    assert result.code == 0
+    assert f"would delete {lost.data_key} (not committed: lost a race or failed" in result.out
+    assert "would delete 1 uncommitted attempt(s)" in result.out
+    assert (tmp_path / "run" / lost.data_key).is_dir()
+    result = cli("gc", url, "--keep-last", "5", "--json")
+    assert result.code == 0
+    assert [item["key"] for item in result.json()["garbage"]] == [lost.data_key]
+    assert not (tmp_path / "run" / lost.data_key).exists()
+    assert (tmp_path / "run" / uncommitted.data_key).is_dir()  # may still be written
+    assert cli("verify", url).code == 0
+    assert cli("gc", url, "--keep-last", "5", "--json").json()["garbage"] == []

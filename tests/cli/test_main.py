@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckpt_helpers import node_dir
 from cli_helpers import Cli
 
 from ckptstore import protocol
@@ -62,7 +63,7 @@ def test_every_command_reads_compressed_manifests(cli: Cli, tmp_path: Path) -> N
         )
         protocol.commit_epoch(storage, epoch, [commit])
     protocol.write_node(storage, "trainer_0", 3, SMALL_BLOBS, NpzDB(), ParallelIO())
-    manifest = (tmp_path / "run" / "trainer_0.2" / MANIFEST_NAME).read_bytes()
+    manifest = (node_dir(tmp_path / "run", "trainer_0", 2) / MANIFEST_NAME).read_bytes()
     assert manifest.startswith(GZIP_MAGIC)
 
     (run,) = cli("ls", url, "--json").json()["runs"]
@@ -75,12 +76,14 @@ def test_every_command_reads_compressed_manifests(cli: Cli, tmp_path: Path) -> N
 
     dest = str(tmp_path / "copy")
     assert cli("cp", url, dest).code == 0
-    assert (tmp_path / "copy" / "trainer_0.2" / MANIFEST_NAME).read_bytes() == manifest
+    assert (node_dir(tmp_path / "copy", "trainer_0", 2) / MANIFEST_NAME).read_bytes() == manifest
     assert len(cli("cp", url, dest, "--json").json()["skipped"]) == 2
     assert cli("verify", dest).code == 0
 
     converted = str(tmp_path / "as-zarr")
     assert cli("convert", url, "--to", "zarr", "--dest", converted).code == 0
-    assert (tmp_path / "as-zarr" / "trainer_0.2" / MANIFEST_NAME).read_bytes()[:2] == GZIP_MAGIC
+    assert (node_dir(tmp_path / "as-zarr", "trainer_0", 2) / MANIFEST_NAME).read_bytes()[
+        :2
+    ] == GZIP_MAGIC
     assert cli("verify", converted).code == 0
     assert cli("catalog", "rebuild", url, "--kind", "json").code == 0

@@ -285,9 +285,10 @@ def test_an_epoch_option_takes_a_plain_integer(cli: Cli, run_url: str) -> None:
 def test_a_file_where_a_root_is_expected_is_named_as_a_file(
     cli: Cli, run_url: str, tmp_path: Path, argv: list[str]
 ) -> None:
-    """``ckptstore ls run/trainer_0.1/blobs.npz`` is a file, not a missing directory: the
-    message says so and names the root to pass instead (exit 4: no checkpoint root there)."""
-    inside = next(Path(run_url).glob("trainer_0.1/*"))
+    """``ckptstore ls run/trainer_0.1/attempt-<id>/blobs.npz`` is a file, not a missing
+    directory: the message says so and names the root to pass instead (exit 4: no
+    checkpoint root there)."""
+    inside = next(Path(run_url).glob("trainer_0.1/attempt-*/*"))
     result = cli(*_with_url(argv, str(inside)))
     assert result.code == EXIT_NOT_FOUND
     line = one_line_error(result.err)

@@ -9,6 +9,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import CheckpointManager, LocalSession, protocol
@@ -32,7 +33,7 @@ def test_a_sound_run_verifies(cli: Cli, run_url: str) -> None:
 def test_a_flipped_byte_exits_3_naming_the_blob(cli: Cli, run_url: str) -> None:
     storage = LocalPath(run_url)
     chunk = protocol.open_node(storage, "trainer_1", 2).blobs["trainer_1/w"].chunks[0]
-    flip_byte(storage, f"trainer_1.2/{chunk.key}", chunk.offset + 5)
+    flip_byte(storage, f"{data_key(storage, 'trainer_1', 2)}/{chunk.key}", chunk.offset + 5)
 
     result = cli("verify", run_url, "--epoch", "2")
     assert result.code == 3
@@ -47,7 +48,7 @@ def test_a_flipped_byte_exits_3_naming_the_blob(cli: Cli, run_url: str) -> None:
 
 
 def test_a_missing_file_exits_3(cli: Cli, run_url: str) -> None:
-    LocalPath(run_url).delete(["trainer_0.1/blobs.npz"])
+    LocalPath(run_url).delete([f"{data_key(LocalPath(run_url), 'trainer_0', 1)}/blobs.npz"])
     result = cli("verify", run_url, "--epoch", "1")
     assert result.code == 3
     assert "missing" in result.out

@@ -21,8 +21,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from ckpt_helpers import data_key, node_dir
 
 from ckptstore.builtin import _zarr_db
+from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._dtypes import ML_DTYPE_NAMES, plain_dtype
@@ -224,13 +226,13 @@ LOCAL_READERS: dict[str, Callable[[Path], Callable[[str], Any]]] = {
 def test_a_zarr_reader_reads_every_value_or_the_docs_say_why(local_root: Path, reader: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr-python's warnings on its own extension types
-        read = LOCAL_READERS[reader](local_root / "zarr_node.1" / ZARR_ARCHIVE)
+        read = LOCAL_READERS[reader](node_dir(local_root, "zarr_node", 1) / ZARR_ARCHIVE)
         failures = failures_of(read)
     assert_matches_the_list(reader, failures)
 
 
 def test_numpy_reads_every_value_of_an_npz_node(local_root: Path) -> None:
-    with np.load(local_root / "npz_node.1" / NPZ_ARCHIVE, allow_pickle=False) as opened:
+    with np.load(node_dir(local_root, "npz_node", 1) / NPZ_ARCHIVE, allow_pickle=False) as opened:
         failures = failures_of(lambda name: opened[name], npy=True)
     assert_matches_the_list("numpy", failures)
 
@@ -238,7 +240,7 @@ def test_numpy_reads_every_value_of_an_npz_node(local_root: Path) -> None:
 def test_the_chunks_sample_is_a_chunk_grid(local_root: Path) -> None:
     import zarr
 
-    store = zarr.storage.ZipStore(local_root / "zarr_node.1" / ZARR_ARCHIVE, mode="r")
+    store = zarr.storage.ZipStore(node_dir(local_root, "zarr_node", 1) / ZARR_ARCHIVE, mode="r")
     array = zarr.open_group(store, mode="r")[NAMES["chunks"]]
     assert isinstance(array, zarr.Array)
     assert array.chunks[0] < SAMPLES["chunks"].shape[0]
@@ -250,7 +252,7 @@ def test_ml_dtypes_blobs_name_their_type_for_plain_readers(local_root: Path) -> 
     as the type its ``ckptstore_dtype`` attribute names."""
     import zarr
 
-    store = zarr.storage.ZipStore(local_root / "zarr_node.1" / ZARR_ARCHIVE, mode="r")
+    store = zarr.storage.ZipStore(node_dir(local_root, "zarr_node", 1) / ZARR_ARCHIVE, mode="r")
     group = zarr.open_group(store, mode="r")
     for name in sorted(ML_DTYPE_NAMES):
         array = group[NAMES[name]]
@@ -270,6 +272,9 @@ def fsspec_zip_s3(url: str) -> Callable[[str], Any]:
 
 
 def test_fsspec_reads_every_value_from_s3(s3_url: str) -> None:
+    def s3_key(node: str) -> str:
+        return data_key(get_registry().open_path(s3_url), node, 1)
+
     """``zip::s3://`` (zarr-python over fsspec's ZIP reader and s3fs) for a zarr node,
     ``fsspec.open`` and numpy for an npz node, on the moto server."""
     import fsspec
@@ -278,10 +283,10 @@ def test_fsspec_reads_every_value_from_s3(s3_url: str) -> None:
     write_node(s3_url, "npz_node", "npz")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        failures = failures_of(fsspec_zip_s3(f"{s3_url}/zarr_node.1/{ZARR_ARCHIVE}"))
+        failures = failures_of(fsspec_zip_s3(f"{s3_url}/{s3_key('zarr_node')}/{ZARR_ARCHIVE}"))
     assert_matches_the_list("fsspec zip::s3", failures)
     with (
-        fsspec.open(f"{s3_url}/npz_node.1/{NPZ_ARCHIVE}") as file,
+        fsspec.open(f"{s3_url}/{s3_key('npz_node')}/{NPZ_ARCHIVE}") as file,
         np.load(file, allow_pickle=False) as opened,
     ):
         failures = failures_of(lambda name: opened[name], npy=True)

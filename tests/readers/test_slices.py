@@ -36,10 +36,10 @@ class CountingFile(io.FileIO):
 def test_an_eighth_of_a_512_mib_array_reads_at_most_1_1x_its_bytes(tmp_path: Path) -> None:
     weights = np.arange(1 << 27, dtype=np.float32).reshape(8192, 16384)  # 512 MiB
     location = CheckpointLocation.open(str(tmp_path), "zarr")
-    protocol.write_node(
+    written = protocol.write_node(
         location.storage, "trainer_0", 1, {"w": weights}, location.db_type, location.engine()
     )
-    counting = CountingFile(tmp_path / "trainer_0.1" / "blobs.zarr.zip")
+    counting = CountingFile(tmp_path / written.data_key / "blobs.zarr.zip")
     with counting:
         mapper = ZipFileSystem(fo=counting).get_mapper("")
         store = zarr.storage.FsspecStore.from_mapper(mapper, read_only=True)

@@ -191,14 +191,14 @@ def test_a_flipped_data_byte_fails_the_load_naming_file_and_tensor(saved: dict[s
     manifest = open_node(storage, "rank_1", 5)
     blob = "model.0.weight#2048,0"
     chunk = manifest.blobs[blob].chunks[5]
-    _flip(root / "rank_1.5" / chunk.key, chunk.offset + 17)
+    _flip(root / manifest.data_key / chunk.key, chunk.offset + 17)
     expected = torch.load(saved["expected"], weights_only=True)
     with pytest.raises(CheckpointException) as raised:
         dcp.load(_full_target(expected), storage_reader=Reader(root, epoch=5), no_dist=True)
     error = raised.value.failures[0][0]
     assert isinstance(error, CorruptCheckpointError)
     assert (error.file, error.blob, error.chunk, error.node) == (
-        f"rank_1.5/{chunk.key}",
+        f"{manifest.data_key}/{chunk.key}",
         blob,
         5,
         "rank_1",
@@ -210,13 +210,14 @@ def test_a_flipped_byte_in_a_manifest_record_or_metadata_is_corruption(
     saved: dict[str, Any],
 ) -> None:
     root = _corrupted_copy(saved, "flipped-control")
-    _flip(root / "rank_0.6" / "ckptstore.manifest.json", 40)
+    files = open_node(CheckpointLocation.open(str(root), "zarr").storage, "rank_0", 6).data_key
+    _flip(root / files / "ckptstore.manifest.json", 40)
     expected = torch.load(saved["expected"], weights_only=True)
     with pytest.raises(CheckpointException) as raised:
         dcp.load(_full_target(expected), storage_reader=Reader(root, epoch=6), no_dist=True)
     error = raised.value.failures[0][0]
     assert isinstance(error, CorruptCheckpointError)
-    assert error.file == "rank_0.6/ckptstore.manifest.json"
+    assert error.file == f"{files}/ckptstore.manifest.json"
     _flip(root / "_ckptstore" / "epoch-5" / "rank_1.commit.json", 30)
     with pytest.raises(CheckpointException) as raised:
         dcp.load(_full_target(expected), storage_reader=Reader(root, epoch=5), no_dist=True)
@@ -224,8 +225,9 @@ def test_a_flipped_byte_in_a_manifest_record_or_metadata_is_corruption(
     assert isinstance(error, CorruptCheckpointError)
     assert error.file == "_ckptstore/epoch-5/rank_1.commit.json"
     storage = CheckpointLocation.open(str(root), "zarr").storage
-    metadata = open_node(storage, METADATA_NODE, 6).blobs["metadata"].chunks[0]
-    _flip(root / "dcp.6" / metadata.key, metadata.offset + 30)
+    meta_manifest = open_node(storage, METADATA_NODE, 6)
+    metadata = meta_manifest.blobs["metadata"].chunks[0]
+    _flip(root / meta_manifest.data_key / metadata.key, metadata.offset + 30)
     with pytest.raises(CorruptCheckpointError, match="blob 'metadata'"):
         Reader(root, epoch=6)
     assert Reader(root).epoch == 5  # the newest intact metadata (its data is damaged)

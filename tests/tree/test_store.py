@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckpt_helpers import RequestCountingPath, files_under, register_storage
+from ckpt_helpers import RequestCountingPath, files_under, node_dir, register_storage
 
 from ckptstore import (
     AlreadyCommittedError,
@@ -19,8 +19,7 @@ from ckptstore import (
 from ckptstore.errors import CheckpointKindError, InvalidEpochError
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import CheckpointLocation, open_node, retract_epoch, verify_node
-from ckptstore.records._layout import CONTROL_DIR, manifest_key, node_commit_key
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.records._layout import CONTROL_DIR, MANIFEST_NAME, node_commit_key
 from ckptstore.tree import SPEC_BLOB, latest_tree_epoch, load_tree, save_tree
 
 
@@ -159,7 +158,7 @@ def test_a_newest_epoch_with_a_damaged_manifest_fails_loudly(tmp_path: Path) -> 
     raises, naming it, instead of quietly loading an older tree."""
     for epoch in (1, 2):
         save_tree(str(tmp_path), epoch, {"epoch": epoch})
-    (tmp_path / manifest_key(get_ckpt_filename("tree", 2))).unlink()
+    (node_dir(tmp_path, "tree", 2) / MANIFEST_NAME).unlink()
     assert latest_tree_epoch(str(tmp_path)) == 2
     with pytest.raises(CorruptCheckpointError, match="epoch 2"):
         load_tree(str(tmp_path))

@@ -49,9 +49,9 @@ from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
 from ckptstore.plugin._path_type import PathType
+from ckptstore.protocol._garbage import collect_garbage, find_garbage
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
-from ckptstore.records._layout import STAGING_MARK
 from ckptstore.records._manifest import NodeManifest
 from ckptstore.records._names import get_ckpt_filename
 from ckptstore.testing.conformance.samples import (
@@ -129,8 +129,11 @@ class Checkpoints:
         return protocol.verify_node(self.storage, node, epoch, self.db_type, self.engine())
 
     def key(self, relative: str, *, epoch: int = 1, node: str = NODE) -> str:
-        """The storage key of ``relative`` inside a node checkpoint."""
-        return f"{get_ckpt_filename(node, epoch)}/{relative}"
+        """The storage key of ``relative`` inside a committed node checkpoint (in the
+        attempt its commit record names)."""
+        record = protocol.read_commit(self.storage, epoch, [node])
+        assert record is not None, f"epoch {epoch} of {node} is not committed"
+        return f"{record.nodes[node].data_key}/{relative}"
 
 
 def _refusal(action: Callable[[], object]) -> str | None:
@@ -239,7 +242,7 @@ class DBTypeConformance:
         assert len(refusal) > 60, "the refusal says why, and what to do instead"
         with pytest.raises(UnsupportedBlobError):
             checkpoints.save({"blob": blob})
-        assert not checkpoints.storage.exists(checkpoints.key("ckptstore.manifest.json"))
+        assert checkpoints.storage.list_keys(get_ckpt_filename(NODE, 1)) == []  # no attempt left
 
     @pytest.mark.parametrize("shape", sorted(SHAPES))
     def test_shape_and_layout_round_trip(self, checkpoints: Checkpoints, shape: str) -> None:
@@ -272,7 +275,9 @@ class DBTypeConformance:
         if refusal is not None:
             assert "'a'" in refusal, "the refusal names both blobs"
             assert "'a/b'" in refusal, "the refusal names both blobs"
-            assert not checkpoints.storage.exists(checkpoints.key("ckptstore.manifest.json"))
+            assert (
+                checkpoints.storage.list_keys(get_ckpt_filename(NODE, 1)) == []
+            )  # no attempt left
             return
         loaded = checkpoints.load()
         for name, blob in blobs.items():
@@ -307,7 +312,7 @@ class DBTypeConformance:
             checkpoints.save({"ok": np.ones(2), "names": np.array(["a", None], dtype=object)})
         assert caught.value.blob == "names"
         assert isinstance(caught.value, TypeError)
-        assert not checkpoints.storage.exists(checkpoints.key("ckptstore.manifest.json"))
+        assert checkpoints.storage.list_keys(get_ckpt_filename(NODE, 1)) == []  # no attempt left
         with pytest.raises(CheckpointNotFoundError):
             checkpoints.manifest()
 
@@ -435,8 +440,11 @@ class DBTypeConformance:
         assert sorted(loaded) == ["kept", "new"]
         assert_same_blob(loaded["kept"], np.arange(2.0))
         assert checkpoints.verify() == []
-        leftovers = [k for k in checkpoints.storage.list_keys() if STAGING_MARK in k]
-        assert leftovers == []
+        garbage = find_garbage(checkpoints.storage)  # the first save's attempt, for gc
+        assert [item.node for item in garbage] == [NODE]
+        collect_garbage(checkpoints.storage, garbage)
+        assert find_garbage(checkpoints.storage) == []
+        assert_same_blob(checkpoints.load()["kept"], np.arange(2.0))
 
     def test_failed_save_leaves_nothing_visible(self, checkpoints: Checkpoints) -> None:
         checkpoints.save({"w": np.ones(3)}, epoch=1)
@@ -446,8 +454,8 @@ class DBTypeConformance:
         assert protocol.committed_nodes(checkpoints.storage, 2) == set()
         with pytest.raises(CheckpointNotFoundError):
             checkpoints.manifest(epoch=2)
-        leftovers = [k for k in checkpoints.storage.list_keys() if STAGING_MARK in k]
-        assert leftovers == []
+        leftovers = checkpoints.storage.list_keys(get_ckpt_filename(NODE, 2))
+        assert leftovers == []  # the failed save deleted its attempt
         assert_same_blob(checkpoints.load(epoch=1)["w"], np.ones(3))
 
     def test_retracted_epoch_is_invisible(self, checkpoints: Checkpoints) -> None:

@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -53,6 +54,8 @@ from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import AlreadyCommittedError, SaveFailedError, TooManySaveFailuresError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession
+from ckptstore.plugin._path_type import PathType
+from ckptstore.records._layout import MANIFEST_NAME, manifest_key
 from ckptstore.testing.conformance import NODES, counting_job, expected_state, flip_byte
 from ckptstore.testing.object_store.store import (
     FAST,
@@ -68,6 +71,18 @@ from ckptstore.testing.proxy import FaultProxy, RecordedRequest
 from ckptstore.testing.servers import wait_for
 
 __all__ = ["ObjectStoreScenarios"]
+
+
+def _data_key(storage: PathType, node: str, epoch: int) -> str:
+    """Where ``node``'s committed checkpoint of ``epoch`` keeps its files."""
+    record = protocol.read_commit(storage, epoch, [node])
+    assert record is not None
+    return record.nodes[node].data_key
+
+
+def _manifests(storage: PathType, db_key: str) -> list[str]:
+    """The manifests of every attempt of ``db_key`` (``trainer_0.2``)."""
+    return [key for key in storage.list_keys(db_key) if key.endswith(f"/{MANIFEST_NAME}")]
 
 
 def outside_control_directory(listings: list[RecordedRequest]) -> list[RecordedRequest]:
@@ -207,7 +222,7 @@ class ObjectStoreScenarios(OnObjectStore):
         with Node("trainer_0"):
             session.run(manager.init(["trainer_0"]))
         session.run(manager.save(0))
-        assert "trainer_0.0/ckptstore.manifest.json" in storage.list_keys()
+        assert manifest_key(_data_key(storage, "trainer_0", 0)) in storage.list_keys()
 
     def test_accessible_reads_bucket_metadata_only(self, store: StoreUnderTest) -> None:
         assert store.path_type(store.url).accessible()
@@ -274,7 +289,7 @@ class ObjectStoreScenarios(OnObjectStore):
         local = str(tmp_path / "fast")
         manager = MultiNodeCheckpointManager(local, "npz")
         JobRunner(counting_job(epochs=2), manager).train(LocalSession())
-        flip_byte(LocalPath(local), "trainer_1.2/blobs.npz", 200)
+        flip_byte(LocalPath(local), f"{_data_key(LocalPath(local), 'trainer_1', 2)}/blobs.npz", 200)
         session = LocalSession()
         with pytest.raises(ValueError, match=r"checksum \(crc32\)"):
             session.run(CopyUpload(store.url).build(2, manager))
@@ -325,7 +340,9 @@ class ObjectStoreScenarios(OnObjectStore):
             session.run(manager.save(2))
         message = str(caught.value)
         assert "epoch 2 was not committed under " + store.url in message
-        assert f"{store.url}/trainer_0.2/blobs.npz" in message  # the object
+        assert re.search(  # the object
+            re.escape(f"{store.url}/trainer_0.2/attempt-") + r"[0-9a-f]{12}/blobs\.npz", message
+        )
         assert store.api.throttling_reason in message
         assert "after 3 attempts" in message
         assert "kept throttling" in message
@@ -348,8 +365,7 @@ class ObjectStoreScenarios(OnObjectStore):
         assert runner.committed_epochs == [0, 1]
         assert [failure.epoch for failure in runner.save_failures] == [2]
         storage = manager.location.storage
-        assert storage.exists("trainer_0.2/ckptstore.manifest.json")  # data landed ...
-        assert protocol.read_commit(storage, 2, NODES) is None  # ... but was never committed
+        assert protocol.read_commit(storage, 2, NODES) is None  # never committed ...
 
         store.faults.clear_faults()
         session = LocalSession()
@@ -359,6 +375,7 @@ class ObjectStoreScenarios(OnObjectStore):
         assert resumed.train(session) == 2  # resumed from 1, not from the uncommitted 2
         assert_state(session, 2)
         assert outside_control_directory(store.faults.listings()) == []
+        assert _manifests(storage, "trainer_0.2")  # ... although its data landed
 
     def test_server_gone_mid_save_then_back_completes_the_save(self, store: StoreUnderTest) -> None:
         session = LocalSession()
@@ -400,12 +417,12 @@ class ObjectStoreScenarios(OnObjectStore):
             runner.train(LocalSession())
         assert runner.committed_epochs == [0, 1]
         reason = str(runner.save_failures[0].error)
-        assert "trainer_1.2/blobs.npz" in reason
+        assert re.search(r"trainer_1\.2/attempt-[0-9a-f]{12}/blobs\.npz", reason)
         assert "check that it is up and reachable" in reason
         store.faults.restore()
         storage = store.path_type(store.url)
         assert protocol.read_commit(storage, 2, NODES) is None
-        assert storage.exists("trainer_0.2/ckptstore.manifest.json")  # the other node's save
+        assert _manifests(storage, "trainer_0.2")  # the other node's save
 
         session = LocalSession()
         resumed = JobRunner(

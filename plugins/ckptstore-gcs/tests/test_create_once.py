@@ -140,14 +140,6 @@ def test_racing_replaces_of_one_version_have_exactly_one_winner(
     assert storage.get_document("doc") == b"writer %d" % winner
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 38 item 1 (immutable attempt data, another branch): on object stores the "
-    "writers of one node and epoch write the same data keys in place, so the loser's data "
-    "can replace the winner's after its commit (the load then raises 'the manifest's "
-    "CRC-32C differs from the one in the commit record'). Here the first writer to "
-    "arrive at its commit wins and the last one's data stays",
-)
 def test_racing_saves_of_one_node_and_epoch_commit_exactly_one_whose_data_loads(
     gcs_strict_url: str, storage: GCSPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,9 @@ Example::
     >>> manager = CheckpointManager("ckpt", "trainer_0", "lmdb")
     >>> _ = session.run(manager.init(["trainer_0"]))
     >>> _ = session.run(manager.save(3))
-    >>> with open("ckpt/trainer_0.3/data.mdb", "rb") as file:
+    >>> from ckptstore.protocol import open_node
+    >>> files = open_node(manager.location.storage, "trainer_0", 3).data_key  # its attempt
+    >>> with open(f"ckpt/{files}/data.mdb", "rb") as file:
     ...     spans = value_spans(file.read())
     >>> spans[b"w\\x00\\x00\\x00\\x00\\x00"].size
     4000
@@ -79,7 +81,9 @@ class ValueSpan(NamedTuple):
         >>> manager = CheckpointManager("spans", "trainer_0", "lmdb")
         >>> _ = session.run(manager.init(["trainer_0"]))
         >>> _ = session.run(manager.save(3))
-        >>> data = open("spans/trainer_0.3/data.mdb", "rb").read()
+        >>> from ckptstore.protocol import open_node
+        >>> files = open_node(manager.location.storage, "trainer_0", 3).data_key
+        >>> data = open(f"spans/{files}/data.mdb", "rb").read()
         >>> span = value_spans(data)[b"w\\x00\\x00\\x00\\x00\\x00"]
         >>> len(data[span.offset : span.offset + span.size])  # the value's bytes
         4000

@@ -11,6 +11,7 @@ from typing import Any
 import lmdb
 import numpy as np
 import pytest
+from ckpt_helpers import node_dir
 from ckptstore_lmdb import DATA_FILE, LmdbDB, lmdb_key
 
 from ckptstore import (
@@ -57,11 +58,14 @@ def test_registered_through_the_entry_point() -> None:
 def test_the_checkpoint_is_a_plain_lmdb_database(checkpoints: Checkpoints, tmp_path: Path) -> None:
     w = dtype_sample("<f8", (30, 30))  # 7200 bytes: two chunks of 4 KiB
     checkpoints.save({"w": w, "step": np.array(7, dtype="<i8")})
-    values = open_values(tmp_path / "trainer_0.1")
+    values = open_values(node_dir(tmp_path, "trainer_0", 1))
     assert sorted(values) == [lmdb_key("step", 0), lmdb_key("w", 0), lmdb_key("w", 1)]
     assert values[lmdb_key("w", 0)] + values[lmdb_key("w", 1)] == w.tobytes()
     assert np.frombuffer(values[lmdb_key("step", 0)], "<i8")[0] == 7
-    assert sorted(os.listdir(tmp_path / "trainer_0.1")) == ["ckptstore.manifest.json", DATA_FILE]
+    assert sorted(os.listdir(node_dir(tmp_path, "trainer_0", 1))) == [
+        "ckptstore.manifest.json",
+        DATA_FILE,
+    ]
 
 
 def test_every_byte_of_the_file_is_covered(
@@ -72,7 +76,7 @@ def test_every_byte_of_the_file_is_covered(
     monkeypatch.setattr("ckptstore_lmdb.db.COVER_BYTES", 8192)  # several records
     checkpoints.save({f"b{i}": np.full(i * 37, i, "<i2") for i in range(60)})
     manifest = checkpoints.manifest()
-    size = (tmp_path / "trainer_0.1" / DATA_FILE).stat().st_size
+    size = (node_dir(tmp_path, "trainer_0", 1) / DATA_FILE).stat().st_size
     position = 0
     for record in sorted(manifest.files, key=lambda record: record.offset):
         assert record.offset == position
@@ -91,7 +95,7 @@ def test_long_names_use_a_digest_key(checkpoints: Checkpoints, tmp_path: Path) -
     key = lmdb_key(name, 0)
     assert key.startswith(b"\x01")
     assert len(key) < 511
-    assert open_values(tmp_path / "trainer_0.1")[key] == np.arange(3).tobytes()
+    assert open_values(node_dir(tmp_path, "trainer_0", 1))[key] == np.arange(3).tobytes()
 
 
 def test_many_small_blobs_span_several_transactions(
@@ -111,7 +115,7 @@ def test_flipped_byte_in_lmdb_pages_is_reported(checkpoints: Checkpoints, tmp_pa
     checkpoints.save({"w": np.arange(100.0)})
     manifest = checkpoints.manifest()
     page_bytes = manifest.files[0]
-    data = tmp_path / "trainer_0.1" / DATA_FILE
+    data = node_dir(tmp_path, "trainer_0", 1) / DATA_FILE
     raw = bytearray(data.read_bytes())
     raw[page_bytes.offset + 3] ^= 0x40
     data.write_bytes(bytes(raw))
@@ -184,7 +188,7 @@ def test_many_small_values_are_read_together_and_checked_one_by_one(tmp_path: Pa
     loaded = protocol.read_blobs(storage, manifest, None, LmdbDB(), ParallelIO())
     assert all(loaded[name].tolist() == value.tolist() for name, value in values.items())
     assert storage.reads < 30  # 300 values, neighbours read with one request
-    path = tmp_path / "trainer_0.1" / DATA_FILE
+    path = node_dir(tmp_path, "trainer_0", 1) / DATA_FILE
     with open(path, "r+b") as file:  # damage one value in the middle of a run
         file.seek(manifest.blobs["w157"].chunks[0].offset + 9)
         byte = file.read(1)[0]

@@ -15,11 +15,12 @@ Example::
     ...                             storage_options=options)
     >>> _ = session.run(manager.init(["trainer_0"]))
     >>> _ = session.run(manager.save(1))
+    >>> import re
     >>> for key in manager.location.storage.list_keys():
-    ...     print(key)
+    ...     print(re.sub("attempt-[0-9a-f]{12}", "attempt-<id>", key))
     _ckptstore/epoch-1/trainer_0.commit.json
-    trainer_0.1/blobs.npz
-    trainer_0.1/ckptstore.manifest.json
+    trainer_0.1/attempt-<id>/blobs.npz
+    trainer_0.1/attempt-<id>/ckptstore.manifest.json
 """
 
 from ckptstore.object_store import RequestError, RetryPolicy

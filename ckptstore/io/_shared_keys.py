@@ -14,6 +14,8 @@ Example::
     'trainer_0.3/blobs.zarr.zip'
     >>> resolve_key("runs/a/trainer_0.3", shared_key("ab" * 16))
     'runs/a/_ckptstore/chunks/abababababababababababababababab'
+    >>> resolve_key("trainer_0.3/attempt-0123456789ab", shared_key("ab" * 16))
+    '_ckptstore/chunks/abababababababababababababababab'
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ __all__ = [
 SHARED_MARK = "@chunks/"
 CHUNK_STORE_DIR = "_ckptstore/chunks"
 _SHARED = re.compile(r"@chunks/[0-9a-f]{32}(?:\.[0-9a-f]{12})?")
+_ATTEMPT_DIR = re.compile(r"(?P<node>.*)/attempt-[0-9a-f]{12}")
+"""A save attempt's directory under its node checkpoint's (``records._layout``, which
+this bottom layer cannot import, names it)."""
 
 
 def shared_key(name: str) -> str:
@@ -55,9 +60,10 @@ def chunk_object_key(key: str) -> str:
 def resolve_key(prefix: str, key: str) -> str:
     """The storage key of ``key``, relative to the node checkpoint ``prefix``: inside it,
     or, for a shared chunk, in the chunk store under the checkpoint root (``prefix``'s
-    parent)."""
+    parent; ``prefix`` may be a save attempt's directory inside the node's)."""
     if key.startswith(SHARED_MARK) and _SHARED.fullmatch(key):
-        parent = prefix.rpartition("/")[0]
+        attempt = _ATTEMPT_DIR.fullmatch(prefix)
+        parent = (attempt.group("node") if attempt else prefix).rpartition("/")[0]
         stored = chunk_object_key(key)
         return f"{parent}/{stored}" if parent else stored
     return f"{prefix}/{key}" if prefix else key

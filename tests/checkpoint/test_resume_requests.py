@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import RequestCountingPath, build_counter_job, register_storage
+from ckpt_helpers import RequestCountingPath, build_counter_job, data_key, register_storage
 
 from ckptstore import (
     JobConfigurationError,
@@ -27,7 +27,6 @@ from ckptstore.records._layout import (
     manifest_key,
     node_commit_key,
 )
-from ckptstore.records._names import get_ckpt_filename
 
 NODES = ("trainer_0", "trainer_1")
 EPOCHS = 5
@@ -99,7 +98,7 @@ def test_the_restore_fallback_reuses_the_same_listing(
     tmp_path: Path, registry: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:
     _trained(tmp_path, registry)
-    (tmp_path / manifest_key(get_ckpt_filename("trainer_1", EPOCHS))).unlink()
+    (tmp_path / manifest_key(data_key(LocalPath(str(tmp_path)), "trainer_1", EPOCHS))).unlink()
     runner, storage = _rerun(tmp_path)
     with caplog.at_level(logging.ERROR):
         assert runner.train(LocalSession()) == EPOCHS  # resumed from 4, epoch 5 re-run

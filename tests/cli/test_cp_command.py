@@ -128,7 +128,8 @@ def test_cp_materialize_writes_self_contained_epochs_that_plain_zarr_reads(
     assert "wrote 1 self-contained node checkpoint(s)" in result.out
     assert not (Path(dest) / "_ckptstore" / "chunks").exists()
     assert cli("verify", dest).code == 0
-    store = zarr.storage.ZipStore(f"{dest}/tree.0/blobs.zarr.zip", mode="r")
+    node = data_key(LocalPath(dest), "tree", 0)
+    store = zarr.storage.ZipStore(f"{dest}/{node}/blobs.zarr.zip", mode="r")
     group = zarr.open_group(store, mode="r")
     names = [name for name, _ in group.arrays()]
     assert any(np.array_equal(group[name][...], base) for name in names)

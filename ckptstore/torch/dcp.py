@@ -46,13 +46,15 @@ import io
 import logging
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     Metadata,
@@ -75,6 +77,7 @@ from torch.futures import Future
 from ckptstore.errors import (
     AlreadyCommittedError,
     CheckpointNotFoundError,
+    CkptStoreError,
     CorruptCheckpointError,
     InvalidNameError,
     JobConfigurationError,
@@ -106,7 +109,15 @@ from ckptstore.torch._dcp_metadata import (
 from ckptstore.torch._dcp_read import Partial, box_of, covering, in_tensor
 from ckptstore.tree import encode_segment
 
-__all__ = ["CHUNK_BYTES", "METADATA_BLOB", "METADATA_NODE", "Reader", "Writer", "rank_node"]
+__all__ = [
+    "CHUNK_BYTES",
+    "METADATA_BLOB",
+    "METADATA_NODE",
+    "Reader",
+    "Writer",
+    "rank_node",
+    "typed_errors",
+]
 
 METADATA_NODE = "dcp"
 """The node holding DCP's global metadata (and whose writer lease a save holds)."""
@@ -172,6 +183,32 @@ def _done(value: T) -> Future[T]:
     future: Future[T] = Future()
     future.set_result(value)
     return future
+
+
+@contextmanager
+def typed_errors() -> Iterator[None]:
+    """Raise a ckptstore error that a rank raised inside DCP as itself (the first one,
+    by rank), instead of DCP's ``CheckpointException`` wrapping it; any other
+    ``CheckpointException`` passes through unchanged.
+
+    Example::
+
+        >>> import torch.distributed.checkpoint as dcp
+        >>> from fractions import Fraction
+        >>> _ = dcp.save({"f": Fraction(1, 3)}, storage_writer=Writer("./t", epoch=1), no_dist=True)
+        >>> with typed_errors():  # a class torch.load(weights_only=True) refuses
+        ...     dcp.load({"f": None}, storage_reader=Reader("./t"), no_dist=True)
+        Traceback (most recent call last):
+        ckptstore.errors.UnsupportedBlobError: ...
+    """
+    try:
+        yield
+    except CheckpointException as wrapped:
+        for rank in sorted(wrapped.failures):
+            error = wrapped.failures[rank][0]
+            if isinstance(error, CkptStoreError):
+                raise error from wrapped
+        raise
 
 
 class Writer(StorageWriter):

@@ -1,8 +1,10 @@
 """Jobs of forked gloo ranks saving and loading through ``ckptstore.torch.dcp``.
 
-    python dcp_fork_jobs.py <work dir> matrix <N:M,N:M,...> <out.json>
+    python dcp_fork_jobs.py <work dir> matrix <N:M,N:M,...> <out.json> [<base> <options>]
 
-saves with N ranks and loads (and checks, on the loading ranks) on M for each pair.
+saves with N ranks and loads (and checks, on the loading ranks) on M for each pair,
+under ``<base>`` (default: the work dir; any ckptstore root, with storage options as
+JSON).
 
 SIGKILL one rank of a 2-rank gloo job at every file-system write boundary of
 ``dcp.save`` or ``dcp.async_save`` through ``ckptstore.torch.dcp.Writer``; started by
@@ -48,6 +50,8 @@ from ckptstore.protocol import CheckpointLocation, committed_nodes
 from ckptstore.torch.dcp import Reader, Writer
 
 WORLD = 2
+OPTIONS: dict[str, Any] | None = None
+"""Storage options of the roots (set before the ranks fork, so they inherit them)."""
 
 
 def full_state(epoch: int) -> dict[str, Any]:
@@ -95,12 +99,13 @@ def rank_main(
     state = sharded(full_state(epoch), mesh)
     killer = KillAt(kill_at if rank == kill_rank else 0)
     count_file_system_writes(killer)
-    writer = Writer(root, epoch=epoch)
+    writer = Writer(root, epoch=epoch, storage_options=OPTIONS)
     if mode == "async":
         dcp.async_save(state, storage_writer=writer).result()
     else:
         dcp.save(state, storage_writer=writer)
-    Path(f"{root}.calls.{rank}").write_text(str(killer.calls))
+    if "://" not in root:
+        Path(f"{root}.calls.{rank}").write_text(str(killer.calls))
     dist.destroy_process_group()
 
 
@@ -109,7 +114,7 @@ def load_on_ranks(root: str, epoch: int, mesh: Any) -> None:
     tensors and every non-tensor entry against the state saved."""
     expected = full_state(epoch)
     state = sharded(full_target(), mesh)
-    dcp.load(state, storage_reader=Reader(root, epoch))
+    dcp.load(state, storage_reader=Reader(root, epoch, OPTIONS))
     for key, value in expected.items():
         got = state[key]
         if isinstance(value, torch.Tensor):
@@ -127,7 +132,7 @@ def free_port() -> int:
 
 
 def run_job(
-    root: Path, epoch: int, mode: str, kill_rank: int, kill_at: int, world: int = WORLD
+    root: Path | str, epoch: int, mode: str, kill_rank: int, kill_at: int, world: int = WORLD
 ) -> bool:
     """One job of ``world`` ranks (``mode``: save, async or load); whether its rank
     ``kill_rank`` died by SIGKILL."""
@@ -199,20 +204,24 @@ def check(root: Path) -> dict[str, Any]:
     return {"newest": newest}
 
 
-def matrix(work: Path, pairs: list[tuple[int, int]], out: str) -> None:
-    """Save with N ranks, load on M, for each ``N:M`` pair (each save once)."""
+def matrix(base: str, pairs: list[tuple[int, int]], out: str) -> None:
+    """Save with N ranks under ``<base>/saved-by-<N>``, load on M, for each ``N:M``
+    pair (each save once)."""
     for saving in sorted({n for n, _ in pairs}):
-        run_job(work / f"saved-by-{saving}", 1, "save", 0, 0, world=saving)
+        run_job(f"{base}/saved-by-{saving}", 1, "save", 0, 0, world=saving)
     for saving, loading in pairs:
-        run_job(work / f"saved-by-{saving}", 1, "load", 0, 0, world=loading)
+        run_job(f"{base}/saved-by-{saving}", 1, "load", 0, 0, world=loading)
     Path(out).write_text(json.dumps({"pairs": pairs}))
 
 
 def main() -> None:
     get_registry()  # the plugins, found once here rather than in every fork
     if sys.argv[2] == "matrix":
+        global OPTIONS
         pairs = [tuple(map(int, pair.split(":"))) for pair in sys.argv[3].split(",")]
-        matrix(Path(sys.argv[1]), pairs, sys.argv[4])  # type: ignore[arg-type]
+        base = sys.argv[5] if len(sys.argv) > 5 else sys.argv[1]
+        OPTIONS = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
+        matrix(base, pairs, sys.argv[4])  # type: ignore[arg-type]
         return
     work, mode, every, out = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
     template = work / "template"

@@ -113,7 +113,12 @@ def saved(
         "one_rank_expected": str(base / "one.pt"),
     }
     run_job("save", 2, two, base / "two-out")
-    return {"base": base, "root": base / "local", "expected": base / "two.pt"}
+    return {
+        "base": base,
+        "root": base / "local",
+        "expected": base / "two.pt",
+        "s3": s3_root,
+    }
 
 
 def test_round_trips_on_as_many_ranks_and_one_to_two(saved: dict[str, Any]) -> None:
@@ -139,6 +144,15 @@ def test_two_ranks_load_on_one_process(saved: dict[str, Any]) -> None:
     expected = torch.load(saved["expected"], weights_only=True)
     state = _full_target(expected)
     dcp.load(state, storage_reader=Reader(saved["root"], epoch=5), no_dist=True)
+    _same(state, expected)
+
+
+def test_two_ranks_saved_on_s3_load_on_one_process(saved: dict[str, Any]) -> None:
+    """2 -> 1 from the moto S3 server, through ranged reads of each rank's archive."""
+    expected = torch.load(saved["expected"], weights_only=True)
+    state = _full_target(expected)
+    root, options = saved["s3"]
+    dcp.load(state, storage_reader=Reader(root, epoch=5, storage_options=options), no_dist=True)
     _same(state, expected)
 
 

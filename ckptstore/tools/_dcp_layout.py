@@ -15,16 +15,30 @@ from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import get_registry
-from ckptstore.records import decode_document
+from ckptstore.records import NodeManifest, decode_document
 
-__all__ = ["DCP_NODE", "DcpChunk", "DcpTensor", "describe_dcp"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "METADATA_BLOB",
+    "METADATA_KIND",
+    "METADATA_NODE",
+    "DcpChunk",
+    "DcpTensor",
+    "describe_dcp",
+    "metadata_bytes",
+]
 
-DCP_NODE = "dcp"
+METADATA_NODE = "dcp"
+"""The node holding DCP's global metadata (and whose writer lease a save holds)."""
 METADATA_BLOB = "metadata"
+"""The blob of :data:`METADATA_NODE` holding the metadata document."""
 METADATA_KIND = "ckptstore.dcp-metadata"
+"""The kind of that JSON control document."""
 MAX_METADATA_BYTES = 64 << 20
+"""The largest metadata document a reader accepts."""
 
 
 class DcpChunk(TypedDict):
@@ -48,27 +62,34 @@ def _ints(value: object, dims: int | None, corrupt: CorruptCheckpointError) -> l
     return list(value)
 
 
+def metadata_bytes(
+    storage: PathType, manifest: NodeManifest, db_type: DBType, engine: ParallelIO, *, url: str
+) -> bytes:
+    """The metadata document of the ``dcp`` node ``manifest``, its size checked before
+    it is read and its bytes against their CRC (:func:`~ckptstore.protocol.read_blobs`)."""
+    record = manifest.blobs.get(METADATA_BLOB)
+    if record is None or record.dtype != "|u1" or record.nbytes > MAX_METADATA_BYTES:
+        raise CorruptCheckpointError(
+            "it holds no DCP metadata document of a sane size", url=url, blob=METADATA_BLOB
+        )
+    raw = protocol.read_blobs(storage, manifest, [METADATA_BLOB], db_type, engine)
+    return raw[METADATA_BLOB].tobytes()
+
+
 def describe_dcp(storage: PathType, epoch: int) -> list[DcpTensor] | None:
     """Each tensor of the DCP epoch ``epoch`` (``None`` if the epoch has no ``dcp``
     node): key, dtype, global shape, and its saved chunks with the rank node of each.
     Raises :class:`~ckptstore.errors.CorruptCheckpointError` for a damaged document."""
     record = protocol.require_commit(storage, epoch)
-    if DCP_NODE not in record.nodes:
+    if METADATA_NODE not in record.nodes:
         return None
-    manifest = protocol.open_node(storage, DCP_NODE, epoch)
+    manifest = protocol.open_node(storage, METADATA_NODE, epoch)
     url = storage.display_url
-    blob = manifest.blobs.get(METADATA_BLOB)
-    if blob is None or blob.dtype != "|u1" or blob.nbytes > MAX_METADATA_BYTES:
-        raise CorruptCheckpointError(
-            "it holds no DCP metadata document of a sane size", url=url, node=DCP_NODE
-        )
     db_type = get_registry().db_type(manifest.db_type)
-    raw = protocol.read_blobs(storage, manifest, [METADATA_BLOB], db_type, ParallelIO(IOSettings()))
-    document = decode_document(
-        raw[METADATA_BLOB].tobytes(), METADATA_KIND, url=url, key=f"{DCP_NODE}.{epoch}"
-    )
+    raw = metadata_bytes(storage, manifest, db_type, ParallelIO(IOSettings()), url=url)
+    document = decode_document(raw, METADATA_KIND, url=url, key=METADATA_BLOB)
     corrupt = CorruptCheckpointError(
-        "the DCP metadata document's tensors or items are malformed", url=url, node=DCP_NODE
+        "the DCP metadata document's tensors or items are malformed", url=url, node=METADATA_NODE
     )
     tensors, items = document.get("tensors"), document.get("items")
     if not isinstance(tensors, dict) or not isinstance(items, list):

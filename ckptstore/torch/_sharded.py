@@ -138,7 +138,7 @@ def save_sharded(
     overwrite: bool,
 ) -> None:
     """Save ``objects`` through DCP, every rank its shards, as ``epoch`` under ``target``."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     from ckptstore.torch.dcp import Writer, typed_errors
 
@@ -147,7 +147,7 @@ def save_sharded(
     writer = Writer(root, epoch, options)
     state = _state_of(objects)
     with typed_errors():
-        dcp.save(state, storage_writer=writer, no_dist=not dist.is_initialized())
+        save(state, storage_writer=writer, no_dist=not dist.is_initialized())
 
 
 def restore_sharded(
@@ -161,11 +161,11 @@ def restore_sharded(
 ) -> int:
     """Load ``epoch`` (default: the newest committed DCP epoch) through DCP into
     ``objects``, resharded to this job's ranks and sharding; returns the epoch."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         set_model_state_dict,
         set_optimizer_state_dict,
     )
+    from torch.distributed.checkpoint.state_dict_loader import load
 
     from ckptstore.torch.dcp import Reader, typed_errors
 
@@ -175,7 +175,7 @@ def restore_sharded(
     modules = [obj for obj in objects.values() if isinstance(obj, torch.nn.Module)]
     state = _state_of(objects)
     with typed_errors():
-        dcp.load(state, storage_reader=reader, no_dist=not dist.is_initialized())
+        load(state, storage_reader=reader, no_dist=not dist.is_initialized())
     for name, obj in objects.items():
         if isinstance(obj, torch.nn.Module):
             set_model_state_dict(obj, state[name])

@@ -98,6 +98,7 @@ from ckptstore.protocol import (
     write_node,
 )
 from ckptstore.records import NodeManifest, validate_blob_name
+from ckptstore.tools._dcp_layout import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
@@ -119,15 +120,10 @@ __all__ = [
     "typed_errors",
 ]
 
-METADATA_NODE = "dcp"
-"""The node holding DCP's global metadata (and whose writer lease a save holds)."""
-METADATA_BLOB = "metadata"
-"""The blob of :data:`METADATA_NODE` holding the metadata document."""
 CHUNK_BYTES = 256 << 10
 """Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
 reads, per saved chunk it touches, the pieces between the first and last element it
 needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""
-MAX_METADATA_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -425,15 +421,10 @@ class Reader(StorageReader):
 
     def _read_metadata(self, epoch: int) -> DecodedMetadata:
         manifest = open_node(self.storage, METADATA_NODE, epoch)
-        record = manifest.blobs.get(METADATA_BLOB)
         url = self.location.db_path(METADATA_NODE, epoch)
-        if record is None or record.dtype != "|u1" or record.nbytes > MAX_METADATA_BYTES:
-            raise CorruptCheckpointError(
-                "it holds no DCP metadata document of a sane size", url=url, blob=METADATA_BLOB
-            )
         reader = self.location.reader_for(manifest)
-        raw = read_blobs(self.storage, manifest, [METADATA_BLOB], reader, self.location.engine())
-        return decode_metadata(raw[METADATA_BLOB].tobytes(), url=url, key=METADATA_BLOB)
+        raw = metadata_bytes(self.storage, manifest, reader, self.location.engine(), url=url)
+        return decode_metadata(raw, url=url, key=METADATA_BLOB)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         _no_checkpoint_id(checkpoint_id, "Reader")

@@ -29,6 +29,7 @@ import platform
 import shutil
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -390,12 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.repeat, args.workloads = 1, "tiny"
     get_registry()  # the plugins, found once before the ranks fork
+    command = " ".join(["python -m benchmarks.dcp", *(argv if argv is not None else sys.argv[1:])])
     lines = [
-        "## torch DCP: ckptstore Writer/Reader against DCP's storages",
-        "",
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {os.cpu_count()} cores, Python "
+        f"Command: `{command}`. "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, torch {torch.__version__}, {platform.system()} "
-        f"{platform.release()}; medians of {args.repeat}; times are the slowest rank's.",
+        f"{platform.release()}, load average {os.getloadavg()[0]:.1f} at the start; medians "
+        f"of {args.repeat}; times are the slowest rank's.",
         "",
     ]
     with tempfile.TemporaryDirectory(dir=args.directory) as directory:

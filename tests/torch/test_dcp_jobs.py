@@ -7,7 +7,7 @@ non-tensor entries, saved by N ranks, loads exactly on M; a few pairs by default
 
 kill -9 of one rank of a 2-rank ``dcp.save`` / ``dcp.async_save`` through
 ``ckptstore.torch.dcp.Writer`` (``dcp_fork_jobs.py``): at every file-system write
-boundary of either rank (every 30th one and the last by default; every one with
+boundary of either rank (every 6th one and the last by default; every one with
 ``CKPTSTORE_LONG_TESTS=1``), the epoch being saved is either not accepted by ``Reader``
 or loads exactly as saved, and the previous epoch still loads exactly."""
 
@@ -47,7 +47,7 @@ def full_target() -> dict[str, Any]:
 
 
 LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
-EVERY = 1 if LONG else 30
+EVERY = 1 if LONG else 6
 PAIRS = [(n, m) for n in range(1, 5) for m in range(1, 5)] if LONG else [(3, 2), (4, 3), (1, 4)]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 

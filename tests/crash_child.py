@@ -14,15 +14,11 @@ while the next epoch trains.
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import sys
 from functools import partial
-from typing import Any
 
-from kill_points import KillAt
+from kill_points import KillAt, count_file_system_writes
 
-from ckptstore.builtin import _local_path as local_path
 from ckptstore.checkpoint import JobRunner
 from ckptstore.tools import _demo
 from ckptstore.tools._demo import DemoConfig, run_demo
@@ -36,37 +32,9 @@ def main() -> None:
         int(sys.argv[4]),
     )
     killer = KillAt(kill_at)
-    counted = killer.counted
-    plain_open = os.open
-    count_open = counted(plain_open)
-
-    def open_for_writing_counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        # reads change nothing on storage: only opens that can write are kill points
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
-            return int(count_open(path, flags, *args, **kwargs))
-        return plain_open(path, flags, *args, **kwargs)
-
-    os.open = open_for_writing_counted  # type: ignore[assignment]
-    for name in (
-        "write",
-        "writev",
-        "pwritev",
-        "fsync",
-        "rename",
-        "replace",
-        "link",
-        "mkdir",
-        "unlink",
-        "rmdir",
-    ):
-        setattr(os, name, counted(getattr(os, name)))
-    os.makedirs = counted(os.makedirs)
-    shutil.rmtree = counted(shutil.rmtree)
+    count_file_system_writes(killer)
     if sys.argv[5:] == ["async"]:
         _demo.JobRunner = partial(JobRunner, async_save=True)  # type: ignore[misc]
-    local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
-        local_path._SyncingFileIO.write
-    )
     run_demo(DemoConfig(directory, epochs=epochs, db_type=db_type), io.StringIO())
     print(f"calls={killer.calls}")
 

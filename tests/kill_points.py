@@ -4,9 +4,12 @@ the calls of wrapped functions and SIGKILL this process at the K-th."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Callable
 from typing import Any
+
+from ckptstore.builtin import _local_path as local_path
 
 
 class KillAt:
@@ -25,3 +28,39 @@ class KillAt:
             return function(*args, **kwargs)
 
         return wrapper
+
+
+def count_file_system_writes(killer: KillAt) -> None:
+    """Count, through ``killer``, every call that can change a local file system:
+    opening for writing, writing, syncing, renaming, creating (and linking) and
+    deleting files and directories, including the buffered writes of sequential
+    formats, so a kill can land anywhere inside a save."""
+    counted = killer.counted
+    plain_open = os.open
+    count_open = counted(plain_open)
+
+    def open_for_writing_counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        # reads change nothing on storage: only opens that can write are kill points
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            return int(count_open(path, flags, *args, **kwargs))
+        return plain_open(path, flags, *args, **kwargs)
+
+    os.open = open_for_writing_counted  # type: ignore[assignment]
+    for name in (
+        "write",
+        "writev",
+        "pwritev",
+        "fsync",
+        "rename",
+        "replace",
+        "link",
+        "mkdir",
+        "unlink",
+        "rmdir",
+    ):
+        setattr(os, name, counted(getattr(os, name)))
+    os.makedirs = counted(os.makedirs)
+    shutil.rmtree = counted(shutil.rmtree)
+    local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
+        local_path._SyncingFileIO.write
+    )

@@ -1,4 +1,5 @@
-"""``ckptstore inspect URL --epoch N``: nodes, blobs, dtypes, shapes and bytes."""
+"""``ckptstore inspect URL --epoch N``: nodes, blobs, dtypes, shapes and bytes; for a
+DCP epoch also each tensor's global shape and saved chunks (offsets, sizes, rank)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from ckptstore.cli import _common as common
 from ckptstore.tools._checking import describe_epoch
+from ckptstore.tools._dcp_layout import DcpTensor, describe_dcp
 
 
 def register(commands: Any) -> None:
@@ -40,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
             return common.no_committed_epoch(storage, args)
         epoch = committed[-1]
     description = describe_epoch(storage, epoch, args.node)
+    sharded = describe_dcp(storage, epoch)
     if args.json:
-        common.print_json(description)
+        common.print_json(description if sharded is None else {**description, "dcp": sharded})
         return common.EXIT_OK
     print(
         f"{description['url']}  epoch {epoch}  committed {description['committed_at']}  "
@@ -77,4 +80,22 @@ def run(args: argparse.Namespace) -> int:
             )
     if any(node["default_node"] for node in description["nodes"]):
         print(common.DEFAULT_NODE_NOTE)
+    if sharded is not None:
+        _print_dcp(sharded)
     return common.EXIT_OK
+
+
+def _print_dcp(tensors: list[DcpTensor]) -> None:
+    """Each DCP tensor's global shape and its saved chunks (offsets, sizes, rank node)."""
+    print(f"  DCP tensors ({len(tensors)}): global shape, then each saved chunk")
+    for tensor in tensors:
+        print(f"    {tensor['key']:<40} {tensor['dtype']:<8} {_shape(tensor['shape'])}")
+        for chunk in tensor["chunks"]:
+            print(
+                f"      at {_shape(chunk['offsets']):<16} size {_shape(chunk['sizes']):<16} "
+                f"in {chunk['node']}"
+            )
+
+
+def _shape(values: list[int]) -> str:
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"

@@ -18,10 +18,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ckptstore.errors import BlobNotFoundError, CheckpointKindError, CheckpointNotFoundError
+from ckptstore.errors import (
+    BlobNotFoundError,
+    CheckpointKindError,
+    CheckpointNotFoundError,
+    JobConfigurationError,
+)
 from ckptstore.records import get_ckpt_filename, validate_epoch
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._fit import check_fits
+from ckptstore.torch._sharded import (
+    has_sharded_epoch,
+    has_sharded_state,
+    restore_sharded,
+    save_sharded,
+)
 from ckptstore.tree import TreeTarget, latest_tree_epoch, load_tree, save_tree
 
 __all__ = ["Stateful", "load_state", "restore", "save", "save_state"]
@@ -95,7 +106,29 @@ def save(
 ) -> None:
     """Save each object's ``state_dict()`` under its keyword's name (write-once, as
     :func:`save_state`: ``overwrite=True`` replaces a committed epoch;
-    ``incremental=True`` stores unchanged chunks once, as :func:`save_tree`)."""
+    ``incremental=True`` stores unchanged chunks once, as :func:`save_tree`).
+
+    Sharded state (a module or optimizer holding DTensors, or any state under an
+    initialised process group of several ranks) is saved through
+    ``torch.distributed.checkpoint`` on every rank, each rank its shards, with
+    :class:`~ckptstore.torch.dcp.Writer` as its storage (write-once, no ``overwrite``
+    and no ``incremental`` yet; every rank calls :func:`save`)."""
+    if has_sharded_state(objects):
+        if incremental:
+            raise JobConfigurationError(
+                "incremental=True is not supported for sharded state (saved through "
+                "torch.distributed.checkpoint) yet: save it with incremental=False"
+            )
+        save_sharded(
+            target,
+            epoch,
+            objects,
+            node=node,
+            default_node=NODE,
+            db_type=db_type,
+            overwrite=overwrite,
+        )
+        return
     save_state(
         target,
         epoch,
@@ -119,9 +152,26 @@ def restore(
     returns the epoch restored. Before any object is changed, a name the checkpoint
     lacks raises :class:`~ckptstore.errors.BlobNotFoundError`, and a stored tensor of another
     shape or dtype than the one it would replace :class:`~ckptstore.errors.RestoreMismatchError`
-    naming it."""
-    epoch = _epoch(target, epoch, node, db_type)
-    state = load_state(target, epoch, node=node, db_type=db_type)
+    naming it.
+
+    Sharded state (as for :func:`save`) and a root holding only sharded epochs are
+    restored through ``torch.distributed.checkpoint`` with
+    :class:`~ckptstore.torch.dcp.Reader`: the newest committed epoch (or ``epoch``),
+    resharded to this job's ranks; a ckptstore error a rank raised comes out as itself."""
+    if has_sharded_state(objects):
+        return restore_sharded(
+            target, epoch, objects, node=node, default_node=NODE, db_type=db_type
+        )
+    asked = epoch
+    try:
+        epoch = _epoch(target, epoch, node, db_type)
+        state = load_state(target, epoch, node=node, db_type=db_type)
+    except CheckpointNotFoundError:
+        if node != NODE or not has_sharded_epoch(target, asked):
+            raise
+        return restore_sharded(
+            target, asked, objects, node=node, default_node=NODE, db_type=db_type
+        )
     missing = sorted(set(objects) - set(state))
     if missing:
         raise BlobNotFoundError(

@@ -46,13 +46,15 @@ import io
 import logging
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     Metadata,
@@ -75,6 +77,7 @@ from torch.futures import Future
 from ckptstore.errors import (
     AlreadyCommittedError,
     CheckpointNotFoundError,
+    CkptStoreError,
     CorruptCheckpointError,
     InvalidNameError,
     JobConfigurationError,
@@ -95,6 +98,7 @@ from ckptstore.protocol import (
     write_node,
 )
 from ckptstore.records import NodeManifest, validate_blob_name
+from ckptstore.tools._dcp_layout import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
@@ -106,17 +110,20 @@ from ckptstore.torch._dcp_metadata import (
 from ckptstore.torch._dcp_read import Partial, box_of, covering, in_tensor
 from ckptstore.tree import encode_segment
 
-__all__ = ["CHUNK_BYTES", "METADATA_BLOB", "METADATA_NODE", "Reader", "Writer", "rank_node"]
+__all__ = [
+    "CHUNK_BYTES",
+    "METADATA_BLOB",
+    "METADATA_NODE",
+    "Reader",
+    "Writer",
+    "rank_node",
+    "typed_errors",
+]
 
-METADATA_NODE = "dcp"
-"""The node holding DCP's global metadata (and whose writer lease a save holds)."""
-METADATA_BLOB = "metadata"
-"""The blob of :data:`METADATA_NODE` holding the metadata document."""
 CHUNK_BYTES = 256 << 10
 """Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
 reads, per saved chunk it touches, the pieces between the first and last element it
 needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""
-MAX_METADATA_BYTES = 64 << 20
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -172,6 +179,32 @@ def _done(value: T) -> Future[T]:
     future: Future[T] = Future()
     future.set_result(value)
     return future
+
+
+@contextmanager
+def typed_errors() -> Iterator[None]:
+    """Raise a ckptstore error that a rank raised inside DCP as itself (the first one,
+    by rank), instead of DCP's ``CheckpointException`` wrapping it; any other
+    ``CheckpointException`` passes through unchanged.
+
+    Example::
+
+        >>> import torch.distributed.checkpoint as dcp
+        >>> from fractions import Fraction
+        >>> _ = dcp.save({"f": Fraction(1, 3)}, storage_writer=Writer("./t", epoch=1), no_dist=True)
+        >>> with typed_errors():  # a class torch.load(weights_only=True) refuses
+        ...     dcp.load({"f": None}, storage_reader=Reader("./t"), no_dist=True)
+        Traceback (most recent call last):
+        ckptstore.errors.UnsupportedBlobError: ...
+    """
+    try:
+        yield
+    except CheckpointException as wrapped:
+        for rank in sorted(wrapped.failures):
+            error = wrapped.failures[rank][0]
+            if isinstance(error, CkptStoreError):
+                raise error from wrapped
+        raise
 
 
 class Writer(StorageWriter):
@@ -388,15 +421,10 @@ class Reader(StorageReader):
 
     def _read_metadata(self, epoch: int) -> DecodedMetadata:
         manifest = open_node(self.storage, METADATA_NODE, epoch)
-        record = manifest.blobs.get(METADATA_BLOB)
         url = self.location.db_path(METADATA_NODE, epoch)
-        if record is None or record.dtype != "|u1" or record.nbytes > MAX_METADATA_BYTES:
-            raise CorruptCheckpointError(
-                "it holds no DCP metadata document of a sane size", url=url, blob=METADATA_BLOB
-            )
         reader = self.location.reader_for(manifest)
-        raw = read_blobs(self.storage, manifest, [METADATA_BLOB], reader, self.location.engine())
-        return decode_metadata(raw[METADATA_BLOB].tobytes(), url=url, key=METADATA_BLOB)
+        raw = metadata_bytes(self.storage, manifest, reader, self.location.engine(), url=url)
+        return decode_metadata(raw, url=url, key=METADATA_BLOB)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         _no_checkpoint_id(checkpoint_id, "Reader")

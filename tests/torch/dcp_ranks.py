@@ -24,8 +24,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
+import ckptstore.torch
+from ckptstore.errors import AlreadyCommittedError
 from ckptstore.torch.dcp import Reader, Writer
 
 WIDE = 4096
@@ -69,8 +72,8 @@ def full(value: Any) -> Any:
         return value.full_tensor()
     if isinstance(value, dict):
         return {key: full(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [full(item) for item in value]
+    if isinstance(value, list | tuple):
+        return type(value)(full(item) for item in value)
     return value
 
 
@@ -84,8 +87,8 @@ def same(actual: Any, expected: Any, where: str = "") -> None:
         assert set(actual) == set(expected), where
         for key in expected:
             same(actual[key], expected[key], f"{where}/{key}")
-    elif isinstance(expected, list):
-        assert isinstance(actual, list), where
+    elif isinstance(expected, list | tuple):
+        assert type(actual) is type(expected), where
         assert len(actual) == len(expected), where
         for number, (a, e) in enumerate(zip(actual, expected, strict=True)):
             same(a, e, f"{where}/{number}")
@@ -159,6 +162,51 @@ def load_and_check(
         same(state[key], expected[key], key)
 
 
+def fsdp_model(mesh: Any, seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """An MLP sharded with FSDP2 (``fully_shard``) and its Adam state after one step."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 10))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    torch.manual_seed(100 + seed)
+    model(torch.randn(5, 64)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return model, optimizer
+
+
+def two_lines(mesh: Any, root: str) -> dict[str, Any]:
+    """Save epochs 1 and 2 with ``ckptstore.torch.save``, refuse epoch 2 again, and
+    restore the newest into a model built from another seed; the full tensors must
+    match. Rank 0 keeps the expected full state for the test's 1-process restore."""
+    model, optimizer = fsdp_model(mesh, seed=0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3)
+    ckptstore.torch.save(root, 1, model=model, optimizer=optimizer, scheduler=scheduler)
+    scheduler.step()
+    ckptstore.torch.save(root, 2, model=model, optimizer=optimizer, scheduler=scheduler)
+    try:
+        ckptstore.torch.save(root, 2, model=model, optimizer=optimizer)
+        refused = ""
+    except AlreadyCommittedError as error:  # typed, on every rank
+        refused = type(error).__name__
+    expected = full(get_state_dict(model, optimizer))
+    twin, twin_optimizer = fsdp_model(mesh, seed=1)
+    twin_scheduler = torch.optim.lr_scheduler.StepLR(twin_optimizer, step_size=3)
+    assert not torch.equal(
+        full(get_state_dict(twin, twin_optimizer))[0]["0.weight"], expected[0]["0.weight"]
+    )
+    epoch = ckptstore.torch.restore(
+        root, model=twin, optimizer=twin_optimizer, scheduler=twin_scheduler
+    )
+    same(full(get_state_dict(twin, twin_optimizer)), expected, "restored")
+    same(twin_scheduler.state_dict(), scheduler.state_dict(), "scheduler")
+    if dist.get_rank() == 0:
+        torch.save(expected, f"{root}.expected.pt")
+    return {"epoch": epoch, "refused": refused}
+
+
 def main() -> None:
     scenario, rank, world, port, raw = sys.argv[1:6]
     args = json.loads(raw)
@@ -192,6 +240,8 @@ def main() -> None:
             planner = NeededPlanner()
             load_and_check(mesh, reader, expected, planner=planner)
             out = {"read": count[0], "reader_read": reader.bytes_read, "needed": planner.needed}
+        elif scenario == "two_lines":  # ckptstore.torch.save/restore of an FSDP2 model
+            out = two_lines(mesh, args["root"])
         elif scenario == "race":  # each rank is a job of its own; the group is a barrier
             state = {"w": torch.full((256, 256), float(rank_)), "who": rank_}
             writer = Writer(args["root"], epoch=9)  # both pass: nothing is committed yet

@@ -26,7 +26,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict
 
+import ckptstore.torch
 from ckptstore.cli import main
 from ckptstore.errors import (
     AlreadyCommittedError,
@@ -111,7 +113,12 @@ def saved(
         "one_rank_expected": str(base / "one.pt"),
     }
     run_job("save", 2, two, base / "two-out")
-    return {"base": base, "root": base / "local", "expected": base / "two.pt"}
+    return {
+        "base": base,
+        "root": base / "local",
+        "expected": base / "two.pt",
+        "s3": s3_root,
+    }
 
 
 def test_round_trips_on_as_many_ranks_and_one_to_two(saved: dict[str, Any]) -> None:
@@ -137,6 +144,15 @@ def test_two_ranks_load_on_one_process(saved: dict[str, Any]) -> None:
     expected = torch.load(saved["expected"], weights_only=True)
     state = _full_target(expected)
     dcp.load(state, storage_reader=Reader(saved["root"], epoch=5), no_dist=True)
+    _same(state, expected)
+
+
+def test_two_ranks_saved_on_s3_load_on_one_process(saved: dict[str, Any]) -> None:
+    """2 -> 1 from the moto S3 server, through ranged reads of each rank's archive."""
+    expected = torch.load(saved["expected"], weights_only=True)
+    state = _full_target(expected)
+    root, options = saved["s3"]
+    dcp.load(state, storage_reader=Reader(root, epoch=5, storage_options=options), no_dist=True)
     _same(state, expected)
 
 
@@ -369,3 +385,35 @@ def test_keys_longer_than_a_blob_name_are_stored_under_a_hashed_name(tmp_path: P
     dcp.load(loaded, storage_reader=Reader(tmp_path), no_dist=True)
     assert torch.equal(loaded[long_key], state[long_key])
     assert loaded["a" * 300] == "long"
+
+
+def test_save_and_restore_of_an_fsdp2_model_go_through_dcp(tmp_path: Path) -> None:
+    """``ckptstore.torch.save/restore`` on 2 ranks of an FSDP2 (``fully_shard``) model
+    with Adam and an LR scheduler: each rank saves its shards, a committed epoch is
+    refused with ``AlreadyCommittedError`` on every rank, and a restore takes the newest
+    epoch (the job checks the gathered tensors); then one process without
+    ``torch.distributed`` restores the plain model from the shards (2 -> 1)."""
+    root = tmp_path / "fsdp"
+    results = run_job("two_lines", 2, {"root": str(root)}, tmp_path / "out")
+    assert results == [{"epoch": 2, "refused": "AlreadyCommittedError"}] * 2
+    storage = CheckpointLocation.open(str(root), "zarr").storage
+    assert committed_nodes(storage, 2) == {METADATA_NODE, "rank_0", "rank_1"}
+    model_state, optim_state = torch.load(f"{root}.expected.pt", weights_only=True)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    assert ckptstore.torch.restore(str(root), model=model, optimizer=optimizer) == 2
+    _same(model.state_dict(), model_state)
+    _same(get_state_dict(model, optimizer)[1]["state"], optim_state["state"])
+
+
+def test_the_two_line_api_raises_ckptstore_errors_not_dcps(tmp_path: Path) -> None:
+    """A refusal inside DCP (here a damaged byte found while reading) comes out of
+    ``ckptstore.torch.restore`` as the ckptstore error itself."""
+    model = torch.nn.Linear(300, 200)
+    state = {"model": model.state_dict()}
+    dcp.save(state, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
+    storage = CheckpointLocation.open(str(tmp_path), "zarr").storage
+    chunk = open_node(storage, "rank_0", 1).blobs["model.weight#0,0"].chunks[0]
+    _flip(tmp_path / "rank_0.1" / chunk.key, chunk.offset + 5)
+    with pytest.raises(CorruptCheckpointError, match=r"tensor 'model\.weight'"):
+        ckptstore.torch.restore(str(tmp_path), model=torch.nn.Linear(300, 200))

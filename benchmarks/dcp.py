@@ -1,0 +1,412 @@
+"""ckptstore as the storage of torch DCP, against DCP's own storages, on 2 ranks.
+
+    python -m benchmarks.dcp              # 1 GiB mix and GPT-2-small + Adam, disk and moto
+    python -m benchmarks.dcp --smoke      # tiny state, loopback moto, seconds (CI)
+    python -m benchmarks.dcp --docs       # also update docs/benchmarks-tables.md
+
+Every rank holds DTensor shards (``Shard(0)``) of every blob of the workload (the
+``mixed-1g`` mix of :mod:`benchmarks.workload`, or ``gpt2-adam``: GPT-2 small's
+parameters and Adam moments); a gloo job of 2 forked ranks saves them with
+``dcp.save``, and jobs of 2, 1 and 4 ranks load them (same topology, 2 -> 1, 2 -> 4).
+Storages: ckptstore's ``Writer`` / ``Reader`` against DCP's ``FileSystemWriter`` /
+``FileSystemReader`` on local disk (the writer's ``thread_count`` swept over 1, 2, 4, 8
+and the fastest median save used, named in the table), and against DCP's
+``FsspecWriter`` / ``FsspecReader`` (s3fs) on a moto S3 server with +20 ms per request
+(the network namespace of :mod:`benchmarks.object_store`). A time is the slowest rank's,
+between barriers; page caches are dropped before each disk load when allowed (root).
+``dcp.async_save``: the time the call blocks the training loop (staging), and in total.
+Bytes read are the loading ranks' ``rchar`` (every byte a read syscall returned, disk
+or socket) against the bytes of the shards they load. Medians of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch._dynamo  # DTensor's first use imports it: once here, not in every fork
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+from benchmarks.measure import _rchar
+from benchmarks.network import NetworkNamespace
+from benchmarks.object_store import delayed_server, loopback_server
+from benchmarks.report import publish
+from benchmarks.system import drop_caches
+from benchmarks.workload import make_workload
+from ckptstore.plugin import get_registry
+from ckptstore.torch.dcp import Reader, Writer
+
+GiB = float(1 << 30)
+KEY, SECRET = "bench", "bench-secret"
+BLOBS: dict[str, np.ndarray[Any, Any]] = {}
+"""The workload, made before the ranks fork (they inherit it, copy-on-write)."""
+
+
+@dataclass
+class Storage:
+    """One storage under test: how each rank makes its writer and reader."""
+
+    name: str
+    kind: str  # ckptstore, fs, fsspec
+    root: str
+    options: dict[str, Any] = field(default_factory=dict)
+    threads: int = 1
+
+    def writer(self, epoch: int) -> Any:
+        if self.kind == "ckptstore":
+            return Writer(self.root, epoch=epoch, storage_options=self.options or None)
+        if self.kind == "fs":
+            return dcp.FileSystemWriter(
+                f"{self.root}/e{epoch}", thread_count=self.threads, sync_files=True
+            )
+        return FsspecWriter(f"{self.root}/e{epoch}", thread_count=self.threads, **self.options)
+
+    def reader(self, epoch: int) -> Any:
+        if self.kind == "ckptstore":
+            return Reader(self.root, epoch, storage_options=self.options or None)
+        if self.kind == "fs":
+            return dcp.FileSystemReader(f"{self.root}/e{epoch}")
+        return FsspecReader(f"{self.root}/e{epoch}", **self.options)
+
+
+def sharded(mesh: Any, empty: bool) -> dict[str, Any]:
+    """This rank's DTensor shards of every blob (zeros to load into when ``empty``);
+    each rank cuts its own shard, nothing is sent."""
+    state = {}
+    for name, array in BLOBS.items():
+        full = torch.from_numpy(array)
+        if empty:
+            full = torch.empty_like(full)
+        state[name] = distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None)
+    return state
+
+
+def local_bytes(state: dict[str, Any]) -> int:
+    return sum(value.to_local().nbytes for value in state.values())
+
+
+def timed(operation: Callable[[], Any]) -> float:
+    dist.barrier()
+    started = time.perf_counter()
+    operation()
+    dist.barrier()
+    return time.perf_counter() - started
+
+
+def async_save(state: dict[str, Any], writer: Any, blocked: list[float]) -> None:
+    """``dcp.async_save``, noting how long the call blocked, then its wait."""
+    started = time.perf_counter()
+    future = dcp.async_save(state, storage_writer=writer)
+    blocked.append(time.perf_counter() - started)
+    future.result()
+
+
+def rank_main(
+    rank: int, world: int, port: int, storage: Storage, plan: list[Any], out: str
+) -> None:
+    """Run ``plan`` (``[op, epoch]`` pairs: save, async, load) on this rank; append one
+    result per operation to ``out.<rank>``."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    mesh = init_device_mesh("cpu", (world,))
+    results = []
+    for op, epoch in plan:
+        if op == "save":
+            state = sharded(mesh, empty=False)
+            save = partial(dcp.save, state, storage_writer=storage.writer(epoch))
+            results.append({"op": op, "seconds": timed(save)})
+        elif op == "async":
+            state = sharded(mesh, empty=False)
+            blocked: list[float] = []
+            save = partial(async_save, state, storage.writer(epoch), blocked)
+            results.append({"op": op, "seconds": timed(save), "blocked": blocked[0]})
+        else:
+            state = sharded(mesh, empty=True)
+            load = partial(dcp.load, state, storage_reader=storage.reader(epoch))
+            if rank == 0:
+                drop_caches()
+            before = _rchar()
+            seconds = timed(load)
+            read = _rchar() - before
+            results.append(
+                {"op": op, "seconds": seconds, "read": read, "needed": local_bytes(state)}
+            )
+    Path(f"{out}.{rank}").write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def run_job(storage: Storage, world: int, plan: list[Any], work: Path) -> list[dict[str, Any]]:
+    """One job of ``world`` forked ranks; per operation: the slowest rank's times,
+    the ranks' bytes read and needed summed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    out = str(work / f"job-{time.monotonic_ns()}")
+    context = multiprocessing.get_context("fork")
+    ranks = [
+        context.Process(target=rank_main, args=(rank, world, port, storage, plan, out))
+        for rank in range(world)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
+    if any(process.exitcode != 0 for process in ranks):
+        raise SystemExit(f"{storage.name}: a rank failed ({[p.exitcode for p in ranks]})")
+    per_rank = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
+    merged = []
+    for entries in zip(*per_rank, strict=True):
+        result: dict[str, Any] = {"op": entries[0]["op"]}
+        for key in ("seconds", "blocked"):
+            if key in entries[0]:
+                result[key] = max(entry[key] for entry in entries)
+        for key in ("read", "needed"):
+            if key in entries[0]:
+                result[key] = sum(entry[key] for entry in entries)
+        merged.append(result)
+    return merged
+
+
+@dataclass
+class Row:
+    storage: str
+    save: list[float] = field(default_factory=list)
+    blocked: list[float] = field(default_factory=list)
+    async_total: list[float] = field(default_factory=list)
+    loads: dict[int, list[float]] = field(default_factory=dict)
+    read: dict[int, float] = field(default_factory=dict)
+
+
+def measure_storage(storage: Storage, repeat: int, work: Path, *, reshard: bool = True) -> Row:
+    """Saves (and async saves) on 2 ranks, then loads on 2, and on 1 and 4 ranks."""
+    row = Row(storage.name)
+    plan = [["save", epoch] for epoch in range(1, repeat + 1)]
+    plan += [["async", epoch] for epoch in range(101, 101 + repeat)]
+    plan += [["load", 1] for _ in range(repeat)]
+    for result in run_job(storage, 2, plan, work):
+        if result["op"] == "save":
+            row.save.append(result["seconds"])
+        elif result["op"] == "async":
+            row.blocked.append(result["blocked"])
+            row.async_total.append(result["seconds"])
+        else:
+            row.loads.setdefault(2, []).append(result["seconds"])
+            if "://" not in storage.root:  # rchar misses socket recv(): disk only
+                row.read[2] = result["read"] / result["needed"]
+    for world in (1, 4) if reshard else ():
+        for result in run_job(storage, world, [["load", 1]] * repeat, work):
+            row.loads.setdefault(world, []).append(result["seconds"])
+            row.read[world] = result["read"] / result["needed"]
+    return row
+
+
+def fastest_threads(
+    make: Callable[[int], Storage], counts: list[int], repeat: int, work: Path
+) -> tuple[int, dict[int, float]]:
+    """The writer thread count with the fastest median save (2 ranks)."""
+    medians = {}
+    for count in counts:
+        storage = make(count)
+        plan = [["save", epoch] for epoch in range(1, repeat + 1)]
+        medians[count] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
+        remove(storage.root)
+        print(f"  {storage.name}: save {medians[count]:.2f} s", flush=True)
+    return min(medians, key=medians.__getitem__), medians
+
+
+def remove(root: str) -> None:
+    if "://" not in root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def table(rows: list[Row], size: int) -> list[str]:
+    ours = rows[0]
+    lines = [
+        "| storage | save s | async blocked s | async total s | load 2->2 s "
+        "| load 2->1 s | load 2->4 s | read/needed 2->2, 2->1, 2->4 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        loads = [median(row.loads.get(world, [])) for world in (2, 1, 4)]
+        reads = ", ".join(f"{row.read[w]:.2f}" if w in row.read else "-" for w in (2, 1, 4))
+        lines.append(
+            f"| {row.storage} | {median(row.save):.2f} | {median(row.blocked):.2f} "
+            f"| {median(row.async_total):.2f} | "
+            + " | ".join(f"{value:.2f}" for value in loads)
+            + f" | {reads} |"
+        )
+    lines.append("")
+    for row in rows[1:]:
+        save = median(row.save) / median(ours.save)
+        load = median(row.loads[2]) / median(ours.loads[2])
+        lines.append(
+            f"* against {row.storage}: ckptstore saves {save:.2f}x as fast, loads "
+            f"(2 -> 2) {load:.2f}x as fast; async_save blocks {median(ours.blocked):.2f} s "
+            f"against {median(row.blocked):.2f} s"
+        )
+    same = median(ours.loads[2])
+    for world in (1, 4):
+        if world in ours.loads:
+            lines.append(
+                f"* ckptstore resharded load 2 -> {world}: {median(ours.loads[world]) / same:.2f}x "
+                f"the time of the 2 -> 2 load, reading {ours.read[world]:.2f}x the bytes needed"
+            )
+    lines.append(f"* state: {size / GiB:.3f} GiB over 2 ranks")
+    return lines
+
+
+@contextmanager
+def moto(latency_ms: float | None) -> Iterator[str]:
+    if latency_ms is None:
+        with loopback_server() as endpoint:
+            yield endpoint
+        return
+    with (
+        NetworkNamespace("ckptdcp", delay_ms=latency_ms) as network,
+        delayed_server(network, latency_ms, 9600 + os.getpid() % 300) as endpoint,
+    ):
+        yield endpoint
+
+
+def s3_options(endpoint: str) -> dict[str, Any]:
+    return {
+        "endpoint_url": endpoint,
+        "key": KEY,
+        "secret": SECRET,
+        "client_kwargs": {"region_name": "us-east-1"},
+    }
+
+
+def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[str]:
+    BLOBS.clear()
+    BLOBS.update(make_workload(workload))
+    size = sum(array.nbytes for array in BLOBS.values())
+    print(f"{workload}: {len(BLOBS)} blobs, {size / GiB:.3f} GiB", flush=True)
+    disk = work / "disk"
+    counts = [2] if args.smoke else [1, 2, 4, 8]  # smoke: no sweep, one job less
+    if args.smoke:
+        best, sweep = 2, {}
+    else:
+        best, sweep = fastest_threads(
+            lambda n: Storage(
+                f"DCP FileSystemWriter, {n} threads", "fs", str(disk / f"fs{n}"), threads=n
+            ),
+            counts,
+            args.repeat,
+            work,
+        )
+    rows = [
+        measure_storage(
+            Storage("ckptstore Writer/Reader", "ckptstore", str(disk / "ours")), args.repeat, work
+        ),
+        measure_storage(
+            Storage(
+                f"DCP FileSystemWriter/Reader, {best} threads", "fs", str(disk / "fs"), threads=best
+            ),
+            args.repeat,
+            work,
+            reshard=not args.smoke,
+        ),
+    ]
+    for row in rows:
+        print(
+            f"  {row.storage}: save {median(row.save):.2f} s, load {median(row.loads[2]):.2f} s",
+            flush=True,
+        )
+    remove(str(disk))
+    lines = [f"### {workload} on local disk ({size / GiB:.2f} GiB, 2 ranks)", ""]
+    lines += table(rows, size)
+    lines.append(
+        "* DCP FileSystemWriter thread sweep (median save s): "
+        + ", ".join(f"{n}: {s:.2f}" for n, s in sweep.items())
+    )
+    if args.no_s3:
+        return lines
+    latency = None if args.smoke else args.latency_ms
+    with moto(latency) as endpoint:
+        options = s3_options(endpoint)
+        s3_rows = [
+            measure_storage(
+                Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
+                args.repeat,
+                work,
+                reshard=False,
+            ),
+            measure_storage(
+                Storage(
+                    f"DCP FsspecWriter/Reader (s3fs), {best} threads",
+                    "fsspec",
+                    "s3://bench/fsspec",
+                    options,
+                    best,
+                ),
+                args.repeat,
+                work,
+                reshard=False,
+            ),
+        ]
+    label = "loopback" if latency is None else f"+{latency:g} ms per request"
+    lines += ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
+    lines += table(s3_rows, size)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny state, loopback moto")
+    parser.add_argument("--docs", action="store_true", help="update docs/benchmarks-tables.md")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--no-s3", action="store_true", help="local disk only")
+    parser.add_argument("--workloads", default="mixed-1g,gpt2-adam")
+    parser.add_argument("--directory", type=Path, default=None, help="on the disk to measure")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeat, args.workloads = 1, "tiny"
+    get_registry()  # the plugins, found once before the ranks fork
+    command = " ".join(["python -m benchmarks.dcp", *(argv if argv is not None else sys.argv[1:])])
+    lines = [
+        f"Command: `{command}`. "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, torch {torch.__version__}, {platform.system()} "
+        f"{platform.release()}, load average {os.getloadavg()[0]:.1f} at the start; medians "
+        f"of {args.repeat}; times are the slowest rank's.",
+        "",
+    ]
+    with tempfile.TemporaryDirectory(dir=args.directory) as directory:
+        for workload in args.workloads.split(","):
+            lines += run_workload(workload, args, Path(directory))
+            lines.append("")
+    publish("\n".join(lines), "dcp", "dcp", smoke=args.smoke, docs=args.docs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""Real gloo jobs (``dcp_fork_jobs.py``) through ``ckptstore.torch.dcp``.
+
+Resharding: a state of DTensors sharded along dim 0 and dim 1 (uneven shards) and
+non-tensor entries, saved by N ranks, loads exactly on M; a few pairs by default, all
+16 of N, M in 1..4 with ``CKPTSTORE_LONG_TESTS=1`` (the module ``test_dcp.py`` covers
+1 -> 1, 1 -> 2, 2 -> 2, 2 -> 1 and 2 -> 4 with a DTensor model and Adam).
+
+kill -9 of one rank of a 2-rank ``dcp.save`` / ``dcp.async_save`` through
+``ckptstore.torch.dcp.Writer`` (``dcp_fork_jobs.py``): at every file-system write
+boundary of either rank (every 6th one and the last by default; every one with
+``CKPTSTORE_LONG_TESTS=1``), the epoch being saved is either not accepted by ``Reader``
+or loads exactly as saved, and the previous epoch still loads exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.protocol import CheckpointLocation, committed_nodes, open_node
+from ckptstore.torch.dcp import Reader
+
+DRIVER = Path(__file__).with_name("dcp_fork_jobs.py")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def full_target() -> dict[str, Any]:
+    """The driver's zeroed structure of what its jobs save (``dcp_fork_jobs.full_target``)."""
+    spec = importlib.util.spec_from_file_location("dcp_fork_jobs", DRIVER)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.full_target()  # type: ignore[no-any-return]
+
+
+LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
+EVERY = 1 if LONG else 6
+PAIRS = [(n, m) for n in range(1, 5) for m in range(1, 5)] if LONG else [(3, 2), (4, 3), (1, 4)]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def run_matrix(work: Path, pairs: list[tuple[int, int]], *extra: str) -> None:
+    """Run the driver's N -> M jobs; every loading rank checks every value itself."""
+    out = work / "out.json"
+    text = ",".join(f"{n}:{m}" for n, m in pairs)
+    result = subprocess.run(
+        [sys.executable, str(DRIVER), str(work), "matrix", text, str(out), *extra],
+        env={**ENV, **os.environ},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert [tuple(pair) for pair in json.loads(out.read_text())["pairs"]] == pairs
+
+
+@pytest.fixture(scope="module")
+def matrix_roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("matrix")
+    run_matrix(work, PAIRS)
+    return work
+
+
+def test_a_state_saved_by_n_ranks_loads_exactly_on_m(matrix_roots: Path) -> None:
+    for saving in {n for n, _ in PAIRS}:
+        storage = CheckpointLocation.open(str(matrix_roots / f"saved-by-{saving}"), "zarr").storage
+        assert committed_nodes(storage, 1) == {"dcp", *(f"rank_{r}" for r in range(saving))}
+
+
+def test_saved_by_two_ranks_loads_on_three_on_the_gcs_emulator(
+    tmp_path: Path, gcs_url: str, gcs_storage_options: dict[str, Any]
+) -> None:
+    run_matrix(tmp_path, [(2, 3)], gcs_url, json.dumps(gcs_storage_options))
+
+
+def _stored_files(root: Path, epoch: int) -> list[str]:
+    nodes = [p.name for p in root.iterdir() if p.name.endswith(f".{epoch}")]
+    files = [f"{node}/{f.name}" for node in nodes for f in (root / node).iterdir()]
+    control = root / "_ckptstore" / f"epoch-{epoch}"
+    return sorted([*files, *(f"_ckptstore/epoch-{epoch}/{f.name}" for f in control.iterdir())])
+
+
+def _pieces(root: Path, relative: str) -> list[tuple[int, str]]:
+    """(offset, blob) of one byte in each stored piece of each blob in ``relative``."""
+    node, epoch = relative.split("/")[0].rsplit(".", 1)
+    manifest = open_node(CheckpointLocation.open(str(root), "zarr").storage, node, int(epoch))
+    name = relative.split("/", 1)[1]
+    return [
+        (chunk.offset + chunk.size // 2, blob)
+        for blob, record in manifest.blobs.items()
+        for chunk in record.chunks
+        if chunk.key == name
+    ]
+
+
+def _load_error(root: Path) -> BaseException:
+    try:
+        reader = Reader(root, epoch=1)
+        dcp.load(full_target(), storage_reader=reader, no_dist=True)
+    except CorruptCheckpointError as error:  # refused when the Reader was made
+        return error
+    except CheckpointException as wrapped:
+        return wrapped.failures[0][0]
+    raise AssertionError(f"{root}: the damaged epoch loaded")
+
+
+def test_a_flipped_byte_in_any_stored_file_fails_the_load_naming_it(
+    matrix_roots: Path,
+) -> None:
+    """In every file of a 3-rank save (commit records, manifests, the metadata, each
+    stored piece of each rank's archive), one flipped byte makes the load of that
+    epoch raise CorruptCheckpointError naming the file (and, for a piece, its tensor or
+    entry). Bytes of an archive outside every piece (zip headers) are never read by a
+    load: ``ckptstore verify --deep`` checks those."""
+    root = matrix_roots / "saved-by-3"
+    files = _stored_files(root, 1)
+    assert len(files) == 12  # 3 ranks + dcp: a manifest, an archive, a commit record each
+    flips = 0
+    for relative in files:
+        path = root / relative
+        original = path.read_bytes()
+        spots = (
+            [(offset, blob) for offset, blob in _pieces(root, relative)]
+            if relative.endswith(".zip")
+            else [(len(original) // 2, None)]
+        )
+        assert spots, relative
+        for offset, blob in spots:
+            damaged = bytearray(original)
+            damaged[offset] ^= 0x10
+            path.write_bytes(bytes(damaged))
+            try:
+                error = _load_error(root)
+            finally:
+                path.write_bytes(original)
+            assert isinstance(error, CorruptCheckpointError), (relative, error)
+            assert error.file == relative, (relative, error.file)
+            if blob is not None and not relative.startswith("dcp."):
+                key = blob.split("#")[0]
+                assert f"'{key}'" in str(error), (relative, blob, str(error))
+            flips += 1
+    assert flips > 20
+    assert Reader(root, epoch=1).epoch == 1  # restored: intact again
+
+
+@pytest.mark.parametrize("mode", ["save", "async"])
+def test_a_rank_killed_at_any_write_never_leaves_an_accepted_partial_epoch(
+    tmp_path: Path, mode: str
+) -> None:
+    out = tmp_path / "out.json"
+    result = subprocess.run(
+        [sys.executable, str(DRIVER), str(tmp_path), mode, str(EVERY), str(out)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    report = json.loads(out.read_text())
+    calls, trials = report["calls"], report["trials"]
+    assert calls[0] > calls[1] > 0  # the coordinator also writes the metadata and commits
+    expected = {
+        (rank, kill_at)
+        for rank in (0, 1)
+        for kill_at in {*range(1, calls[rank] + 1, EVERY), calls[rank]}
+    }
+    assert {(trial["rank"], trial["kill_at"]) for trial in trials} == expected
+    assert all(trial["killed"] for trial in trials)
+    # the driver checked each copy (newest loads exactly, epoch 1 too); a rank that is
+    # not the coordinator dies before any commit record of epoch 2 exists
+    assert {trial["newest"] for trial in trials if trial["rank"] == 1} == {1}
+    first, last = trials[0], [t for t in trials if t["rank"] == 0][-1]
+    assert (first["newest"], last["newest"]) == (1, 2)  # dead before anything / after commit

@@ -37,7 +37,8 @@ import numpy as np
 from ckptstore._types import Buffer
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
 from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import CheckpointLocation, copy_node
+from ckptstore.protocol import CheckpointLocation, copy_node, read_commit
+from ckptstore.records import node_commit_key
 
 __all__ = ["NodeReplica", "ReplicaPath", "capture_node"]
 
@@ -140,8 +141,24 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
     """``node``'s committed checkpoint of ``epoch`` under ``location``, read into memory
     (each chunk checked against the manifest as it is read)."""
     memory = _MemoryObjects(f"peer-replica:{node}")
-    copy_node(source=location, dest=memory, node=node, epoch=epoch, verify=False)
-    return NodeReplica(location.storage.display_url, node, epoch, memory.files)
+    stats = copy_node(source=location, dest=memory, node=node, epoch=epoch, verify=False)
+    assert stats.commit is not None
+    copied = f"{stats.commit.data_key}/"
+    # the copy is a new attempt: keep its files under the attempt the root's record
+    # names, which is what a restore reading that record looks for
+    record = read_commit(location.storage, epoch, [node])
+    if record is None or node not in record.nodes:
+        raise CorruptCheckpointError(
+            "the node's commit record went away while its peer replica was made",
+            url=location.storage.display_url,
+            file=node_commit_key(epoch, node),
+        )
+    committed = f"{record.nodes[node].data_key}/"
+    files = {
+        committed + key[len(copied) :] if key.startswith(copied) else key: data
+        for key, data in memory.files.items()
+    }
+    return NodeReplica(location.storage.display_url, node, epoch, files)
 
 
 class ReplicaPath(_MemoryObjects):

@@ -640,20 +640,14 @@ class CheckpointManager(ManagerBase):
         overwrite: bool = False,
         incremental: bool = False,
     ) -> None:
-        if location is not None and incremental and not location.incremental:
-            check_incremental(location.db_type)
-            location = replace(location, incremental=True)
-        roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
-        first, later = split_roots(
-            [location or roots[0], *roots[1:]],
-            partial(
-                open_root,
-                db_type=db_type,
-                io=io,
-                path_type=path_type,
-                storage_options=storage_options,
-                incremental=incremental,
-            ),
+        first, later = open_roots(
+            db_prefix,
+            db_type=db_type,
+            io=io,
+            path_type=path_type,
+            storage_options=storage_options,
+            incremental=incremental,
+            location=location,
         )
         super().__init__(first, metadata_handler, None, overwrite=overwrite)
         self._set_tiers(later, retention)
@@ -885,21 +879,34 @@ class CheckpointManager(ManagerBase):
         return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)
 
 
-def open_root(
-    prefix: str,
+def open_roots(
+    db_prefix: str | Sequence[RootLike],
     *,
     db_type: str | DBType,
     io: IOSettings | None,
     path_type: str | None,
     storage_options: Mapping[str, object] | None,
-    incremental: bool = False,
-) -> CheckpointLocation:
-    """The first root of a manager, opened with the manager's own options."""
-    return CheckpointLocation.open(
-        prefix,
-        db_type,
-        io=io,
-        path_type=path_type,
-        storage_options=storage_options,
-        incremental=incremental,
-    )
+    incremental: bool,
+    location: CheckpointLocation | None = None,
+) -> tuple[CheckpointLocation, list[UploadTaskGroupBuilder]]:
+    """A manager's roots: the first opened with the manager's own options (or
+    ``location``, made incremental if asked), the later ones as upload builders."""
+    if location is not None and incremental and not location.incremental:
+        check_incremental(location.db_type)
+        location = replace(location, incremental=True)
+    roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
+
+    def open_first(prefix: str) -> CheckpointLocation:
+        return CheckpointLocation.open(
+            prefix,
+            db_type,
+            io=io,
+            path_type=path_type,
+            storage_options=storage_options,
+            incremental=incremental,
+        )
+
+    given: list[RootLike] = list(roots)
+    if location is not None:
+        given[:1] = [location]  # the opened first root stands for the URL
+    return split_roots(given, open_first)

@@ -25,10 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from ckptstore import protocol
-from ckptstore.checkpoint._manager import DEFAULT_DB_TYPE, CheckpointManager, ManagerBase, open_root
+from ckptstore.checkpoint._manager import (
+    DEFAULT_DB_TYPE,
+    CheckpointManager,
+    ManagerBase,
+    open_roots,
+)
 from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
-from ckptstore.checkpoint._tiers import RootLike, split_roots
+from ckptstore.checkpoint._tiers import RootLike
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._node import Node
 from ckptstore.execution._session import Session
@@ -80,17 +85,13 @@ class MultiNodeCheckpointManager(ManagerBase):
         overwrite: bool = False,
         incremental: bool = False,
     ) -> None:
-        roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
-        location, later = split_roots(
-            roots,
-            partial(
-                open_root,
-                db_type=db_type,
-                io=io,
-                path_type=path_type,
-                storage_options=storage_options,
-                incremental=incremental,
-            ),
+        location, later = open_roots(
+            db_prefix,
+            db_type=db_type,
+            io=io,
+            path_type=path_type,
+            storage_options=storage_options,
+            incremental=incremental,
         )
         super().__init__(location, metadata_handler, None, overwrite=overwrite)
         self._set_tiers(later, retention)

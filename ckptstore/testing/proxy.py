@@ -12,7 +12,8 @@ Point a client at :attr:`FaultProxy.endpoint_url` instead of the server's. Then:
   the N-th matching request arrives.
 
 A fault applies to requests of the given ``methods`` whose target (path and query,
-URL-decoded) contains ``path`` (all, by default); ``after=K`` lets K matching requests
+URL-decoded) contains ``path`` (all, by default; a ``*`` in it stands for any run of
+characters, e.g. ``node.3/*/manifest`` for any save attempt); ``after=K`` lets K matching requests
 through first. Every request is recorded (:attr:`FaultProxy.requests`), so a test can
 count them by method or check that no listing happened (:meth:`FaultProxy.listings`).
 
@@ -127,6 +128,11 @@ class RecordedRequest:
         return urllib.parse.parse_qs(self.query, keep_blank_values=True)
 
 
+def _contains(target: str, pattern: str) -> bool:
+    """Whether ``target`` contains ``pattern``, each ``*`` in it any run of characters."""
+    return re.search(".*".join(map(re.escape, pattern.split("*"))), target) is not None
+
+
 @dataclass
 class _Rule:
     kind: str
@@ -141,7 +147,7 @@ class _Rule:
     def take(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
             return False
-        if self.path is not None and self.path not in path:
+        if self.path is not None and not _contains(path, self.path):
             return False
         if self.skip:
             self.skip -= 1

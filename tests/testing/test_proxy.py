@@ -77,6 +77,13 @@ def test_faults_can_target_a_path(proxy: FaultProxy) -> None:
     assert b"InternalError" in body
 
 
+def test_a_star_in_a_faults_path_stands_for_any_run_of_characters(proxy: FaultProxy) -> None:
+    proxy.fail_next(1, status=500, path="node.3/*/manifest")
+    assert call(proxy, "PUT", "/proxied/node.3/manifest-x", b"m")[0] == 200  # no part between
+    assert call(proxy, "PUT", "/proxied/node.4/attempt-1/manifest", b"m")[0] == 200
+    assert call(proxy, "PUT", "/proxied/node.3/attempt-1/manifest", b"m")[0] == 500
+
+
 def test_reset_next_drops_the_connection(proxy: FaultProxy) -> None:
     proxy.reset_next(1)
     with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):

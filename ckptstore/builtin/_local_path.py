@@ -402,6 +402,18 @@ class LocalPath(PathType):
             else:
                 os.unlink(name, dir_fd=parent)
 
+    def remove_empty_directory(self, prefix: str) -> None:
+        with (
+            self._errors("delete", prefix),
+            contextlib.suppress(FileNotFoundError, NotADirectoryError),
+            self._parent(prefix) as (parent, name),
+        ):
+            try:
+                os.rmdir(name, dir_fd=parent)  # fails on a directory that is not empty
+            except OSError as error:
+                if error.errno != errno.ENOTEMPTY:
+                    raise
+
     def list_keys(self, prefix: str = "") -> list[str]:
         """Regular files under ``prefix``; links (and what they point to) are left out,
         and never opened."""

@@ -408,6 +408,11 @@ class PathType(ABC):
         nothing.
         """
 
+    def remove_empty_directory(self, prefix: str) -> None:
+        """Remove the directory ``prefix`` if it is empty, else leave it (atomic: a
+        directory another writer just wrote into stays). Storages without directories
+        have nothing to remove; the default does nothing."""
+
     def sync(self) -> None:
         """Make everything written through this object so far durable (a barrier)."""
 

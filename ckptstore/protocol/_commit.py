@@ -365,6 +365,7 @@ def publish_node(storage: PathType, root: str, fill: Callable[[str], bytes]) -> 
     except BaseException:
         with contextlib.suppress(Exception):
             storage.delete_tree(root)
+            storage.remove_empty_directory(root.rpartition("/")[0])  # another save's stays
         raise
     return manifest_bytes
 

@@ -500,3 +500,14 @@ def test_a_key_whose_directory_cannot_be_read_is_an_error_not_absent(tmp_path: P
         unreadable.chmod(0o755)
     assert storage.exists("run/_ckptstore/epoch-2/trainer_0.commit.json")
     assert not storage.exists("run/_ckptstore/epoch-3/trainer_0.commit.json")
+
+
+def test_remove_empty_directory_removes_only_an_empty_one(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    storage.write_bytes("node.1/attempt-a/file", b"x")
+    (tmp_path / "node.2").mkdir()
+    storage.remove_empty_directory("node.1")  # another save's files stay
+    storage.remove_empty_directory("node.2")
+    storage.remove_empty_directory("node.3")  # nothing there: nothing to do
+    assert (tmp_path / "node.1" / "attempt-a" / "file").read_bytes() == b"x"
+    assert not (tmp_path / "node.2").exists()

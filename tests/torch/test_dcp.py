@@ -413,7 +413,8 @@ def test_the_two_line_api_raises_ckptstore_errors_not_dcps(tmp_path: Path) -> No
     state = {"model": model.state_dict()}
     dcp.save(state, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
     storage = CheckpointLocation.open(str(tmp_path), "zarr").storage
-    chunk = open_node(storage, "rank_0", 1).blobs["model.weight#0,0"].chunks[0]
-    _flip(tmp_path / "rank_0.1" / chunk.key, chunk.offset + 5)
+    manifest = open_node(storage, "rank_0", 1)
+    chunk = manifest.blobs["model.weight#0,0"].chunks[0]
+    _flip(tmp_path / manifest.data_key / chunk.key, chunk.offset + 5)
     with pytest.raises(CorruptCheckpointError, match=r"tensor 'model\.weight'"):
         ckptstore.torch.restore(str(tmp_path), model=torch.nn.Linear(300, 200))

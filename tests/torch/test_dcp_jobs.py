@@ -88,7 +88,9 @@ def test_saved_by_two_ranks_loads_on_three_on_the_gcs_emulator(
 
 def _stored_files(root: Path, epoch: int) -> list[str]:
     nodes = [p.name for p in root.iterdir() if p.name.endswith(f".{epoch}")]
-    files = [f"{node}/{f.name}" for node in nodes for f in (root / node).iterdir()]
+    files = [
+        str(f.relative_to(root)) for node in nodes for f in (root / node).rglob("*") if f.is_file()
+    ]
     control = root / "_ckptstore" / f"epoch-{epoch}"
     return sorted([*files, *(f"_ckptstore/epoch-{epoch}/{f.name}" for f in control.iterdir())])
 
@@ -97,7 +99,7 @@ def _pieces(root: Path, relative: str) -> list[tuple[int, str]]:
     """(offset, blob) of one byte in each stored piece of each blob in ``relative``."""
     node, epoch = relative.split("/")[0].rsplit(".", 1)
     manifest = open_node(CheckpointLocation.open(str(root), "zarr").storage, node, int(epoch))
-    name = relative.split("/", 1)[1]
+    name = relative.removeprefix(f"{manifest.data_key}/")
     return [
         (chunk.offset + chunk.size // 2, blob)
         for blob, record in manifest.blobs.items()

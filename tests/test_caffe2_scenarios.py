@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import zarr
 from caffe2_pipeline import EXPECTED_TOTALS, build_download_job, build_pipeline, total_fetcher
+from ckpt_helpers import node_dir
 
 from ckptstore import (
     CheckpointManager,
@@ -94,7 +95,8 @@ def test_checkpoint_k_holds_the_total_after_epoch_k(tmp_path: Path, db_type: str
         build_pipeline(0)
     JobRunner(job, MultiNodeCheckpointManager(str(tmp_path), db_type)).train(LocalSession())
     for epoch, expected in enumerate([100, *EXPECTED_TOTALS]):
-        total = read_without_ckptstore(tmp_path / f"trainer_0.{epoch}", db_type, "trainer_0/total")
+        where = node_dir(tmp_path, "trainer_0", epoch)  # the attempt its commit record names
+        total = read_without_ckptstore(where, db_type, "trainer_0/total")
         assert total.tolist() == [expected]
 
 

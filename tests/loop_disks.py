@@ -19,8 +19,7 @@ The kernel here has no fault injection (``CONFIG_FAULT_INJECTION`` unset) and no
 device-mapper, so dm-flakey, dm-error and ``fail_make_request`` are not available.
 
 Loop devices need root. Where they cannot be used the fixture fails, naming the
-reason, unless ``CKPTSTORE_NO_LOOP_DEVICES=1`` says the machine has none (then the
-tests are skipped, saying so).
+reason; on such a machine, deselect these tests knowingly with ``-m "not loop_devices"``.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ def run(*command: str) -> str:
 
 
 def require_loop_devices() -> None:
-    """Fail (or skip, with ``CKPTSTORE_NO_LOOP_DEVICES=1``) where loop devices cannot
-    be used, naming why."""
+    """Fail where loop devices cannot be used, naming why."""
     reason = None
     if os.geteuid() != 0:
         reason = "the tests do not run as root (mount and losetup need it)"
@@ -54,11 +52,9 @@ def require_loop_devices() -> None:
         reason = "/dev/loop-control is missing (no loop driver in this kernel/container)"
     if reason is None:
         return
-    if os.environ.get("CKPTSTORE_NO_LOOP_DEVICES") == "1":
-        pytest.skip(f"CKPTSTORE_NO_LOOP_DEVICES=1 and {reason}")
     pytest.fail(
         f"real-disk fault tests need loop devices, but {reason}; run as root on a machine "
-        "with loop devices, or set CKPTSTORE_NO_LOOP_DEVICES=1 to skip them knowingly"
+        "with loop devices, or deselect them knowingly: pytest -m 'not loop_devices'"
     )
 
 

@@ -38,6 +38,8 @@ from ckptstore.errors import (
     TooManySaveFailuresError,
 )
 
+pytestmark = pytest.mark.loop_devices
+
 LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
 DB_TYPES = ["zarr", "npz", "lmdb"]
 MUTATIONS = ("fsync", "fdatasync", "rename", "replace", "link", "mkdir", "makedirs")

@@ -63,7 +63,6 @@ from ckptstore.plugin._path_type import (
     PositionalWriter,
     content_version,
 )
-from ckptstore.records._layout import RETIRED_MARK, STAGING_MARK, retired_key
 from ckptstore.records._limits import current_limits
 from ckptstore.records._names import validate_key
 
@@ -569,37 +568,6 @@ class LocalPath(PathType):
         except OSError:
             return False
         return os.access(self.root, os.W_OK | os.X_OK)
-
-    def replace_tree(self, source: str, target: str) -> None:
-        retired = retired_key(target, secrets.token_hex(4))
-        with (
-            self._errors("rename into", target),
-            self._parent(source) as (src_parent, src_name),
-            self._parent(target) as (
-                parent,
-                name,
-            ),
-        ):
-            if self.exists(target):
-                with self._parent(retired) as (old_parent, old_name):
-                    os.rename(name, old_name, src_dir_fd=parent, dst_dir_fd=old_parent)
-                os.rename(src_name, name, src_dir_fd=src_parent, dst_dir_fd=parent)
-                os.fsync(parent)
-                with contextlib.suppress(StorageError):
-                    self.delete_tree(retired)
-            else:
-                os.rename(src_name, name, src_dir_fd=src_parent, dst_dir_fd=parent)
-                os.fsync(parent)
-
-    def staging_keys(self, db_key: str) -> list[str]:
-        starts = (f".{db_key}{STAGING_MARK}", f".{db_key}{RETIRED_MARK}")
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        except OSError as error:
-            raise storage_error(self.display_url, None, "list", error) from error
-        return sorted(name for name in names if name.startswith(starts))
 
 
 class _LocalPositionalReader(PositionalReader):

@@ -194,8 +194,9 @@ class PathType(ABC):
     serve, ``""`` for plain paths) and implement the abstract methods. Optional
     capabilities have safe defaults:
 
-    * ``supports_rename``: the root can rename a whole key prefix atomically (local
-      disk); the commit protocol then writes to a staging name and renames it.
+    * ``supports_rename``: the root is a file system that renames and hard-links
+      atomically (local disk): formats that need one (LMDB) may write there, and the
+      shared chunk store links finished chunks into place.
     * ``copies_on_write`` / ``copies_on_read``: whether a transfer copies the bytes
       (object stores do); the I/O engine counts those copies against its budget.
     * ``default_io``: the I/O engine settings measured to suit this storage (a class
@@ -454,19 +455,6 @@ class PathType(ABC):
         never be written under the root (permission denied, read-only, cannot be
         created), so a job fails at start instead of at every save. The default checks
         nothing (object stores learn it from the first write)."""
-
-    def replace_tree(self, source: str, target: str) -> None:
-        """Atomically make prefix ``source`` visible as ``target`` (replacing it).
-
-        Only called when ``supports_rename`` is true; the default refuses.
-        """
-        raise TypeError(f"path type {self.name!r} cannot rename; set supports_rename=False")
-
-    def staging_keys(self, db_key: str) -> list[str]:
-        """Leftovers of interrupted saves of ``db_key``: staging prefixes, and older
-        copies set aside while a new one was renamed into place (renaming path types
-        only). The next save of ``db_key`` deletes them."""
-        return []
 
     def local_directory(self) -> str | None:
         """The root's directory on this machine's file system, if it has one (local

@@ -85,9 +85,6 @@ def test_capabilities_of_an_object_store() -> None:
         assert storage.copies_on_write
         assert storage.copies_on_read
         assert storage.accessible()
-        assert storage.staging_keys("n.1") == []
-        with pytest.raises(TypeError, match="cannot rename"):
-            storage.replace_tree("a", "b")
         storage.put_document("_ckptstore/doc", b"{}")
         assert storage.get_document("_ckptstore/doc") == b"{}"
 

@@ -315,22 +315,6 @@ def test_writes_under_a_file_fail_as_storage_errors(tmp_path: Path) -> None:
     assert str(tmp_path / "file") in str(info.value)
 
 
-def test_replace_tree_and_staging_keys(tmp_path: Path) -> None:
-    storage = LocalPath(str(tmp_path))
-    storage.write_bytes(".n.1.staging-aa/x", b"new")
-    storage.write_bytes(".n.1.staging-bb/x", b"other")
-    storage.write_bytes(".n.12.staging-cc/x", b"not ours")
-    assert storage.staging_keys("n.1") == [".n.1.staging-aa", ".n.1.staging-bb"]
-    storage.write_bytes("n.1/old", b"old")
-    storage.replace_tree(".n.1.staging-aa", "n.1")
-    assert storage.list_keys("n.1") == ["n.1/x"]
-    assert storage.read_bytes("n.1/x") == b"new"
-    assert not any(".retired-" in name for name in os.listdir(tmp_path))
-    storage.replace_tree(".n.1.staging-bb", "n.2")
-    assert storage.read_bytes("n.2/x") == b"other"
-    assert LocalPath(str(tmp_path / "missing")).staging_keys("n.1") == []
-
-
 def test_local_paths_pickle(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path), durability="fsync")
     storage.write_bytes("k", b"v")

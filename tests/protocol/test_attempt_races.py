@@ -85,8 +85,9 @@ class Hook:
                 self.action()
 
     def before_publishing(self, storage: PathType) -> None:
-        """Fire right before ``storage`` makes its node data visible: the rename into
-        place (earlier versions, renaming storages) or the node's commit record."""
+        """Fire right before ``storage`` makes its node data visible: the creation of
+        the node's commit record. (Run on 054a46d, these tests also hooked the rename
+        into place that made local data visible then: that is the window they close.)"""
         record = node_commit_key(EPOCH, NODE)
         create = storage.create_document
 
@@ -96,14 +97,6 @@ class Hook:
             create(key, data)
 
         storage.create_document = create_document  # type: ignore[method-assign]
-        if hasattr(storage, "replace_tree"):
-            replace = storage.replace_tree
-
-            def replace_tree(source: str, target: str) -> None:
-                self.fire()
-                replace(source, target)
-
-            storage.replace_tree = replace_tree  # type: ignore[method-assign]
 
     def after_first_data_write(self, storage: PathType) -> None:
         """Fire once ``storage`` has written its first data file of the node."""

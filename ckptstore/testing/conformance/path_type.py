@@ -62,7 +62,6 @@ from ckptstore.errors import (
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType, redact_url
-from ckptstore.records._layout import staging_key
 from ckptstore.testing.conformance.samples import assert_same_blob, dtype_sample
 
 __all__ = ["PathTypeConformance"]
@@ -285,19 +284,6 @@ class PathTypeConformance:
     def test_accessible_root(self, storage: PathType) -> None:
         assert storage.accessible()
         storage.sync()
-
-    def test_renames_replace_a_whole_prefix(self, storage: PathType) -> None:
-        if not storage.supports_rename:
-            with pytest.raises(TypeError, match="rename"):
-                storage.replace_tree("a", "b")
-            return
-        storage.write_bytes("node.1/old", b"old")
-        staging = staging_key("node.1", "abc123")
-        storage.write_bytes(f"{staging}/new", b"new")
-        assert storage.staging_keys("node.1") == [staging]
-        storage.replace_tree(staging, "node.1")
-        assert storage.list_keys() == ["node.1/new"]
-        assert storage.staging_keys("node.1") == []
 
     def test_checkpoints_round_trip_through_the_commit_protocol(self, storage: PathType) -> None:
         engine = ParallelIO(IOSettings(chunk_bytes=4096, memory_budget=1 << 20))

@@ -12,7 +12,9 @@ every value against them. Results (bytes read, bytes needed) go to ``<out>.<rank
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -254,10 +256,20 @@ def main() -> None:
                 out = {"won": False, "cause": type(cause).__name__}
         else:
             raise SystemExit(f"unknown scenario {scenario!r}")
+        # The result is written before teardown: the test reads it only if every rank
+        # also exits 0, so a failure in teardown still fails the test.
+        Path(f"{args['out']}.{rank_}.json").write_text(json.dumps(out))
+        dist.barrier()  # no rank tears down while another still talks to it
     finally:
         dist.destroy_process_group()
-    Path(f"{args['out']}.{rank_}.json").write_text(json.dumps(out))
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # a C++ abort (std::terminate) prints the Python stack
     main()
+    # gloo's C++ threads can abort during interpreter finalisation after a clean
+    # teardown (pytorch/pytorch#179291); everything this rank checks is done and
+    # written by now, so leave without running the C++ destructors again.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -2,8 +2,8 @@
 thread pool, a bytes-in-flight memory budget, chunking of arrays, checksums (CRC-32 for
 chunks; CRC-32C for documents and for the chunks of manifests written before).
 
-The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors` (path types
-appear only in type annotations).
+The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors`. What it needs
+from a path type is the :class:`EngineStorage` protocol.
 """
 
 from ckptstore._types import Buffer, byte_view
@@ -42,6 +42,7 @@ from ckptstore.io._shared_keys import (
     shared_key,
 )
 from ckptstore.io._staging import StagingPool, StagingSlot
+from ckptstore.io._storage import EngineStorage, PositionalReader, PositionalWriter
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
@@ -49,9 +50,12 @@ __all__ = [
     "VERIFY_WINDOW",
     "ArrayChunk",
     "Buffer",
+    "EngineStorage",
     "IOSettings",
     "MemoryBudget",
     "ParallelIO",
+    "PositionalReader",
+    "PositionalWriter",
     "RangeCheck",
     "ReadRequest",
     "StagingPool",

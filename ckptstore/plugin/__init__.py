@@ -32,11 +32,12 @@ from ckptstore.plugin._path_type import (
     redact_url,
 )
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.plugin._upload import CheckpointRoot, UploadSource, UploadTaskGroupBuilder
 
 __all__ = [
     "PROJECT_NAME",
     "Caffe2Handler",
+    "CheckpointRoot",
     "DBLocation",
     "DBType",
     "MetadataHandler",
@@ -46,6 +47,7 @@ __all__ = [
     "PositionalReader",
     "PositionalWriter",
     "Registry",
+    "UploadSource",
     "UploadTaskGroupBuilder",
     "WrittenDB",
     "get_registry",

@@ -13,6 +13,7 @@ Example::
     '/ckpt/trainer_0.3'
 """
 
+from ckptstore.records._commit_record import NODE_COMMIT_KIND, NodeCommit, stored_int
 from ckptstore.records._documents import (
     decode_document,
     encode_document,
@@ -62,11 +63,13 @@ __all__ = [
     "CONTROL_DIR",
     "MANIFEST_NAME",
     "ML_DTYPES_INSTALL",
+    "NODE_COMMIT_KIND",
     "RETIRED_MARK",
     "STAGING_MARK",
     "BlobRecord",
     "ChunkRecord",
     "Limits",
+    "NodeCommit",
     "NodeManifest",
     "NodeStats",
     "check_value",
@@ -95,6 +98,7 @@ __all__ = [
     "safe_dtype",
     "set_limits",
     "staging_key",
+    "stored_int",
     "validate_blob_name",
     "validate_epoch",
     "validate_key",

@@ -29,15 +29,10 @@ from collections.abc import Mapping
 from functools import partial
 
 from ckptstore import protocol
-from ckptstore.checkpoint._node_tasks import commit_saves
-from ckptstore.execution._node import Node
-from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadSource, UploadTaskGroupBuilder
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.protocol._transfer import copy_node_task
+from ckptstore.checkpoint import commit_saves
+from ckptstore.execution import Node, Task, TaskGroup, WorkspaceType
+from ckptstore.plugin import PathType, UploadSource, UploadTaskGroupBuilder, get_registry, hookimpl
+from ckptstore.protocol import CheckpointLocation, copy_node_task
 
 __all__ = ["CopyUpload"]
 

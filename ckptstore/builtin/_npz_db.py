@@ -33,15 +33,8 @@ from ckptstore.builtin._packed import (
     write_shared,
 )
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.plugin._db_type import (
-    DBLocation,
-    DBType,
-    WrittenDB,
-    verify_records,
-)
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.records._dtypes import encode_dtype, plain_dtype
-from ckptstore.records._manifest import BlobRecord, NodeManifest
+from ckptstore.plugin import DBLocation, DBType, WrittenDB, hookimpl, verify_records
+from ckptstore.records import BlobRecord, NodeManifest, encode_dtype, plain_dtype
 
 __all__ = ["NpzDB"]
 

@@ -71,17 +71,24 @@ import numpy as np
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.io._checksum import crc32_buffer as _crc32
-from ckptstore.io._checksum import crc32_combine, crc32_of
-from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._deflate import deflate_raw
-from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, aligned_buffer, memory_residue
-from ckptstore.io._engine import WriteRequest
-from ckptstore.io._zip import ZipLayout
-from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
-from ckptstore.plugin._path_type import PositionalWriter
-from ckptstore.records._dtypes import encode_dtype
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.io import (
+    DIRECT_ALIGN,
+    DIRECT_FROM,
+    ArrayChunk,
+    WriteRequest,
+    ZipLayout,
+    aligned_buffer,
+    array_chunks,
+    chunk_data,
+    crc32_combine,
+    crc32_of,
+    deflate_raw,
+    grid_chunk_shape,
+    memory_residue,
+)
+from ckptstore.io import crc32_buffer as _crc32
+from ckptstore.plugin import DBLocation, PositionalWriter, WrittenDB, read_raw_blobs
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest, encode_dtype
 
 __all__ = [
     "Inflated",

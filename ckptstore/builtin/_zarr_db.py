@@ -62,19 +62,24 @@ from ckptstore.builtin._packed import (
     write_shared,
 )
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
-from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import (
-    DBLocation,
-    DBType,
-    WrittenDB,
-    verify_records,
+from ckptstore.io import (
+    ArrayChunk,
+    ReadRequest,
+    WriteRequest,
+    array_chunks,
+    chunk_data,
+    grid_chunk_shape,
 )
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.records._dtypes import encode_dtype, plain_dtype
-from ckptstore.records._layout import MANIFEST_NAME
-from ckptstore.records._limits import current_limits
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.plugin import DBLocation, DBType, WrittenDB, hookimpl, verify_records
+from ckptstore.records import (
+    MANIFEST_NAME,
+    BlobRecord,
+    ChunkRecord,
+    NodeManifest,
+    current_limits,
+    encode_dtype,
+    plain_dtype,
+)
 
 __all__ = ["ARCHIVE", "COMPRESSIONS", "ZarrDB"]
 

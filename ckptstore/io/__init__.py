@@ -10,8 +10,10 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import (
     CHECKSUM_ALGORITHM,
+    CHECKSUM_ALGORITHMS,
     checksum_of,
     crc32_buffer,
+    crc32_combine,
     crc32_of,
     crc32c_buffer,
     crc32c_of,
@@ -23,6 +25,14 @@ from ckptstore.io._chunking import (
     chunk_data,
     grid_chunk_shape,
 )
+from ckptstore.io._deflate import deflate_raw
+from ckptstore.io._direct import (
+    DIRECT_ALIGN,
+    DIRECT_FROM,
+    aligned_buffer,
+    memory_residue,
+    plan_direct,
+)
 from ckptstore.io._engine import (
     VERIFY_WINDOW,
     ParallelIO,
@@ -33,9 +43,11 @@ from ckptstore.io._engine import (
 )
 from ckptstore.io._gc import paused_gc
 from ckptstore.io._priority import lower_thread_priority
+from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.io._settings import IOSettings, usable_cpus
 from ckptstore.io._shared_keys import (
     CHUNK_STORE_DIR,
+    SHARED_MARK,
     chunk_object_key,
     is_shared_key,
     resolve_key,
@@ -43,16 +55,26 @@ from ckptstore.io._shared_keys import (
 )
 from ckptstore.io._staging import StagingPool, StagingSlot
 from ckptstore.io._storage import EngineStorage, PositionalReader, PositionalWriter
+from ckptstore.io._views import slice_views, windows
+from ckptstore.io._zip import ZipLayout
+from ckptstore.io._zip_check import ArchiveBounds, UnsafeArchiveError, check_archive
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
+    "CHECKSUM_ALGORITHMS",
     "CHUNK_STORE_DIR",
+    "DIRECT_ALIGN",
+    "DIRECT_FROM",
+    "SHARED_MARK",
     "VERIFY_WINDOW",
+    "ArchiveBounds",
     "ArrayChunk",
     "Buffer",
+    "ByteProgress",
     "EngineStorage",
     "IOSettings",
     "MemoryBudget",
+    "NodeProgress",
     "ParallelIO",
     "PositionalReader",
     "PositionalWriter",
@@ -60,23 +82,33 @@ __all__ = [
     "ReadRequest",
     "StagingPool",
     "StagingSlot",
+    "UnsafeArchiveError",
     "WriteRequest",
     "WriteResult",
+    "ZipLayout",
+    "aligned_buffer",
     "array_bytes",
     "array_chunks",
     "byte_view",
+    "check_archive",
     "checksum_of",
     "chunk_data",
     "chunk_object_key",
     "crc32_buffer",
+    "crc32_combine",
     "crc32_of",
     "crc32c_buffer",
     "crc32c_of",
+    "deflate_raw",
     "grid_chunk_shape",
     "is_shared_key",
     "lower_thread_priority",
+    "memory_residue",
     "paused_gc",
+    "plan_direct",
     "resolve_key",
     "shared_key",
+    "slice_views",
     "usable_cpus",
+    "windows",
 ]

@@ -26,15 +26,18 @@ from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_bl
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
 from ckptstore.plugin._metadata import Caffe2Handler, MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import (
+    CONTENT_VERSION,
     PathType,
     PositionalReader,
     PositionalWriter,
+    content_version,
     redact_url,
 )
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
 from ckptstore.plugin._upload import CheckpointRoot, UploadSource, UploadTaskGroupBuilder
 
 __all__ = [
+    "CONTENT_VERSION",
     "PROJECT_NAME",
     "Caffe2Handler",
     "CheckpointRoot",
@@ -50,6 +53,7 @@ __all__ = [
     "UploadSource",
     "UploadTaskGroupBuilder",
     "WrittenDB",
+    "content_version",
     "get_registry",
     "hookimpl",
     "hookspec",

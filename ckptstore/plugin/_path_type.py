@@ -27,9 +27,8 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
-from ckptstore.io._settings import IOSettings
-from ckptstore.io._storage import PositionalReader, PositionalWriter
-from ckptstore.records._limits import current_limits
+from ckptstore.io import IOSettings, PositionalReader, PositionalWriter
+from ckptstore.records import current_limits
 
 __all__ = [
     "CONTENT_VERSION",

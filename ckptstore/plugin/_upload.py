@@ -23,8 +23,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar, Protocol
 
-from ckptstore.execution._task import TaskGroup
-from ckptstore.io._settings import IOSettings
+from ckptstore.execution import TaskGroup
+from ckptstore.io import IOSettings
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._path_type import PathType
 

@@ -70,31 +70,32 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
-from ckptstore.execution._workspace import as_blob
-from ckptstore.io._checksum import crc32c_of
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._gc import paused_gc
-from ckptstore.io._shared_keys import is_shared_key
-from ckptstore.plugin._db_type import DBLocation, DBType
-from ckptstore.plugin._path_type import PathType
+from ckptstore.execution import as_blob
+from ckptstore.io import ParallelIO, crc32c_of, is_shared_key, paused_gc
+from ckptstore.plugin import DBLocation, DBType, PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import ChunkStore, release_intents
 from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
-from ckptstore.records._commit_record import NodeCommit, stored_int
-from ckptstore.records._documents import decode_document, encode_document, json_object
-from ckptstore.records._layout import (
+from ckptstore.records import (
     MANIFEST_NAME,
+    NodeCommit,
+    NodeManifest,
     commit_record_key,
+    decode_document,
+    encode_document,
     epoch_commit_dir,
+    get_ckpt_filename,
+    json_object,
     manifest_key,
     new_attempt,
     node_commit_key,
     node_data_key,
     parse_node_commit_key,
+    stored_int,
+    validate_blob_name,
+    validate_node_name,
 )
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename, validate_blob_name, validate_node_name
 
 __all__ = [
     "EpochCommit",

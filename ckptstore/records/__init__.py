@@ -30,7 +30,9 @@ from ckptstore.records._dtypes import (
     plain_dtype,
 )
 from ckptstore.records._layout import (
+    ATTEMPT_MARK,
     CONTROL_DIR,
+    LEASE_DIR,
     MANIFEST_NAME,
     RETIRED_MARK,
     STAGING_MARK,
@@ -38,7 +40,10 @@ from ckptstore.records._layout import (
     epoch_commit_dir,
     lease_key,
     manifest_key,
+    new_attempt,
     node_commit_key,
+    node_data_key,
+    parse_attempt_dir,
     parse_commit_record_key,
     parse_db_key,
     parse_node_commit_key,
@@ -60,7 +65,9 @@ from ckptstore.records._stats import ACTIONS, NodeStats
 
 __all__ = [
     "ACTIONS",
+    "ATTEMPT_MARK",
     "CONTROL_DIR",
+    "LEASE_DIR",
     "MANIFEST_NAME",
     "ML_DTYPES_INSTALL",
     "NODE_COMMIT_KIND",
@@ -89,7 +96,10 @@ __all__ = [
     "json_object",
     "lease_key",
     "manifest_key",
+    "new_attempt",
     "node_commit_key",
+    "node_data_key",
+    "parse_attempt_dir",
     "parse_commit_record_key",
     "parse_db_key",
     "parse_node_commit_key",

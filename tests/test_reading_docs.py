@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import data_key, node_dir
 
-from ckptstore.builtin import LocalPath, _packed, _zarr_db
+from ckptstore.formats import _packed, _zarr_db
+from ckptstore.paths import LocalPath
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._documents import GZIP_MAGIC

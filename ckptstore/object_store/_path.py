@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.builtin import FsspecPath
 from ckptstore.errors import (
     CorruptCheckpointError,
     DocumentChangedError,
@@ -39,6 +38,7 @@ from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
+from ckptstore.paths import FsspecPath
 from ckptstore.plugin import CONTENT_VERSION, PathType
 from ckptstore.records import current_limits, validate_key
 

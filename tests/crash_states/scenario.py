@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.builtin import _packed
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.cli._main import main as cli_main
@@ -38,6 +37,7 @@ from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession
 from ckptstore.execution._task import Task
 from ckptstore.execution._workspace import Workspace
+from ckptstore.formats import _packed
 from ckptstore.io import IOSettings
 
 MiB = 1 << 20

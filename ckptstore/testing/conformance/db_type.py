@@ -35,7 +35,6 @@ import numpy as np
 import pytest
 
 from ckptstore import protocol
-from ckptstore.builtin import FsspecPath, LocalPath
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
@@ -45,6 +44,7 @@ from ckptstore.errors import (
     UnsupportedBlobError,
 )
 from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.paths import FsspecPath, LocalPath
 from ckptstore.plugin import DBLocation, DBType, PathType, WrittenDB
 from ckptstore.protocol import CheckpointLocation, collect_garbage, copy_node, find_garbage
 from ckptstore.records import NodeManifest, get_ckpt_filename

@@ -51,7 +51,6 @@ import pytest
 
 from ckptstore import protocol
 from ckptstore._types import Buffer
-from ckptstore.builtin import NpzDB
 from ckptstore.errors import (
     CorruptCheckpointError,
     DocumentChangedError,
@@ -59,6 +58,7 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
+from ckptstore.formats import NpzDB
 from ckptstore.io import IOSettings, ParallelIO
 from ckptstore.plugin import PathType, redact_url
 from ckptstore.testing.conformance.samples import assert_same_blob, dtype_sample

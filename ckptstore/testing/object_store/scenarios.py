@@ -46,10 +46,11 @@ import numpy as np
 import pytest
 
 from ckptstore import protocol
-from ckptstore.builtin import CopyUpload, LocalPath
+from ckptstore.builtin import CopyUpload
 from ckptstore.checkpoint import CheckpointManager, JobRunner, MultiNodeCheckpointManager
 from ckptstore.errors import AlreadyCommittedError, SaveFailedError, TooManySaveFailuresError
 from ckptstore.execution import LocalSession, Node
+from ckptstore.paths import LocalPath
 from ckptstore.plugin import PathType
 from ckptstore.records import MANIFEST_NAME, manifest_key
 from ckptstore.testing.conformance import NODES, counting_job, expected_state, flip_byte

@@ -21,13 +21,14 @@ from ckpt_helpers import CountingLocalPath, data_key, flip_byte, node_dir
 
 from ckptstore import CorruptCheckpointError
 from ckptstore._types import Buffer
-from ckptstore.builtin import LocalPath, _packed
-from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.formats import _packed
+from ckptstore.formats._npz_db import NpzDB
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.paths import LocalPath
 from ckptstore.plugin import get_registry
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PositionalWriter
@@ -108,7 +109,7 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     tmp_path: Path, db_type: str
 ) -> None:
     """A blob of 4 MiB or more (``PIECED_FROM``) starts at its array's address modulo 4
-    KiB (so its pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py),
+    KiB (so its pieces go O_DIRECT from its memory, see tests/paths/test_local_path.py),
     its pieces cut on the file's 4 KiB pages (each goes O_DIRECT whole); the archive
     stays a plain ZIP and every blob loads back, large runs of smaller members (packed
     into a buffer at their offset's remainder) included."""
@@ -300,7 +301,7 @@ def test_small_blobs_read_together_are_still_checked_one_by_one(
 def test_a_save_syncs_each_file_and_directory_once_whatever_the_blob_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
-    from ckptstore.builtin import _local_path
+    from ckptstore.paths import _local_path
 
     synced: list[str] = []
     real_fsync = _local_path.os.fsync

@@ -122,7 +122,7 @@ GATHERED_FROM = 256 << 10
 buffer: the run is written as the buffer's slices with the arrays' own memory between
 them (``pwritev`` gathers them into the page cache, an upload keeps the views), where a
 copy took the GIL for each byte. The write-back of what goes through the page cache
-starts as it is written (:mod:`ckptstore.builtin._local_path`). The 1 GiB benchmark
+starts as it is written (:mod:`ckptstore.paths._local_path`). The 1 GiB benchmark
 mix, whose 200 blobs of about 1 MiB go this way, saves 6% faster to ext4 (0.438
 against 0.466 s, medians of 9 alternating in one process); to tmpfs, which copies
 under the file's lock either way, no faster."""

@@ -56,15 +56,33 @@ from ckptstore.io._shared_keys import (
 from ckptstore.io._staging import StagingPool, StagingSlot
 from ckptstore.io._storage import EngineStorage, PositionalReader, PositionalWriter
 from ckptstore.io._views import slice_views, windows
+from ckptstore.io._write_plan import (
+    ARCHIVE_BYTES,
+    GATHERED_FROM,
+    GROUP_BYTES,
+    GROUP_MEMBERS,
+    MAX_ARCHIVES,
+    PIECED_FROM,
+    aligned_pieces,
+    archive_shares,
+    interleaved,
+    write_groups,
+)
 from ckptstore.io._zip import ZipLayout
 from ckptstore.io._zip_check import ArchiveBounds, UnsafeArchiveError, check_archive
 
 __all__ = [
+    "ARCHIVE_BYTES",
     "CHECKSUM_ALGORITHM",
     "CHECKSUM_ALGORITHMS",
     "CHUNK_STORE_DIR",
     "DIRECT_ALIGN",
     "DIRECT_FROM",
+    "GATHERED_FROM",
+    "GROUP_BYTES",
+    "GROUP_MEMBERS",
+    "MAX_ARCHIVES",
+    "PIECED_FROM",
     "SHARED_MARK",
     "VERIFY_WINDOW",
     "ArchiveBounds",
@@ -87,6 +105,8 @@ __all__ = [
     "WriteResult",
     "ZipLayout",
     "aligned_buffer",
+    "aligned_pieces",
+    "archive_shares",
     "array_bytes",
     "array_chunks",
     "byte_view",
@@ -101,6 +121,7 @@ __all__ = [
     "crc32c_of",
     "deflate_raw",
     "grid_chunk_shape",
+    "interleaved",
     "is_shared_key",
     "lower_thread_priority",
     "memory_residue",
@@ -111,4 +132,5 @@ __all__ = [
     "slice_views",
     "usable_cpus",
     "windows",
+    "write_groups",
 ]

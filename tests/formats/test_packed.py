@@ -24,6 +24,7 @@ from ckptstore._types import Buffer
 from ckptstore.formats import _packed
 from ckptstore.formats._npz_db import NpzDB
 from ckptstore.formats._zarr_db import ZarrDB
+from ckptstore.io import _write_plan
 from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
@@ -556,20 +557,7 @@ def shared_blobs() -> dict[str, np.ndarray]:
 @pytest.fixture
 def one_mib_archives(monkeypatch: pytest.MonkeyPatch) -> None:
     """Archives of 1 MiB of large blobs each (256 MiB by default)."""
-    monkeypatch.setattr(_packed, "ARCHIVE_BYTES", 1 << 20)
-
-
-def test_shares_keep_small_blobs_first_and_balance_the_large_ones() -> None:
-    big = _packed.ARCHIVE_BYTES
-    sizes = {"s1": 10, "a": 3 * big, "s2": 20, "b": big, "c": big, "d": 2 * big}
-    shares = _packed.archive_shares(sizes)
-    assert len(shares) == _packed.MAX_ARCHIVES == 4  # 7 archives' worth: at most 4
-    assert sorted(name for share in shares for name in share) == sorted(sizes)
-    assert shares[0][:2] == ["s1", "s2"]  # every small blob in the first, in order
-    loads = [sum(sizes[name] for name in share) for share in shares]
-    assert max(loads) <= 3 * big + 30  # the largest blob alone sets the largest share
-    assert _packed.archive_shares({"w": 2 * big - 1, "s": 5}) == [["w", "s"]]  # < 2: one
-    assert _packed.archive_shares({}) == [[]]
+    monkeypatch.setattr(_write_plan, "ARCHIVE_BYTES", 1 << 20)
 
 
 @pytest.mark.parametrize(
@@ -683,7 +671,7 @@ def test_the_first_archive_is_made_after_the_others_have_started(tmp_path: Path)
         return [_packed.Member(f"{name}.bin", b"", name, values[name]) for name in share]
 
     written = _packed.write_shared(db, "blobs.zip", values, members_of)
-    shares = _packed.archive_shares({name: array.nbytes for name, array in values.items()})
+    shares = _write_plan.archive_shares({name: array.nbytes for name, array in values.items()})
     assert [share for share, _ in made] == shares[::-1]
     archives = [_packed.archive_name("blobs.zip", number) for number in range(len(shares))]
     assert made[-1][1] == archives[:0:-1]  # every other archive open before the first's

@@ -4,7 +4,7 @@ per blob, readable by plain zarr-python, xarray or tensorstore without ckptstore
 Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: the zarr
 hierarchy inside a ZIP, the layout zarr's own ``ZipStore`` and fsspec's ``zip::`` URLs
 read (from 512 MiB of large blobs, up to four such files, each a group holding its share
-of the arrays: see :func:`~ckptstore.formats._packed.archive_shares`). Chunks are stored
+of the arrays: see :func:`~ckptstore.io.archive_shares`). Chunks are stored
 as they are; each ``zarr.json`` is deflated (ZIP method 8: 293 bytes in 179 for a
 float32 vector, which thousands of small blobs feel).
 An array of up to 64 MiB (``CHUNKED_FROM``) is a single chunk (chunk shape = array
@@ -257,7 +257,7 @@ class ZarrDB(DBType):
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
         """The hierarchy in ZIPs (one, or a few for hundreds of MiB: see
-        :func:`~ckptstore.formats._packed.archive_shares`), each a zarr group holding
+        :func:`~ckptstore.io.archive_shares`), each a zarr group holding
         its share of the arrays; one chunk per array (its shape recorded in the blob's
         layout only when it differs from the array's: empty arrays), or one member per
         chunk for arrays over ``CHUNKED_FROM``."""

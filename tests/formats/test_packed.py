@@ -512,7 +512,7 @@ def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
         "one_mib": rng.normal(size=(1 << 17,)),
         "c": np.array(7),
     }
-    assert values["mid"].nbytes >= _packed.GATHERED_FROM
+    assert values["mid"].nbytes >= _write_plan.GATHERED_FROM
     storage = RecordingLocalPath(str(tmp_path))
     save(storage, values, FORMATS[db_type](), ParallelIO())
     given = [np.frombuffer(part, np.uint8) for part in storage.parts[ARCHIVES[db_type]]]

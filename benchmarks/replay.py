@@ -35,7 +35,7 @@ from benchmarks.limits import page_aligned, pwrite_fully, source_bytes
 from benchmarks.system import start_writeback
 
 EARLY_WRITEBACK = 1 << 20
-"""ckptstore's ``EARLY_WRITEBACK_BYTES`` (``ckptstore/builtin/_local_path.py``)."""
+"""ckptstore's ``EARLY_WRITEBACK_BYTES`` (``ckptstore/paths/_local_path.py``)."""
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,14 @@ Example::
 import importlib
 import warnings
 
-from ckptstore.checkpoint._async_save import SaveFuture
-from ckptstore.checkpoint._manager import CheckpointManager
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
-from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.checkpoint import (
+    CheckpointManager,
+    JobRunner,
+    KeepLast,
+    MultiNodeCheckpointManager,
+    RetentionPolicy,
+    SaveFuture,
+)
 from ckptstore.errors import (
     AlreadyCommittedError,
     CheckpointNotFoundError,
@@ -44,14 +47,19 @@ from ckptstore.errors import (
     SaveFailedError,
     StorageError,
 )
-from ckptstore.execution._job import Job, epoch_limiter
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import LocalSession, Session
-from ckptstore.execution._task import Task, TaskGroup
-from ckptstore.execution._workspace import Workspace
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.records._names import db_name, get_ckpt_filename
+from ckptstore.execution import (
+    Job,
+    LocalSession,
+    Node,
+    Session,
+    Task,
+    TaskGroup,
+    Workspace,
+    epoch_limiter,
+)
+from ckptstore.io import IOSettings
+from ckptstore.plugin import UploadTaskGroupBuilder
+from ckptstore.records import db_name, get_ckpt_filename
 
 __version__ = "0.1.0"
 

@@ -29,12 +29,12 @@ from ckptstore import (
     epoch_limiter,
 )
 from ckptstore._types import Buffer, byte_view
-from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import storage_error
 from ckptstore.execution import TaskOutput
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.paths._fsspec_path import FsspecPath
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin import hookimpl
 from ckptstore.plugin._db_type import DBType
 from ckptstore.plugin._metadata import MetadataHandler

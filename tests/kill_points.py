@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from ckptstore.builtin import _local_path as local_path
+from ckptstore.paths import _local_path as local_path
 
 
 class KillAt:

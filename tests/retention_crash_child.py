@@ -17,8 +17,8 @@ import sys
 from kill_points import KillAt
 
 from ckptstore.builtin._json_catalog import JsonCatalog
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._retention import KeepLast, enforce
+from ckptstore.paths._local_path import LocalPath
 
 
 def main() -> None:

@@ -49,3 +49,15 @@ def test_import_contracts_are_kept() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_plugins_use_only_public_ckptstore_modules() -> None:
+    """The plugins are third-party code: no ``ckptstore.<x>._<y>`` import (the private
+    modules contract checks ckptstore itself, whose graph does not hold the plugins)."""
+    private = re.compile(r"^\s*(?:from|import)\s+(ckptstore(?:\.\w+)*\._\w+)", re.M)
+    found = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in (ROOT / "plugins").glob("*/ckptstore_*/**/*.py")
+        for module in private.findall(path.read_text())
+    }
+    assert sorted(found) == []

@@ -30,9 +30,9 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin import LocalPath, NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import CheckpointLocation, load_node
 from ckptstore.errors import AlreadyCommittedError, BlobNotFoundError
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ckptstore._environment import choice_variable, int_variable
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import EnvironmentVariableError
 from ckptstore.io._settings import IOSettings
+from ckptstore.paths._local_path import LocalPath
 
 
 def test_integers_and_choices() -> None:

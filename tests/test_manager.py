@@ -26,8 +26,8 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin import NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import BlobNotFoundError, NotRunError, SaveFailedError, UnknownPluginError
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.plugin import Caffe2Handler
 from ckptstore.plugin._registry import Registry
 

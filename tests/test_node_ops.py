@@ -19,7 +19,6 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin import LocalPath, NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._node_tasks import (
     CheckpointLocation,
     Hooks,
@@ -34,6 +33,7 @@ from ckptstore.checkpoint._node_tasks import (
     save_node,
 )
 from ckptstore.errors import BlobNotFoundError
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.records._stats import NodeStats
 
 IO = IOSettings(chunk_bytes=4096, memory_budget=1 << 20)

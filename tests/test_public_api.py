@@ -30,6 +30,8 @@ PUBLIC_MODULES = [
     "ckptstore.checkpoint",
     "ckptstore.protocol",
     "ckptstore.builtin",
+    "ckptstore.formats",
+    "ckptstore.paths",
 ]
 
 

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from ckpt_helpers import data_key, node_dir
 
-from ckptstore.builtin import LocalPath, _packed, _zarr_db
+from ckptstore.formats import _zarr_db
+from ckptstore.io import _write_plan
+from ckptstore.paths import LocalPath
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.records._documents import GZIP_MAGIC
@@ -52,7 +54,7 @@ def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> L
         monkeypatch.setattr(_zarr_db, "CHUNKED_FROM", 1 << 20)
         monkeypatch.setattr(_zarr_db, "CHUNK_BYTES", 64 << 10)
         return Layout(LARGE_WEIGHTS)
-    monkeypatch.setattr(_packed, "ARCHIVE_BYTES", 1 << 20)
+    monkeypatch.setattr(_write_plan, "ARCHIVE_BYTES", 1 << 20)
     return Layout(LARGE_WEIGHTS)
 
 

@@ -14,9 +14,6 @@ import pytest
 from ckpt_helpers import data_key
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import (
     TOMBSTONE_KIND,
@@ -29,7 +26,10 @@ from ckptstore.checkpoint._retention import (
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution._session import LocalSession
+from ckptstore.formats._npz_db import NpzDB
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io._engine import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.protocol._inventory import committed_epochs
 from ckptstore.records._documents import encode_document
 from ckptstore.testing.conformance import NODES, counting_job, expected_state

@@ -42,16 +42,16 @@ from ckptstore import (
     protocol,
 )
 from ckptstore.builtin import CopyUpload
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._manager import ManagerBase
 from ckptstore.errors import InvalidPluginError, TooManySaveFailuresError, UnsupportedBlobError
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import Registry
 
 NODE = "trainer_0"
 
 
 def committed_epochs(root: Path | str) -> list[int]:
-    from ckptstore.builtin._local_path import LocalPath
+    from ckptstore.paths._local_path import LocalPath
 
     storage = LocalPath(str(root))
     return [e for e in range(10) if protocol.read_commit(storage, e) is not None]

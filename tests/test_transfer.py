@@ -11,7 +11,7 @@ from ckpt_helpers import memory_keys, memory_root
 
 from ckptstore import CheckpointNotFoundError, CorruptCheckpointError, protocol
 from ckptstore.builtin import FsspecPath, LocalPath, NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io._checksum import crc32c_of
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings

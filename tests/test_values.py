@@ -30,8 +30,8 @@ from ckptstore import (
     Task,
     epoch_limiter,
 )
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import InvalidNameError, UnsupportedBlobError
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io import IOSettings
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records import ML_DTYPES_INSTALL

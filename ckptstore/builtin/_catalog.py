@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CatalogCorruptError, CheckpointNotFoundError, CorruptCheckpointError
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin import MetadataHandler
 from ckptstore.protocol import (
     CommitListing,
     EpochCommit,

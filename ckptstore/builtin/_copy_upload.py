@@ -29,15 +29,10 @@ from collections.abc import Mapping
 from functools import partial
 
 from ckptstore import protocol
-from ckptstore.checkpoint._manager import ManagerBase
-from ckptstore.checkpoint._node_tasks import commit_saves
-from ckptstore.execution._node import Node
-from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._transfer import copy_node_task
+from ckptstore.checkpoint import commit_saves
+from ckptstore.execution import Node, Task, TaskGroup, WorkspaceType
+from ckptstore.plugin import PathType, UploadSource, UploadTaskGroupBuilder, get_registry, hookimpl
+from ckptstore.protocol import CheckpointLocation, copy_node_task
 
 __all__ = ["CopyUpload"]
 
@@ -82,10 +77,12 @@ class CopyUpload(UploadTaskGroupBuilder):
     def __repr__(self) -> str:
         return f"CopyUpload({self.storage.display_url!r})"
 
-    def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
+    def build(self, epoch: int, checkpoint_manager: UploadSource) -> TaskGroup:
         dest = self.storage
         nodes = checkpoint_manager.node_names()
         source = checkpoint_manager.location
+        if not isinstance(source, CheckpointLocation):  # another manager's own root type
+            source = CheckpointLocation(source.storage, source.db_type, source.io_settings)
         group = TaskGroup(
             WorkspaceType.GLOBAL,
             before_run=partial(protocol.retract_epoch, dest, epoch, nodes),

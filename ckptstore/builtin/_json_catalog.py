@@ -19,11 +19,9 @@ from collections.abc import Sequence
 
 from ckptstore.builtin._catalog import CatalogEntry, IndexCatalog
 from ckptstore.errors import CatalogCorruptError, CorruptCheckpointError
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin import MetadataHandler, hookimpl
 from ckptstore.protocol import EpochCommit
-from ckptstore.records._documents import decode_document, encode_document, json_int
-from ckptstore.records._layout import CONTROL_DIR
+from ckptstore.records import CONTROL_DIR, decode_document, encode_document, json_int
 
 __all__ = ["CATALOG_DIR", "LEGACY_CATALOG_KEY", "JsonCatalog", "entry_key"]
 

@@ -55,11 +55,9 @@ from ckptstore.errors import (
     StorageError,
     storage_error,
 )
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._metadata import MetadataHandler
+from ckptstore.plugin import MetadataHandler, hookimpl
 from ckptstore.protocol import EpochCommit
-from ckptstore.records._layout import CONTROL_DIR
-from ckptstore.records._stats import NodeStats
+from ckptstore.records import CONTROL_DIR, NodeStats
 
 __all__ = ["BUSY_TIMEOUT_S", "DATABASE_ENV", "DEFAULT_NAME", "SqliteCatalog"]
 

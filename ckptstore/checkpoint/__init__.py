@@ -30,12 +30,15 @@ from ckptstore.checkpoint._manager import (
     ManagerBase,
 )
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy
+from ckptstore.checkpoint._node_tasks import commit_saves, list_blob_names
+from ckptstore.checkpoint._peer_copies import PEER_COPIES
+from ckptstore.checkpoint._retention import KeepLast, RetentionPolicy, carry_out, plan_retention
 from ckptstore.checkpoint._runner import JobRunner, SaveFailure
 from ckptstore.checkpoint._tiers import RootLike, Tiers, first_serving
 
 __all__ = [
     "DEFAULT_DB_TYPE",
+    "PEER_COPIES",
     "CheckpointManager",
     "JobRunner",
     "KeepLast",
@@ -46,5 +49,9 @@ __all__ = [
     "SaveFailure",
     "SaveFuture",
     "Tiers",
+    "carry_out",
+    "commit_saves",
     "first_serving",
+    "list_blob_names",
+    "plan_retention",
 ]

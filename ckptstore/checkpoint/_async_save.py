@@ -52,12 +52,10 @@ from ckptstore.errors import (
     is_disk_full,
     is_permanent,
 )
-from ckptstore.execution._session import Runnable, Session
-from ckptstore.execution._workspace import Workspace
-from ckptstore.io._priority import lower_thread_priority
-from ckptstore.io._staging import StagingPool
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._stats import NodeStats
+from ckptstore.execution import Runnable, Session, Workspace
+from ckptstore.io import StagingPool, lower_thread_priority
+from ckptstore.protocol import CheckpointLocation
+from ckptstore.records import NodeStats
 
 __all__ = ["AsyncSaver", "SaveFuture", "await_node_save", "stage_node"]
 

@@ -52,24 +52,26 @@ from ckptstore.errors import (
     NotRunError,
     SaveFailedError,
 )
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import Session
-from ckptstore.execution._task import Task, TaskGroup, TaskOutput
-from ckptstore.execution._workspace import Workspace
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._commit import check_can_hold, open_node, verify_node
-from ckptstore.protocol._incremental import check_incremental
-from ckptstore.protocol._lease import WriterLease
-from ckptstore.protocol._lease_document import LeaseFence
-from ckptstore.protocol._listing import CommitListing
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._layout import ATTEMPT_MARK
-from ckptstore.records._names import db_name, validate_epoch, validate_node_name
-from ckptstore.records._stats import NodeStats
+from ckptstore.execution import Node, Session, Task, TaskGroup, TaskOutput, Workspace
+from ckptstore.io import IOSettings
+from ckptstore.plugin import (
+    DBType,
+    MetadataHandler,
+    MetadataHandlerLike,
+    UploadTaskGroupBuilder,
+    get_registry,
+)
+from ckptstore.protocol import (
+    CheckpointLocation,
+    CommitListing,
+    LeaseFence,
+    WriterLease,
+    check_can_hold,
+    check_incremental,
+    open_node,
+    verify_node,
+)
+from ckptstore.records import ATTEMPT_MARK, NodeStats, db_name, validate_epoch, validate_node_name
 
 __all__ = [
     "BACKGROUND_NICE",

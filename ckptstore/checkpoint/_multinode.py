@@ -35,13 +35,10 @@ from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_
 from ckptstore.checkpoint._retention import RetentionPolicy
 from ckptstore.checkpoint._tiers import RootLike
 from ckptstore.errors import JobConfigurationError
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import Session
-from ckptstore.execution._task import Task, TaskGroup, WorkspaceType
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike
-from ckptstore.records._names import db_name, validate_epoch, validate_node_name
+from ckptstore.execution import Node, Session, Task, TaskGroup, WorkspaceType
+from ckptstore.io import IOSettings
+from ckptstore.plugin import DBType, MetadataHandler, MetadataHandlerLike
+from ckptstore.records import db_name, validate_epoch, validate_node_name
 
 __all__ = ["MultiNodeCheckpointManager"]
 

@@ -37,14 +37,11 @@ from ckptstore.errors import (
     is_disk_full,
     is_permanent,
 )
-from ckptstore.execution._workspace import Workspace
+from ckptstore.execution import Workspace
 from ckptstore.io import paused_gc
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._lease_document import LeaseFence
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._names import validate_blob_name
-from ckptstore.records._stats import NodeStats
+from ckptstore.plugin import DBType, PathType
+from ckptstore.protocol import CheckpointLocation, LeaseFence
+from ckptstore.records import NodeStats, validate_blob_name
 
 __all__ = [
     "NO_HOOKS",

@@ -27,8 +27,8 @@ from contextvars import ContextVar
 from typing import Protocol, TypeVar
 
 from ckptstore.errors import CheckpointNotFoundError, CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.plugin import PathType
+from ckptstore.protocol import CheckpointLocation
 
 __all__ = ["PEER_COPIES", "PeerCopies", "note_saved", "read_committed"]
 

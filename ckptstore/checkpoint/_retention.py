@@ -45,12 +45,16 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError, InvalidNameError, JobConfigurationError
-from ckptstore.io._progress import ByteProgress, NodeProgress
-from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._documents import decode_document, encode_document, json_list
-from ckptstore.records._layout import CONTROL_DIR
-from ckptstore.records._names import get_ckpt_filename, validate_node_name
+from ckptstore.io import ByteProgress, NodeProgress
+from ckptstore.plugin import MetadataHandler, PathType
+from ckptstore.records import (
+    CONTROL_DIR,
+    decode_document,
+    encode_document,
+    get_ckpt_filename,
+    json_list,
+    validate_node_name,
+)
 
 if TYPE_CHECKING:
     from ckptstore.checkpoint._manager import ManagerBase

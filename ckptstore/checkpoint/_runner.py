@@ -43,13 +43,10 @@ from ckptstore.errors import (
     is_disk_full,
     is_permanent,
 )
-from ckptstore.execution._job import Job
-from ckptstore.execution._session import Session
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
-from ckptstore.protocol._listing import CommitListing
-from ckptstore.records._names import validate_epoch
+from ckptstore.execution import Job, Session
+from ckptstore.plugin import UploadTaskGroupBuilder, get_registry
+from ckptstore.protocol import DEFAULT_LEASE_TTL, CommitListing, WriterLease, check_lease_ttl
+from ckptstore.records import validate_epoch
 
 __all__ = ["JobRunner", "SaveFailure"]
 

@@ -51,14 +51,10 @@ from ckptstore.errors import (
     TierCopyFailedError,
     is_permanent,
 )
-from ckptstore.execution._session import LocalSession
-from ckptstore.execution._workspace import Workspace
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.protocol._listing import CommitListing
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._stats import NodeStats
+from ckptstore.execution import LocalSession, Workspace
+from ckptstore.plugin import PathType, UploadTaskGroupBuilder, get_registry
+from ckptstore.protocol import CheckpointLocation, CommitListing
+from ckptstore.records import NodeStats
 
 if TYPE_CHECKING:
     from ckptstore.checkpoint._manager import ManagerBase

@@ -7,12 +7,18 @@ import argparse
 import os
 from typing import Any
 
-from ckptstore.builtin._catalog import IndexCatalog
-from ckptstore.builtin._json_catalog import CATALOG_DIR, LEGACY_CATALOG_KEY, JsonCatalog
-from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, DEFAULT_NAME, SqliteCatalog
+from ckptstore.builtin import (
+    CATALOG_DIR,
+    DATABASE_ENV,
+    DEFAULT_NAME,
+    LEGACY_CATALOG_KEY,
+    IndexCatalog,
+    JsonCatalog,
+    SqliteCatalog,
+)
 from ckptstore.cli import _common as common
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._layout import CONTROL_DIR
+from ckptstore.plugin import PathType
+from ckptstore.records import CONTROL_DIR
 
 
 def register(commands: Any) -> None:

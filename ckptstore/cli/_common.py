@@ -50,13 +50,11 @@ from ckptstore.cli._options import key_value, open_with_options, parse_options
 from ckptstore.cli._output import fail
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
-from ckptstore.execution._node import DEFAULT_NODE
-from ckptstore.object_store._masking import credential_values, mask, masking_logs, url_secrets
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
+from ckptstore.execution import DEFAULT_NODE
+from ckptstore.object_store import credential_values, mask, masking_logs, url_secrets
+from ckptstore.plugin import PathType, get_registry
 from ckptstore.protocol import CommitListing, require_commit
-from ckptstore.records import validate_epoch
-from ckptstore.records._layout import CONTROL_DIR
+from ckptstore.records import CONTROL_DIR, validate_epoch
 
 __all__ = [
     "DEFAULT_NODE_MARK",

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.plugin._registry import get_registry
-from ckptstore.tools._replication import CONVERT_PASSES, convert_epochs
+from ckptstore.plugin import get_registry
+from ckptstore.tools import CONVERT_PASSES, convert_epochs
 
 
 def register(commands: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ckptstore.cli import _common as common
 from ckptstore.cli._parser import at_least
-from ckptstore.tools._replication import CONVERT_PASSES, convert_epochs, copy_epochs, copy_passes
+from ckptstore.tools import CONVERT_PASSES, convert_epochs, copy_epochs, copy_passes
 
 
 def register(commands: Any) -> None:

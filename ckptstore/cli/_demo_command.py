@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.cli._common import committed
 from ckptstore.cli._main import EXIT_ERROR, EXIT_OK
 from ckptstore.cli._output import fail
 from ckptstore.cli._parser import at_least
-from ckptstore.tools._demo import DemoConfig, run_demo
+from ckptstore.paths import LocalPath
+from ckptstore.tools import DemoConfig, run_demo
 
 
 def register(commands: Any) -> None:

@@ -7,15 +7,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog
-from ckptstore.checkpoint._retention import KeepLast, carry_out, plan_retention
+from ckptstore.builtin import CATALOG_DIR, JsonCatalog
+from ckptstore.checkpoint import KeepLast, carry_out, plan_retention
 from ckptstore.cli import _common as common
 from ckptstore.cli._parser import at_least
 from ckptstore.cli._progress import ProgressBar
 from ckptstore.io import CHUNK_STORE_DIR
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol import collect_chunks
-from ckptstore.protocol._garbage import collect_garbage, find_garbage
+from ckptstore.plugin import PathType
+from ckptstore.protocol import collect_chunks, collect_garbage, find_garbage
 
 
 def register(commands: Any) -> None:

@@ -7,8 +7,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.tools._checking import describe_epoch
-from ckptstore.tools._dcp_layout import DcpTensor, describe_dcp
+from ckptstore.tools import DcpTensor, describe_dcp, describe_epoch
 
 
 def register(commands: Any) -> None:

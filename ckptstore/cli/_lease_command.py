@@ -11,9 +11,9 @@ from typing import Any
 
 from ckptstore.cli import _common as common
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol import LeaseHolder, break_lease, read_lease_document
-from ckptstore.records._layout import LEASE_DIR
+from ckptstore.records import LEASE_DIR
 
 
 def register(commands: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._inventory import RunEntry, scan
+from ckptstore.plugin import PathType
+from ckptstore.protocol import RunEntry, scan
 
 
 def register(commands: Any) -> None:

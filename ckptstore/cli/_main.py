@@ -26,7 +26,7 @@ from ckptstore.cli._options import command_line_secrets
 from ckptstore.cli._output import fail, wants_json
 from ckptstore.cli._parser import CliParser, UsageError
 from ckptstore.errors import CkptStoreError
-from ckptstore.object_store._masking import mask
+from ckptstore.object_store import mask
 
 __all__ = ["main"]
 

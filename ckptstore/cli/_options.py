@@ -31,14 +31,8 @@ from typing import Any
 
 from ckptstore._suggest import closest
 from ckptstore.errors import CkptStoreError, StorageOptionError
-from ckptstore.object_store._masking import (
-    credential_values,
-    is_credential_name,
-    mask,
-    url_secrets,
-)
-from ckptstore.plugin._path_type import PathType, redact_url
-from ckptstore.plugin._registry import Registry
+from ckptstore.object_store import credential_values, is_credential_name, mask, url_secrets
+from ckptstore.plugin import PathType, Registry, redact_url
 
 __all__ = [
     "accepted_options",

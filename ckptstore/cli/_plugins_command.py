@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ckptstore.plugin._registry import get_registry
+from ckptstore.plugin import get_registry
 
 
 def register(commands: Any) -> None:

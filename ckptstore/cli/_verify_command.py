@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from ckptstore.cli import _common as common
-from ckptstore.tools._checking import NodeCheck, problem_summary, verify_epochs
+from ckptstore.tools import NodeCheck, problem_summary, verify_epochs
 
 
 def register(commands: Any) -> None:

@@ -38,9 +38,9 @@ from distributed import Client, Future, get_client, get_worker, wait
 from ckptstore import protocol
 from ckptstore.dask_session._replica_storage import NodeReplica, ReplicaPath, capture_node
 from ckptstore.errors import JobConfigurationError
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._stats import NodeStats
+from ckptstore.plugin import PathType
+from ckptstore.protocol import CheckpointLocation
+from ckptstore.records import NodeStats
 
 __all__ = [
     "DATASET_PREFIX",

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from ckptstore.errors import JobConfigurationError
-from ckptstore.records._names import validate_node_name
+from ckptstore.records import validate_node_name
 
 __all__ = ["NodePlacement"]
 

@@ -37,12 +37,11 @@ from typing import Any
 from distributed import Worker, WorkerPlugin, get_worker
 from distributed.protocol import pickle as dask_pickle
 
-from ckptstore.checkpoint._peer_copies import PEER_COPIES
+from ckptstore.checkpoint import PEER_COPIES
 from ckptstore.dask_session._peers import WorkerPeerCopies
 from ckptstore.dask_session._shipping import ShippedError
 from ckptstore.errors import NodeLostError
-from ckptstore.execution._task import Task, TaskFn, WorkspaceType
-from ckptstore.execution._workspace import Workspace
+from ckptstore.execution import Task, TaskFn, Workspace, WorkspaceType
 
 __all__ = [
     "NodeCall",

@@ -36,7 +36,7 @@ import numpy as np
 
 from ckptstore._types import Buffer
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol import CheckpointLocation, copy_node, read_commit
 from ckptstore.records import node_commit_key
 

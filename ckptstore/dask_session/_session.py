@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from ckptstore.checkpoint._node_tasks import list_blob_names
+from ckptstore.checkpoint import list_blob_names
 from ckptstore.dask_session._peers import PeerReplicas, ShippedReplica
 from ckptstore.dask_session._placement import NodePlacement
 from ckptstore.dask_session._remote import (
@@ -44,8 +44,7 @@ from ckptstore.dask_session._remote import (
 )
 from ckptstore.dask_session._watch import await_nodes
 from ckptstore.errors import JobConfigurationError, NodeLostError
-from ckptstore.execution._session import Runnable, Session, TaskOutcome
-from ckptstore.execution._task import TaskGroup, WorkspaceType
+from ckptstore.execution import Runnable, Session, TaskGroup, TaskOutcome, WorkspaceType
 
 __all__ = ["DaskSession"]
 

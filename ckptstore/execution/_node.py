@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckptstore.execution._context import Current
-from ckptstore.records._names import validate_node_name
+from ckptstore.records import validate_node_name
 
 __all__ = ["DEFAULT_NODE", "Node"]
 

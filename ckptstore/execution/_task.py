@@ -27,7 +27,7 @@ from ckptstore.errors import FrozenGroupError, NotRunError
 from ckptstore.execution._context import Current
 from ckptstore.execution._node import Node
 from ckptstore.execution._workspace import PrivateWorkspace, Workspace
-from ckptstore.records._names import validate_blob_name, validate_node_name
+from ckptstore.records import validate_blob_name, validate_node_name
 
 if TYPE_CHECKING:
     from ckptstore.execution._session import Session

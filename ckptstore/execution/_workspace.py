@@ -7,8 +7,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 import numpy as np
 
 from ckptstore.errors import BlobNotFoundError
-from ckptstore.records._dtypes import check_value
-from ckptstore.records._names import validate_blob_name
+from ckptstore.records import check_value, validate_blob_name
 
 __all__ = ["PrivateWorkspace", "Workspace", "as_blob"]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
@@ -35,10 +35,8 @@ from ckptstore.io._checksum import CHECKSUM_ALGORITHM, ChecksumFunction, checksu
 from ckptstore.io._progress import ByteProgress
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._shared_keys import resolve_key
+from ckptstore.io._storage import EngineStorage, PositionalReader, PositionalWriter
 from ckptstore.io._views import windows
-
-if TYPE_CHECKING:
-    from ckptstore.plugin._path_type import PathType, PositionalReader, PositionalWriter
 
 __all__ = ["ParallelIO", "RangeCheck", "ReadRequest", "WriteRequest", "WriteResult"]
 
@@ -162,7 +160,7 @@ class ParallelIO:
     # -- writes -----------------------------------------------------------------------
 
     def write(
-        self, storage: PathType, requests: Iterable[WriteRequest], *, prefix: str = ""
+        self, storage: EngineStorage, requests: Iterable[WriteRequest], *, prefix: str = ""
     ) -> list[WriteResult]:
         """Perform every write; returns one result per request, in request order, keyed
         like the requests (relative to ``prefix``)."""
@@ -191,7 +189,7 @@ class ParallelIO:
 
     def read(
         self,
-        storage: PathType,
+        storage: EngineStorage,
         requests: Iterable[ReadRequest],
         *,
         prefix: str = "",
@@ -342,7 +340,7 @@ save."""
 
 
 def _read_checked(
-    storage: PathType,
+    storage: EngineStorage,
     key: str,
     request: ReadRequest,
     targets: Sequence[memoryview],
@@ -380,7 +378,7 @@ def _read_in_windows(
 
 
 def _read_ranges_checked(
-    storage: PathType,
+    storage: EngineStorage,
     key: str,
     request: ReadRequest,
     targets: Sequence[memoryview],

@@ -20,7 +20,7 @@ Example::
     True
 """
 
-from ckptstore.io._views import slice_views
+from ckptstore.io import slice_views
 from ckptstore.object_store._aio import gather_all
 from ckptstore.object_store._body import Body, PartsReader, request_body
 from ckptstore.object_store._client import ObjectInfo, ObjectStoreClient
@@ -31,7 +31,14 @@ from ckptstore.object_store._failures import (
     RangeNotSatisfiableError,
     RequestError,
 )
-from ckptstore.object_store._masking import MIN_SECRET_LENGTH, mask
+from ckptstore.object_store._masking import (
+    MIN_SECRET_LENGTH,
+    credential_values,
+    is_credential_name,
+    mask,
+    masking_logs,
+    url_secrets,
+)
 from ckptstore.object_store._multipart import MultipartUpload, upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._path import ObjectStorePath
@@ -57,10 +64,14 @@ __all__ = [
     "RequestError",
     "RetryPolicy",
     "call_with_retries",
+    "credential_values",
     "declared_size",
     "gather_all",
+    "is_credential_name",
     "mask",
+    "masking_logs",
     "request_body",
     "slice_views",
     "upload_in_parts",
+    "url_secrets",
 ]

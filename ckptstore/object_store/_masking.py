@@ -22,7 +22,6 @@ import logging
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 __all__ = [
@@ -66,7 +65,7 @@ def is_credential_name(name: str) -> bool:
     return CREDENTIAL_NAME.search(name) is not None
 
 
-def credential_values(options: Mapping[str, Any], also: Collection[str] = ()) -> list[str]:
+def credential_values(options: Mapping[str, object], also: Collection[str] = ()) -> list[str]:
     """The values to mask among ``options``: those of every option, at any depth, whose
     name is a credential's, and of the top-level options named in ``also``; scalars as
     text, the values inside lists and mappings one by one."""

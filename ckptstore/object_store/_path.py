@@ -26,23 +26,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, ClassVar, Generic, TypeVar, cast
 
 from ckptstore._types import Buffer, byte_view
-from ckptstore.builtin._fsspec_path import FsspecPath
 from ckptstore.errors import (
     CorruptCheckpointError,
     DocumentChangedError,
     KeyExistsError,
     StorageError,
 )
-from ckptstore.io._settings import IOSettings
-from ckptstore.io._views import windows
+from ckptstore.io import IOSettings, windows
 from ckptstore.object_store._body import PartsReader, request_body
 from ckptstore.object_store._client import ObjectStoreClient
 from ckptstore.object_store._multipart import upload_in_parts
 from ckptstore.object_store._options import ObjectStoreOptions
 from ckptstore.object_store._writer import MultipartWriter
-from ckptstore.plugin._path_type import CONTENT_VERSION, PathType
-from ckptstore.records._limits import current_limits
-from ckptstore.records._names import validate_key
+from ckptstore.paths import FsspecPath
+from ckptstore.plugin import CONTENT_VERSION, PathType
+from ckptstore.records import current_limits, validate_key
 
 __all__ = ["ObjectStorePath"]
 

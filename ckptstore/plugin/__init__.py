@@ -26,17 +26,21 @@ from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_bl
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
 from ckptstore.plugin._metadata import Caffe2Handler, MetadataHandler, MetadataHandlerLike
 from ckptstore.plugin._path_type import (
+    CONTENT_VERSION,
     PathType,
     PositionalReader,
     PositionalWriter,
+    content_version,
     redact_url,
 )
 from ckptstore.plugin._registry import PluginInfo, Registry, get_registry, reset_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.plugin._upload import CheckpointRoot, UploadSource, UploadTaskGroupBuilder
 
 __all__ = [
+    "CONTENT_VERSION",
     "PROJECT_NAME",
     "Caffe2Handler",
+    "CheckpointRoot",
     "DBLocation",
     "DBType",
     "MetadataHandler",
@@ -46,8 +50,10 @@ __all__ = [
     "PositionalReader",
     "PositionalWriter",
     "Registry",
+    "UploadSource",
     "UploadTaskGroupBuilder",
     "WrittenDB",
+    "content_version",
     "get_registry",
     "hookimpl",
     "hookspec",

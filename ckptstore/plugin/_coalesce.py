@@ -31,8 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io._checksum import CHECKSUM_ALGORITHM, checksum_of
-from ckptstore.io._engine import RangeCheck, ReadRequest
+from ckptstore.io import CHECKSUM_ALGORITHM, RangeCheck, ReadRequest, checksum_of
 
 if TYPE_CHECKING:
     from ckptstore.plugin._db_type import DBLocation

@@ -42,11 +42,10 @@ import numpy as np
 
 from ckptstore._types import Array
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
-from ckptstore.io._engine import ParallelIO, ReadRequest, WriteRequest, WriteResult
-from ckptstore.io._shared_keys import resolve_key
+from ckptstore.io import ParallelIO, ReadRequest, WriteRequest, WriteResult, resolve_key
 from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._path_type import PathType
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
 
 __all__ = ["DBLocation", "DBType", "SharedChunks", "WrittenDB", "read_raw_blobs", "verify_records"]
 

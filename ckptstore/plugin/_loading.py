@@ -45,10 +45,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BUILTIN_PLUGINS = (
-    "ckptstore.builtin._local_path",
-    "ckptstore.builtin._fsspec_path",
-    "ckptstore.builtin._npz_db",
-    "ckptstore.builtin._zarr_db",
+    "ckptstore.paths._local_path",
+    "ckptstore.paths._fsspec_path",
+    "ckptstore.formats._npz_db",
+    "ckptstore.formats._zarr_db",
     "ckptstore.builtin._json_catalog",
     "ckptstore.builtin._sqlite_catalog",
     "ckptstore.builtin._copy_upload",

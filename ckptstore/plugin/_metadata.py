@@ -36,7 +36,7 @@ from ckptstore.errors import InvalidPluginError, JobConfigurationError
 
 if TYPE_CHECKING:
     from ckptstore.plugin._path_type import PathType
-    from ckptstore.records._stats import NodeStats
+    from ckptstore.records import NodeStats
 
 __all__ = ["Caffe2Handler", "MetadataHandler", "MetadataHandlerLike", "as_metadata_handler"]
 

@@ -27,8 +27,8 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
-from ckptstore.io._settings import IOSettings
-from ckptstore.records._limits import current_limits
+from ckptstore.io import IOSettings, PositionalReader, PositionalWriter
+from ckptstore.records import current_limits
 
 __all__ = [
     "CONTENT_VERSION",
@@ -61,84 +61,6 @@ def content_version(data: bytes) -> str:
 def redact_url(url: str) -> str:
     """``url`` with any ``user:secret@`` part and query string removed, for messages."""
     return _CREDENTIALS_IN_URL.sub("", url).split("?", 1)[0]
-
-
-class PositionalWriter(ABC):
-    """One file of known size written in pieces at known offsets, from many threads at
-    once. The file exists (whole, and as durable as the path type makes files) once
-    :meth:`close` returns; :meth:`abort` gives up.
-
-    Example::
-
-        >>> from ckptstore.builtin import LocalPath
-        >>> storage = LocalPath("positional")
-        >>> with storage.open_positional("trainer_0.3/blobs.bin", 8) as out:
-        ...     out.write_at(4, [b"5678"])  # pieces in any order, from any thread
-        ...     out.write_at(0, [b"12", b"34"])
-        >>> storage.read_bytes("trainer_0.3/blobs.bin")
-        b'12345678'
-    """
-
-    def __init__(self, key: str, size: int) -> None:
-        self.key = key
-        self.size = size
-
-    @abstractmethod
-    def write_at(self, offset: int, parts: Sequence[Buffer]) -> None:
-        """Write the concatenation of ``parts`` at ``offset`` (thread-safe)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Finish the file: every byte of ``[0, size)`` must have been written."""
-
-    @abstractmethod
-    def abort(self) -> None:
-        """Give up: the file is left incomplete or not created (never published)."""
-
-    def __enter__(self) -> PositionalWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-
-class PositionalReader(ABC):
-    """One stored file read in ranges at known offsets, opened once for all of them
-    (:meth:`PathType.open_reader`): a load that checks a large range window by window
-    pays one open for the range, not one per window.
-
-    Example::
-
-        >>> from ckptstore.builtin import LocalPath
-        >>> storage = LocalPath("reading")
-        >>> storage.write_bytes("trainer_0.3/blobs.bin", b"12345678")
-        >>> first, second = bytearray(4), bytearray(4)
-        >>> with storage.open_reader("trainer_0.3/blobs.bin") as source:
-        ...     source.read_into(4, [memoryview(second)])  # in any order
-        ...     source.read_into(0, [memoryview(first)])
-        >>> bytes(first + second)
-        b'12345678'
-    """
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    @abstractmethod
-    def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
-        """Fill ``targets`` in order with the file's bytes from ``offset`` on (raises
-        as :meth:`PathType.read_into` does)."""
-
-    def close(self) -> None:
-        """Let go of the file (the default holds nothing)."""
-
-    def __enter__(self) -> PositionalReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class _DelegatingReader(PositionalReader):

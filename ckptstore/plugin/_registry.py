@@ -46,7 +46,7 @@ from ckptstore.plugin._loading import (
 from ckptstore.plugin._metadata import MetadataHandler, MetadataHandlerLike, as_metadata_handler
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._upload import UploadTaskGroupBuilder
-from ckptstore.records._stats import NodeStats
+from ckptstore.records import NodeStats
 
 __all__ = [
     "BUILTIN_PLUGINS",

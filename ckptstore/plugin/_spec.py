@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ckptstore.plugin._metadata import MetadataHandler
     from ckptstore.plugin._path_type import PathType
     from ckptstore.plugin._upload import UploadTaskGroupBuilder
-    from ckptstore.records._stats import NodeStats
+    from ckptstore.records import NodeStats
 
 
 @hookspec

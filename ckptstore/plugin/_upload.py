@@ -21,14 +21,39 @@ Example (a builder that only logs; :class:`~ckptstore.builtin.CopyUpload` really
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
-from ckptstore.execution._task import TaskGroup
+from ckptstore.execution import TaskGroup
+from ckptstore.io import IOSettings
+from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin._path_type import PathType
 
-if TYPE_CHECKING:
-    from ckptstore.checkpoint._manager import ManagerBase
+__all__ = ["CheckpointRoot", "UploadSource", "UploadTaskGroupBuilder"]
 
-__all__ = ["UploadTaskGroupBuilder"]
+
+class CheckpointRoot(Protocol):
+    """Where the checkpoints to upload are: their storage, format and I/O settings
+    (:class:`ckptstore.protocol.CheckpointLocation` is one)."""
+
+    @property
+    def storage(self) -> PathType: ...
+
+    @property
+    def db_type(self) -> DBType: ...
+
+    @property
+    def io_settings(self) -> IOSettings: ...
+
+
+class UploadSource(Protocol):
+    """What an upload builder may ask of the checkpoint manager that calls it: the
+    nodes whose checkpoints to upload and where they are (every
+    :class:`ckptstore.CheckpointManager` is one)."""
+
+    def node_names(self) -> list[str]: ...
+
+    @property
+    def location(self) -> CheckpointRoot: ...
 
 
 class UploadTaskGroupBuilder(ABC):
@@ -48,5 +73,5 @@ class UploadTaskGroupBuilder(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def build(self, epoch: int, checkpoint_manager: ManagerBase) -> TaskGroup:
+    def build(self, epoch: int, checkpoint_manager: UploadSource) -> TaskGroup:
         """A task group that uploads ``epoch``'s checkpoints."""

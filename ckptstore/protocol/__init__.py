@@ -20,6 +20,7 @@ Example::
     (3,)
 """
 
+from ckptstore.protocol._archives import check_archives, refuse_unsafe_archives
 from ckptstore.protocol._chunks import (
     ChunkStore,
     Collection,
@@ -45,6 +46,8 @@ from ckptstore.protocol._commit import (
     verify_node,
     write_node,
 )
+from ckptstore.protocol._garbage import collect_garbage, find_garbage
+from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._inventory import (
     EpochEntry,
     NodeEntry,
@@ -53,7 +56,7 @@ from ckptstore.protocol._inventory import (
     committed_epochs_in,
     scan,
 )
-from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease
+from ckptstore.protocol._lease import DEFAULT_LEASE_TTL, WriterLease, check_lease_ttl
 from ckptstore.protocol._lease_document import (
     LeaseFence,
     LeaseHolder,
@@ -81,9 +84,13 @@ __all__ = [
     "RunEntry",
     "WriterLease",
     "break_lease",
+    "check_archives",
     "check_can_hold",
+    "check_incremental",
+    "check_lease_ttl",
     "check_not_committed",
     "collect_chunks",
+    "collect_garbage",
     "commit_epoch",
     "committed_epochs",
     "committed_epochs_in",
@@ -91,6 +98,7 @@ __all__ = [
     "copy_node",
     "copy_node_task",
     "fenced_out",
+    "find_garbage",
     "newest_complete",
     "open_node",
     "open_node_record",
@@ -101,6 +109,7 @@ __all__ = [
     "read_lease",
     "read_lease_document",
     "read_listed_commit",
+    "refuse_unsafe_archives",
     "require_commit",
     "retract_epoch",
     "scan",

@@ -29,11 +29,10 @@ from __future__ import annotations
 from functools import partial
 
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.io._zip_check import ArchiveBounds, UnsafeArchiveError, check_archive
-from ckptstore.plugin._path_type import PathType
+from ckptstore.io import ArchiveBounds, UnsafeArchiveError, check_archive
+from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import open_node
-from ckptstore.records._limits import current_limits
-from ckptstore.records._manifest import NodeManifest
+from ckptstore.records import NodeManifest, current_limits
 
 __all__ = ["ARCHIVE_SUFFIXES", "check_archives", "refuse_unsafe_archives"]
 

@@ -28,10 +28,9 @@ from ckptstore.errors import (
     ObjectNotFoundError,
     UnsupportedBlobError,
 )
-from ckptstore.io._shared_keys import is_shared_key
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._manifest import BlobRecord, ChunkRecord
+from ckptstore.io import is_shared_key
+from ckptstore.plugin import DBType, PathType
+from ckptstore.records import BlobRecord, ChunkRecord
 
 __all__ = ["UNCHECKED_BYTES", "check_decodable", "check_pieces_fit", "corrupt_in_node"]
 

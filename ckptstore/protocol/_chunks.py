@@ -51,22 +51,27 @@ from ckptstore.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from ckptstore.io._checksum import crc32_of
-from ckptstore.io._direct import aligned_buffer
-from ckptstore.io._shared_keys import (
+from ckptstore.io import (
     CHUNK_STORE_DIR,
     SHARED_MARK,
+    aligned_buffer,
     chunk_object_key,
+    crc32_of,
     is_shared_key,
     shared_key,
 )
-from ckptstore.plugin._db_type import DBLocation
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol._lease_document import _process_alive
-from ckptstore.records._documents import decode_document, encode_document
-from ckptstore.records._dtypes import encode_dtype
-from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.records import (
+    CONTROL_DIR,
+    BlobRecord,
+    ChunkRecord,
+    NodeManifest,
+    decode_document,
+    encode_document,
+    encode_dtype,
+    parse_commit_record_key,
+)
 
 __all__ = [
     "CHUNK_BYTES",

@@ -57,10 +57,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from ckptstore._types import Array, JSONObject
+from ckptstore._types import Array
 from ckptstore.errors import (
     AlreadyCommittedError,
     BlobNotFoundError,
@@ -70,31 +70,32 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
-from ckptstore.execution._workspace import as_blob
-from ckptstore.io._checksum import crc32c_of
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._gc import paused_gc
-from ckptstore.io._shared_keys import is_shared_key
-from ckptstore.plugin._db_type import DBLocation, DBType
-from ckptstore.plugin._path_type import PathType
+from ckptstore.execution import as_blob
+from ckptstore.io import ParallelIO, crc32c_of, is_shared_key, paused_gc
+from ckptstore.plugin import DBLocation, DBType, PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import ChunkStore, release_intents
 from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
-from ckptstore.records._documents import decode_document, encode_document, json_int, json_object
-from ckptstore.records._layout import (
+from ckptstore.records import (
     MANIFEST_NAME,
+    NodeCommit,
+    NodeManifest,
     commit_record_key,
+    decode_document,
+    encode_document,
     epoch_commit_dir,
+    get_ckpt_filename,
+    json_object,
     manifest_key,
     new_attempt,
     node_commit_key,
     node_data_key,
     parse_node_commit_key,
-    validate_attempt,
+    stored_int,
+    validate_blob_name,
+    validate_node_name,
 )
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename, validate_blob_name, validate_node_name
 
 __all__ = [
     "EpochCommit",
@@ -119,112 +120,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 COMMIT_KIND = "ckptstore.commit"
-NODE_COMMIT_KIND = "ckptstore.node-commit"
-
-
-@dataclass(frozen=True)
-class NodeCommit:
-    """One node's completed save, as recorded in the epoch's commit record."""
-
-    node: str
-    epoch: int
-    db_type: str
-    manifest_crc32c: int
-    nbytes: int
-    stored_bytes: int
-    nblobs: int
-    duration_ns: int = 0
-    lease_generation: int | None = None
-    """The writer lease generation its writer held when it committed (the fencing
-    token, see :mod:`ckptstore.protocol._lease`); ``None`` without a lease."""
-    committed_at: str | None = field(default=None, compare=False)
-    """When its record was created; ``None`` until :func:`commit_epoch` created it (a
-    catalog then files the commit just written without reading it back)."""
-    shared_bytes: int = 0
-    """Of ``stored_bytes``, those in the root's chunk store (an incremental save's
-    large blobs, shared with other epochs and nodes); the rest is the node's own."""
-    attempt: str | None = None
-    """The save attempt whose data this commits (``<node>.<epoch>/attempt-<id>/``);
-    ``None`` in records of earlier versions, whose data is at ``<node>.<epoch>/``."""
-
-    @property
-    def data_key(self) -> str:
-        """The key prefix of the committed data (see :func:`node_data_key`)."""
-        return node_data_key(self.node, self.epoch, self.attempt)
-
-    def encode(self) -> JSONObject:
-        encoded: JSONObject = {
-            "db_type": self.db_type,
-            "manifest_crc32c": self.manifest_crc32c,
-            "nbytes": self.nbytes,
-            "stored_bytes": self.stored_bytes,
-            "nblobs": self.nblobs,
-            "duration_ns": self.duration_ns,
-        }
-        if self.lease_generation is not None:
-            encoded["lease_generation"] = self.lease_generation
-        if self.shared_bytes:
-            encoded["shared_bytes"] = self.shared_bytes
-        if self.attempt is not None:
-            encoded["attempt"] = self.attempt
-        return encoded
-
-    def encode_record(self, committed_at: str) -> bytes:
-        """This node's commit record (``_ckptstore/epoch-<N>/<node>.commit.json``)."""
-        return encode_document(
-            NODE_COMMIT_KIND,
-            {"node": self.node, "epoch": self.epoch, "committed_at": committed_at, **self.encode()},
-        )
-
-    @classmethod
-    def decode_record(
-        cls, data: bytes, *, url: str, key: str, node: str, epoch: int
-    ) -> tuple[NodeCommit, str]:
-        """A node's commit record and its commit time; it must name ``node`` and
-        ``epoch`` (a record copied under another name is corrupt, not trusted); a damaged
-        one raises a :class:`CorruptCheckpointError` naming them."""
-        try:
-            document = decode_document(data, NODE_COMMIT_KIND, url=url, key=key)
-        except CorruptCheckpointError as error:
-            raise error.located(node=node, epoch=epoch) from None
-        try:
-            if document["node"] != node or json_int(document, "epoch") != epoch:
-                raise ValueError(
-                    f"it belongs to {document['node']}.{document['epoch']}, not {node}.{epoch}"
-                )
-            stamp = str(document["committed_at"])
-            return replace(cls.decode(node, epoch, document), committed_at=stamp), stamp
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise CorruptCheckpointError(
-                f"commit record is malformed: {error}", url=url, file=key, node=node, epoch=epoch
-            ) from None
-
-    @classmethod
-    def decode(cls, node: str, epoch: int, raw: object) -> NodeCommit:
-        if not isinstance(raw, dict):
-            raise ValueError(f"node record {raw!r} is not a JSON object")
-        return cls(
-            node=validate_node_name(node),
-            epoch=epoch,
-            db_type=str(raw["db_type"]),
-            manifest_crc32c=_stored_int(raw["manifest_crc32c"], 1 << 32),
-            nbytes=_stored_int(raw["nbytes"]),
-            stored_bytes=_stored_int(raw["stored_bytes"]),
-            nblobs=_stored_int(raw["nblobs"]),
-            duration_ns=_stored_int(raw.get("duration_ns", 0)),
-            lease_generation=(
-                _stored_int(raw["lease_generation"]) if "lease_generation" in raw else None
-            ),
-            shared_bytes=_stored_int(raw.get("shared_bytes", 0)),
-            attempt=validate_attempt(raw["attempt"]) if "attempt" in raw else None,
-        )
-
-
-def _stored_int(value: object, end: int = 1 << 63) -> int:
-    """An integer field of a stored document, in ``[0, end)``; ValueError otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < end:
-        raise ValueError("a count or size is not an integer in range")
-    return value
 
 
 @dataclass(frozen=True)
@@ -255,7 +150,7 @@ class EpochCommit:
     def decode(cls, data: bytes, *, url: str, key: str) -> EpochCommit:
         document = decode_document(data, COMMIT_KIND, url=url, key=key)
         try:
-            epoch = _stored_int(document["epoch"])
+            epoch = stored_int(document["epoch"])
             if not isinstance(document["nodes"], dict):
                 raise ValueError("nodes is not an object")
             nodes = {

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
-from ckptstore.records._layout import node_data_key, parse_attempt_dir, parse_db_key
+from ckptstore.records import node_data_key, parse_attempt_dir, parse_db_key
 
 __all__ = ["Garbage", "NodeData", "collect_garbage", "find_garbage", "group_node_data"]
 

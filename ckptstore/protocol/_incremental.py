@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckptstore.errors import JobConfigurationError
-from ckptstore.plugin._db_type import DBType
+from ckptstore.plugin import DBType
 
 __all__ = ["check_incremental"]
 

@@ -35,14 +35,16 @@ from dataclasses import dataclass, field
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.execution._node import DEFAULT_NODE
-from ckptstore.plugin._path_type import PathType
+from ckptstore.execution import DEFAULT_NODE
+from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
-from ckptstore.records._layout import (
+from ckptstore.records import (
     CONTROL_DIR,
     MANIFEST_NAME,
     RETIRED_MARK,
     STAGING_MARK,
+    NodeManifest,
+    join_url,
     manifest_key,
     node_data_key,
     parse_attempt_dir,
@@ -50,8 +52,6 @@ from ckptstore.records._layout import (
     parse_db_key,
     parse_node_commit_key,
 )
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import join_url
 
 __all__ = [
     "EpochEntry",

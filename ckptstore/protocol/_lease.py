@@ -69,7 +69,7 @@ from ckptstore.errors import (
     LeaseLostError,
     StorageError,
 )
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol._lease_document import (
     ATTEMPTS,
     LIVE_TOKENS,
@@ -79,8 +79,7 @@ from ckptstore.protocol._lease_document import (
     lost_reason,
     with_fence,
 )
-from ckptstore.records._layout import LEASE_DIR, lease_key
-from ckptstore.records._names import validate_node_name
+from ckptstore.records import LEASE_DIR, lease_key, validate_node_name
 
 __all__ = ["DEFAULT_LEASE_TTL", "WriterLease", "check_lease_ttl"]
 

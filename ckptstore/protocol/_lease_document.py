@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ckptstore.errors import CorruptCheckpointError, DocumentChangedError, LeaseLostError
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._documents import (
+from ckptstore.plugin import PathType
+from ckptstore.records import (
     decode_document,
     encode_document,
     json_int,
     json_list,
     json_number,
+    lease_key,
+    validate_node_name,
 )
-from ckptstore.records._layout import lease_key
-from ckptstore.records._names import validate_node_name
 
 __all__ = [
     "BROKEN",

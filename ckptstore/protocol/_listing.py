@@ -34,15 +34,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
 from ckptstore.protocol._lease_document import fenced_out, read_lease_document
-from ckptstore.records._layout import (
-    CONTROL_DIR,
-    LEASE_DIR,
-    parse_commit_record_key,
-    parse_node_commit_key,
-)
+from ckptstore.records import CONTROL_DIR, LEASE_DIR, parse_commit_record_key, parse_node_commit_key
 
 __all__ = ["CommitListing", "newest_complete"]
 

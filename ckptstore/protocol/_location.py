@@ -18,15 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._db_type import DBLocation, DBType
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
+from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.plugin import DBLocation, DBType, PathType, get_registry
 from ckptstore.protocol._commit import require_commit
 from ckptstore.protocol._incremental import check_incremental
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import db_name
+from ckptstore.records import NodeManifest, db_name
 
 __all__ = ["CheckpointLocation"]
 

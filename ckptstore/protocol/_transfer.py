@@ -31,21 +31,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.execution._workspace import Workspace
-from ckptstore.io._checksum import checksum_of
-from ckptstore.io._engine import ReadRequest
-from ckptstore.io._progress import ByteProgress
-from ckptstore.io._shared_keys import is_shared_key
-from ckptstore.plugin._db_type import DBLocation
-from ckptstore.plugin._path_type import PathType
+from ckptstore.execution import Workspace
+from ckptstore.io import ByteProgress, ReadRequest, checksum_of, is_shared_key
+from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import receive_chunks
 from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.records._layout import new_attempt, node_data_key
-from ckptstore.records._manifest import ChunkRecord, NodeManifest
-from ckptstore.records._names import get_ckpt_filename
-from ckptstore.records._stats import NodeStats
+from ckptstore.records import (
+    ChunkRecord,
+    NodeManifest,
+    NodeStats,
+    get_ckpt_filename,
+    new_attempt,
+    node_data_key,
+)
 
 __all__ = ["copy_node", "copy_node_task"]
 

@@ -13,6 +13,7 @@ Example::
     '/ckpt/trainer_0.3'
 """
 
+from ckptstore.records._commit_record import NODE_COMMIT_KIND, NodeCommit, stored_int
 from ckptstore.records._documents import (
     decode_document,
     encode_document,
@@ -29,7 +30,9 @@ from ckptstore.records._dtypes import (
     plain_dtype,
 )
 from ckptstore.records._layout import (
+    ATTEMPT_MARK,
     CONTROL_DIR,
+    LEASE_DIR,
     MANIFEST_NAME,
     RETIRED_MARK,
     STAGING_MARK,
@@ -37,7 +40,10 @@ from ckptstore.records._layout import (
     epoch_commit_dir,
     lease_key,
     manifest_key,
+    new_attempt,
     node_commit_key,
+    node_data_key,
+    parse_attempt_dir,
     parse_commit_record_key,
     parse_db_key,
     parse_node_commit_key,
@@ -59,14 +65,18 @@ from ckptstore.records._stats import ACTIONS, NodeStats
 
 __all__ = [
     "ACTIONS",
+    "ATTEMPT_MARK",
     "CONTROL_DIR",
+    "LEASE_DIR",
     "MANIFEST_NAME",
     "ML_DTYPES_INSTALL",
+    "NODE_COMMIT_KIND",
     "RETIRED_MARK",
     "STAGING_MARK",
     "BlobRecord",
     "ChunkRecord",
     "Limits",
+    "NodeCommit",
     "NodeManifest",
     "NodeStats",
     "check_value",
@@ -86,7 +96,10 @@ __all__ = [
     "json_object",
     "lease_key",
     "manifest_key",
+    "new_attempt",
     "node_commit_key",
+    "node_data_key",
+    "parse_attempt_dir",
     "parse_commit_record_key",
     "parse_db_key",
     "parse_node_commit_key",
@@ -95,6 +108,7 @@ __all__ = [
     "safe_dtype",
     "set_limits",
     "staging_key",
+    "stored_int",
     "validate_blob_name",
     "validate_epoch",
     "validate_key",

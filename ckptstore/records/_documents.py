@@ -28,8 +28,7 @@ import orjson
 
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io._checksum import crc32_of, crc32c_of
-from ckptstore.io._deflate import deflate_raw
+from ckptstore.io import crc32_of, crc32c_of, deflate_raw
 from ckptstore.records._limits import current_limits
 
 __all__ = [

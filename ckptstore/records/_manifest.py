@@ -33,8 +33,7 @@ from ckptstore.errors import (
     JobConfigurationError,
     MissingDependencyError,
 )
-from ckptstore.io._checksum import CHECKSUM_ALGORITHM, CHECKSUM_ALGORITHMS
-from ckptstore.io._gc import paused_gc
+from ckptstore.io import CHECKSUM_ALGORITHM, CHECKSUM_ALGORITHMS, paused_gc
 from ckptstore.records._documents import (
     decode_document,
     encode_document,

@@ -12,10 +12,8 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ckptstore.protocol._commit import NodeCommit
+from ckptstore.records._commit_record import NodeCommit
 
 __all__ = ["ACTIONS", "NodeStats"]
 

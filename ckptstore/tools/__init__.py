@@ -18,13 +18,33 @@ from ckptstore.tools._checking import (
     NodeCheck,
     NodeDescription,
     describe_epoch,
+    problem_summary,
     verify_epochs,
 )
+from ckptstore.tools._dcp_layout import (
+    METADATA_BLOB,
+    METADATA_KIND,
+    METADATA_NODE,
+    DcpTensor,
+    describe_dcp,
+    metadata_bytes,
+)
 from ckptstore.tools._demo import DemoConfig, DemoResult, build_demo_job, run_demo
-from ckptstore.tools._replication import NodeDone, convert_epochs, copy_epochs
+from ckptstore.tools._replication import (
+    CONVERT_PASSES,
+    NodeDone,
+    convert_epochs,
+    copy_epochs,
+    copy_passes,
+)
 
 __all__ = [
+    "CONVERT_PASSES",
+    "METADATA_BLOB",
+    "METADATA_KIND",
+    "METADATA_NODE",
     "BlobDescription",
+    "DcpTensor",
     "DemoConfig",
     "DemoResult",
     "EpochDescription",
@@ -34,7 +54,11 @@ __all__ = [
     "build_demo_job",
     "convert_epochs",
     "copy_epochs",
+    "copy_passes",
+    "describe_dcp",
     "describe_epoch",
+    "metadata_bytes",
+    "problem_summary",
     "run_demo",
     "verify_epochs",
 ]

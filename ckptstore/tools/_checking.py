@@ -28,16 +28,11 @@ from typing import TypedDict
 from ckptstore import protocol
 from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.execution._node import DEFAULT_NODE
-from ckptstore.io import is_shared_key
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._progress import ByteProgress, NodeProgress
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol._archives import check_archives
-from ckptstore.records._layout import MANIFEST_NAME
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.execution import DEFAULT_NODE
+from ckptstore.io import ByteProgress, NodeProgress, ParallelIO, is_shared_key
+from ckptstore.plugin import PathType, get_registry
+from ckptstore.protocol import check_archives
+from ckptstore.records import MANIFEST_NAME, NodeManifest, get_ckpt_filename
 
 __all__ = [
     "BlobDescription",

@@ -13,11 +13,8 @@ from typing import TypedDict
 
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
+from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.plugin import DBType, PathType, get_registry
 from ckptstore.records import NodeManifest, decode_document
 
 __all__ = [

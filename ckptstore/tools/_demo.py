@@ -31,18 +31,12 @@ from typing import TextIO
 import numpy as np
 
 from ckptstore._types import Array
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.checkpoint import JobRunner, MultiNodeCheckpointManager
 from ckptstore.errors import JobConfigurationError
-from ckptstore.execution._job import Job
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import LocalSession
-from ckptstore.execution._task import Task, TaskOutput
-from ckptstore.execution._workspace import Workspace
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._registry import get_registry
+from ckptstore.execution import Job, LocalSession, Node, Task, TaskOutput, Workspace
+from ckptstore.plugin import get_registry, hookimpl
 from ckptstore.protocol import WriterLease, committed_epochs, retract_epoch
-from ckptstore.records._stats import NodeStats
+from ckptstore.records import NodeStats
 
 __all__ = ["DemoConfig", "DemoResult", "build_demo_job", "run_demo"]
 

@@ -35,15 +35,9 @@ from functools import partial
 
 from ckptstore import protocol
 from ckptstore.errors import JobConfigurationError
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._progress import ByteProgress, NodeProgress
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
-from ckptstore.protocol import require_commit
-from ckptstore.protocol._archives import refuse_unsafe_archives
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.protocol._transfer import copy_node
+from ckptstore.io import ByteProgress, NodeProgress, ParallelIO
+from ckptstore.plugin import DBType, PathType, get_registry
+from ckptstore.protocol import CheckpointLocation, copy_node, refuse_unsafe_archives, require_commit
 
 __all__ = ["CONVERT_PASSES", "NodeDone", "convert_epochs", "copy_epochs", "copy_passes"]
 

@@ -33,7 +33,7 @@ from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.protocol import NodeCommit
 from ckptstore.records import decode_document, encode_document, validate_blob_name
 from ckptstore.records import validate_node_name as _validate_node_name
-from ckptstore.tools._dcp_layout import METADATA_KIND
+from ckptstore.tools import METADATA_KIND
 from ckptstore.torch._adapter import _DTYPES
 
 __all__ = [

@@ -98,7 +98,7 @@ from ckptstore.protocol import (
     write_node,
 )
 from ckptstore.records import NodeManifest, validate_blob_name
-from ckptstore.tools._dcp_layout import METADATA_BLOB, METADATA_NODE, metadata_bytes
+from ckptstore.tools import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,

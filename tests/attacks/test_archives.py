@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.cli import main
 from ckptstore.cli._common import EXIT_CORRUPT
 from ckptstore.execution._session import LocalSession
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.protocol import read_commit
 from ckptstore.testing.conformance.jobs import counting_job
 from tests.attacks.forge import EPOCH, Forge

@@ -25,13 +25,13 @@ import numcodecs
 import numpy as np
 import pytest
 
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.cli import main
 from ckptstore.cli._common import EXIT_CORRUPT, EXIT_NOT_FOUND
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError, CorruptCheckpointError
 from ckptstore.execution._session import LocalSession
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.plugin._db_type import DBType
 from ckptstore.testing.conformance.jobs import NODES, counting_job
 from tests.attacks.attacks import ATTACKS, Spec

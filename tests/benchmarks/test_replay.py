@@ -12,7 +12,7 @@ import pytest
 from benchmarks.peers import ckptstore_save
 from benchmarks.replay import EARLY_WRITEBACK, Recording, Write, record, replay, source_for
 from benchmarks.workload import make_workload, nbytes
-from ckptstore.builtin._local_path import EARLY_WRITEBACK_BYTES
+from ckptstore.paths._local_path import EARLY_WRITEBACK_BYTES
 
 
 def test_a_recorded_save_holds_every_byte_it_wrote_in_its_files(tmp_path: Path) -> None:

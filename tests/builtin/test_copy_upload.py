@@ -154,3 +154,29 @@ def test_the_builder_opens_its_destination_lazily(tmp_path: Path) -> None:
     assert isinstance(upload.storage, LocalPath)
     assert upload.storage is upload.storage
     assert upload.verify is False
+
+
+def test_any_upload_source_is_copied_not_only_a_ckptstore_manager(tmp_path: Path) -> None:
+    """The builder asks its source only what ``UploadSource`` promises: node names and
+    a root with storage, format and I/O settings."""
+    manager = train_with_upload(tmp_path / "run", str(tmp_path / "first"), "npz")
+
+    class Root:
+        storage = manager.location.storage
+        db_type = manager.location.db_type
+        io_settings = manager.location.io_settings
+
+    class Source:
+        location = Root()
+
+        def node_names(self) -> list[str]:
+            return list(NODES)
+
+    LocalSession().run(CopyUpload(str(tmp_path / "second")).build(3, Source()))
+    first = protocol.read_commit(LocalPath(str(tmp_path / "first")), 3, NODES)
+    second = protocol.read_commit(LocalPath(str(tmp_path / "second")), 3, NODES)
+    assert first is not None
+    assert second is not None
+    crcs = {node: commit.manifest_crc32c for node, commit in first.nodes.items()}
+    assert {node: commit.manifest_crc32c for node, commit in second.nodes.items()} == crcs
+    assert sorted(crcs) == sorted(NODES)

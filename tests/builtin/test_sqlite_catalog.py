@@ -13,7 +13,6 @@ from catalog_helpers import assert_repairs_damage, two_writers
 from catalog_helpers import train as train_run
 from ckpt_helpers import failing_local_path, register_storage
 
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._sqlite_catalog import DATABASE_ENV, SqliteCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._retention import KeepLast
@@ -24,6 +23,7 @@ from ckptstore.errors import (
     StorageError,
 )
 from ckptstore.execution._session import LocalSession
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import _commit as protocol
 from ckptstore.testing.conformance import (

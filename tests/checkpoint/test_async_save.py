@@ -40,12 +40,12 @@ from ckptstore import (
 )
 from ckptstore._types import Buffer
 from ckptstore.builtin import CopyUpload
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.checkpoint import _async_save
 from ckptstore.checkpoint._manager import BACKGROUND_NICE
 from ckptstore.errors import StorageNotWritableError, TooManySaveFailuresError
 from ckptstore.io import ParallelIO
 from ckptstore.io._priority import MAX_NICE, thread_nice
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin import get_registry
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry

@@ -26,8 +26,8 @@ from ckptstore import (
     epoch_limiter,
     protocol,
 )
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageFullError, TooManySaveFailuresError
+from ckptstore.paths._local_path import LocalPath
 
 NODE = "trainer_0"
 BLOB_BYTES = 100_000  # random uint8: no format compresses it, so every epoch is one size

@@ -26,7 +26,6 @@ from ckptstore import (
     epoch_limiter,
     protocol,
 )
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import (
     InvalidNameError,
     RequestError,
@@ -37,6 +36,7 @@ from ckptstore.errors import (
     is_permanent,
 )
 from ckptstore.io import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin import get_registry
 from ckptstore.plugin._registry import Registry
 from ckptstore.testing import FaultProxy

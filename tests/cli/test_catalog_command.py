@@ -11,12 +11,12 @@ import pytest
 from cli_helpers import Cli
 
 from ckptstore.builtin._json_catalog import CATALOG_DIR, JsonCatalog, entry_key
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.builtin._sqlite_catalog import SqliteCatalog
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.errors import CatalogCorruptError
 from ckptstore.execution._session import LocalSession
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.testing.conformance import NODES, counting_job
 
 

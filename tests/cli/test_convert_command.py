@@ -9,9 +9,9 @@ from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io._engine import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance import NODES, assert_same_blob, expected_state, flip_byte
 

@@ -13,8 +13,8 @@ import pytest
 from ckpt_helpers import flip_byte, node_dir
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import JobConfigurationError, LeaseHeldError
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.protocol import LeaseHolder, committed_nodes
 from ckptstore.records._layout import lease_key
 from ckptstore.tools._demo import DemoConfig, run_demo

@@ -8,9 +8,9 @@ import numpy as np
 from cli_helpers import Cli, train
 
 from ckptstore.builtin._json_catalog import JsonCatalog
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._npz_db import NpzDB
+from ckptstore.formats._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.protocol import committed_nodes, write_node
 from ckptstore.protocol._inventory import committed_epochs
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from cli_helpers import Cli, train_with_limiter_outside_nodes
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.cli._common import DEFAULT_NODE_NOTE
 from ckptstore.execution._session import LocalSession
+from ckptstore.formats._zarr_db import ZarrDB
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.records._layout import node_commit_key
 from ckptstore.testing.conformance import counting_job
 

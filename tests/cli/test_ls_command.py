@@ -11,10 +11,10 @@ import numpy as np
 from cli_helpers import Cli, train, train_with_limiter_outside_nodes
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.cli._common import DEFAULT_NODE_NOTE
+from ckptstore.formats._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.testing.servers import free_port
 
 

@@ -11,10 +11,10 @@ from ckpt_helpers import node_dir
 from cli_helpers import Cli
 
 from ckptstore import protocol
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.cli._main import command_modules, main
+from ckptstore.formats._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.records._documents import GZIP_MAGIC
 from ckptstore.records._layout import MANIFEST_NAME
 

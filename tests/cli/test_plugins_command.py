@@ -43,7 +43,7 @@ def test_plugins_lists_broken_plugins_with_their_errors(broken_site: Path, cli: 
     )
     assert listed["missingdep"]["distribution"] == "ckptstore-missingdep 0.1"
     assert listed["testfmt"]["error"] is None
-    assert listed["ckptstore.builtin._npz_db"]["db_types"] == ["npz"]
+    assert listed["ckptstore.formats._npz_db"]["db_types"] == ["npz"]
 
 
 def ckptstore(site: Path | None, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from ckpt_helpers import data_key
 from cli_helpers import Cli
 
 from ckptstore import CheckpointManager, LocalSession, protocol
-from ckptstore.builtin._local_path import LocalPath
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.records._layout import node_commit_key
 from ckptstore.testing.conformance import flip_byte
 

@@ -175,7 +175,7 @@ class FsRecorder:
         for name, wrapper in replacements.items():
             saved[name] = getattr(os, name)
             setattr(os, name, wrapper)
-        from ckptstore.builtin import _local_path
+        from ckptstore.paths import _local_path
 
         syncing = _local_path._SyncingFileIO
         original_write = syncing._write

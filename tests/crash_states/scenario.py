@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.builtin import _packed
 from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
 from ckptstore.checkpoint._runner import JobRunner
 from ckptstore.cli._main import main as cli_main
@@ -38,7 +37,7 @@ from ckptstore.execution._node import Node
 from ckptstore.execution._session import LocalSession
 from ckptstore.execution._task import Task
 from ckptstore.execution._workspace import Workspace
-from ckptstore.io import IOSettings
+from ckptstore.io import IOSettings, _write_plan
 
 MiB = 1 << 20
 NODES = ("trainer_0", "trainer_1")
@@ -133,12 +132,12 @@ def build_job(shape: Shape, epochs: int) -> Job:
 @contextlib.contextmanager
 def archive_bytes(size: int) -> Iterator[None]:
     """Lower the packed formats' archive size so a few MiB make several archives."""
-    saved = _packed.ARCHIVE_BYTES
-    _packed.ARCHIVE_BYTES = size
+    saved = _write_plan.ARCHIVE_BYTES
+    _write_plan.ARCHIVE_BYTES = size
     try:
         yield
     finally:
-        _packed.ARCHIVE_BYTES = saved
+        _write_plan.ARCHIVE_BYTES = saved
 
 
 def run_job(

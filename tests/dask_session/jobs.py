@@ -20,8 +20,8 @@ from distributed import Event, Worker, get_worker
 
 from ckptstore import Job, Node, Session, Task, Workspace, epoch_limiter
 from ckptstore._types import Buffer
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import StorageError
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin import hookimpl
 from ckptstore.plugin._path_type import PathType
 

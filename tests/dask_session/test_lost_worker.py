@@ -18,9 +18,9 @@ from dask_session.jobs import KillAt, caffe2_job, totals
 from distributed import Client
 
 from ckptstore import JobRunner, MultiNodeCheckpointManager
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.dask_session import DaskSession
 from ckptstore.errors import NodeLostError
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol._commit import committed_nodes
 

@@ -18,13 +18,13 @@ from object_store_fakes import (
 )
 
 from ckptstore import protocol
-from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.errors import (
     CorruptCheckpointError,
     InvalidNameError,
     ObjectNotFoundError,
     StorageError,
 )
+from ckptstore.formats._npz_db import NpzDB
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.object_store import _ranged as object_ranged

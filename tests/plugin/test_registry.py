@@ -82,14 +82,12 @@ def test_the_builtins_are_ordinary_plugins(registry: Registry) -> None:
     assert PROJECT_NAME == "ckptstore"
     names = {info.name: info for info in registry.plugins()}
     assert set(BUILTIN_PLUGINS) <= set(names)
-    assert names["ckptstore.builtin._npz_db"].db_types == ("npz",)
-    assert names["ckptstore.builtin._zarr_db"].db_types == ("zarr",)
+    assert names["ckptstore.formats._npz_db"].db_types == ("npz",)
+    assert names["ckptstore.formats._zarr_db"].db_types == ("zarr",)
     assert names["ckptstore.builtin._json_catalog"].metadata_handlers == ("json",)
     assert names["ckptstore.builtin._copy_upload"].upload_builders == ("copy",)
-    assert names["ckptstore.builtin._local_path"].path_types == (
-        "local (local paths, file, local)",
-    )
-    assert names["ckptstore.builtin._fsspec_path"].path_types == ("fsspec (*)",)
+    assert names["ckptstore.paths._local_path"].path_types == ("local (local paths, file, local)",)
+    assert names["ckptstore.paths._fsspec_path"].path_types == ("fsspec (*)",)
     assert get_registry() is registry
 
 
@@ -144,7 +142,7 @@ def test_two_plugins_claiming_one_name_fail_loudly(registry: Registry) -> None:
     with pytest.raises(DuplicatePluginError) as info:
         registry.register(DBTypesPlugin(OtherNpz), name="impostor")
     assert info.value.name == "npz"
-    assert info.value.providers == ("ckptstore.builtin._npz_db", "impostor")
+    assert info.value.providers == ("ckptstore.formats._npz_db", "impostor")
     assert "CKPTSTORE_DISABLE_PLUGINS" in str(info.value)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import AlreadyCommittedError
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
 from ckptstore.plugin._path_type import PathType

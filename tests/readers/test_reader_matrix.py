@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from ckpt_helpers import data_key, node_dir
 
-from ckptstore.builtin import _zarr_db
+from ckptstore.formats import _zarr_db
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._location import CheckpointLocation

@@ -35,8 +35,6 @@ import numpy as np
 import pytest
 
 from ckptstore import protocol
-from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointNotFoundError,
@@ -45,15 +43,11 @@ from ckptstore.errors import (
     JobConfigurationError,
     UnsupportedBlobError,
 )
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB
-from ckptstore.plugin._path_type import PathType
-from ckptstore.protocol._garbage import collect_garbage, find_garbage
-from ckptstore.protocol._location import CheckpointLocation
-from ckptstore.protocol._transfer import copy_node
-from ckptstore.records._manifest import NodeManifest
-from ckptstore.records._names import get_ckpt_filename
+from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.paths import FsspecPath, LocalPath
+from ckptstore.plugin import DBLocation, DBType, PathType, WrittenDB
+from ckptstore.protocol import CheckpointLocation, collect_garbage, copy_node, find_garbage
+from ckptstore.records import NodeManifest, get_ckpt_filename
 from ckptstore.testing.conformance.samples import (
     OPTIONAL_DTYPES,
     REQUIRED_DTYPES,

@@ -24,10 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptstore.execution._job import Job, epoch_limiter
-from ckptstore.execution._node import Node
-from ckptstore.execution._task import Task
-from ckptstore.execution._workspace import Workspace
+from ckptstore.execution import Job, Node, Task, Workspace, epoch_limiter
 
 __all__ = ["NODES", "counting_job", "expected_state"]
 

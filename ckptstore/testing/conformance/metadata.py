@@ -41,12 +41,11 @@ import numpy as np
 import pytest
 
 from ckptstore import protocol
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.checkpoint import JobRunner, MultiNodeCheckpointManager
 from ckptstore.errors import CheckpointNotFoundError, CkptStoreError
-from ckptstore.execution._session import LocalSession
-from ckptstore.plugin._metadata import MetadataHandler
-from ckptstore.records._stats import ACTIONS, NodeStats
+from ckptstore.execution import LocalSession
+from ckptstore.plugin import MetadataHandler
+from ckptstore.records import ACTIONS, NodeStats
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
 

@@ -51,7 +51,6 @@ import pytest
 
 from ckptstore import protocol
 from ckptstore._types import Buffer
-from ckptstore.builtin._npz_db import NpzDB
 from ckptstore.errors import (
     CorruptCheckpointError,
     DocumentChangedError,
@@ -59,9 +58,9 @@ from ckptstore.errors import (
     KeyExistsError,
     ObjectNotFoundError,
 )
-from ckptstore.io._engine import ParallelIO
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._path_type import PathType, redact_url
+from ckptstore.formats import NpzDB
+from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.plugin import PathType, redact_url
 from ckptstore.testing.conformance.samples import assert_same_blob, dtype_sample
 
 __all__ = ["PathTypeConformance"]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO
 
 from ckptstore._types import Buffer
-from ckptstore.plugin._path_type import PathType
+from ckptstore.plugin import PathType
 
 __all__ = ["CountingPath", "flip_byte", "truncate"]
 

@@ -35,14 +35,11 @@ from pathlib import Path
 import pytest
 
 from ckptstore import protocol
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.checkpoint import JobRunner, MultiNodeCheckpointManager
 from ckptstore.errors import CkptStoreError
-from ckptstore.execution._session import LocalSession
-from ckptstore.execution._task import TaskGroup
-from ckptstore.io._engine import ParallelIO
-from ckptstore.plugin._registry import get_registry
-from ckptstore.plugin._upload import UploadTaskGroupBuilder
+from ckptstore.execution import LocalSession, TaskGroup
+from ckptstore.io import ParallelIO
+from ckptstore.plugin import UploadTaskGroupBuilder, get_registry
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state
 from ckptstore.testing.conformance.samples import assert_same_blob
 

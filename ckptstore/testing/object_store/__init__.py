@@ -40,8 +40,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckptstore.plugin._db_type import DBType
-from ckptstore.plugin._registry import Registry, get_registry, reset_registry
+from ckptstore.plugin import DBType, Registry, get_registry, reset_registry
 from ckptstore.testing.conformance import DBTypeConformance, PathTypeConformance
 from ckptstore.testing.object_store.options import OptionsConformance
 from ckptstore.testing.object_store.scenarios import ObjectStoreScenarios

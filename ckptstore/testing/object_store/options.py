@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ckptstore.object_store._path import ObjectStorePath
+from ckptstore.object_store import ObjectStorePath
 
 __all__ = ["OptionsConformance"]
 

@@ -46,16 +46,13 @@ import numpy as np
 import pytest
 
 from ckptstore import protocol
-from ckptstore.builtin._copy_upload import CopyUpload
-from ckptstore.builtin._local_path import LocalPath
-from ckptstore.checkpoint._manager import CheckpointManager
-from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
-from ckptstore.checkpoint._runner import JobRunner
+from ckptstore.builtin import CopyUpload
+from ckptstore.checkpoint import CheckpointManager, JobRunner, MultiNodeCheckpointManager
 from ckptstore.errors import AlreadyCommittedError, SaveFailedError, TooManySaveFailuresError
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import LocalSession
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._layout import MANIFEST_NAME, manifest_key
+from ckptstore.execution import LocalSession, Node
+from ckptstore.paths import LocalPath
+from ckptstore.plugin import PathType
+from ckptstore.records import MANIFEST_NAME, manifest_key
 from ckptstore.testing.conformance import NODES, counting_job, expected_state, flip_byte
 from ckptstore.testing.object_store.store import (
     FAST,

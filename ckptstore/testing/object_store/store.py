@@ -30,12 +30,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from ckptstore.checkpoint._manager import CheckpointManager
-from ckptstore.execution._node import Node
-from ckptstore.execution._session import LocalSession
-from ckptstore.object_store._path import ObjectStorePath
-from ckptstore.plugin._path_type import PathType
-from ckptstore.plugin._registry import get_registry
+from ckptstore.checkpoint import CheckpointManager
+from ckptstore.execution import LocalSession, Node
+from ckptstore.object_store import ObjectStorePath
+from ckptstore.plugin import PathType, get_registry
 from ckptstore.testing.conformance import NODES, expected_state
 from ckptstore.testing.proxy import FaultProxy
 

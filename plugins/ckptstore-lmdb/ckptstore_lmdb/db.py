@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 import lmdb
 import numpy as np
 
-from ckptstore.builtin import LocalPath
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError, storage_error
 from ckptstore.io import (
     ArrayChunk,
@@ -49,6 +48,7 @@ from ckptstore.io import (
     crc32_of,
     grid_chunk_shape,
 )
+from ckptstore.paths import LocalPath
 from ckptstore.plugin import DBLocation, DBType, WrittenDB
 from ckptstore.records import BlobRecord, ChunkRecord, encode_dtype, validate_key
 from ckptstore_lmdb.pages import LmdbFormatError, ValueSpan, value_spans

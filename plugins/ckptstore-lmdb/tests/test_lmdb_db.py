@@ -25,8 +25,8 @@ from ckptstore import (
     Task,
     epoch_limiter,
 )
-from ckptstore.builtin._local_path import LocalPath
 from ckptstore.io._settings import IOSettings
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import get_registry
 from ckptstore.testing.conformance import Checkpoints, assert_same_blob, dtype_sample
 

@@ -17,7 +17,7 @@ from ckptstore import (
     LocalSession,
     MultiNodeCheckpointManager,
 )
-from ckptstore.builtin._local_path import LocalPath
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import get_registry
 from ckptstore.protocol import CommitListing
 from ckptstore.testing.conformance.jobs import NODES, counting_job, expected_state

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptstore.builtin._fsspec_path import FsspecPath
-from ckptstore.builtin._local_path import LocalPath
+from ckptstore.paths._fsspec_path import FsspecPath
+from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._path_type import PathType
 from ckptstore.testing.conformance import PathTypeConformance
 

@@ -23,10 +23,11 @@ from ckpt_helpers import (
 )
 
 from ckptstore import CorruptCheckpointError, protocol
-from ckptstore.builtin import FsspecPath, LocalPath, _zarr_db
-from ckptstore.builtin._zarr_db import ZarrDB
 from ckptstore.errors import UnsupportedBlobError
+from ckptstore.formats import _zarr_db
+from ckptstore.formats._zarr_db import ZarrDB
 from ckptstore.io import IOSettings, ParallelIO
+from ckptstore.paths import FsspecPath, LocalPath
 from ckptstore.plugin import PositionalReader
 from ckptstore.plugin._path_type import PathType
 from ckptstore.plugin._registry import Registry

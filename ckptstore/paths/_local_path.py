@@ -54,17 +54,9 @@ from ckptstore.errors import (
     StorageNotWritableError,
     storage_error,
 )
-from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, plan_direct
-from ckptstore.io._settings import IOSettings, usable_cpus
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import (
-    PathType,
-    PositionalReader,
-    PositionalWriter,
-    content_version,
-)
-from ckptstore.records._limits import current_limits
-from ckptstore.records._names import validate_key
+from ckptstore.io import DIRECT_ALIGN, DIRECT_FROM, IOSettings, plan_direct, usable_cpus
+from ckptstore.plugin import PathType, PositionalReader, PositionalWriter, content_version, hookimpl
+from ckptstore.records import current_limits, validate_key
 
 __all__ = ["DURABILITY_MODES", "LocalPath"]
 

@@ -21,13 +21,15 @@ from ckpt_helpers import CountingLocalPath, data_key, flip_byte, node_dir
 
 from ckptstore import CorruptCheckpointError
 from ckptstore._types import Buffer
-from ckptstore.builtin import LocalPath, _packed
-from ckptstore.builtin._npz_db import NpzDB
-from ckptstore.builtin._zarr_db import ZarrDB
+from ckptstore.formats import _packed
+from ckptstore.formats._npz_db import NpzDB
+from ckptstore.formats._zarr_db import ZarrDB
+from ckptstore.io import _write_plan
 from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.paths import LocalPath
 from ckptstore.plugin import get_registry
 from ckptstore.plugin._db_type import DBLocation, DBType
 from ckptstore.plugin._path_type import PositionalWriter
@@ -108,7 +110,7 @@ def test_large_blobs_are_laid_out_for_direct_writes_and_read_back(
     tmp_path: Path, db_type: str
 ) -> None:
     """A blob of 4 MiB or more (``PIECED_FROM``) starts at its array's address modulo 4
-    KiB (so its pieces go O_DIRECT from its memory, see tests/builtin/test_local_path.py),
+    KiB (so its pieces go O_DIRECT from its memory, see tests/paths/test_local_path.py),
     its pieces cut on the file's 4 KiB pages (each goes O_DIRECT whole); the archive
     stays a plain ZIP and every blob loads back, large runs of smaller members (packed
     into a buffer at their offset's remainder) included."""
@@ -300,7 +302,7 @@ def test_small_blobs_read_together_are_still_checked_one_by_one(
 def test_a_save_syncs_each_file_and_directory_once_whatever_the_blob_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
-    from ckptstore.builtin import _local_path
+    from ckptstore.paths import _local_path
 
     synced: list[str] = []
     real_fsync = _local_path.os.fsync
@@ -510,7 +512,7 @@ def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
         "one_mib": rng.normal(size=(1 << 17,)),
         "c": np.array(7),
     }
-    assert values["mid"].nbytes >= _packed.GATHERED_FROM
+    assert values["mid"].nbytes >= _write_plan.GATHERED_FROM
     storage = RecordingLocalPath(str(tmp_path))
     save(storage, values, FORMATS[db_type](), ParallelIO())
     given = [np.frombuffer(part, np.uint8) for part in storage.parts[ARCHIVES[db_type]]]
@@ -555,20 +557,7 @@ def shared_blobs() -> dict[str, np.ndarray]:
 @pytest.fixture
 def one_mib_archives(monkeypatch: pytest.MonkeyPatch) -> None:
     """Archives of 1 MiB of large blobs each (256 MiB by default)."""
-    monkeypatch.setattr(_packed, "ARCHIVE_BYTES", 1 << 20)
-
-
-def test_shares_keep_small_blobs_first_and_balance_the_large_ones() -> None:
-    big = _packed.ARCHIVE_BYTES
-    sizes = {"s1": 10, "a": 3 * big, "s2": 20, "b": big, "c": big, "d": 2 * big}
-    shares = _packed.archive_shares(sizes)
-    assert len(shares) == _packed.MAX_ARCHIVES == 4  # 7 archives' worth: at most 4
-    assert sorted(name for share in shares for name in share) == sorted(sizes)
-    assert shares[0][:2] == ["s1", "s2"]  # every small blob in the first, in order
-    loads = [sum(sizes[name] for name in share) for share in shares]
-    assert max(loads) <= 3 * big + 30  # the largest blob alone sets the largest share
-    assert _packed.archive_shares({"w": 2 * big - 1, "s": 5}) == [["w", "s"]]  # < 2: one
-    assert _packed.archive_shares({}) == [[]]
+    monkeypatch.setattr(_write_plan, "ARCHIVE_BYTES", 1 << 20)
 
 
 @pytest.mark.parametrize(
@@ -682,7 +671,7 @@ def test_the_first_archive_is_made_after_the_others_have_started(tmp_path: Path)
         return [_packed.Member(f"{name}.bin", b"", name, values[name]) for name in share]
 
     written = _packed.write_shared(db, "blobs.zip", values, members_of)
-    shares = _packed.archive_shares({name: array.nbytes for name, array in values.items()})
+    shares = _write_plan.archive_shares({name: array.nbytes for name, array in values.items()})
     assert [share for share, _ in made] == shares[::-1]
     archives = [_packed.archive_name("blobs.zip", number) for number in range(len(shares))]
     assert made[-1][1] == archives[:0:-1]  # every other archive open before the first's

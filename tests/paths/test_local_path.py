@@ -13,16 +13,16 @@ import pytest
 from ckpt_helpers import file_permissions_enforced, files_under
 
 from ckptstore import CheckpointManager, CorruptCheckpointError, StorageError
-from ckptstore.builtin import LocalPath, _local_path
-from ckptstore.builtin._local_path import (
+from ckptstore.errors import ObjectNotFoundError, is_permanent
+from ckptstore.io import usable_cpus
+from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
+from ckptstore.paths import LocalPath, _local_path
+from ckptstore.paths._local_path import (
     DURABILITY_MODES,
     EARLY_WRITEBACK_BYTES,
     _advance,
     _write_vectored,
 )
-from ckptstore.errors import ObjectNotFoundError, is_permanent
-from ckptstore.io import usable_cpus
-from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import committed_epochs
 

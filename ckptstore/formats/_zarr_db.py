@@ -4,14 +4,14 @@ per blob, readable by plain zarr-python, xarray or tensorstore without ckptstore
 Uncompressed (the default), a node checkpoint is ONE file, ``blobs.zarr.zip``: the zarr
 hierarchy inside a ZIP, the layout zarr's own ``ZipStore`` and fsspec's ``zip::`` URLs
 read (from 512 MiB of large blobs, up to four such files, each a group holding its share
-of the arrays: see :func:`~ckptstore.builtin._packed.archive_shares`). Chunks are stored
+of the arrays: see :func:`~ckptstore.io.archive_shares`). Chunks are stored
 as they are; each ``zarr.json`` is deflated (ZIP method 8: 293 bytes in 179 for a
 float32 vector, which thousands of small blobs feel).
 An array of up to 64 MiB (``CHUNKED_FROM``) is a single chunk (chunk shape = array
 shape: no edge padding); a larger one is cut into chunks of at most 16 MiB, each its own
 ZIP member, so that a plain reader reads a slice without the rest of the array
 (:func:`_large_chunk_shape`). Members are written by the shared parallel archive writer
-(:mod:`ckptstore.builtin._packed`) in pieces at precomputed offsets; the manifest
+(:mod:`ckptstore.formats._packed`) in pieces at precomputed offsets; the manifest
 records those pieces' byte ranges and CRC-32s, so loads stay parallel and partial.
 Each array names its dimensions (``dimension_names``: ``dim<axis>_<length>``), which
 xarray needs to open a group.
@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 
 from ckptstore._types import Array, Buffer
-from ckptstore.builtin._packed import (
+from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
+from ckptstore.formats._packed import (
     Member,
     check_ranges,
     document_member,
@@ -61,20 +62,24 @@ from ckptstore.builtin._packed import (
     read_archive,
     write_shared,
 )
-from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
-from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._engine import ReadRequest, WriteRequest
-from ckptstore.plugin._db_type import (
-    DBLocation,
-    DBType,
-    WrittenDB,
-    verify_records,
+from ckptstore.io import (
+    ArrayChunk,
+    ReadRequest,
+    WriteRequest,
+    array_chunks,
+    chunk_data,
+    grid_chunk_shape,
 )
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.records._dtypes import encode_dtype, plain_dtype
-from ckptstore.records._layout import MANIFEST_NAME
-from ckptstore.records._limits import current_limits
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.plugin import DBLocation, DBType, WrittenDB, hookimpl, verify_records
+from ckptstore.records import (
+    MANIFEST_NAME,
+    BlobRecord,
+    ChunkRecord,
+    NodeManifest,
+    current_limits,
+    encode_dtype,
+    plain_dtype,
+)
 
 __all__ = ["ARCHIVE", "COMPRESSIONS", "ZarrDB"]
 
@@ -252,7 +257,7 @@ class ZarrDB(DBType):
         self, db: DBLocation, blobs: Mapping[str, np.ndarray[Any, Any]]
     ) -> WrittenDB:
         """The hierarchy in ZIPs (one, or a few for hundreds of MiB: see
-        :func:`~ckptstore.builtin._packed.archive_shares`), each a zarr group holding
+        :func:`~ckptstore.io.archive_shares`), each a zarr group holding
         its share of the arrays; one chunk per array (its shape recorded in the blob's
         layout only when it differs from the array's: empty arrays), or one member per
         chunk for arrays over ``CHUNKED_FROM``."""

@@ -32,10 +32,9 @@ from ckptstore.errors import (
     StorageError,
     storage_error,
 )
-from ckptstore.io._settings import IOSettings
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.plugin._path_type import PathType
-from ckptstore.records._names import validate_key
+from ckptstore.io import IOSettings
+from ckptstore.plugin import PathType, hookimpl
+from ckptstore.records import validate_key
 
 if TYPE_CHECKING:  # fsspec is imported when a path opens: 0.08 s a local-disk run never pays
     import fsspec

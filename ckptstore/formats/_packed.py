@@ -1,5 +1,5 @@
 """One ZIP archive per node checkpoint (or a few, for hundreds of MiB: see
-:func:`archive_shares`), written in parallel at precomputed offsets: the writer shared
+:func:`~ckptstore.io.archive_shares`), written in parallel at precomputed offsets: the writer shared
 by the ``zarr`` and ``npz`` formats.
 
 The archive's layout (:class:`~ckptstore.io._zip.ZipLayout`) is fixed before any byte
@@ -17,7 +17,7 @@ is written, so its pieces go to storage in parallel through the I/O engine:
   combined. Its data starts at a file offset with the array's address modulo 4096, so
   a local disk writes the pieces ``O_DIRECT`` (:mod:`ckptstore.io._direct`), each
   whole but for the member's first and last page: the cuts between pieces fall on
-  multiples of 4096 of the file (:func:`_pieces`); a run's
+  multiples of 4096 of the file (:func:`~ckptstore.io.aligned_pieces`); a run's
   buffer of 1 MiB or more is allocated at its file offset's remainder for the same
   reason;
 * the central directory goes at the end.
@@ -59,7 +59,6 @@ Example::
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -71,23 +70,34 @@ import numpy as np
 
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
-from ckptstore.io._checksum import crc32_buffer as _crc32
-from ckptstore.io._checksum import crc32_combine, crc32_of
-from ckptstore.io._chunking import ArrayChunk, array_chunks, chunk_data, grid_chunk_shape
-from ckptstore.io._deflate import deflate_raw
-from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, aligned_buffer, memory_residue
-from ckptstore.io._engine import WriteRequest
-from ckptstore.io._zip import ZipLayout
-from ckptstore.plugin._db_type import DBLocation, WrittenDB, read_raw_blobs
-from ckptstore.plugin._path_type import PositionalWriter
-from ckptstore.records._dtypes import encode_dtype
-from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.io import (
+    DIRECT_ALIGN,
+    GATHERED_FROM,
+    GROUP_BYTES,
+    PIECED_FROM,
+    ArrayChunk,
+    WriteRequest,
+    ZipLayout,
+    aligned_buffer,
+    aligned_pieces,
+    archive_shares,
+    chunk_data,
+    crc32_combine,
+    crc32_of,
+    deflate_raw,
+    grid_chunk_shape,
+    interleaved,
+    memory_residue,
+    write_groups,
+)
+from ckptstore.io import crc32_buffer as _crc32
+from ckptstore.plugin import DBLocation, PositionalWriter, WrittenDB, read_raw_blobs
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest, encode_dtype
 
 __all__ = [
     "Inflated",
     "Member",
     "archive_name",
-    "archive_shares",
     "check_ranges",
     "document_member",
     "is_archive",
@@ -96,74 +106,6 @@ __all__ = [
     "write_archives",
     "write_shared",
 ]
-
-GROUP_BYTES = 8 << 20
-"""A run of small members is cut into pieces of about this many bytes (each copied
-into one buffer and written with one call)..."""
-GROUP_MEMBERS = 512
-"""...or this many members, whichever comes first."""
-PIECED_FROM = 4 << 20
-"""Members with at least this many bytes of data (or more than ``chunk_bytes``) are
-written from their array's memory, in pieces, each its own request; smaller ones join a
-run with their neighbours (see ``GATHERED_FROM`` for what a run copies). Blobs of about
-1 MiB thus reach a disk in runs of several MiB, one call each, instead of three calls
-each (unaligned head, direct body, unaligned tail): the 1 GiB benchmark mix, 200 such
-blobs among others, saved 14% faster to ext4 that way, and faster again since they go
-through the page cache from their own memory (docs/design.md, "Layout")."""
-GATHERED_FROM = 256 << 10
-"""In a run, a member's data of at least this many bytes is not copied into the run's
-buffer: the run is written as the buffer's slices with the arrays' own memory between
-them (``pwritev`` gathers them into the page cache, an upload keeps the views), where a
-copy took the GIL for each byte. The write-back of what goes through the page cache
-starts as it is written (:mod:`ckptstore.builtin._local_path`). The 1 GiB benchmark
-mix, whose 200 blobs of about 1 MiB go this way, saves 6% faster to ext4 (0.438
-against 0.466 s, medians of 9 alternating in one process); to tmpfs, which copies
-under the file's lock either way, no faster."""
-
-
-ARCHIVE_BYTES = 256 << 20
-"""A node checkpoint's large blobs (``DIRECT_FROM`` and up) are shared among one archive
-per this many bytes of them..."""
-MAX_ARCHIVES = 4
-"""...and at most this many archives. tmpfs lets one writer at a time into a file (it
-holds the file's lock through each write): two files written in parallel take half the
-time one does, which a save of hundreds of MiB to ``/dev/shm`` gains. This VM's disk
-gains too (the 1 GiB benchmark mix: 0.48-0.51 s in three archives against 0.55-0.59 in
-one; 128 or 64 MiB per archive, up to 8, measured no better); object stores are
-indifferent. Small blobs all go into the first archive."""
-
-
-def archive_shares(sizes: Mapping[str, int]) -> list[list[str]]:
-    """Which blobs (given their sizes in bytes, in order) go into which archive: the
-    first takes every small blob, then each large blob, largest first, goes to the
-    archive holding the fewest bytes. Each share keeps the blobs' order.
-
-    Example::
-
-        >>> archive_shares({"a": 10, "b": 20})
-        [['a', 'b']]
-        >>> big = ARCHIVE_BYTES
-        >>> archive_shares({"tiny": 4, "w1": big, "w2": big, "w3": big // 2})
-        [['tiny', 'w2'], ['w1', 'w3']]
-    """
-    large = sorted(
-        ((nbytes, name) for name, nbytes in sizes.items() if nbytes >= DIRECT_FROM),
-        key=lambda pair: -pair[0],
-    )
-    count = min(MAX_ARCHIVES, sum(nbytes for nbytes, _ in large) // ARCHIVE_BYTES)
-    if count <= 1:
-        return [list(sizes)]
-    loads = [0] * count
-    loads[0] = sum(nbytes for nbytes in sizes.values() if nbytes < DIRECT_FROM)
-    where: dict[str, int] = {}
-    for nbytes, name in large:
-        number = loads.index(min(loads))
-        where[name] = number
-        loads[number] += nbytes
-    shares: list[list[str]] = [[] for _ in range(count)]
-    for name in sizes:
-        shares[where.get(name, 0)].append(name)
-    return [share for share in shares if share]
 
 
 def archive_name(first: str, number: int) -> str:
@@ -297,7 +239,7 @@ def write_shared(
     blobs: Mapping[str, np.ndarray[Any, Any]],
     members_of: Callable[[Sequence[str]], Sequence[Member]],
 ) -> WrittenDB:
-    """Write ``blobs`` as the archive ``first``, or as a few (:func:`archive_shares`,
+    """Write ``blobs`` as the archive ``first``, or as a few (:func:`~ckptstore.io.archive_shares`,
     named by :func:`archive_name`), each holding the members ``members_of`` gives for
     its share of the blobs' names (asked for when the archive's first write is due:
     see :func:`write_archives`)."""
@@ -328,7 +270,7 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
     An archive's members (when given as a callable) and layout are made when its first
     write is due, the last archive first. The first archive starts last, once the others
     have sent enough to keep every I/O worker busy: it holds every small blob
-    (:func:`archive_shares`), whose documents take longest to make, and the others'
+    (:func:`~ckptstore.io.archive_shares`), whose documents take longest to make, and the others'
     large blobs are on their way to storage meanwhile (the 1 GiB benchmark mix: 14 ms
     of members made while the disk writes, where it used to wait for them)."""
     piece_bytes = db.io.settings.chunk_bytes
@@ -347,7 +289,7 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
 
         others = len(archives) - 1
         late = db.io.settings.concurrency * piece_bytes // others if others else 0
-        db.write(_interleaved([stream(n) for n in reversed(range(len(archives)))], late))
+        db.write(interleaved([stream(n) for n in reversed(range(len(archives)))], late))
         for number in range(len(archives)):
             plan, target = plans[number]
             plan.finish(target)
@@ -358,34 +300,6 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
         blobs.update(written.blobs)
         files.extend(written.files)
     return WrittenDB(blobs, tuple(files))
-
-
-def _interleaved(
-    streams: Sequence[Iterator[WriteRequest]], late: int = 0
-) -> Iterator[WriteRequest]:
-    """The requests of every stream, the stream with the fewest bytes yielded so far
-    first (ties: in the order given; one stream: as it comes). The last stream starts
-    as if it had yielded ``late`` bytes already.
-
-    Example::
-
-        >>> def stream(key, count):
-        ...     return iter([WriteRequest(key, [b"1234"], 4)] * count)
-        >>> [r.key for r in _interleaved([stream("a", 3), stream("b", 3), stream("c", 3)], late=8)]
-        ['a', 'b', 'a', 'b', 'a', 'b', 'c', 'c', 'c']
-    """
-    if len(streams) == 1:
-        yield from streams[0]
-        return
-    queue = [(0, number) for number in range(len(streams))]
-    queue[-1] = (late, len(streams) - 1)
-    heapq.heapify(queue)
-    while queue:
-        sent, number = heapq.heappop(queue)
-        request = next(streams[number], None)
-        if request is not None:
-            yield request
-            heapq.heappush(queue, (sent + request.nbytes, number))
 
 
 @dataclass
@@ -424,10 +338,12 @@ class _ArchivePlan:
             elif array.nbytes >= GATHERED_FROM and array.flags.c_contiguous:
                 gathered.add(index)
         layout = ZipLayout.place(names, sizes, _residues(members, pieced), deflated)
-        pieces = {  # cut once the layout places the data (see _pieces)
-            index: _pieces(members[index], piece_bytes, _data_start(layout, index, members[index]))
-            for index in sorted(pieced)
-        }
+        pieces: dict[int, list[ArrayChunk]] = {}
+        for index in sorted(pieced):  # cut once the layout places the data
+            member = members[index]
+            assert member.array is not None  # only members with data are written in pieces
+            start = _data_start(layout, index, member)
+            pieces[index] = aligned_pieces(member.array, piece_bytes, start)
         found = _Ranges(archive, len(members))
         return cls(archive, members, pieces, gathered, piece_bytes, layout, found)
 
@@ -439,24 +355,13 @@ class _ArchivePlan:
         member written in pieces one request per piece."""
         layout, members, found, archive = self.layout, self.members, self.found, self.archive
         run_request = partial(_run_request, layout, members, self.gathered, found, target, archive)
-        most = min(GROUP_BYTES, self.piece_bytes)
-        run: list[int] = []
-        run_bytes = 0
-        for index in range(len(members)):
-            if index in self.pieced:
-                if run:  # a run is a contiguous range of the archive: it ends here
-                    yield run_request(run)
-                    run, run_bytes = [], 0
-                yield from _piece_requests(self, index, target)
-                continue
-            span = layout.end(index) - layout.header_offsets[index]  # header and data
-            if run and (run_bytes + span > most or len(run) >= GROUP_MEMBERS):
-                yield run_request(run)
-                run, run_bytes = [], 0
-            run.append(index)
-            run_bytes += span
-        if run:
-            yield run_request(run)
+        ends, headers = layout.end, layout.header_offsets
+        spans = [ends(index) - headers[index] for index in range(len(members))]  # header, data
+        for group in write_groups(spans, self.pieced, min(GROUP_BYTES, self.piece_bytes)):
+            if group[0] in self.pieced:
+                yield from _piece_requests(self, group[0], target)
+            else:
+                yield run_request(group)
 
     def finish(self, target: PositionalWriter) -> None:
         """The headers of members written in pieces (their CRC-32 is known once every
@@ -514,36 +419,6 @@ def _residues(members: Sequence[Member], pieced: set[int]) -> dict[int, int]:
 def _data_start(layout: ZipLayout, index: int, member: Member) -> int:
     """Where member ``index``'s array data starts in the archive (after its prefix)."""
     return layout.data_offsets[index] + len(member.prefix)
-
-
-def _pieces(member: Member, piece_bytes: int, base: int) -> list[ArrayChunk]:
-    """The pieces ``member``'s data is written in, the data starting at file offset
-    ``base``. A C-contiguous array is cut into byte ranges of about ``piece_bytes``
-    whose inner cuts fall on multiples of ``DIRECT_ALIGN`` of the file, and so of
-    memory (the layout makes the two congruent): every piece but the first and the last
-    then goes ``O_DIRECT`` whole, where cuts every ``piece_bytes`` from the data's start
-    left the page at each cut to two small writes through the page cache, one by each
-    piece's writer. Any other array is cut into grid chunks (each copied when written).
-
-    Example::
-
-        >>> member = Member("w.bin", b"", "w", np.zeros(10 << 20, np.uint8))
-        >>> [(piece.start, piece.nbytes) for piece in _pieces(member, 4 << 20, 100)]
-        [(0, 4194204), (4194204, 4194304), (8388508, 2097252)]
-    """
-    array = member.array
-    assert array is not None
-    if not array.flags.c_contiguous or piece_bytes < DIRECT_FROM:
-        shape = grid_chunk_shape(array.shape, array.dtype.itemsize, piece_bytes)
-        return list(array_chunks(array.shape, array.dtype.itemsize, shape))
-    size = array.nbytes
-    inner = range(1, -(-size // piece_bytes))  # as many pieces as cuts every piece_bytes
-    cuts = [0, *((base + k * piece_bytes) // DIRECT_ALIGN * DIRECT_ALIGN - base for k in inner)]
-    ends = [*cuts[1:], size]
-    return [
-        ArrayChunk((number,), start, end - start, end - start)
-        for number, (start, end) in enumerate(zip(cuts, ends, strict=True))
-    ]
 
 
 def _data(member: Member) -> memoryview:

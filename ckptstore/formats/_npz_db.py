@@ -2,7 +2,7 @@
 
 ``<node>.<epoch>/blobs.npz`` opens with plain ``np.load`` (``allow_pickle=False``).
 It is written by the parallel archive writer shared with ``zarr``
-(:mod:`ckptstore.builtin._packed`): members' bytes go straight from the arrays to
+(:mod:`ckptstore.formats._packed`): members' bytes go straight from the arrays to
 their precomputed offsets, in parallel; every data piece's CRC-32 and every byte of
 zip and npy headers between them is recorded, so a flipped byte anywhere in the
 archive is detected. Loads read only the requested members' ranges, in parallel,
@@ -25,23 +25,16 @@ from typing import Any
 import numpy as np
 
 from ckptstore._types import Array
-from ckptstore.builtin._packed import (
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.formats._packed import (
     Member,
     check_ranges,
     manifest_ranges,
     read_archive,
     write_shared,
 )
-from ckptstore.errors import CorruptCheckpointError
-from ckptstore.plugin._db_type import (
-    DBLocation,
-    DBType,
-    WrittenDB,
-    verify_records,
-)
-from ckptstore.plugin._markers import hookimpl
-from ckptstore.records._dtypes import encode_dtype, plain_dtype
-from ckptstore.records._manifest import BlobRecord, NodeManifest
+from ckptstore.plugin import DBLocation, DBType, WrittenDB, hookimpl, verify_records
+from ckptstore.records import BlobRecord, NodeManifest, encode_dtype, plain_dtype
 
 __all__ = ["NpzDB"]
 

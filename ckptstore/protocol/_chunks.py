@@ -63,6 +63,7 @@ from ckptstore.io._shared_keys import (
 from ckptstore.plugin._db_type import DBLocation
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._lease_document import _process_alive
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records._documents import decode_document, encode_document
 from ckptstore.records._dtypes import encode_dtype
 from ckptstore.records._layout import CONTROL_DIR, parse_commit_record_key
@@ -399,13 +400,13 @@ class Collection:
 
 
 def collect_chunks(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     *,
     dry_run: bool = False,
     read_manifest: Callable[[PathType, str, int], NodeManifest] | None = None,
     deleting: Iterable[tuple[int, str]] = (),
 ) -> Collection:
-    """Free the chunks of the store that no committed epoch under ``storage`` (any job,
+    """Free the chunks of the store that no committed epoch under ``where`` (any job,
     any node) and no save in flight refers to; with ``dry_run``, only say which
     (counting the node checkpoints ``deleting``, ``(epoch, node)``, as gone: what a
     retention about to run would delete).
@@ -418,6 +419,7 @@ def collect_chunks(
     copies); a save that sees a collection reuses nothing and writes its chunks under
     names of its own, which no listing taken before could hold. A manifest that cannot
     be read stops the collection before it deletes anything."""
+    storage = storage_of(where)
     from ckptstore.protocol._commit import open_node  # the commit path imports this module
 
     opened = read_manifest or open_node

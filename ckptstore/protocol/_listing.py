@@ -37,6 +37,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin._path_type import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
 from ckptstore.protocol._lease_document import fenced_out, read_lease_document
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records._layout import (
     CONTROL_DIR,
     LEASE_DIR,
@@ -75,8 +76,9 @@ class CommitListing:
     )
 
     @classmethod
-    def of(cls, storage: PathType) -> CommitListing:
-        """List ``storage``'s control directory (one LIST request, nothing read)."""
+    def of(cls, where: CheckpointLocation | PathType) -> CommitListing:
+        """List ``where``'s control directory (one LIST request, nothing read)."""
+        storage = storage_of(where)
         return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
 
     @classmethod
@@ -198,7 +200,8 @@ class CommitListing:
             return False
 
 
-def newest_complete(storage: PathType, nodes: Iterable[str]) -> int | None:
-    """The newest epoch committed on every one of ``nodes`` under ``storage`` (one
+def newest_complete(where: CheckpointLocation | PathType, nodes: Iterable[str]) -> int | None:
+    """The newest epoch committed on every one of ``nodes`` under ``where`` (one
     listing of the control directory, then the candidates' records, newest first)."""
+    storage = storage_of(where)
     return CommitListing.of(storage).newest_complete(nodes)

@@ -82,9 +82,10 @@ class CommitListing:
         return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
 
     @classmethod
-    def from_keys(cls, storage: PathType, keys: Iterable[str]) -> CommitListing:
-        """The commit records among ``keys``, a listing of ``storage``'s control
+    def from_keys(cls, where: CheckpointLocation | PathType, keys: Iterable[str]) -> CommitListing:
+        """The commit records among ``keys``, a listing of ``where``'s control
         directory taken for several purposes (retention also finds its tombstones)."""
+        storage = storage_of(where)
         nodes: dict[int, set[str]] = {}
         legacy = set()
         leases = set()

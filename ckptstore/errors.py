@@ -280,8 +280,9 @@ class InvalidEpochError(CkptStoreError, ValueError):
 
 
 class JobConfigurationError(CkptStoreError, ValueError):
-    """A job, runner or manager was set up in a way that cannot work (its I/O settings
-    included: :class:`~ckptstore.IOSettings`).
+    """A job, runner or manager was set up in a way that cannot work.
+
+    Its I/O settings (:class:`~ckptstore.IOSettings`) are part of that setup.
 
     Example::
 
@@ -585,9 +586,11 @@ class CatalogCorruptError(CkptStoreError, ValueError):
 
 
 class StorageError(CkptStoreError, OSError):
-    """A read or write on a path type failed after its retries: the root of the one
-    family of ckptstore's ``OSError`` subclasses (storage failures, failed object-store
-    requests, failed saves), each with the ``url``, ``key`` and ``action`` involved.
+    """A read or write on a path type failed after its retries.
+
+    It is the root of ckptstore's one family of ``OSError`` subclasses: storage
+    failures, failed object-store requests, failed saves. Each carries the ``url``,
+    ``key`` and ``action`` involved.
 
     Example::
 
@@ -752,9 +755,10 @@ class LeaseHeldError(CkptStoreError, RuntimeError):
 
 
 class LeaseLostError(CkptStoreError, RuntimeError):
-    """This job no longer holds the writer lease of a node: another job took it over
-    (this one was silent for longer than the lease's ttl) or an operator broke it
-    (``ckptstore lease break``). Nothing more is committed; :meth:`JobRunner.train`
+    """This job lost a node's writer lease, so it commits nothing more.
+
+    Another job took the lease over (this one was silent for longer than the lease's
+    ttl), or an operator broke it (``ckptstore lease break``). :meth:`JobRunner.train`
     raises it.
 
     Example::

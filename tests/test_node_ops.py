@@ -53,13 +53,12 @@ def save_alone(
         hooks=Hooks(
             partial(
                 check_not_committed,
-                storage=where.storage,
-                db_type=where.db_type,
+                location=where,
                 epoch=epoch,
                 nodes=[node],
                 overwrite=False,
             ),
-            partial(commit_saves, storage=where.storage, epoch=epoch),
+            partial(commit_saves, storage=where, epoch=epoch),
         ),
     )
 

@@ -241,8 +241,7 @@ def _seceded() -> Iterator[None]:
 
 
 class SaveFuture:
-    """The handle on one asynchronous save, in the style of
-    :class:`concurrent.futures.Future`.
+    """The handle on one asynchronous save, like a :class:`concurrent.futures.Future`.
 
     It completes when the epoch is committed and the catalog updated (result: each
     node's :class:`~ckptstore.records.NodeStats`), or when the save failed (the error, typically

@@ -68,7 +68,6 @@ from ckptstore.protocol import (
     WriterLease,
     check_can_hold,
     check_incremental,
-    open_node,
     verify_node,
 )
 from ckptstore.records import ATTEMPT_MARK, NodeStats, db_name, validate_epoch, validate_node_name
@@ -191,7 +190,7 @@ class ManagerBase(ABC):
     def check_can_hold(self) -> None:
         """Raise :class:`~ckptstore.errors.JobConfigurationError` if this manager's
         format cannot be written on its storage (before anything is saved)."""
-        check_can_hold(self._location.storage, self._location.db_type)
+        check_can_hold(self._location)
 
     def check_accessible(self, epoch: int) -> None:
         """Before a save of ``epoch``: raise if the handler (else the storage) says
@@ -222,13 +221,13 @@ class ManagerBase(ABC):
 
     def writer_lease(self, nodes: Sequence[str], ttl: float) -> WriterLease:
         """A writer lease on ``nodes`` under this manager's root (not taken yet)."""
-        return WriterLease(self._location.storage, nodes, ttl=ttl)
+        return WriterLease(self._location, nodes, ttl=ttl)
 
     def commit_listing(self) -> CommitListing:
         """The commit records under the root, from one listing of its control directory
         (a snapshot: resume asks it). Saves learn from it which epochs have a
         one-document record of earlier versions, so they look for one only there."""
-        listing = CommitListing.of(self._location.storage)
+        listing = CommitListing.of(self._location)
         self._legacy_epochs = listing.legacy
         return listing
 
@@ -288,8 +287,7 @@ class ManagerBase(ABC):
         assert self._legacy_epochs is not None
         return partial(
             check_not_committed,
-            storage=self.location.storage,
-            db_type=self.location.db_type,
+            location=self.location,
             epoch=epoch,
             nodes=self.node_names(),
             overwrite=self.overwrite or replacing,
@@ -300,9 +298,7 @@ class ManagerBase(ABC):
     def _commit_hook(self, epoch: int) -> Callable[[list[object]], list[NodeStats]]:
         """The commit after every node's part of the save of ``epoch``; with several
         roots, it then queues the epoch's copy to the later ones."""
-        commit = partial(
-            commit_saves, storage=self.location.storage, epoch=epoch, fence=self.writer_fence
-        )
+        commit = partial(commit_saves, storage=self.location, epoch=epoch, fence=self.writer_fence)
         tiers = self.tiers
         if tiers is None:
             return commit
@@ -581,13 +577,7 @@ class ManagerBase(ABC):
         location = self.location
         problems: list[CorruptCheckpointError] = []
         for node in self.node_names():
-            try:
-                manifest = open_node(location.storage, node, epoch)
-            except CorruptCheckpointError as error:
-                problems.append(error)
-                continue
-            reader = location.reader_for(manifest)
-            problems.extend(verify_node(location.storage, node, epoch, reader, location.engine()))
+            problems.extend(verify_node(location, node, epoch))
         return problems
 
 

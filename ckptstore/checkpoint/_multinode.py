@@ -218,7 +218,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         self._create_managers(nodes)
         names = self.node_names()
         location = self._read_location(None, None)
-        committed = protocol.committed_nodes(location.storage, epoch, names)
+        committed = protocol.committed_nodes(location, epoch, names)
         self._stats_outputs = []
         absent = [node for node in names if node not in committed]
         if absent:

@@ -39,7 +39,7 @@ from ckptstore.errors import (
 )
 from ckptstore.execution import Workspace
 from ckptstore.io import paused_gc
-from ckptstore.plugin import DBType, PathType
+from ckptstore.plugin import PathType
 from ckptstore.protocol import CheckpointLocation, LeaseFence
 from ckptstore.records import NodeStats, validate_blob_name
 
@@ -129,15 +129,7 @@ def save_arrays(
     Permanent errors and a full disk raise at once, typed: retrying cannot fix them."""
     started = time.perf_counter_ns()
     try:
-        result = protocol.write_node(
-            location.storage,
-            node,
-            epoch,
-            arrays,
-            location.db_type,
-            location.engine(),
-            incremental=location.incremental,
-        )
+        result = protocol.write_node(location, node, epoch, arrays)
     except OSError as error:
         if is_permanent(error) or is_disk_full(error):
             raise  # typed, naming the path: retrying at once cannot fix it
@@ -166,31 +158,30 @@ def save_arrays(
 
 def check_not_committed(
     *,
-    storage: PathType,
-    db_type: DBType,
+    location: CheckpointLocation,
     epoch: int,
     nodes: Sequence[str],
     overwrite: bool,
     fence: LeaseFence | None = None,
     legacy: bool | None = None,
 ) -> None:
-    """Before any node's part of an epoch's save: a format ``storage`` cannot hold is
+    """Before any node's part of an epoch's save: a format ``location`` cannot hold is
     refused (:func:`~ckptstore.protocol.check_can_hold`) before anything is retracted;
     committed checkpoints are write-once (:class:`~ckptstore.errors.AlreadyCommittedError`;
     ``overwrite`` uncommits them first; ``legacy``: see
     :func:`~ckptstore.protocol.check_not_committed`). A multi-node save's
     ``before_run``; a single-node save runs it in its task."""
-    protocol.check_can_hold(storage, db_type)
-    with _failing(storage, epoch, nodes):
+    protocol.check_can_hold(location)
+    with _failing(location.storage, epoch, nodes):
         protocol.check_not_committed(
-            storage, epoch, nodes, overwrite=overwrite, fence=fence, legacy=legacy
+            location, epoch, nodes, overwrite=overwrite, fence=fence, legacy=legacy
         )
 
 
 def commit_saves(
     results: Sequence[object],
     *,
-    storage: PathType,
+    storage: CheckpointLocation | PathType,
     epoch: int,
     fence: LeaseFence | None = None,
 ) -> list[NodeStats]:
@@ -199,7 +190,9 @@ def commit_saves(
     stays invisible), chained to the first failure's error when this process holds it.
     Returns the nodes' stats, each with the commit just written (``commit``: its time
     and lease generation), so that no one reads it back. A multi-node save's
-    ``after_run``; a single-node save runs it in its task."""
+    ``after_run``; a single-node save runs it in its task. ``storage``: the location
+    (or a bare path type, for a copy to an upload tier)."""
+    storage = protocol.storage_of(storage)
     stats = [result for result in results if isinstance(result, NodeStats)]
     failed = [result for result in stats if result.error is not None]
     if failed:
@@ -314,11 +307,9 @@ def partial_load(
     stats = []
     for node in nodes:
         started = time.perf_counter_ns()
-        manifest = protocol.open_node(location.storage, node, epoch)
+        manifest = protocol.open_node(location, node, epoch)
         wanted = [name for name in names if name in manifest.blobs]
-        arrays = protocol.read_blobs(
-            location.storage, manifest, wanted, location.reader_for(manifest), location.engine()
-        )
+        arrays = protocol.read_blobs(location, manifest, wanted)
         gathered.update(arrays)
         stats.append(_read_stats(location, node, epoch, "checkpoint_partial_load", started, arrays))
     missing = [name for name in names if name not in gathered]
@@ -335,7 +326,7 @@ def partial_load(
 
 def node_exists(ws: Workspace, *, location: CheckpointLocation, node: str, epoch: int) -> bool:
     """Whether ``node``'s checkpoint of ``epoch`` is committed."""
-    return node in protocol.committed_nodes(location.storage, epoch, [node])
+    return node in protocol.committed_nodes(location, epoch, [node])
 
 
 def _read_stats(

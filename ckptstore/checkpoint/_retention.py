@@ -108,8 +108,9 @@ class RetentionPolicy(Protocol):
 
 @dataclass(frozen=True)
 class KeepLast:
-    """Keep the newest ``last`` epochs, and every ``every``-th epoch (``epoch % every
-    == 0``, so epoch 0 too) when ``every`` is set.
+    """Keep the newest ``last`` epochs, and every ``every``-th epoch if set.
+
+    Every ``every``-th epoch means ``epoch % every == 0``, so epoch 0 too.
 
     Example::
 
@@ -333,7 +334,7 @@ def _delete_files(storage: PathType, prefix: str, progress: NodeProgress) -> Non
 
 
 def enforce(
-    storage: PathType,
+    where: protocol.CheckpointLocation | PathType,
     policy: RetentionPolicy,
     *,
     dry_run: bool = False,
@@ -347,6 +348,7 @@ def enforce(
     """Plan and (unless ``dry_run``) carry out ``policy`` for ``nodes`` (``None``: every
     node); the handler brings the touched epochs' entries in line with storage
     (:meth:`~ckptstore.plugin.MetadataHandler.forget`)."""
+    storage = protocol.storage_of(where)
     plan = plan_retention(storage, policy, upto=upto, protect=protect, nodes=nodes)
     if not dry_run:
         carry_out(storage, plan, handler=handler, on_removed=on_removed, on_bytes=on_bytes)
@@ -378,7 +380,7 @@ def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int)
         manager.tiers.first_retention = policy
     try:
         plan = enforce(
-            manager.location.storage,
+            manager.location,
             policy,
             upto=epoch,
             protect={epoch, *manager.epochs_in_transit()},
@@ -394,6 +396,6 @@ def retain_after_save(manager: ManagerBase, policy: RetentionPolicy, epoch: int)
         log.info("Retention deleted epochs %s", [removal.epoch for removal in plan.delete])
     if plan.delete and manager.location.incremental:
         try:  # the chunks only the deleted epochs referred to
-            protocol.collect_chunks(manager.location.storage)
+            protocol.collect_chunks(manager.location)
         except (OSError, CorruptCheckpointError) as error:
             log.warning("Collecting chunks after epoch %d failed: %s", epoch, error)

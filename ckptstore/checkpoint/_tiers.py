@@ -430,7 +430,7 @@ class Tiers:
         return [
             location.storage.display_url
             for location in self.read_locations()
-            if _holds(location.storage, epoch, nodes)
+            if _holds(location, epoch, nodes)
         ]
 
     def listing(self, first: CommitListing) -> TieredListing:
@@ -440,7 +440,7 @@ class Tiers:
         later = []
         for location in self.read_locations()[1:]:
             try:
-                later.append(CommitListing.of(location.storage))
+                later.append(CommitListing.of(location))
             except OSError as error:
                 log.warning(
                     "Cannot list %s (%s): resuming from the other roots",
@@ -450,9 +450,9 @@ class Tiers:
         return TieredListing(first, later)
 
 
-def _holds(storage: PathType, epoch: int, nodes: Iterable[str]) -> bool:
+def _holds(where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str]) -> bool:
     wanted = set(nodes)
-    return protocol.committed_nodes(storage, epoch, wanted) == wanted
+    return protocol.committed_nodes(where, epoch, wanted) == wanted
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
     copied = f"{stats.commit.data_key}/"
     # the copy is a new attempt: keep its files under the attempt the root's record
     # names, which is what a restore reading that record looks for
-    record = read_commit(location.storage, epoch, [node])
+    record = read_commit(location, epoch, [node])
     if record is None or node not in record.nodes:
         raise CorruptCheckpointError(
             "the node's commit record went away while its peer replica was made",

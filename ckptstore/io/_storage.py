@@ -17,9 +17,10 @@ __all__ = ["EngineStorage", "PositionalReader", "PositionalWriter"]
 
 
 class PositionalWriter(ABC):
-    """One file of known size written in pieces at known offsets, from many threads at
-    once. The file exists (whole, and as durable as the path type makes files) once
-    :meth:`close` returns; :meth:`abort` gives up.
+    """One file of known size, written in pieces at known offsets from many threads.
+
+    The file exists once :meth:`close` returns: whole, and as durable as the path type
+    makes files. :meth:`abort` gives up.
 
     Example::
 
@@ -59,9 +60,10 @@ class PositionalWriter(ABC):
 
 
 class PositionalReader(ABC):
-    """One stored file read in ranges at known offsets, opened once for all of them
-    (:meth:`ckptstore.plugin.PathType.open_reader`): a load that checks a large range
-    window by window pays one open for the range, not one per window.
+    """One stored file, opened once and read in ranges at known offsets.
+
+    :meth:`ckptstore.plugin.PathType.open_reader` opens it. A load that checks a large
+    range window by window pays one open for the range, not one per window.
 
     Example::
 

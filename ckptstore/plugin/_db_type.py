@@ -52,8 +52,10 @@ __all__ = ["DBLocation", "DBType", "SharedChunks", "WrittenDB", "read_raw_blobs"
 
 @dataclass(frozen=True)
 class DBLocation:
-    """One node checkpoint as a format sees it: keys relative to its root, and the I/O
-    engine to move chunks with.
+    """One node checkpoint as a format sees it: keys under its root, and an I/O engine.
+
+    A DB type reads and writes keys relative to the root, and moves chunks with the
+    engine.
 
     Example::
 
@@ -114,8 +116,9 @@ class SharedChunks(Protocol):
 
 @dataclass(frozen=True)
 class WrittenDB:
-    """What a DB type stored: a record per blob and its own files (metadata documents,
-    archive headers...), all checksummed."""
+    """What a DB type stored: a record per blob and its own files, all checksummed.
+
+    Its own files are metadata documents, archive headers and the like."""
 
     blobs: Mapping[str, BlobRecord]
     files: tuple[ChunkRecord, ...] = field(default=())
@@ -168,9 +171,11 @@ class DBType(ABC):
 
 
 def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, Array]:
-    """Read raw-codec blobs: each chunk lands directly in its place in a new array;
-    unpadded chunks lying close together in one file are read with one request each
-    run (:mod:`ckptstore.plugin._coalesce`), each still checked against its checksum."""
+    """Read raw-codec blobs, each chunk straight into its place in a new array.
+
+    Unpadded chunks lying close together in one file are read with one request per run
+    (:mod:`ckptstore.plugin._coalesce`). Each chunk is still checked against its
+    checksum."""
     verify = db.io.settings.verify
     arrays: dict[str, Array] = {}
     buffers: list[memoryview] = []
@@ -253,10 +258,12 @@ def verify_records(
     *,
     check_chunk: Callable[[BlobRecord, ChunkRecord, memoryview], None] | None = None,
 ) -> list[CorruptCheckpointError]:
-    """Re-read every chunk and format file recorded in ``manifest`` and check its
-    checksum; report each damaged, missing or short piece instead of stopping at the first.
-    ``check_chunk`` (a format's own check of a chunk's bytes, such as a compressed
-    chunk's declared size) runs on every chunk whose CRC matched; raising reports it."""
+    """Re-read every chunk and file in ``manifest``, and report each one that is damaged.
+
+    Each checksum is checked; every damaged, missing or short piece is reported,
+    instead of stopping at the first. ``check_chunk`` is a format's own check of a
+    chunk's bytes (such as a compressed chunk's declared size). It runs on every chunk
+    whose CRC matched; if it raises, the chunk is reported."""
     problems: list[CorruptCheckpointError] = []
 
     def requests() -> Iterator[ReadRequest]:

@@ -43,9 +43,10 @@ __all__ = ["Caffe2Handler", "MetadataHandler", "MetadataHandlerLike", "as_metada
 
 @runtime_checkable
 class MetadataHandlerLike(Protocol):
-    """A Caffe2-style handler: any object with these methods (``report`` and
-    ``forget`` are optional). Managers accept one and wrap it in a
-    :class:`Caffe2Handler`."""
+    """A Caffe2-style handler: any object with these methods.
+
+    ``report`` and ``forget`` are optional. Managers accept such an object and wrap it
+    in a :class:`Caffe2Handler`."""
 
     def set_params(
         self,
@@ -149,9 +150,10 @@ class MetadataHandler(ABC):
 
 
 class Caffe2Handler(MetadataHandler):
-    """A Caffe2-style duck-typed handler behind the one contract: each call goes to
-    ``handler`` with Caffe2's arguments (``set_params`` without ``storage``);
-    ``report`` and ``forget`` only if it has them.
+    """A Caffe2-style duck-typed handler behind the one handler contract.
+
+    Each call goes to ``handler`` with Caffe2's arguments (``set_params`` without
+    ``storage``). ``report`` and ``forget`` go to it only if it has them.
 
     Example::
 

@@ -82,8 +82,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """One plugin and what it provides (for ``ckptstore plugins``); ``error`` says why an
-    installed plugin was left out (it then provides nothing)."""
+    """One plugin and what it provides, as ``ckptstore plugins`` shows it.
+
+    ``error`` says why an installed plugin was left out (it then provides nothing)."""
 
     name: str
     distribution: str | None

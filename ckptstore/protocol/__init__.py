@@ -66,7 +66,7 @@ from ckptstore.protocol._lease_document import (
     read_lease_document,
 )
 from ckptstore.protocol._listing import CommitListing, newest_complete
-from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
@@ -114,6 +114,7 @@ __all__ = [
     "retract_epoch",
     "scan",
     "shared_chunk_keys",
+    "storage_of",
     "verify_node",
     "write_node",
 ]

@@ -32,6 +32,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.io import ArchiveBounds, UnsafeArchiveError, check_archive
 from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import open_node
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import NodeManifest, current_limits
 
 __all__ = ["ARCHIVE_SUFFIXES", "check_archives", "refuse_unsafe_archives"]
@@ -41,9 +42,12 @@ ARCHIVE_SUFFIXES = (".zip", ".npz")
 ``blobs.npz``, and their numbered siblings)."""
 
 
-def check_archives(storage: PathType, manifest: NodeManifest) -> list[CorruptCheckpointError]:
+def check_archives(
+    where: CheckpointLocation | PathType, manifest: NodeManifest
+) -> list[CorruptCheckpointError]:
     """One error per archive of ``manifest``'s node checkpoint that a ZIP reader could
     not open safely (see :func:`~ckptstore.io._zip_check.check_archive`); empty if none."""
+    storage = storage_of(where)
     limits = current_limits()
     bounds = ArchiveBounds(
         max_members=limits.max_chunks,

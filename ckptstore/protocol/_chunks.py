@@ -62,6 +62,7 @@ from ckptstore.io import (
 )
 from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol._lease_document import _process_alive
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     BlobRecord,
@@ -404,13 +405,13 @@ class Collection:
 
 
 def collect_chunks(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     *,
     dry_run: bool = False,
     read_manifest: Callable[[PathType, str, int], NodeManifest] | None = None,
     deleting: Iterable[tuple[int, str]] = (),
 ) -> Collection:
-    """Free the chunks of the store that no committed epoch under ``storage`` (any job,
+    """Free the chunks of the store that no committed epoch under ``where`` (any job,
     any node) and no save in flight refers to; with ``dry_run``, only say which
     (counting the node checkpoints ``deleting``, ``(epoch, node)``, as gone: what a
     retention about to run would delete).
@@ -423,6 +424,7 @@ def collect_chunks(
     copies); a save that sees a collection reuses nothing and writes its chunks under
     names of its own, which no listing taken before could hold. A manifest that cannot
     be read stops the collection before it deletes anything."""
+    storage = storage_of(where)
     from ckptstore.protocol._commit import open_node  # the commit path imports this module
 
     opened = read_manifest or open_node

@@ -77,6 +77,7 @@ from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrup
 from ckptstore.protocol._chunks import ChunkStore, release_intents
 from ckptstore.protocol._incremental import check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     MANIFEST_NAME,
     NodeCommit,
@@ -168,11 +169,17 @@ class EpochCommit:
 # -- writing ---------------------------------------------------------------------------
 
 
-def check_can_hold(storage: PathType, db_type: DBType) -> None:
-    """Raise :class:`~ckptstore.errors.JobConfigurationError` if ``db_type`` cannot be
-    written on ``storage`` (a format that needs a renaming, local path type, such as
-    LMDB, on an object store). A save calls it before it touches anything committed
-    (an ``overwrite`` retracts the epoch first), and :func:`write_node` again."""
+def check_can_hold(where: CheckpointLocation | PathType, db_type: DBType | None = None) -> None:
+    """Refuse a format the storage cannot hold, before anything committed is touched.
+
+    Raises :class:`~ckptstore.errors.JobConfigurationError` if ``db_type`` (default: a
+    location's own) cannot be written at ``where``: a format that needs a renaming,
+    local path type, such as LMDB, on an object store. A save calls it before it
+    touches anything committed (an ``overwrite`` retracts the epoch first), and
+    :func:`write_node` again."""
+    storage = storage_of(where)
+    if db_type is None:
+        db_type, _ = _format_of(where, None, ParallelIO(), "check_can_hold")
     if db_type.needs_rename and not storage.supports_rename:
         raise JobConfigurationError(
             f"DB type {db_type.name!r} works only on local disk, not on {storage.display_url}; "
@@ -182,20 +189,29 @@ def check_can_hold(storage: PathType, db_type: DBType) -> None:
 
 @paused_gc()
 def write_node(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     node: str,
     epoch: int,
     blobs: Mapping[str, object],
-    db_type: DBType,
-    io: ParallelIO,
+    db_type: DBType | None = None,
+    io: ParallelIO | None = None,
     *,
-    incremental: bool = False,
+    incremental: bool | None = None,
 ) -> NodeCommit:
-    """Steps 1-4 for one node: data, manifest, durability barrier, publish.
+    """Write one node's checkpoint (steps 1-3), ready for :func:`commit_epoch`.
+
+    Returns the node's commit, which :func:`commit_epoch` records: no one reads it back.
+    ``where`` is a :class:`CheckpointLocation`, whose DB type, I/O settings and
+    ``incremental`` flag are the defaults, or a bare path type (then ``db_type`` and
+    ``io`` are needed).
 
     ``incremental``: the large blobs' chunks go to the root's chunk store, each stored
-    once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`);
-    the format must support it (``supports_incremental``)."""
+    once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`).
+    The format must support it (``supports_incremental``)."""
+    storage = storage_of(where)
+    db_type, io = _format_of(where, db_type, io, "write_node")
+    if incremental is None:
+        incremental = isinstance(where, CheckpointLocation) and where.incremental
     started = time.perf_counter_ns()
     validate_node_name(node)
     arrays = {validate_blob_name(name): as_blob(name, value) for name, value in blobs.items()}
@@ -242,7 +258,23 @@ def write_node(
     )
 
 
-def publish_node(storage: PathType, root: str, fill: Callable[[str], bytes]) -> bytes:
+def _format_of(
+    where: CheckpointLocation | PathType, db_type: DBType | None, io: ParallelIO | None, name: str
+) -> tuple[DBType, ParallelIO]:
+    """The DB type and I/O engine given, else ``where``'s (a location's own)."""
+    if isinstance(where, CheckpointLocation):
+        return db_type or where.db_type, io or where.engine()
+    if db_type is None or io is None:
+        raise JobConfigurationError(
+            f"{name}() on a bare path type needs a DB type and an I/O engine: pass them, "
+            "or pass the CheckpointLocation (CheckpointLocation.open(prefix, db_type))"
+        )
+    return db_type, io
+
+
+def publish_node(
+    where: CheckpointLocation | PathType, root: str, fill: Callable[[str], bytes]
+) -> bytes:
     """Steps 1-3 around ``fill(root)``, which writes a node checkpoint's data under the
     key prefix ``root`` (a fresh attempt's, :func:`node_data_key`) and returns its
     manifest's bytes. Returns those bytes.
@@ -250,6 +282,7 @@ def publish_node(storage: PathType, root: str, fill: Callable[[str], bytes]) -> 
     Nothing is renamed or replaced: the data stays where it was written, invisible until
     a commit record names its attempt. If writing fails, the attempt is deleted (it is
     this save's alone: no other save writes under its name)."""
+    storage = storage_of(where)
     # the attempt's directory and its parent get an entry each: make them durable with
     # the data (local disk; a no-op on object stores)
     storage.prepare_keys([manifest_key(root), f"{root.rsplit('/', 1)[0]}/{MANIFEST_NAME}"])
@@ -266,7 +299,7 @@ def publish_node(storage: PathType, root: str, fill: Callable[[str], bytes]) -> 
 
 
 def check_not_committed(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     epoch: int,
     nodes: Iterable[str],
     *,
@@ -288,6 +321,7 @@ def check_not_committed(
     unreadable (corrupt) record, which no reader accepts either. So are, with a writer
     lease's ``fence``, records fenced out by it: written by a job this one took the
     lease over from, after the epoch this one resumed from (never committed)."""
+    storage = storage_of(where)
     nodes = sorted({validate_node_name(node) for node in nodes})
     try:
         record = _read_records(storage, "", epoch, nodes, every=False, legacy=legacy)
@@ -335,9 +369,10 @@ def check_not_committed(
     retract_epoch(storage, epoch, nodes)
 
 
-def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
+def retract_epoch(where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str]) -> None:
     """Uncommit ``nodes``' checkpoints of ``epoch`` (delete their commit records) before
     they are saved again or deleted; other nodes' records stay as they are."""
+    storage = storage_of(where)
     names = set(nodes)
     storage.delete(node_commit_key(epoch, node) for node in sorted(names))
     key = commit_record_key(epoch)
@@ -360,7 +395,7 @@ def retract_epoch(storage: PathType, epoch: int, nodes: Iterable[str]) -> None:
 
 
 def commit_epoch(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     epoch: int,
     commits: Sequence[NodeCommit],
     *,
@@ -374,6 +409,7 @@ def commit_epoch(
     With a writer lease's ``fence``, the nodes' leases are read first and
     :class:`~ckptstore.errors.LeaseLostError` raised (nothing created) unless this job
     still holds them; each record carries the lease generation."""
+    storage = storage_of(where)
     if fence is not None:
         fence.verify(storage, [commit.node for commit in commits])
         commits = [
@@ -421,18 +457,23 @@ def _drop_lost_attempts(storage: PathType, epoch: int, commits: Sequence[NodeCom
 
 
 def read_commit(
-    storage: PathType, epoch: int, nodes: Iterable[str] | None = None
+    where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str] | None = None
 ) -> EpochCommit | None:
     """The commit record of ``epoch`` (the nodes whose save of it completed), or
     ``None`` if none did. With ``nodes``, only those are looked up, one GET each and no
     listing (the save and resume paths); without, the epoch's records are listed."""
+    storage = storage_of(where)
     return read_commit_under(storage, "", epoch, nodes)
 
 
 def read_commit_under(
-    storage: PathType, prefix: str, epoch: int, nodes: Iterable[str] | None = None
+    where: CheckpointLocation | PathType,
+    prefix: str,
+    epoch: int,
+    nodes: Iterable[str] | None = None,
 ) -> EpochCommit | None:
-    """:func:`read_commit` for the run at ``prefix`` under ``storage`` (``""``: its root)."""
+    """:func:`read_commit` for the run at ``prefix`` under ``where`` (``""``: its root)."""
+    storage = storage_of(where)
 
     if nodes is None:
         listed = storage.list_keys(_under(prefix, epoch_commit_dir(epoch)))
@@ -448,11 +489,12 @@ def read_commit_under(
 
 
 def read_listed_commit(
-    storage: PathType, epoch: int, nodes: Iterable[str], *, legacy: bool
+    where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str], *, legacy: bool
 ) -> EpochCommit | None:
     """The commit record of ``epoch`` from the records a listing of the control
     directory found: ``nodes``' per-node records (one GET each) and, with ``legacy``,
     every node of the one-document record of earlier versions (one GET)."""
+    storage = storage_of(where)
     return _read_records(storage, "", epoch, nodes, every=True, legacy=legacy)
 
 
@@ -529,7 +571,7 @@ def _read_legacy(storage: PathType, key: str, epoch: int) -> EpochCommit | None:
 
 
 def require_commit(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     epoch: int,
     nodes: Iterable[str] | None = None,
     *,
@@ -544,6 +586,7 @@ def require_commit(
     the prefix committed, listed if still committed), are read: one GET each, no
     listing.
     """
+    storage = storage_of(where)
     nodes = None if nodes is None else list(nodes)
     record = read_commit(storage, epoch, None if nodes is None else [*nodes, *also])
     missing = sorted(set(nodes or ()) - (set(record.nodes) if record is not None else set()))
@@ -560,23 +603,28 @@ def require_commit(
     return record
 
 
-def committed_nodes(storage: PathType, epoch: int, nodes: Iterable[str] | None = None) -> set[str]:
+def committed_nodes(
+    where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str] | None = None
+) -> set[str]:
     """Names of the nodes whose checkpoint of ``epoch`` is committed (among ``nodes``,
     if given: one GET each, no listing)."""
+    storage = storage_of(where)
     record = read_commit(storage, epoch, nodes)
     return set(record.nodes) if record is not None else set()
 
 
-def open_node(storage: PathType, node: str, epoch: int) -> NodeManifest:
+def open_node(where: CheckpointLocation | PathType, node: str, epoch: int) -> NodeManifest:
     """The manifest of a committed node checkpoint, checked against the commit record."""
+    storage = storage_of(where)
     return open_node_record(storage, node, epoch)[0]
 
 
 def open_node_record(
-    storage: PathType, node: str, epoch: int
+    where: CheckpointLocation | PathType, node: str, epoch: int
 ) -> tuple[NodeManifest, bytes, NodeCommit]:
     """A committed node checkpoint's manifest, the manifest's exact bytes, and the
     node's entry in the commit record."""
+    storage = storage_of(where)
     with corrupt_in_node(storage, node, epoch):
         return _open_node_record(storage, node, epoch)
 
@@ -623,19 +671,25 @@ def _open_node_record(
 
 @paused_gc()
 def read_blobs(
-    storage: PathType,
+    where: CheckpointLocation | PathType,
     manifest: NodeManifest,
     names: Iterable[str] | None,
-    db_type: DBType,
-    io: ParallelIO,
+    db_type: DBType | None = None,
+    io: ParallelIO | None = None,
     *,
     missing_ok: bool = False,
 ) -> dict[str, Array]:
-    """Read (and verify) blobs of a committed node checkpoint; only their bytes are read.
+    """Read blobs of a committed node checkpoint, checked against their checksums.
 
+    Only the blobs' bytes are read: ``manifest`` is the one :func:`open_node` returned.
     ``names=None`` reads every blob. A requested name that the checkpoint lacks raises
-    :class:`BlobNotFoundError` unless ``missing_ok``.
+    :class:`BlobNotFoundError` unless ``missing_ok``. With a :class:`CheckpointLocation`,
+    the DB type that wrote the manifest and the location's I/O engine are the defaults.
     """
+    storage = storage_of(where)
+    if db_type is None and isinstance(where, CheckpointLocation):
+        db_type = where.reader_for(manifest)
+    db_type, io = _format_of(where, db_type, io, "read_blobs")
     wanted = list(manifest.blobs) if names is None else list(names)
     missing = [name for name in wanted if name not in manifest.blobs]
     if missing and not missing_ok:
@@ -654,13 +708,28 @@ def read_blobs(
 
 
 def verify_node(
-    storage: PathType, node: str, epoch: int, db_type: DBType, io: ParallelIO
+    where: CheckpointLocation | PathType,
+    node: str,
+    epoch: int,
+    db_type: DBType | None = None,
+    io: ParallelIO | None = None,
+    *,
+    manifest: NodeManifest | None = None,
 ) -> list[CorruptCheckpointError]:
-    """Check every stored byte of a committed node checkpoint; one error per problem."""
-    try:
-        manifest = open_node(storage, node, epoch)
-    except CorruptCheckpointError as error:
-        return [error]
+    """Check every stored byte of a committed node checkpoint; one error per problem.
+
+    With a :class:`CheckpointLocation`, the DB type that wrote the node and the
+    location's I/O engine are the defaults. ``manifest``: the node's manifest, if the
+    caller already opened it (:func:`open_node`), so it is not read again."""
+    storage = storage_of(where)
+    if manifest is None:
+        try:
+            manifest = open_node(storage, node, epoch)
+        except CorruptCheckpointError as error:
+            return [error]
+    if db_type is None and isinstance(where, CheckpointLocation):
+        db_type = where.reader_for(manifest)
+    db_type, io = _format_of(where, db_type, io, "verify_node")
     db = DBLocation(storage, manifest.data_key, io)
     pieces = [*(chunk for r in manifest.blobs.values() for chunk in r.chunks), *manifest.files]
     try:

@@ -44,6 +44,7 @@ from ckptstore._types import JSONObject
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import node_data_key, parse_attempt_dir, parse_db_key
 
 __all__ = ["Garbage", "NodeData", "collect_garbage", "find_garbage", "group_node_data"]
@@ -102,9 +103,12 @@ def group_node_data(keys: Iterable[str]) -> dict[tuple[str, int], NodeData]:
     return found
 
 
-def find_garbage(storage: PathType, nodes: Sequence[str] | None = None) -> list[Garbage]:
-    """Every piece of garbage under ``storage``'s root (only ``nodes``' with them): one
+def find_garbage(
+    where: CheckpointLocation | PathType, nodes: Sequence[str] | None = None
+) -> list[Garbage]:
+    """Every piece of garbage under ``where``'s root (only ``nodes``' with them): one
     LIST of the root, then one GET per (node, epoch) found, after the listing."""
+    storage = storage_of(where)
     grouped = group_node_data(storage.list_keys())
     garbage: list[Garbage] = []
     for (node, epoch), data in sorted(grouped.items()):
@@ -144,8 +148,9 @@ def find_garbage(storage: PathType, nodes: Sequence[str] | None = None) -> list[
     return garbage
 
 
-def collect_garbage(storage: PathType, garbage: Iterable[Garbage]) -> None:
+def collect_garbage(where: CheckpointLocation | PathType, garbage: Iterable[Garbage]) -> None:
     """Delete ``garbage`` (what :func:`find_garbage` found)."""
+    storage = storage_of(where)
     for item in garbage:
         if parse_attempt_dir(item.key.rsplit("/", 1)[-1]) is not None:
             storage.delete_tree(item.key)  # an attempt: its directory, whole

@@ -38,6 +38,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.execution import DEFAULT_NODE
 from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     MANIFEST_NAME,
@@ -189,9 +190,10 @@ class RunEntry:
         }
 
 
-def committed_epochs(storage: PathType, prefix: str = "") -> list[int]:
+def committed_epochs(where: CheckpointLocation | PathType, prefix: str = "") -> list[int]:
     """The epochs with a commit record under ``prefix``, ascending (lists the control
     directory only: one LIST, what resume and retention afford once per call)."""
+    storage = storage_of(where)
     return committed_epochs_in(storage.list_keys(_join(prefix, CONTROL_DIR)), prefix)
 
 
@@ -215,8 +217,9 @@ class _Found:
     epochs: set[int] = field(default_factory=set)
 
 
-def scan(storage: PathType) -> list[RunEntry]:
-    """Every run under ``storage``'s root, sorted by prefix."""
+def scan(where: CheckpointLocation | PathType) -> list[RunEntry]:
+    """Every run under ``where``'s root, sorted by prefix."""
+    storage = storage_of(where)
     keys = storage.list_keys()
     runs = _run_prefixes(keys)
     found: dict[str, _Found] = {prefix: _Found() for prefix in runs}

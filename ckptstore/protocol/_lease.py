@@ -79,6 +79,7 @@ from ckptstore.protocol._lease_document import (
     lost_reason,
     with_fence,
 )
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import LEASE_DIR, lease_key, validate_node_name
 
 __all__ = ["DEFAULT_LEASE_TTL", "WriterLease", "check_lease_ttl"]
@@ -119,7 +120,7 @@ class WriterLease:
 
     def __init__(
         self,
-        storage: PathType,
+        where: CheckpointLocation | PathType,
         nodes: Iterable[str],
         *,
         ttl: float = DEFAULT_LEASE_TTL,
@@ -127,7 +128,7 @@ class WriterLease:
         clock: Callable[[], float] = time.time,
     ) -> None:
         check_lease_ttl(ttl)
-        self.storage = storage
+        self.storage = storage_of(where)
         self.nodes = sorted({validate_node_name(node) for node in nodes})
         self.ttl = ttl
         self.token = secrets.token_hex(16)

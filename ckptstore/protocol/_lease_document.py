@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 
 from ckptstore.errors import CorruptCheckpointError, DocumentChangedError, LeaseLostError
 from ckptstore.plugin import PathType
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     decode_document,
     encode_document,
@@ -197,9 +198,10 @@ def fenced_out(fences: Iterable[tuple[int, int]], generation: int | None, epoch:
     return any(later > generation and epoch > after for later, after in fences)
 
 
-def read_lease_document(storage: PathType, node: str) -> LeaseHolder | None:
-    """``node``'s lease document under ``storage`` whatever its state, or ``None`` if
+def read_lease_document(where: CheckpointLocation | PathType, node: str) -> LeaseHolder | None:
+    """``node``'s lease document under ``where`` whatever its state, or ``None`` if
     there is none. Raises :class:`CorruptCheckpointError` for an unreadable one."""
+    storage = storage_of(where)
     key = lease_key(validate_node_name(node))
     data = storage.get_document(key)
     if data is None:
@@ -207,14 +209,15 @@ def read_lease_document(storage: PathType, node: str) -> LeaseHolder | None:
     return LeaseHolder.decode(data, url=storage.display_url, key=key)
 
 
-def read_lease(storage: PathType, node: str) -> LeaseHolder | None:
-    """The holder of ``node``'s writer lease under ``storage``, or ``None`` if nobody
+def read_lease(where: CheckpointLocation | PathType, node: str) -> LeaseHolder | None:
+    """The holder of ``node``'s writer lease under ``where``, or ``None`` if nobody
     holds it. Raises :class:`CorruptCheckpointError` for an unreadable lease."""
+    storage = storage_of(where)
     holder = read_lease_document(storage, node)
     return holder if holder is not None and holder.held else None
 
 
-def break_lease(storage: PathType, node: str) -> LeaseHolder | None:
+def break_lease(where: CheckpointLocation | PathType, node: str) -> LeaseHolder | None:
     """Break ``node``'s writer lease (an operator's ``ckptstore lease break``): the
     lease becomes free with a new generation, so a new job may take it at once and its
     last holder, if alive, can no longer commit (its next check raises
@@ -233,6 +236,7 @@ def break_lease(storage: PathType, node: str) -> LeaseHolder | None:
         >>> read_lease(storage, "trainer_0") is None
         True
     """
+    storage = storage_of(where)
     key = lease_key(validate_node_name(node))
     for _ in range(ATTEMPTS):
         current = storage.get_versioned_document(key)

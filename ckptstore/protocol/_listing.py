@@ -37,6 +37,7 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
 from ckptstore.protocol._lease_document import fenced_out, read_lease_document
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import CONTROL_DIR, LEASE_DIR, parse_commit_record_key, parse_node_commit_key
 
 __all__ = ["CommitListing", "newest_complete"]
@@ -70,14 +71,16 @@ class CommitListing:
     )
 
     @classmethod
-    def of(cls, storage: PathType) -> CommitListing:
-        """List ``storage``'s control directory (one LIST request, nothing read)."""
+    def of(cls, where: CheckpointLocation | PathType) -> CommitListing:
+        """List ``where``'s control directory (one LIST request, nothing read)."""
+        storage = storage_of(where)
         return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
 
     @classmethod
-    def from_keys(cls, storage: PathType, keys: Iterable[str]) -> CommitListing:
-        """The commit records among ``keys``, a listing of ``storage``'s control
+    def from_keys(cls, where: CheckpointLocation | PathType, keys: Iterable[str]) -> CommitListing:
+        """The commit records among ``keys``, a listing of ``where``'s control
         directory taken for several purposes (retention also finds its tombstones)."""
+        storage = storage_of(where)
         nodes: dict[int, set[str]] = {}
         legacy = set()
         leases = set()
@@ -193,7 +196,8 @@ class CommitListing:
             return False
 
 
-def newest_complete(storage: PathType, nodes: Iterable[str]) -> int | None:
-    """The newest epoch committed on every one of ``nodes`` under ``storage`` (one
+def newest_complete(where: CheckpointLocation | PathType, nodes: Iterable[str]) -> int | None:
+    """The newest epoch committed on every one of ``nodes`` under ``where`` (one
     listing of the control directory, then the candidates' records, newest first)."""
+    storage = storage_of(where)
     return CommitListing.of(storage).newest_complete(nodes)

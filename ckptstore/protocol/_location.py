@@ -2,9 +2,10 @@
 
 A :class:`CheckpointLocation` is an opened checkpoint root (its path type), the DB type
 new checkpoints are written in, and the I/O engine's settings. Managers, the runner,
-node tasks, retention, transfers and the CLI all pass this one object around; a DB type
-plugin receives the :class:`~ckptstore.plugin.DBLocation` of one node checkpoint, made
-by :meth:`CheckpointLocation.db`.
+node tasks, retention, transfers and the CLI all pass this one object around. The
+protocol's functions take it whole (or a bare path type, for callers without one).
+A DB type plugin receives the :class:`~ckptstore.plugin.DBLocation` of one node
+checkpoint instead.
 
 Example::
 
@@ -19,12 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ckptstore.io import IOSettings, ParallelIO
-from ckptstore.plugin import DBLocation, DBType, PathType, get_registry
-from ckptstore.protocol._commit import require_commit
+from ckptstore.plugin import DBType, PathType, get_registry
 from ckptstore.protocol._incremental import check_incremental
 from ckptstore.records import NodeManifest, db_name
 
-__all__ = ["CheckpointLocation"]
+__all__ = ["CheckpointLocation", "storage_of"]
 
 
 @dataclass(frozen=True)
@@ -105,13 +105,6 @@ class CheckpointLocation:
         """Where a node's checkpoint of ``epoch`` lives, without credentials."""
         return db_name(epoch, node, self.storage.display_url)
 
-    def db(self, node: str, epoch: int, io: ParallelIO | None = None) -> DBLocation:
-        """What a DB type reads a committed node checkpoint through: the attempt its
-        commit record names (:class:`~ckptstore.errors.CheckpointNotFoundError` if it
-        is not committed)."""
-        record = require_commit(self.storage, epoch, [node])
-        return DBLocation(self.storage, record.nodes[node].data_key, io or self.engine())
-
     def reader_for(self, manifest: NodeManifest) -> DBType:
         """The DB type that wrote ``manifest`` (checkpoints stay readable after a job
         changes its ``db_type``)."""
@@ -122,3 +115,8 @@ class CheckpointLocation:
 
 def _protocol(url: str) -> str:
     return url.split("://", 1)[0] if "://" in url else ""
+
+
+def storage_of(where: CheckpointLocation | PathType) -> PathType:
+    """The path type under ``where``: a location's storage, or ``where`` itself."""
+    return where.storage if isinstance(where, CheckpointLocation) else where

@@ -37,7 +37,7 @@ from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol import _commit as protocol
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import receive_chunks
-from ckptstore.protocol._location import CheckpointLocation
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     ChunkRecord,
     NodeManifest,
@@ -53,7 +53,7 @@ __all__ = ["copy_node", "copy_node_task"]
 def copy_node(
     *,
     source: CheckpointLocation,
-    dest: PathType,
+    dest: CheckpointLocation | PathType,
     node: str,
     epoch: int,
     verify: bool = True,
@@ -63,7 +63,8 @@ def copy_node(
     there: commit the epoch once every node is copied). ``progress`` hears the bytes of
     each chunk or range as it is copied, then (``verify``) as the copy is read back."""
     started = time.perf_counter_ns()
-    manifest, manifest_bytes, node_commit = protocol.open_node_record(source.storage, node, epoch)
+    to = storage_of(dest)
+    manifest, manifest_bytes, node_commit = protocol.open_node_record(source, node, epoch)
     engine = source.engine().reporting(progress)
     src = DBLocation(source.storage, manifest.data_key, engine)
     pieces = _pieces_by_file(manifest)
@@ -88,9 +89,9 @@ def copy_node(
         return data
 
     def fill(root: str) -> bytes:
-        target = DBLocation(dest, root, engine)
+        target = DBLocation(to, root, engine)
         if shared:  # only those the destination lacks, never replacing one in place
-            receive_chunks(dest, node, epoch, shared, fetch)
+            receive_chunks(to, node, epoch, shared, fetch)
         whole = [
             records[0]
             for key, records in pieces.items()
@@ -109,11 +110,11 @@ def copy_node(
     attempt = new_attempt()
     root = node_data_key(node, epoch, attempt)
     with corrupt_in_node(source.storage, node, epoch):
-        protocol.publish_node(dest, root, fill)
+        protocol.publish_node(to, root, fill)
     return NodeStats(
         node=node,
         epoch=epoch,
-        db_path=f"{dest.display_url.rstrip('/')}/{get_ckpt_filename(node, epoch)}",
+        db_path=f"{to.display_url.rstrip('/')}/{get_ckpt_filename(node, epoch)}",
         action="checkpoint_upload",
         duration_ns=time.perf_counter_ns() - started,
         nbytes=manifest.nbytes,
@@ -128,7 +129,7 @@ def copy_node_task(
     ws: Workspace,
     *,
     source: CheckpointLocation,
-    dest: PathType,
+    dest: CheckpointLocation | PathType,
     node: str,
     epoch: int,
     verify: bool,

@@ -62,9 +62,10 @@ def validate_epoch(epoch: object, argument: str = "epoch") -> int:
 
 
 def get_ckpt_filename(node_name: str, epoch: int) -> str:
-    """Name of one node's checkpoint for one epoch: ``"trainer_0.5"`` (an ``epoch`` that
-    is not one raises :class:`~ckptstore.errors.InvalidEpochError`: every checkpoint name
-    is formed here, so no API can write ``trainer_0.True``)."""
+    """The name of one node's checkpoint of one epoch, such as ``"trainer_0.5"``.
+
+    Every checkpoint name is formed here, so no API can write ``trainer_0.True``: an
+    ``epoch`` that is not one raises :class:`~ckptstore.errors.InvalidEpochError`."""
     return f"{node_name}.{validate_epoch(epoch)}"
 
 

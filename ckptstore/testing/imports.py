@@ -21,9 +21,11 @@ _MARK = "ckptstore.testing.imported_modules:"
 
 
 def imported_modules(script: str, names: Iterable[str]) -> list[str]:
-    """Run ``script`` in a new interpreter (this one's executable and environment) and
-    return, sorted, which of the top-level packages ``names`` had been imported when it
-    ended. Raises :class:`AssertionError` with the script's error output if it fails."""
+    """Which of the packages ``names`` a fresh interpreter imported while running ``script``.
+
+    The interpreter is this one's executable, with this environment. The result is
+    sorted. Raises :class:`AssertionError` with the script's error output if it
+    fails."""
     watched = sorted(set(names))
     report = (
         "\nimport json as _json, sys as _sys\n"

@@ -60,10 +60,11 @@ class InProcessMoto:
 
 @contextmanager
 def in_process_moto(*, host: str = LOOPBACK, port: int | None = None) -> Iterator[InProcessMoto]:
-    """Run moto's server in a thread on ``host`` (127.0.0.1) and point
-    ``AWS_ENDPOINT_URL_S3`` at it for the duration; fake credentials and a region are
-    set only where the environment has none (``mock_aws`` sets its own). Everything is
-    restored on exit. Works inside or outside ``mock_aws``."""
+    """Run moto's S3 server in a thread and point ``AWS_ENDPOINT_URL_S3`` at it.
+
+    The server listens on ``host`` (127.0.0.1) for the duration. Fake credentials and a
+    region are set only where the environment has none (``mock_aws`` sets its own).
+    Everything is restored on exit. Works inside or outside ``mock_aws``."""
     from moto.server import ThreadedMotoServer  # moto is a test dependency only
 
     port = port or free_port(host)

@@ -330,9 +330,11 @@ class MotoServer(ServerProcess):
 
 
 class GcsEmulator(ServerProcess):
-    """gcp-storage-emulator (the JSON API of Google Cloud Storage), in memory, or on
-    disk under ``data_dir`` (objects then survive a restart, even one that stops the
-    server mid-write: see :mod:`ckptstore.testing.gcs_emulator`). No credentials needed.
+    """A local Google Cloud Storage for tests: gcp-storage-emulator, in a child process.
+
+    It serves the JSON API of Google Cloud Storage, in memory, or on disk under
+    ``data_dir``. On disk, objects survive a restart, even one that stops the server
+    mid-write (see :mod:`ckptstore.testing.gcs_emulator`). No credentials are needed.
     The emulator ignores ``ifGenerationMatch``; ``enforce_preconditions=True`` makes it
     refuse (412) an upload whose object is not at the generation asked for, as GCS does.
 

@@ -223,10 +223,16 @@ def verify_epochs(
             if check.committed:
                 db_type = get_registry().db_type(record.nodes[check.node].db_type)
                 engine = ParallelIO(settings, progress=progress)
-                problems = protocol.verify_node(storage, check.node, epoch, db_type, engine)
-                if deep and not problems:
+                try:
                     manifest = protocol.open_node(storage, check.node, epoch)
-                    problems = check_archives(storage, manifest)
+                except CorruptCheckpointError as error:
+                    problems = [error]
+                else:  # opened once, for the bytes' check and the archives'
+                    problems = protocol.verify_node(
+                        storage, check.node, epoch, db_type, engine, manifest=manifest
+                    )
+                    if deep and not problems:
+                        problems = check_archives(storage, manifest)
                 check = replace(check, problems=tuple(problems))
             progress.finish()
             checks.append(check)

@@ -1,6 +1,8 @@
-"""PyTorch state dicts in ckptstore (``pip install '.[torch]'``): models,
-optimizers and anything with ``state_dict()``, saved bit-exactly without pickle through
-the tree API (:mod:`ckptstore.tree`), zero-copy where numpy has the dtype.
+"""PyTorch state dicts, saved bit-exactly and without pickle.
+
+Models, optimizers and anything with ``state_dict()`` are saved through the tree API
+(:mod:`ckptstore.tree`), zero-copy where numpy has the dtype. Install it with
+``pip install '.[torch]'``.
 
 Sharded state goes through ``torch.distributed.checkpoint`` with ckptstore as its
 storage: :mod:`ckptstore.torch.dcp` (``Writer``, ``Reader``).

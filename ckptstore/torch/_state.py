@@ -42,8 +42,9 @@ _ADAPTER = TorchAdapter()
 
 
 class Stateful(Protocol):
-    """Anything with ``state_dict()`` and ``load_state_dict()``: modules, optimizers,
-    LR schedulers, GradScalers."""
+    """Anything with ``state_dict()`` and ``load_state_dict()``.
+
+    Modules, optimizers, LR schedulers and GradScalers all are."""
 
     def state_dict(self) -> Any: ...
 
@@ -60,8 +61,9 @@ def save_state(
     overwrite: bool = False,
     incremental: bool | None = None,
 ) -> None:
-    """Save a tree of state dicts (tensors, nested dicts/lists/tuples, int, float,
-    bool, None, str) as ``node``'s checkpoint of ``epoch`` under ``target``.
+    """Save a tree of state dicts as ``node``'s checkpoint of ``epoch`` under ``target``.
+
+    The tree holds tensors, nested dicts/lists/tuples, int, float, bool, None and str.
 
     Committed epochs are write-once, as with :func:`~ckptstore.tree.save_tree`: an
     epoch already committed raises :class:`~ckptstore.AlreadyCommittedError` (nothing
@@ -81,8 +83,10 @@ def save_state(
 def load_state(
     target: TreeTarget, epoch: int | None = None, *, node: str = NODE, db_type: str = "zarr"
 ) -> dict[str, Any]:
-    """The tree :func:`save_state` saved (default: the newest epoch), tensors on the
-    CPU, in the same structure, ready for ``load_state_dict``."""
+    """Load the tree :func:`save_state` saved, ready for ``load_state_dict``.
+
+    ``epoch`` defaults to the newest. Tensors come back on the CPU, in the same
+    structure."""
     epoch = _epoch(target, epoch, node, db_type)
     tree = load_tree(target, epoch, node=node, db_type=db_type, adapter=_ADAPTER)
     if not isinstance(tree, dict):
@@ -104,9 +108,11 @@ def save(
     incremental: bool | None = None,
     **objects: Stateful,
 ) -> None:
-    """Save each object's ``state_dict()`` under its keyword's name (write-once, as
-    :func:`save_state`: ``overwrite=True`` replaces a committed epoch;
-    ``incremental=True`` stores unchanged chunks once, as :func:`save_tree`).
+    """Save each object's ``state_dict()`` under its keyword's name.
+
+    Committed epochs are write-once, as with :func:`save_state`: ``overwrite=True``
+    replaces one. ``incremental=True`` stores unchanged chunks once, as
+    :func:`save_tree` does.
 
     Sharded state (a module or optimizer holding DTensors, or any state under an
     initialised process group of several ranks) is saved through
@@ -148,8 +154,9 @@ def restore(
     db_type: str = "zarr",
     **objects: Stateful,
 ) -> int:
-    """Load ``epoch`` (default: the newest) into each object with ``load_state_dict``;
-    returns the epoch restored. Before any object is changed, a name the checkpoint
+    """Load ``epoch`` into each object with ``load_state_dict``; return the epoch.
+
+    ``epoch`` defaults to the newest. Before any object is changed, a name the checkpoint
     lacks raises :class:`~ckptstore.errors.BlobNotFoundError`, and a stored tensor of another
     shape or dtype than the one it would replace :class:`~ckptstore.errors.RestoreMismatchError`
     naming it.

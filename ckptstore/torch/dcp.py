@@ -237,8 +237,8 @@ class Writer(StorageWriter):
         self.epoch = _epoch(epoch)
         self.location = _open(root, storage_options, chunk_bytes)
         self.storage = self.location.storage
-        check_can_hold(self.storage, self.location.db_type)
-        if committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+        check_can_hold(self.location)
+        if committed_nodes(self.location, self.epoch, [METADATA_NODE]):
             raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
         self.is_coordinator = False
         self.rank = 0
@@ -261,15 +261,15 @@ class Writer(StorageWriter):
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         """On the coordinator, before any rank writes: take the root's DCP writer lease,
         then check again, under it, that the epoch is not committed."""
-        lease = WriterLease(self.storage, [METADATA_NODE])
+        lease = WriterLease(self.location, [METADATA_NODE])
         lease.acquire()
         self._lease = lease
         weakref.finalize(self, lease.release)  # a save that failed elsewhere lets go
         try:
-            if committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+            if committed_nodes(self.location, self.epoch, [METADATA_NODE]):
                 raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
             # ranks committed without the metadata node: a commit cut short, never visible
-            stale = {n for n in committed_nodes(self.storage, self.epoch) if n.startswith("rank_")}
+            stale = {n for n in committed_nodes(self.location, self.epoch) if n.startswith("rank_")}
             if stale:
                 log.warning(
                     "Epoch %d under %s has commit records for %s but none for its DCP "
@@ -278,7 +278,7 @@ class Writer(StorageWriter):
                     self.storage.display_url,
                     sorted(stale),
                 )
-                retract_epoch(self.storage, self.epoch, stale)
+                retract_epoch(self.location, self.epoch, stale)
         except BaseException:
             self._release()
             raise
@@ -308,9 +308,7 @@ class Writer(StorageWriter):
             names.append(_blob_name(item.index))
             blobs[names[-1]] = array
             sizes.append(array.nbytes)
-        commit = write_node(
-            self.storage, node, self.epoch, blobs, self.location.db_type, self.location.engine()
-        )
+        commit = write_node(self.location, node, self.epoch, blobs)
         return _done(
             [
                 WriteResult(
@@ -332,14 +330,12 @@ class Writer(StorageWriter):
             commits: dict[str, NodeCommit] = {item.commit.node: item.commit for _, item in stored}
             document = encode_metadata(metadata, stored)
             meta = write_node(
-                self.storage,
+                self.location,
                 METADATA_NODE,
                 self.epoch,
                 {METADATA_BLOB: np.frombuffer(document, dtype=np.uint8)},
-                self.location.db_type,
-                self.location.engine(),
             )
-            commit_epoch(self.storage, self.epoch, [*commits.values(), meta])
+            commit_epoch(self.location, self.epoch, [*commits.values(), meta])
         finally:
             self._release()
 
@@ -393,7 +389,7 @@ class Reader(StorageReader):
             self.epoch, self._decoded = self._newest()
         else:
             self.epoch = _epoch(epoch)
-            if not committed_nodes(self.storage, self.epoch, [METADATA_NODE]):
+            if not committed_nodes(self.location, self.epoch, [METADATA_NODE]):
                 raise self._not_found(f"epoch {self.epoch} is not committed")
             self._decoded = self._read_metadata(self.epoch)
 
@@ -409,7 +405,7 @@ class Reader(StorageReader):
         )
 
     def _newest(self) -> tuple[int, DecodedMetadata]:
-        listing = CommitListing.of(self.storage)
+        listing = CommitListing.of(self.location)
         before: int | None = None
         while (epoch := listing.newest_complete([METADATA_NODE], before=before)) is not None:
             try:
@@ -420,7 +416,7 @@ class Reader(StorageReader):
         raise self._not_found("no epoch of it is committed")
 
     def _read_metadata(self, epoch: int) -> DecodedMetadata:
-        manifest = open_node(self.storage, METADATA_NODE, epoch)
+        manifest = open_node(self.location, METADATA_NODE, epoch)
         url = self.location.db_path(METADATA_NODE, epoch)
         reader = self.location.reader_for(manifest)
         raw = metadata_bytes(self.storage, manifest, reader, self.location.engine(), url=url)
@@ -476,7 +472,7 @@ class Reader(StorageReader):
     def _manifest(self, node: str) -> NodeManifest:
         manifest = self._manifests.get(node)
         if manifest is None:
-            manifest, _, commit = open_node_record(self.storage, node, self.epoch)
+            manifest, _, commit = open_node_record(self.location, node, self.epoch)
             if commit.manifest_crc32c != self._decoded.nodes.get(node):
                 raise CorruptCheckpointError(
                     "the node's committed manifest is not the one the DCP metadata names",
@@ -536,11 +532,8 @@ class Reader(StorageReader):
             for blob, (_, partial) in batch.items()
         }
         partial_manifest = replace(manifest, blobs=records)  # its files: the same attempt
-        reader = self.location.reader_for(manifest)
         try:
-            arrays = read_blobs(
-                self.storage, partial_manifest, list(records), reader, self.location.engine()
-            )
+            arrays = read_blobs(self.location, partial_manifest, list(records))
         except CorruptCheckpointError as error:
             if error.blob is None or error.blob not in batch:
                 raise

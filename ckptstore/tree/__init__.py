@@ -1,5 +1,7 @@
-"""Trees: nested dicts/lists/tuples of arrays and Python scalars, saved and loaded as one
-committed checkpoint without a Job (a pytree API for any framework).
+"""Trees of arrays, saved and loaded as one committed checkpoint without a Job.
+
+A tree is nested dicts, lists and tuples of arrays and Python scalars: a pytree API for
+any framework.
 
 May import :mod:`ckptstore.checkpoint` (managers, for their location),
 :mod:`ckptstore.protocol` and below; :mod:`ckptstore.torch` builds on it.

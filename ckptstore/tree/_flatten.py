@@ -223,8 +223,9 @@ def unflatten(
     *,
     url: str = "",
 ) -> object:
-    """Rebuild the tree :func:`flatten` described; malformed specs raise
-    :class:`CorruptCheckpointError`."""
+    """Rebuild the tree :func:`flatten` described.
+
+    A malformed spec raises :class:`CorruptCheckpointError`."""
 
     def bad(detail: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"tree spec: {detail}", url=url)

@@ -119,19 +119,10 @@ def save_tree(
         **arrays,
         SPEC_BLOB: np.frombuffer(document, dtype=np.uint8),
     }
-    storage = location.storage
-    check_can_hold(storage, location.db_type)  # before any retraction: nothing lost
-    check_not_committed(storage, epoch, [node], overwrite=overwrite)
-    commit = write_node(
-        storage,
-        node,
-        epoch,
-        blobs,
-        location.db_type,
-        location.engine(),
-        incremental=location.incremental if incremental is None else incremental,
-    )
-    commit_epoch(storage, epoch, [commit])
+    check_can_hold(location)  # before any retraction: nothing lost
+    check_not_committed(location, epoch, [node], overwrite=overwrite)
+    commit = write_node(location, node, epoch, blobs, incremental=incremental)
+    commit_epoch(location, epoch, [commit])
     if manager is not None and manager.tiers is not None:
         manager.tiers.ensure(epoch, [node])
 
@@ -144,10 +135,11 @@ def load_tree(
     db_type: str = "zarr",
     adapter: ArrayAdapter | None = None,
 ) -> object:
-    """The tree :func:`save_tree` saved as ``node``'s checkpoint of ``epoch`` (default:
-    the newest epoch committed for ``node``, as :func:`latest_tree_epoch` finds it),
-    verified against its checksums. A checkpoint ``save_tree`` did not write (a Job's
-    node checkpoint) raises :class:`~ckptstore.errors.CheckpointKindError`."""
+    """Load the tree :func:`save_tree` saved, checked against its checksums.
+
+    ``epoch`` defaults to the newest epoch committed for ``node``, as
+    :func:`latest_tree_epoch` finds it. A checkpoint ``save_tree`` did not write (a
+    Job's node checkpoint) raises :class:`~ckptstore.errors.CheckpointKindError`."""
     if epoch is not None:
         epoch = validate_epoch(epoch)
     validate_node_name(node)
@@ -166,8 +158,7 @@ def _read_tree(
     location: CheckpointLocation, node: str, epoch: int, adapter: ArrayAdapter | None
 ) -> object:
     """The tree stored as ``node``'s committed checkpoint of ``epoch`` under one root."""
-    storage = location.storage
-    manifest = open_node(storage, node, epoch)
+    manifest = open_node(location, node, epoch)
     url = location.db_path(node, epoch)
     record = manifest.blobs.get(SPEC_BLOB)
     if record is None:  # the manifest is intact (checked against its commit record)
@@ -181,8 +172,7 @@ def _read_tree(
         raise CorruptCheckpointError(
             f"its tree spec is {record.nbytes} bytes of {record.dtype}", url=url, blob=SPEC_BLOB
         )
-    reader, engine = location.reader_for(manifest), location.engine()
-    raw = read_blobs(storage, manifest, [SPEC_BLOB], reader, engine)[SPEC_BLOB]
+    raw = read_blobs(location, manifest, [SPEC_BLOB])[SPEC_BLOB]
     try:
         spec = json.loads(raw.tobytes())
     except (ValueError, RecursionError) as error:
@@ -190,14 +180,15 @@ def _read_tree(
     if not isinstance(spec, dict):
         raise CorruptCheckpointError("its tree spec is not a JSON object", url=url)
     names = [name for name in manifest.blobs if name != SPEC_BLOB]
-    arrays = read_blobs(storage, manifest, names, reader, engine)
+    arrays = read_blobs(location, manifest, names)
     return unflatten(spec, arrays, adapter, url=url)
 
 
 def latest_tree_epoch(target: TreeTarget, *, node: str = "tree", db_type: str = "zarr") -> int:
-    """The newest epoch committed for ``node`` under ``target``, found as a resume finds
-    it: one listing of the control directory, then the candidates' commit records, newest
-    first; a damaged record is passed over with a warning. Raises
+    """The newest epoch committed for ``node`` under ``target``, found as a resume does.
+
+    That is one listing of the control directory, then the candidates' commit records,
+    newest first. A damaged record is passed over with a warning. Raises
     :class:`~ckptstore.CheckpointNotFoundError` if there is none."""
     node = validate_node_name(node)
     return _newest(_read_locations(target, node, db_type), node)
@@ -207,7 +198,7 @@ def _newest(locations: Sequence[CheckpointLocation], node: str) -> int:
     """The newest epoch committed for ``node`` on any of ``locations``: the question
     resume asks (:meth:`~ckptstore.protocol.CommitListing.newest_complete`: one listing,
     then the candidates' records newest first; a damaged one is skipped with a warning)."""
-    found = [CommitListing.of(where.storage).newest_complete([node]) for where in locations]
+    found = [CommitListing.of(where).newest_complete([node]) for where in locations]
     known = [epoch for epoch in found if epoch is not None]
     if known:
         return max(known)

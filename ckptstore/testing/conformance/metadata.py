@@ -129,8 +129,8 @@ class MetadataHandlerConformance:
     ) -> None:
         runner = self.train(checkpoint_url, make_handler)
         assert runner.checkpoint_manager is not None
-        storage = runner.checkpoint_manager.location.storage
-        protocol.retract_epoch(storage, 3, NODES)  # as a crashed re-save of epoch 3 leaves it
+        location = runner.checkpoint_manager.location
+        protocol.retract_epoch(location, 3, NODES)  # as a crashed re-save of epoch 3 leaves it
         assert self.manager(checkpoint_url, make_handler).get_resume_from_epoch_id(None) == 2
 
     def test_an_epoch_committed_on_some_nodes_only_is_skipped(
@@ -138,8 +138,8 @@ class MetadataHandlerConformance:
     ) -> None:
         runner = self.train(checkpoint_url, make_handler)
         assert runner.checkpoint_manager is not None
-        storage = runner.checkpoint_manager.location.storage
-        protocol.retract_epoch(storage, 3, [NODES[1]])
+        location = runner.checkpoint_manager.location
+        protocol.retract_epoch(location, 3, [NODES[1]])
         manager = self.manager(checkpoint_url, make_handler)
         assert manager.get_resume_from_epoch_id(None) == 2
         with pytest.raises(CheckpointNotFoundError):
@@ -214,8 +214,8 @@ class MetadataHandlerConformance:
         )
         runner.train(LocalSession())
         assert runner.checkpoint_manager is not None
-        storage = runner.checkpoint_manager.location.storage
-        assert protocol.committed_epochs(storage) == list(range(last + 1))
+        location = runner.checkpoint_manager.location
+        assert protocol.committed_epochs(location) == list(range(last + 1))
         start = threading.Barrier(writers)
         errors: list[BaseException] = []
 

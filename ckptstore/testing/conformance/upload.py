@@ -128,9 +128,8 @@ class UploadBuilderConformance:
         runner = self.trained(checkpoint_url, make_builder(upload_url))
         manager = runner.checkpoint_manager
         assert manager is not None
-        source = manager.location.storage
         for epoch in range(4):
-            assert protocol.committed_nodes(source, epoch) == set(NODES)
+            assert protocol.committed_nodes(manager.location, epoch) == set(NODES)
 
     def test_uploading_an_uncommitted_epoch_fails_and_commits_nothing(
         self, checkpoint_url: str, upload_url: str, make_builder: BuilderFactory

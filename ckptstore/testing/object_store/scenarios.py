@@ -344,9 +344,8 @@ class ObjectStoreScenarios(OnObjectStore):
         assert "after 3 attempts" in message
         assert "kept throttling" in message
         assert "max_concurrency" in message
-        storage = manager.location.storage
-        assert protocol.committed_nodes(storage, 2) == set()
-        assert protocol.committed_nodes(storage, 1) == {"trainer_0"}
+        assert protocol.committed_nodes(manager.location, 2) == set()
+        assert protocol.committed_nodes(manager.location, 1) == {"trainer_0"}
         store.faults.clear_faults()
         assert_blobs(store, reload(manager, session, 1))
 
@@ -394,7 +393,7 @@ class ObjectStoreScenarios(OnObjectStore):
         thread.join(timeout=120)
         assert not thread.is_alive()
         assert errors == []
-        assert protocol.committed_nodes(manager.location.storage, 1) == {"trainer_0"}
+        assert protocol.committed_nodes(manager.location, 1) == {"trainer_0"}
         assert_blobs(store, reload(manager, session, 1))
 
     def test_server_gone_for_good_mid_save_is_not_committed_and_resume_skips_it(

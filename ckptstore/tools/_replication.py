@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+import numpy as np
+
 from ckptstore import protocol
 from ckptstore.errors import JobConfigurationError
 from ckptstore.io._engine import ParallelIO
@@ -44,6 +46,7 @@ from ckptstore.protocol import require_commit
 from ckptstore.protocol._archives import refuse_unsafe_archives
 from ckptstore.protocol._location import CheckpointLocation
 from ckptstore.protocol._transfer import copy_node
+from ckptstore.tools._dcp_layout import METADATA_BLOB, METADATA_NODE, rebind_nodes
 
 __all__ = ["CONVERT_PASSES", "NodeDone", "convert_epochs", "copy_epochs", "copy_passes"]
 
@@ -188,9 +191,17 @@ def convert_epochs(
         for node in sorted(record.nodes):  # what verify --deep refuses is not rewritten
             refuse_unsafe_archives(storage, node, epoch)
         commits = []
-        for node, commit in sorted(record.nodes.items()):
+        manifests: dict[str, int] = {}  # a DCP epoch's node "dcp" goes last: it names them
+        rewritten = False
+        for node, commit in sorted(record.nodes.items(), key=lambda n: n[0] == METADATA_NODE):
             progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
-            if dest is None and target_type is not None and commit.db_type == target_type.name:
+            manifests[node] = commit.manifest_crc32c
+            if (
+                dest is None
+                and target_type is not None
+                and commit.db_type == target_type.name
+                and not (node == METADATA_NODE and rewritten)
+            ):
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
                 progress.finish()
                 if on_done is not None:
@@ -202,6 +213,10 @@ def convert_epochs(
             manifest = protocol.open_node(storage, node, epoch)
             engine = ParallelIO(in_settings, progress=progress)
             blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
+            if node == METADATA_NODE and METADATA_BLOB in blobs:
+                raw = blobs[METADATA_BLOB].tobytes()
+                document = rebind_nodes(raw, manifests, url=storage.display_url)
+                blobs[METADATA_BLOB] = np.frombuffer(document, dtype=np.uint8)
             protocol.retract_epoch(target, epoch, [node])
             out_engine = ParallelIO(out_settings, progress=progress)
             try:
@@ -215,6 +230,7 @@ def convert_epochs(
                 raise
             if dest is None:
                 protocol.commit_epoch(target, epoch, [result])
+            manifests[node], rewritten = result.manifest_crc32c, True
             progress.finish()
             commits.append(result)
             done.append(NodeDone(node, epoch, result.stored_bytes))

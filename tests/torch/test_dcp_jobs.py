@@ -8,8 +8,13 @@ non-tensor entries, saved by N ranks, loads exactly on M; a few pairs by default
 kill -9 of one rank of a 2-rank ``dcp.save`` / ``dcp.async_save`` through
 ``ckptstore.torch.dcp.Writer`` (``dcp_fork_jobs.py``): at every file-system write
 boundary of either rank (every 6th one and the last by default; every one with
-``CKPTSTORE_LONG_TESTS=1``), the epoch being saved is either not accepted by ``Reader``
-or loads exactly as saved, and the previous epoch still loads exactly."""
+``CKPTSTORE_LONG_TESTS=1``), and on the moto S3 server before every request that can
+change the bucket (2 chosen ones by default), the epoch being saved is either not
+accepted by ``Reader`` or loads exactly as saved, the previous epoch still loads
+exactly, and ``ckptstore verify`` agrees.
+
+Incremental DCP saves on 2 ranks write only the changed chunks, and their epochs load,
+verify, copy, materialize and survive ``gc``."""
 
 from __future__ import annotations
 

@@ -9,17 +9,22 @@ collection running meanwhile keeps them), and the intent may be deleted only onc
 node is committed. DCP commits every rank's node on the coordinator, in
 ``Writer.finish``, and no rank hears of it afterwards; so each rank hands the keys of
 its intents to the coordinator with its write results (:class:`IncrementalItem`), and
-the coordinator deletes them after the commit (:func:`release_intents_of`).
+the coordinator deletes them after the commit (:func:`release_intents_of`). (The rank
+process keeps the keys in the chunk store's own memory of its intents too: a few bytes
+per save, as its commits never run there.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ckptstore.plugin import PathType
-from ckptstore.protocol._chunks import INTENTS_DIR
+from ckptstore.protocol._chunks import _INTENT_KIND, INTENTS_DIR
+from ckptstore.records import decode_document
 from ckptstore.torch._dcp_metadata import StoredItem
 
 __all__ = ["IncrementalItem", "intents_of", "release_intents_of"]
@@ -33,11 +38,22 @@ class IncrementalItem(StoredItem):
 
 
 def intents_of(storage: PathType, node: str, epoch: int) -> tuple[str, ...]:
-    """The intent records of ``node``'s saves of ``epoch`` under ``storage`` (this
-    rank's, just made; the writer lease keeps other jobs from saving this epoch, so any
-    other is left by a save of it that died, whose chunks nothing committed needs)."""
+    """The intent records this process made for its save of ``node``'s ``epoch`` under
+    ``storage``: one listing of the intents, and each of this node and epoch read to
+    keep only those naming this host and process (any other is left for a collection,
+    which removes those of dead processes)."""
     start = f"{INTENTS_DIR}/{node}.{epoch}."
-    return tuple(key for key in storage.list_keys(INTENTS_DIR) if key.startswith(start))
+    mine: list[str] = []
+    for key in storage.list_keys(INTENTS_DIR):
+        if not key.startswith(start):
+            continue
+        data = storage.get_document(key)
+        if data is None:
+            continue
+        body = decode_document(data, _INTENT_KIND, url=storage.display_url, key=key)
+        if body.get("host") == socket.gethostname() and body.get("pid") == os.getpid():
+            mine.append(key)
+    return tuple(mine)
 
 
 def release_intents_of(storage: PathType, items: Iterable[object]) -> None:

@@ -248,7 +248,10 @@ CHUNK = 4 << 20
 """A chunk of the incremental chunk store (``ckptstore.protocol._chunks.CHUNK_BYTES``)."""
 
 
-def test_incremental_dcp_saves_write_only_changed_chunks_and_survive_gc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["disk", "s3"] if LONG else ["disk"])
+def test_incremental_dcp_saves_write_only_changed_chunks_and_survive_gc(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     """Two gloo ranks save a 24 MiB sharded state three times with
     ``ckptstore.torch.save(..., incremental=True)`` (``dcp_fork_jobs.incremental``):
     the second save, of the same state, adds no chunk; the third, whose first 8 rows of
@@ -256,10 +259,15 @@ def test_incremental_dcp_saves_write_only_changed_chunks_and_survive_gc(tmp_path
     exactly (on one process), ``verify`` passes, ``cp`` and ``cp --materialize`` make
     copies that load exactly (the materialized one with no chunk store), and after
     ``gc --keep-last 1`` the newest epoch still loads while the chunk only the deleted
-    epochs used is freed."""
+    epochs used is freed. On local disk by default; on the moto S3 server too with
+    ``CKPTSTORE_LONG_TESTS=1``."""
     out = tmp_path / "out.json"
+    base: list[str] = []
+    if where == "s3":
+        options = request.getfixturevalue("s3_storage_options")
+        base = [request.getfixturevalue("s3_url"), json.dumps(options)]
     result = subprocess.run(
-        [sys.executable, str(DRIVER), str(tmp_path), "incremental", str(out)],
+        [sys.executable, str(DRIVER), str(tmp_path), "incremental", str(out), *base],
         env=ENV,
         capture_output=True,
         text=True,

@@ -193,14 +193,18 @@ def convert_epochs(
         commits = []
         manifests: dict[str, int] = {}  # a DCP epoch's node "dcp" goes last: it names them
         rewritten = False
-        for node, commit in sorted(record.nodes.items(), key=lambda n: n[0] == METADATA_NODE):
+        dcp = METADATA_NODE in record.nodes and all(
+            node == METADATA_NODE or node.startswith("rank_") for node in record.nodes
+        )
+        ordered = sorted(record.nodes.items(), key=lambda n: (n[0] == METADATA_NODE, n[0]))
+        for node, commit in ordered:
             progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
             manifests[node] = commit.manifest_crc32c
             if (
                 dest is None
                 and target_type is not None
                 and commit.db_type == target_type.name
-                and not (node == METADATA_NODE and rewritten)
+                and not (dcp and node == METADATA_NODE and rewritten)
             ):
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
                 progress.finish()
@@ -213,7 +217,7 @@ def convert_epochs(
             manifest = protocol.open_node(storage, node, epoch)
             engine = ParallelIO(in_settings, progress=progress)
             blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
-            if node == METADATA_NODE and METADATA_BLOB in blobs:
+            if dcp and node == METADATA_NODE and METADATA_BLOB in blobs:
                 raw = blobs[METADATA_BLOB].tobytes()
                 document = rebind_nodes(raw, manifests, url=storage.display_url)
                 blobs[METADATA_BLOB] = np.frombuffer(document, dtype=np.uint8)

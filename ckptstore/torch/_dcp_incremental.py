@@ -22,6 +22,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin import PathType
 from ckptstore.protocol._chunks import _INTENT_KIND, INTENTS_DIR
 from ckptstore.records import decode_document
@@ -50,7 +51,10 @@ def intents_of(storage: PathType, node: str, epoch: int) -> tuple[str, ...]:
         data = storage.get_document(key)
         if data is None:
             continue
-        body = decode_document(data, _INTENT_KIND, url=storage.display_url, key=key)
+        try:
+            body = decode_document(data, _INTENT_KIND, url=storage.display_url, key=key)
+        except CorruptCheckpointError:
+            continue  # not one this process wrote
         if body.get("host") == socket.gethostname() and body.get("pid") == os.getpid():
             mine.append(key)
     return tuple(mine)

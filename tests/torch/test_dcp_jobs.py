@@ -9,7 +9,7 @@ kill -9 of one rank of a 2-rank ``dcp.save`` / ``dcp.async_save`` through
 ``ckptstore.torch.dcp.Writer`` (``dcp_fork_jobs.py``): at every file-system write
 boundary of either rank (every 6th one and the last by default; every one with
 ``CKPTSTORE_LONG_TESTS=1``), and on the moto S3 server before every request that can
-change the bucket (2 chosen ones by default), the epoch being saved is either not
+change the bucket (one chosen by default), the epoch being saved is either not
 accepted by ``Reader`` or loads exactly as saved, the previous epoch still loads
 exactly, and ``ckptstore verify`` agrees.
 
@@ -192,7 +192,7 @@ def check_kills(report: dict[str, Any], expected: set[tuple[int, int]]) -> None:
     assert {trial["verify"] for trial in trials} <= {0, 4}
     assert all(trial["newest"] == 1 for trial in trials if trial["verify"] == 4)
     # a rank that is not the coordinator dies before any commit record of epoch 2 exists
-    assert {trial["newest"] for trial in trials if trial["rank"] == 1} == {1}
+    assert {trial["newest"] for trial in trials if trial["rank"] == 1} <= {1}
 
 
 def every(calls: list[int], step: int) -> set[tuple[int, int]]:
@@ -216,11 +216,12 @@ def test_a_rank_killed_at_any_write_never_leaves_an_accepted_partial_epoch(
     assert (first["newest"], last["newest"]) == (1, 2)  # dead before anything / after commit
 
 
-S3_POINTS = "1" if LONG else "0:-2,1:-1"
+S3_POINTS = "1" if LONG else "0:-2"
 """Every S3 request of either rank that can change the bucket with
 ``CKPTSTORE_LONG_TESTS=1`` (11 of a 2-rank save: 9 of the coordinator, 2 of the other
-rank); by default 2 of them: the coordinator's last but one (every rank's commit record
-created, the metadata node's not yet) and the other rank's last."""
+rank); by default one: the coordinator's last but one (every rank's commit record
+created, the metadata node's not yet: the state a kill most easily turns into an
+accepted partial epoch)."""
 
 
 @pytest.mark.parametrize("mode", ["save", "async"] if LONG else ["save"])
@@ -239,7 +240,7 @@ def test_a_rank_killed_at_any_s3_request_never_leaves_an_accepted_partial_epoch(
         trials = {(t["rank"], t["kill_at"]): t for t in report["trials"]}
         assert trials[(0, calls[0])]["newest"] == 2  # dead after the commit
     else:
-        check_kills(report, {(0, calls[0] - 1), (1, calls[1])})
+        check_kills(report, {(0, calls[0] - 1)})
         before_metadata = report["trials"][0]
         assert (before_metadata["newest"], before_metadata["verify"]) == (1, 4)
 

@@ -64,3 +64,36 @@ def count_file_system_writes(killer: KillAt) -> None:
     local_path._SyncingFileIO.write = counted(  # type: ignore[method-assign]
         local_path._SyncingFileIO.write
     )
+
+
+S3_WRITES = frozenset(
+    {
+        "put_object",
+        "create_multipart_upload",
+        "upload_part",
+        "complete_multipart_upload",
+        "abort_multipart_upload",
+        "copy_object",
+        "delete_object",
+        "delete_objects",
+    }
+)
+"""The S3 API calls that can change a bucket."""
+
+
+def count_s3_writes(killer: KillAt) -> None:
+    """Count, through ``killer``, every S3 request of ckptstore's S3 plugin that can
+    change the bucket (uploads, parts, deletes), so a kill lands before any of them is
+    sent; requests of other threads already in flight are cut where they are."""
+    from ckptstore_s3.client import S3Client
+
+    call = S3Client.call
+
+    async def counted_call(self: S3Client, method: str, describe: str, **params: Any) -> Any:
+        if method in S3_WRITES:
+            killer.calls += 1
+            if killer.calls == killer.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return await call(self, method, describe, **params)
+
+    S3Client.call = counted_call  # type: ignore[method-assign]

@@ -22,6 +22,8 @@ Example::
 
 from ckptstore.protocol._archives import check_archives, refuse_unsafe_archives
 from ckptstore.protocol._chunks import (
+    INTENT_KIND,
+    INTENTS_DIR,
     ChunkStore,
     Collection,
     collect_chunks,
@@ -71,6 +73,8 @@ from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "INTENTS_DIR",
+    "INTENT_KIND",
     "CheckpointLocation",
     "ChunkStore",
     "Collection",

@@ -101,7 +101,7 @@ WRITERS = 16
 settings ask for more)."""
 INTENTS_DIR = f"{CONTROL_DIR}/intents"
 COLLECTIONS_DIR = f"{CONTROL_DIR}/gc"
-_INTENT_KIND = "ckptstore.save-intent"
+INTENT_KIND = "ckptstore.save-intent"
 _MARKER_KIND = "ckptstore.gc-marker"
 
 
@@ -273,7 +273,7 @@ class ChunkStore:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        self.storage.create_document(self.intent_key, encode_document(_INTENT_KIND, body))
+        self.storage.create_document(self.intent_key, encode_document(INTENT_KIND, body))
         with _MEMORY_LOCK:
             place = (self.storage.display_url, self.node, self.epoch)
             _INTENTS.setdefault(place, []).append(self.intent_key)
@@ -538,7 +538,7 @@ def _read_intent(storage: PathType, key: str) -> tuple[list[str], str, bool]:
         data = storage.read_document(key)
     except ObjectNotFoundError:
         return [], "", False  # its save was committed (or failed) since the listing
-    document = decode_document(data, _INTENT_KIND, url=url, key=key)
+    document = decode_document(data, INTENT_KIND, url=url, key=key)
     gone = _made_by_dead_process(document)
     names = document.get("chunks")
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):

@@ -9,13 +9,14 @@ field checked as untrusted input) for ``ckptstore inspect``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypedDict
 
 from ckptstore import protocol
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.io import IOSettings, ParallelIO
 from ckptstore.plugin import DBType, PathType, get_registry
-from ckptstore.records import NodeManifest, decode_document
+from ckptstore.records import NodeManifest, decode_document, encode_document
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -26,6 +27,7 @@ __all__ = [
     "DcpTensor",
     "describe_dcp",
     "metadata_bytes",
+    "rebind_nodes",
 ]
 
 METADATA_NODE = "dcp"
@@ -115,3 +117,23 @@ def describe_dcp(storage: PathType, epoch: int) -> list[DcpTensor] | None:
             listed.append({"offsets": offsets, "sizes": sizes, "node": node})
         described.append({"key": key, "dtype": entry["dtype"], "shape": shape, "chunks": listed})
     return described
+
+
+def rebind_nodes(raw: bytes, manifests: Mapping[str, int], *, url: str) -> bytes:
+    """The metadata document ``raw`` naming ``manifests`` (node: manifest CRC-32C) as
+    its rank nodes' manifests, for a copy whose rank nodes were written again
+    (``ckptstore cp --materialize``, ``convert``): a reader checks each rank node's
+    committed manifest against the one the metadata names. Raises
+    :class:`~ckptstore.errors.CorruptCheckpointError` for a damaged document, or one
+    naming a node not in ``manifests``."""
+    document = decode_document(raw, METADATA_KIND, url=url, key=METADATA_BLOB)
+    nodes = document.get("nodes")
+    if not isinstance(nodes, dict) or not set(nodes) <= set(manifests):
+        raise CorruptCheckpointError(
+            "the DCP metadata document names rank nodes the epoch does not hold",
+            url=url,
+            node=METADATA_NODE,
+        )
+    body = {k: v for k, v in document.items() if k not in ("crc32c", "kind", "version")}
+    body["nodes"] = {node: manifests[node] for node in nodes}
+    return encode_document(METADATA_KIND, body)

@@ -33,11 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+import numpy as np
+
 from ckptstore import protocol
 from ckptstore.errors import JobConfigurationError
 from ckptstore.io import ByteProgress, NodeProgress, ParallelIO
 from ckptstore.plugin import DBType, PathType, get_registry
 from ckptstore.protocol import CheckpointLocation, copy_node, refuse_unsafe_archives, require_commit
+from ckptstore.tools._dcp_layout import METADATA_BLOB, METADATA_NODE, rebind_nodes
 
 __all__ = ["CONVERT_PASSES", "NodeDone", "convert_epochs", "copy_epochs", "copy_passes"]
 
@@ -182,9 +185,21 @@ def convert_epochs(
         for node in sorted(record.nodes):  # what verify --deep refuses is not rewritten
             refuse_unsafe_archives(storage, node, epoch)
         commits = []
-        for node, commit in sorted(record.nodes.items()):
+        manifests: dict[str, int] = {}  # a DCP epoch's node "dcp" goes last: it names them
+        rewritten = False
+        dcp = METADATA_NODE in record.nodes and all(
+            node == METADATA_NODE or node.startswith("rank_") for node in record.nodes
+        )
+        ordered = sorted(record.nodes.items(), key=lambda n: (n[0] == METADATA_NODE, n[0]))
+        for node, commit in ordered:
             progress = NodeProgress(on_bytes, CONVERT_PASSES * commit.stored_bytes)
-            if dest is None and target_type is not None and commit.db_type == target_type.name:
+            manifests[node] = commit.manifest_crc32c
+            if (
+                dest is None
+                and target_type is not None
+                and commit.db_type == target_type.name
+                and not (dcp and node == METADATA_NODE and rewritten)
+            ):
                 done.append(NodeDone(node, epoch, commit.stored_bytes, skipped=True))
                 progress.finish()
                 if on_done is not None:
@@ -196,6 +211,10 @@ def convert_epochs(
             manifest = protocol.open_node(storage, node, epoch)
             engine = ParallelIO(in_settings, progress=progress)
             blobs = protocol.read_blobs(storage, manifest, None, source_type, engine)
+            if dcp and node == METADATA_NODE and METADATA_BLOB in blobs:
+                raw = blobs[METADATA_BLOB].tobytes()
+                document = rebind_nodes(raw, manifests, url=storage.display_url)
+                blobs[METADATA_BLOB] = np.frombuffer(document, dtype=np.uint8)
             protocol.retract_epoch(target, epoch, [node])
             out_engine = ParallelIO(out_settings, progress=progress)
             try:
@@ -209,6 +228,7 @@ def convert_epochs(
                 raise
             if dest is None:
                 protocol.commit_epoch(target, epoch, [result])
+            manifests[node], rewritten = result.manifest_crc32c, True
             progress.finish()
             commits.append(result)
             done.append(NodeDone(node, epoch, result.stored_bytes))

@@ -136,15 +136,21 @@ def save_sharded(
     default_node: str,
     db_type: str,
     overwrite: bool,
+    incremental: bool | None = None,
 ) -> None:
-    """Save ``objects`` through DCP, every rank its shards, as ``epoch`` under ``target``."""
+    """Save ``objects`` through DCP, every rank its shards, as ``epoch`` under ``target``
+    (``incremental``: see :class:`~ckptstore.torch.dcp.Writer`; ``None`` takes a
+    location's own setting)."""
     from torch.distributed.checkpoint.state_dict_saver import save
 
     from ckptstore.torch.dcp import Writer, typed_errors
 
     _check_options(node, default_node, db_type, overwrite)
     root, options = _root(target)
-    writer = Writer(root, epoch, options)
+    if incremental is None:
+        location = target.location if isinstance(target, ManagerBase) else target
+        incremental = isinstance(location, CheckpointLocation) and location.incremental
+    writer = Writer(root, epoch, options, incremental=incremental)
     state = _state_of(objects)
     with typed_errors():
         save(state, storage_writer=writer, no_dist=not dist.is_initialized())

@@ -22,7 +22,6 @@ from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointKindError,
     CheckpointNotFoundError,
-    JobConfigurationError,
 )
 from ckptstore.records import get_ckpt_filename, validate_epoch
 from ckptstore.torch._adapter import TorchAdapter
@@ -117,14 +116,9 @@ def save(
     Sharded state (a module or optimizer holding DTensors, or any state under an
     initialised process group of several ranks) is saved through
     ``torch.distributed.checkpoint`` on every rank, each rank its shards, with
-    :class:`~ckptstore.torch.dcp.Writer` as its storage (write-once, no ``overwrite``
-    and no ``incremental`` yet; every rank calls :func:`save`)."""
+    :class:`~ckptstore.torch.dcp.Writer` as its storage (write-once, no ``overwrite``;
+    every rank calls :func:`save`)."""
     if has_sharded_state(objects):
-        if incremental:
-            raise JobConfigurationError(
-                "incremental=True is not supported for sharded state (saved through "
-                "torch.distributed.checkpoint) yet: save it with incremental=False"
-            )
         save_sharded(
             target,
             epoch,
@@ -133,6 +127,7 @@ def save(
             default_node=NODE,
             db_type=db_type,
             overwrite=overwrite,
+            incremental=incremental,
         )
         return
     save_state(

@@ -89,6 +89,7 @@ from ckptstore.protocol import (
     NodeCommit,
     WriterLease,
     check_can_hold,
+    check_incremental,
     commit_epoch,
     committed_nodes,
     open_node,
@@ -100,6 +101,7 @@ from ckptstore.protocol import (
 from ckptstore.records import NodeManifest, validate_blob_name
 from ckptstore.tools import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
+from ckptstore.torch._dcp_incremental import IncrementalItem, intents_of, release_intents_of
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
     StoredItem,
@@ -214,6 +216,10 @@ class Writer(StorageWriter):
     if ``epoch`` is committed under ``root`` (write-once), and the usual ckptstore
     errors for a root or ``storage_options`` it cannot open. ``chunk_bytes`` is the
     size of the CRC-checked pieces saved chunks are cut into (see :data:`CHUNK_BYTES`).
+    ``incremental=True`` stores each 4 MiB chunk of items of 1 MiB or more once per
+    content in the root's chunk store, writing only those not already there (docs/
+    torch-and-trees.md, "Write only what changed"; the pieces of those items are then
+    the chunk store's 4 MiB chunks).
 
     Example::
 
@@ -232,12 +238,16 @@ class Writer(StorageWriter):
         storage_options: Mapping[str, object] | None = None,
         *,
         chunk_bytes: int = CHUNK_BYTES,
+        incremental: bool = False,
     ) -> None:
         super().__init__()
         self.epoch = _epoch(epoch)
         self.location = _open(root, storage_options, chunk_bytes)
         self.storage = self.location.storage
         check_can_hold(self.location)
+        self.incremental = incremental
+        if incremental:
+            check_incremental(self.location.db_type)
         if committed_nodes(self.location, self.epoch, [METADATA_NODE]):
             raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
         self.is_coordinator = False
@@ -308,13 +318,16 @@ class Writer(StorageWriter):
             names.append(_blob_name(item.index))
             blobs[names[-1]] = array
             sizes.append(array.nbytes)
-        commit = write_node(self.location, node, self.epoch, blobs)
+        commit = write_node(self.location, node, self.epoch, blobs, incremental=self.incremental)
+        intents = intents_of(self.storage, node, self.epoch) if self.incremental else ()
         return _done(
             [
                 WriteResult(
                     index=item.index,
                     size_in_bytes=size,
-                    storage_data=StoredItem(node, name, commit),
+                    storage_data=IncrementalItem(node, name, commit, intents)
+                    if intents
+                    else StoredItem(node, name, commit),
                 )
                 for item, name, size in zip(plan.items, names, sizes, strict=True)
             ]
@@ -336,6 +349,7 @@ class Writer(StorageWriter):
                 {METADATA_BLOB: np.frombuffer(document, dtype=np.uint8)},
             )
             commit_epoch(self.location, self.epoch, [*commits.values(), meta])
+            release_intents_of(self.storage, (item for _, item in stored))
         finally:
             self._release()
 

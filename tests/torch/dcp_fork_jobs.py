@@ -7,25 +7,39 @@ under ``<base>`` (default: the work dir; any ckptstore root, with storage option
 JSON).
 
 SIGKILL one rank of a 2-rank gloo job at every file-system write boundary of
-``dcp.save`` or ``dcp.async_save`` through ``ckptstore.torch.dcp.Writer``; started by
-``tests/torch/test_dcp_kill.py`` as
+``dcp.save`` or ``dcp.async_save`` through ``ckptstore.torch.dcp.Writer`` (with
+``<base> <options>``: at every S3 request that can change the bucket, under ``<base>``
+on an S3 server, ``kill_points.count_s3_writes``); started by
+``tests/torch/test_dcp_jobs.py`` as
 
-    python dcp_fork_jobs.py <work dir> <mode: save|async> <every> <out.json>
+    python dcp_fork_jobs.py <work dir> <mode: save|async> <points> <out.json> [<base> <options>]
+
+Incremental saves (``Writer(..., incremental=True)`` through ``ckptstore.torch.save``):
+
+    python dcp_fork_jobs.py <work dir> incremental <out.json> [<base> <options>]
+
+saves epochs 1-3 (:data:`VERSIONS`) on 2 ranks, then checks loads, ``cp``,
+``cp --materialize``, ``ls``, ``verify`` and ``gc --keep-last 1`` (:func:`incremental`).
 
 The driver imports torch once and forks each job's ranks (no process group, thread or
-file of its own is open while it forks). A first job saves epoch 1 (the template); a
+file of its own is open while it forks). A first job saves epoch 1 (the template;
+on S3 each job saves its epoch 1 itself before the counted epoch 2); a
 counting job saves epoch 2 with no kill and reports each rank's number of counted calls
 (``kill_points.count_file_system_writes``). Then, for each rank r and each K in
-1..calls[r] (every ``every``-th one, and always the last), a job saves epoch 2 on a copy
+1..calls[r] (``<points>``: every N-th one and always the last; or a list
+``<rank>:<K>,...``, a negative K counting from the last), a job saves epoch 2 on a copy
 of the template, rank r dying by SIGKILL at its K-th call; the other rank is then
 killed too (a launcher tears the job down). Only after every job is done does the
 driver check each copy, in this process without ``torch.distributed``: the newest epoch
 ``Reader`` accepts loads exactly its saved state, an epoch 2 it does not accept is not
-committed, and epoch 1 still loads exactly.
+committed, epoch 1 still loads exactly, and ``ckptstore verify`` finds every committed
+node checkpoint intact.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import multiprocessing
 import shutil
@@ -40,18 +54,24 @@ import torch
 import torch._dynamo  # DTensor's first use imports it: 3-4 s in every fork
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from kill_points import KillAt, count_file_system_writes
+from kill_points import KillAt, count_file_system_writes, count_s3_writes
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
+import ckptstore.torch
+from ckptstore.cli import main as ckptstore_main
 from ckptstore.errors import CheckpointNotFoundError
+from ckptstore.io._shared_keys import CHUNK_STORE_DIR
 from ckptstore.plugin import get_registry
 from ckptstore.protocol import CheckpointLocation, committed_nodes
+from ckptstore.protocol._chunks import INTENTS_DIR
 from ckptstore.torch.dcp import Reader, Writer
 
 WORLD = 2
 OPTIONS: dict[str, Any] | None = None
 """Storage options of the roots (set before the ranks fork, so they inherit them)."""
+WORK = Path(".")
+"""Where ranks write their numbers of counted calls (``<root's name>.calls.<rank>``)."""
 
 
 def full_state(epoch: int) -> dict[str, Any]:
@@ -96,16 +116,25 @@ def rank_main(
         load_on_ranks(root, epoch, mesh)
         dist.destroy_process_group()
         return
+    if mode == "incremental":
+        save_incrementally(root, epoch, mesh)
+        dist.destroy_process_group()
+        return
+    if "://" in root and epoch == 2:  # epoch 1 first, by this job (see main)
+        first = Writer(root, epoch=1, storage_options=OPTIONS)
+        dcp.save(sharded(full_state(1), mesh), storage_writer=first)
     state = sharded(full_state(epoch), mesh)
     killer = KillAt(kill_at if rank == kill_rank else 0)
-    count_file_system_writes(killer)
+    if "://" in root:
+        count_s3_writes(killer)
+    else:
+        count_file_system_writes(killer)
     writer = Writer(root, epoch=epoch, storage_options=OPTIONS)
     if mode == "async":
         dcp.async_save(state, storage_writer=writer).result()
     else:
         dcp.save(state, storage_writer=writer)
-    if "://" not in root:
-        Path(f"{root}.calls.{rank}").write_text(str(killer.calls))
+    WORK.joinpath(f"{_name(root)}.calls.{rank}").write_text(str(killer.calls))
     dist.destroy_process_group()
 
 
@@ -123,6 +152,133 @@ def load_on_ranks(root: str, epoch: int, mesh: Any) -> None:
             assert torch.equal(got, value), (key, got, value)
         else:
             assert got == value, (key, got, value)
+
+
+def _name(root: Path | str) -> str:
+    return str(root).rstrip("/").rpartition("/")[2]
+
+
+def _storage(root: Path | str) -> Any:
+    return CheckpointLocation.open(str(root), "zarr", storage_options=OPTIONS).storage
+
+
+VERSIONS = {1: 1, 2: 1, 3: 2}
+"""The version of :func:`incremental_state` each epoch of the incremental job saves:
+epoch 2 saves epoch 1's state again, epoch 3 a changed one."""
+
+
+def incremental_state(version: int) -> dict[str, Any]:
+    """A 16 MiB frozen ``base`` (two 4 MiB chunks of the chunk store per rank), an
+    8 MiB ``emb`` whose first rows change with ``version`` (one chunk per rank, rank
+    0's changes) and a small ``head`` and ``step`` (in the ranks' archives)."""
+    emb = torch.arange(2048 * 1024, dtype=torch.float32).reshape(2048, 1024) + 0.5
+    emb[:8] += version
+    return {
+        "base": torch.arange(4096 * 1024, dtype=torch.float32).reshape(4096, 1024) / 7,
+        "emb": emb,
+        "head": torch.full((16, 4), float(version)),
+        "step": version,
+    }
+
+
+class Holder:
+    """A stateful object whose ``state_dict()`` is a dict of DTensors."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+
+def save_incrementally(root: str, epoch: int, mesh: Any) -> None:
+    """Save :func:`incremental_state` of ``epoch``'s version with
+    ``ckptstore.torch.save`` (incremental: asked for, or, for epoch 2, the location's
+    setting); rank 0 then records the bytes of the root's chunk store."""
+    state = sharded(incremental_state(VERSIONS[epoch]), mesh)
+    location = CheckpointLocation.open(
+        root, "zarr", storage_options=OPTIONS, incremental=epoch == 2
+    )
+    ckptstore.torch.save(
+        location, epoch, incremental=None if epoch == 2 else True, state=Holder(state)
+    )
+    if dist.get_rank() == 0:
+        storage = location.storage
+        stored = sum(storage.size(key) for key in storage.list_keys(CHUNK_STORE_DIR))
+        WORK.joinpath(f"{_name(root)}.chunks.{epoch}").write_text(str(stored))
+
+
+def loads_version(root: Path | str, epoch: int | None) -> int:
+    """Load ``epoch`` of the incremental job (newest if None) on one process (from the
+    2 ranks' shards) and check every value; its epoch."""
+    reader = Reader(root, epoch, OPTIONS)
+    state = {"state": blank(incremental_state(1))}
+    dcp.load(state, storage_reader=reader, no_dist=True)
+    for key, value in incremental_state(VERSIONS[reader.epoch]).items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state["state"][key], value), (root, reader.epoch, key)
+        else:
+            assert state["state"][key] == value, (root, reader.epoch, key)
+    return reader.epoch
+
+
+def cli(*args: str) -> tuple[int, Any]:
+    """``ckptstore <args> --json`` with the roots' storage options: exit code, output."""
+    options = [f"-o{key}={json.dumps(value)}" for key, value in (OPTIONS or {}).items()]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = ckptstore_main([*args, "--json", *options])
+    return code, json.loads(out.getvalue()) if out.getvalue().strip() else None
+
+
+def incremental(base: str, out: str) -> None:
+    """Save epochs 1-3 of :data:`VERSIONS` incrementally on 2 ranks; then (no more
+    forks) load each, copy the root (``cp``, ``cp --materialize``), ``ls``, ``verify``,
+    and ``gc --keep-last 1``; write what each step found to ``out``."""
+    root = f"{base}/incremental"
+    for epoch in VERSIONS:
+        run_job(root, epoch, "incremental", 0, 0)
+    report: dict[str, Any] = {
+        "chunk_bytes": [int((WORK / f"incremental.chunks.{e}").read_text()) for e in VERSIONS],
+        "intents_left": _storage(root).list_keys(INTENTS_DIR),  # every rank's, once committed
+    }
+    assert [loads_version(root, epoch) for epoch in VERSIONS] == [1, 2, 3]
+    code, listed = cli("ls", root)
+    assert code == 0, listed
+    report["ls"] = {
+        str(entry["epoch"]): [entry["stored_bytes"], entry["shared_bytes"]]
+        for run in listed["runs"]
+        for entry in run["epochs"]
+    }
+    report["verify"] = cli("verify", root)[0]
+    for flags, name in (([], "copy"), (["--materialize"], "materialized")):
+        src = [f"--src-option={k}={json.dumps(v)}" for k, v in (OPTIONS or {}).items()]
+        dst = [f"--dst-option={k}={json.dumps(v)}" for k, v in (OPTIONS or {}).items()]
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = ckptstore_main(["cp", root, f"{base}/{name}", *flags, *src, *dst])
+        assert code == 0, (name, code)
+        assert [loads_version(f"{base}/{name}", epoch) for epoch in VERSIONS] == [1, 2, 3]
+        report[f"{name}_verify"] = cli("verify", f"{base}/{name}")[0]
+        report[f"{name}_chunks"] = len(_storage(f"{base}/{name}").list_keys(CHUNK_STORE_DIR))
+    code, collected = cli("gc", root, "--keep-last", "1")
+    assert code == 0, collected
+    report["gc"] = collected
+    assert loads_version(root, None) == 3
+    for gone in (1, 2):
+        try:
+            Reader(root, gone, OPTIONS)
+            raise AssertionError(f"epoch {gone} is still there after gc --keep-last 1")
+        except CheckpointNotFoundError:
+            pass
+    storage = _storage(root)
+    report["chunk_bytes_after_gc"] = sum(
+        storage.size(key) for key in storage.list_keys(CHUNK_STORE_DIR)
+    )
+    report["verify_after_gc"] = cli("verify", root)[0]
+    Path(out).write_text(json.dumps(report))
 
 
 def free_port() -> int:
@@ -178,7 +334,7 @@ def full_target() -> dict[str, Any]:
 def loads_exactly(root: Path, epoch: int | None) -> int:
     """Load ``epoch`` (the newest if None) in this process; check it against the state
     saved for it; return its epoch."""
-    reader = Reader(root, epoch)
+    reader = Reader(root, epoch, OPTIONS)
     state = full_target()
     dcp.load(state, storage_reader=reader, no_dist=True)
     expected = full_state(reader.epoch)
@@ -190,18 +346,44 @@ def loads_exactly(root: Path, epoch: int | None) -> int:
     return reader.epoch
 
 
-def check(root: Path) -> dict[str, Any]:
+def verified(root: Path | str, newest: int) -> int:
+    """Run ``ckptstore verify <root> --json``; check that it agrees with ``Reader``:
+    every committed node checkpoint intact (never exit 3), epoch 1 whole, and epoch 2's
+    ``dcp`` node committed exactly when ``Reader`` takes epoch 2; any other node of
+    epoch 2 stored without its commit is reported (exit 4: partial). Its exit code."""
+    code, output = cli("verify", str(root))
+    nodes = output["nodes"]
+    assert code in (0, 4), (root, code, nodes)
+    assert all(n["ok"] and not n["problems"] for n in nodes if n["committed"]), (root, nodes)
+    assert {n["node"] for n in nodes if n["epoch"] == 1} == {"dcp", "rank_0", "rank_1"}
+    assert all(n["committed"] for n in nodes if n["epoch"] == 1), (root, nodes)
+    committed_2 = {n["node"] for n in nodes if n["epoch"] == 2 and n["committed"]}
+    assert ("dcp" in committed_2) == (newest == 2), (root, nodes)
+    assert (code == 0) == all(n["committed"] for n in nodes), (root, nodes)
+    return code
+
+
+def check(root: Path | str) -> dict[str, Any]:
     newest = loads_exactly(root, None)
     assert loads_exactly(root, 1) == 1
-    storage = CheckpointLocation.open(str(root), "zarr").storage
+    storage = _storage(root)
     if newest == 1:
         try:
-            Reader(root, epoch=2)
+            Reader(root, epoch=2, storage_options=OPTIONS)
             raise AssertionError(f"{root}: Reader accepts epoch 2 but not as the newest")
         except CheckpointNotFoundError:
             pass
         assert "dcp" not in committed_nodes(storage, 2)
-    return {"newest": newest}
+    return {"newest": newest, "verify": verified(root, newest)}
+
+
+def kill_points(points: str, rank: int, calls: int) -> list[int]:
+    """The calls of ``rank`` (of ``calls``) to kill it at: ``points`` is N (every N-th
+    and the last) or ``<rank>:<K>,...`` (K < 0: the -K-th from the last)."""
+    if points.isdigit():
+        return sorted({*range(1, calls + 1, int(points)), calls})
+    chosen = [tuple(map(int, point.split(":"))) for point in points.split(",")]
+    return sorted({k if k > 0 else calls + 1 + k for r, k in chosen if r == rank})
 
 
 def matrix(base: str, pairs: list[tuple[int, int]], out: str) -> None:
@@ -215,32 +397,44 @@ def matrix(base: str, pairs: list[tuple[int, int]], out: str) -> None:
 
 
 def main() -> None:
+    global WORK, OPTIONS
     get_registry()  # the plugins, found once here rather than in every fork
+    WORK = Path(sys.argv[1])
     if sys.argv[2] == "matrix":
-        global OPTIONS
         pairs = [tuple(map(int, pair.split(":"))) for pair in sys.argv[3].split(",")]
         base = sys.argv[5] if len(sys.argv) > 5 else sys.argv[1]
         OPTIONS = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
         matrix(base, pairs, sys.argv[4])  # type: ignore[arg-type]
         return
-    work, mode, every, out = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    template = work / "template"
-    run_job(template, 1, "save", 0, 0)
-    counting = work / "counting"
-    shutil.copytree(template, counting)
+    if sys.argv[2] == "incremental":
+        OPTIONS = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
+        incremental(sys.argv[4] if len(sys.argv) > 4 else sys.argv[1], sys.argv[3])
+        return
+    work, mode, points, out = WORK, sys.argv[2], sys.argv[3], sys.argv[4]
+    base = sys.argv[5] if len(sys.argv) > 5 else str(work)
+    OPTIONS = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
+    # on local disk each job starts from a copy of a template; on an object store,
+    # where a copy costs as much as a save, each job saves epoch 1 itself, then 2
+    local = "://" not in base
+    template = f"{base}/template"
+    if local:
+        run_job(template, 1, "save", 0, 0)
+    counting = f"{base}/counting"
+    if local:
+        shutil.copytree(template, counting)
     run_job(counting, 2, mode, 0, 0)
-    calls = [int(Path(f"{counting}.calls.{rank}").read_text()) for rank in range(WORLD)]
+    calls = [int((work / f"counting.calls.{rank}").read_text()) for rank in range(WORLD)]
     trials = []
     for rank in range(WORLD):
-        points = sorted({*range(1, calls[rank] + 1, every), calls[rank]})
-        for kill_at in points:
-            root = work / f"{mode}-{rank}-{kill_at}"
-            shutil.copytree(template, root)
+        for kill_at in kill_points(points, rank, calls[rank]):
+            root = f"{base}/{mode}-{rank}-{kill_at}"
+            if local:
+                shutil.copytree(template, root)
             killed = run_job(root, 2, mode, rank, kill_at)
-            trials.append({"rank": rank, "kill_at": kill_at, "killed": killed, "root": str(root)})
+            trials.append({"rank": rank, "kill_at": kill_at, "killed": killed, "root": root})
     for trial in trials:  # only now: this process reads (with threads) after its last fork
-        trial.update(check(Path(trial["root"])))
-    check(counting)
+        trial.update(check(trial["root"]))
+    assert check(counting) == {"newest": 2, "verify": 0}
     Path(out).write_text(json.dumps({"calls": calls, "trials": trials}))
 
 

@@ -8,8 +8,13 @@ non-tensor entries, saved by N ranks, loads exactly on M; a few pairs by default
 kill -9 of one rank of a 2-rank ``dcp.save`` / ``dcp.async_save`` through
 ``ckptstore.torch.dcp.Writer`` (``dcp_fork_jobs.py``): at every file-system write
 boundary of either rank (every 6th one and the last by default; every one with
-``CKPTSTORE_LONG_TESTS=1``), the epoch being saved is either not accepted by ``Reader``
-or loads exactly as saved, and the previous epoch still loads exactly."""
+``CKPTSTORE_LONG_TESTS=1``), and on the moto S3 server before every request that can
+change the bucket (one chosen by default), the epoch being saved is either not
+accepted by ``Reader`` or loads exactly as saved, the previous epoch still loads
+exactly, and ``ckptstore verify`` agrees.
+
+Incremental DCP saves on 2 ranks write only the changed chunks, and their epochs load,
+verify, copy, materialize and survive ``gc``."""
 
 from __future__ import annotations
 
@@ -48,6 +53,8 @@ def full_target() -> dict[str, Any]:
 
 LONG = os.environ.get("CKPTSTORE_LONG_TESTS") == "1"
 EVERY = 1 if LONG else 6
+"""The kill points on local disk: every 6th file-system write of each rank and its last
+by default, every one with ``CKPTSTORE_LONG_TESTS=1``."""
 PAIRS = [(n, m) for n in range(1, 5) for m in range(1, 5)] if LONG else [(3, 2), (4, 3), (1, 4)]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 
@@ -158,13 +165,110 @@ def test_a_flipped_byte_in_any_stored_file_fails_the_load_naming_it(
     assert Reader(root, epoch=1).epoch == 1  # restored: intact again
 
 
+def run_kills(work: Path, mode: str, points: str, *base: str) -> dict[str, Any]:
+    """The driver's kill run (``dcp_fork_jobs.py``): what it counted and each trial."""
+    out = work / "out.json"
+    result = subprocess.run(
+        [sys.executable, str(DRIVER), str(work), mode, points, str(out), *base],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def check_kills(report: dict[str, Any], expected: set[tuple[int, int]]) -> None:
+    """Each kill point ``expected`` (rank, K) was a kill; after each, the driver found
+    the newest epoch ``Reader`` accepts loading exactly, epoch 1 too, and ``ckptstore
+    verify`` agreeing with ``Reader`` (``dcp_fork_jobs.verified``)."""
+    trials = report["trials"]
+    assert {(trial["rank"], trial["kill_at"]) for trial in trials} == expected
+    assert all(trial["killed"] for trial in trials)
+    # nothing damaged; "partial" (4) only where epoch 2's ranks were committed and its
+    # metadata node not, so that Reader takes epoch 1
+    assert {trial["verify"] for trial in trials} <= {0, 4}
+    assert all(trial["newest"] == 1 for trial in trials if trial["verify"] == 4)
+    # a rank that is not the coordinator dies before any commit record of epoch 2 exists
+    assert {trial["newest"] for trial in trials if trial["rank"] == 1} <= {1}
+
+
+def every(calls: list[int], step: int) -> set[tuple[int, int]]:
+    """Every ``step``-th call of each rank and its last."""
+    return {
+        (rank, kill_at)
+        for rank in (0, 1)
+        for kill_at in {*range(1, calls[rank] + 1, step), calls[rank]}
+    }
+
+
 @pytest.mark.parametrize("mode", ["save", "async"])
 def test_a_rank_killed_at_any_write_never_leaves_an_accepted_partial_epoch(
     tmp_path: Path, mode: str
 ) -> None:
+    report = run_kills(tmp_path, mode, str(EVERY))
+    calls, trials = report["calls"], report["trials"]
+    assert calls[0] > calls[1] > 0  # the coordinator also writes the metadata and commits
+    check_kills(report, every(calls, EVERY))
+    first, last = trials[0], [t for t in trials if t["rank"] == 0][-1]
+    assert (first["newest"], last["newest"]) == (1, 2)  # dead before anything / after commit
+
+
+S3_POINTS = "1" if LONG else "0:-2"
+"""Every S3 request of either rank that can change the bucket with
+``CKPTSTORE_LONG_TESTS=1`` (11 of a 2-rank save: 9 of the coordinator, 2 of the other
+rank); by default one: the coordinator's last but one (every rank's commit record
+created, the metadata node's not yet: the state a kill most easily turns into an
+accepted partial epoch)."""
+
+
+@pytest.mark.parametrize("mode", ["save", "async"] if LONG else ["save"])
+def test_a_rank_killed_at_any_s3_request_never_leaves_an_accepted_partial_epoch(
+    tmp_path: Path, mode: str, s3_url: str, s3_storage_options: dict[str, Any]
+) -> None:
+    """As on local disk, on the moto S3 server: a rank dies by SIGKILL before its K-th
+    request that can change the bucket (upload, part, delete; its other requests in
+    flight are cut), each job saving epoch 1 and then epoch 2 under a root of its own."""
+    options = json.dumps(s3_storage_options)
+    report = run_kills(tmp_path, mode, S3_POINTS, s3_url, options)
+    calls = report["calls"]
+    assert calls[0] > calls[1] > 0
+    if LONG:
+        check_kills(report, every(calls, 1))
+        trials = {(t["rank"], t["kill_at"]): t for t in report["trials"]}
+        assert trials[(0, calls[0])]["newest"] == 2  # dead after the commit
+    else:
+        check_kills(report, {(0, calls[0] - 1)})
+        before_metadata = report["trials"][0]
+        assert (before_metadata["newest"], before_metadata["verify"]) == (1, 4)
+
+
+CHUNK = 4 << 20
+"""A chunk of the incremental chunk store (``ckptstore.protocol._chunks.CHUNK_BYTES``)."""
+
+
+@pytest.mark.parametrize("where", ["disk", "s3"] if LONG else ["disk"])
+def test_incremental_dcp_saves_write_only_changed_chunks_and_survive_gc(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    """Two gloo ranks save a 24 MiB sharded state three times with
+    ``ckptstore.torch.save(..., incremental=True)`` (``dcp_fork_jobs.incremental``):
+    the second save, of the same state, adds no chunk; the third, whose first 8 rows of
+    one tensor changed, adds exactly the one 4 MiB chunk holding them. Every epoch loads
+    exactly (on one process), ``verify`` passes, ``cp`` and ``cp --materialize`` make
+    copies that load exactly (the materialized one with no chunk store), and after
+    ``gc --keep-last 1`` the newest epoch still loads while the chunk only the deleted
+    epochs used is freed. On local disk by default; on the moto S3 server too with
+    ``CKPTSTORE_LONG_TESTS=1``."""
     out = tmp_path / "out.json"
+    base: list[str] = []
+    if where == "s3":
+        options = request.getfixturevalue("s3_storage_options")
+        base = [request.getfixturevalue("s3_url"), json.dumps(options)]
     result = subprocess.run(
-        [sys.executable, str(DRIVER), str(tmp_path), mode, str(EVERY), str(out)],
+        [sys.executable, str(DRIVER), str(tmp_path), "incremental", str(out), *base],
         env=ENV,
         capture_output=True,
         text=True,
@@ -172,17 +276,13 @@ def test_a_rank_killed_at_any_write_never_leaves_an_accepted_partial_epoch(
     )
     assert result.returncode == 0, result.stderr[-6000:]
     report = json.loads(out.read_text())
-    calls, trials = report["calls"], report["trials"]
-    assert calls[0] > calls[1] > 0  # the coordinator also writes the metadata and commits
-    expected = {
-        (rank, kill_at)
-        for rank in (0, 1)
-        for kill_at in {*range(1, calls[rank] + 1, EVERY), calls[rank]}
-    }
-    assert {(trial["rank"], trial["kill_at"]) for trial in trials} == expected
-    assert all(trial["killed"] for trial in trials)
-    # the driver checked each copy (newest loads exactly, epoch 1 too); a rank that is
-    # not the coordinator dies before any commit record of epoch 2 exists
-    assert {trial["newest"] for trial in trials if trial["rank"] == 1} == {1}
-    first, last = trials[0], [t for t in trials if t["rank"] == 0][-1]
-    assert (first["newest"], last["newest"]) == (1, 2)  # dead before anything / after commit
+    assert report["chunk_bytes"] == [6 * CHUNK, 6 * CHUNK, 7 * CHUNK]
+    assert report["intents_left"] == []  # the coordinator released every rank's intent
+    own = {epoch: stored - shared for epoch, (stored, shared) in report["ls"].items()}
+    assert all(shared >= 6 * CHUNK for _, shared in report["ls"].values())
+    assert max(own.values()) < 64 << 10  # the archives of the small entries and metadata
+    assert report["verify"] == report["copy_verify"] == report["materialized_verify"] == 0
+    assert (report["copy_chunks"], report["materialized_chunks"]) == (7, 0)
+    assert report["gc"]["chunks"]["chunk_bytes_freed"] == CHUNK, report["gc"]
+    assert report["chunk_bytes_after_gc"] == 6 * CHUNK
+    assert report["verify_after_gc"] == 0

@@ -7,7 +7,9 @@
 * ``blobs-N``: N blobs of 4 KiB (float32), for the cost of each blob and file.
 * ``gpt2-adam``: GPT-2 small (148 parameters, 124M float32 values) with Adam's state
   (per parameter: ``step``, ``exp_avg``, ``exp_avg_sq``, as ``torch.optim.Adam`` keeps
-  them): 592 tensors, 1.39 GiB. ``gpt2-adam-tiny``: the same tensors at width 64.
+  them): 592 tensors, 1.39 GiB. ``gpt2-adam-narrow``: width 256 and 6 layers (its
+  full vocabulary; 0.2 GiB), for small runs; ``gpt2-adam-tiny``: the same tensors at
+  width 64.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def make_workload(name: str) -> dict[str, np.ndarray]:
         return small_blobs(int(name.removeprefix("blobs-")))
     if name == "gpt2-adam":
         return gpt2_adam(width=768, vocab=50257, positions=1024, layers=12)
+    if name == "gpt2-adam-narrow":
+        return gpt2_adam(width=256, vocab=50257, positions=1024, layers=6)
     if name == "gpt2-adam-tiny":
         return gpt2_adam(width=64, vocab=1000, positions=128, layers=2)
     return mixed(name)

@@ -36,7 +36,14 @@ from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.protocol._bounds import check_decodable, corrupt_in_node
 from ckptstore.records import BlobRecord, NodeManifest
 
-__all__ = ["Want", "bytes_of", "check_records", "plain", "read_wants", "waves"]
+__all__ = ["REMOTE_RUN_BYTES", "Want", "bytes_of", "check_records", "plain", "read_wants", "waves"]
+
+REMOTE_RUN_BYTES = 64 << 20
+"""Neighbouring pieces are read in runs of up to this many bytes from a storage where
+each request is a round trip (an object store: one ranged GET per run), of up to the
+engine's chunk size elsewhere. Measured on moto +20 ms (256 MiB on 2 ranks, a 2 -> 2
+load): runs of 16 MiB took 14.5 s, of 64 MiB 5.1 s (each ranged GET costs moto a pass
+over the whole object); a rank's share of a large state still spreads over many."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,13 @@ def check_records(
         check_ranges(db, ARCHIVE, ((r.name, c) for r in records for c in r.chunks))
 
 
+def run_bytes(storage: PathType, io: ParallelIO) -> int:
+    """How many bytes of neighbouring pieces one request reads (:data:`REMOTE_RUN_BYTES`)."""
+    if storage.batches_small_requests:
+        return io.settings.chunk_bytes
+    return max(io.settings.chunk_bytes, REMOTE_RUN_BYTES)
+
+
 def read_wants(
     storage: PathType, manifest: NodeManifest, io: ParallelIO, wants: Sequence[Want]
 ) -> None:
@@ -151,7 +165,7 @@ def read_wants(
     db = DBLocation(storage, manifest.data_key, io)
     try:
         with corrupt_in_node(storage, manifest.node, manifest.epoch):
-            db.read(coalesced_reads(db, spans, runs_of=io.settings.chunk_bytes))
+            db.read(coalesced_reads(db, spans, runs_of=run_bytes(storage, io)))
     except CorruptCheckpointError as error:
         if error.blob is None or error.blob not in names:
             raise

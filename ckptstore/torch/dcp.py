@@ -121,7 +121,7 @@ __all__ = [
     "typed_errors",
 ]
 
-CHUNK_BYTES = 256 << 10
+CHUNK_BYTES = 128 << 10
 """Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
 reads, per saved chunk it touches, the pieces between the first and last element it
 needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""

@@ -3,11 +3,13 @@
     python -m benchmarks.dcp              # 1 GiB mix and GPT-2-small + Adam, disk and moto
     python -m benchmarks.dcp --smoke      # tiny state, loopback moto, seconds (CI)
     python -m benchmarks.dcp --docs       # also update docs/benchmarks-tables.md
+    python -m benchmarks.dcp --workloads mixed-256m,gpt2-adam-narrow   # ~0.2 GiB each
 
 Every rank holds DTensor shards (``Shard(0)``) of every blob of the workload (the
 ``mixed-1g`` mix of :mod:`benchmarks.workload`, or ``gpt2-adam``: GPT-2 small's
 parameters and Adam moments); a gloo job of 2 forked ranks saves them with
-``dcp.save``, and jobs of 2, 1 and 4 ranks load them (same topology, 2 -> 1, 2 -> 4).
+``dcp.save``, and jobs of 2, 1 and 4 ranks load them (same topology, 2 -> 1, 2 -> 4);
+a job of 4 ranks saves and loads them (4 -> 4), and one of 2 loads that (4 -> 2).
 Storages: ckptstore's ``Writer`` / ``Reader`` against DCP's ``FileSystemWriter`` /
 ``FileSystemReader`` on local disk (the writer's ``thread_count`` swept over 1, 2, 4, 8
 and the fastest median save used, named in the table), and against DCP's
@@ -196,12 +198,17 @@ class Row:
     save: list[float] = field(default_factory=list)
     blocked: list[float] = field(default_factory=list)
     async_total: list[float] = field(default_factory=list)
-    loads: dict[int, list[float]] = field(default_factory=dict)
-    read: dict[int, float] = field(default_factory=dict)
+    loads: dict[str, list[float]] = field(default_factory=dict)
+    """Load times by topology: ``"2>2"``, ``"2>1"``, ``"2>4"`` (saved by 2 ranks),
+    ``"4>4"``, ``"4>2"`` (saved by 4)."""
+    read: dict[str, float] = field(default_factory=dict)
 
 
-def measure_storage(storage: Storage, repeat: int, work: Path, *, reshard: bool = True) -> Row:
-    """Saves (and async saves) on 2 ranks, then loads on 2, and on 1 and 4 ranks."""
+def measure_storage(
+    storage: Storage, repeat: int, work: Path, *, reshard: bool = True, four: bool = True
+) -> Row:
+    """Saves (and async saves) on 2 ranks, then loads on 2, and on 1 and 4 ranks; a save
+    on 4 ranks loaded on 4 and on 2 (unless not ``four``)."""
     row = Row(storage.name)
     plan = [["save", epoch] for epoch in range(1, repeat + 1)]
     plan += [["async", epoch] for epoch in range(101, 101 + repeat)]
@@ -213,13 +220,18 @@ def measure_storage(storage: Storage, repeat: int, work: Path, *, reshard: bool 
             row.blocked.append(result["blocked"])
             row.async_total.append(result["seconds"])
         else:
-            row.loads.setdefault(2, []).append(result["seconds"])
+            row.loads.setdefault("2>2", []).append(result["seconds"])
             if "://" not in storage.root:  # rchar misses socket recv(): disk only
-                row.read[2] = result["read"] / result["needed"]
-    for world in (1, 4) if reshard else ():
-        for result in run_job(storage, world, [["load", 1]] * repeat, work):
-            row.loads.setdefault(world, []).append(result["seconds"])
-            row.read[world] = result["read"] / result["needed"]
+                row.read["2>2"] = result["read"] / result["needed"]
+    if not reshard:
+        return row
+    jobs = [(1, 1, "2>1"), (4, 1, "2>4"), (4, 201, "4>4"), (2, 201, "4>2")][: 4 if four else 2]
+    for world, epoch, topology in jobs:
+        plan = [["save", epoch]] if topology == "4>4" else []
+        for result in run_job(storage, world, plan + [["load", epoch]] * repeat, work):
+            if result["op"] == "load":
+                row.loads.setdefault(topology, []).append(result["seconds"])
+                row.read[topology] = result["read"] / result["needed"]
     return row
 
 
@@ -242,6 +254,9 @@ def remove(root: str) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+TOPOLOGIES = ("2>2", "2>1", "2>4", "4>4", "4>2")
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -250,12 +265,13 @@ def table(rows: list[Row], size: int) -> list[str]:
     ours = rows[0]
     lines = [
         "| storage | save s | async blocked s | async total s | load 2->2 s "
-        "| load 2->1 s | load 2->4 s | read/needed 2->2, 2->1, 2->4 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| load 2->1 s | load 2->4 s | load 4->4 s | load 4->2 s "
+        "| read/needed 2->2, 2->1, 2->4, 4->4, 4->2 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        loads = [median(row.loads.get(world, [])) for world in (2, 1, 4)]
-        reads = ", ".join(f"{row.read[w]:.2f}" if w in row.read else "-" for w in (2, 1, 4))
+        loads = [median(row.loads.get(topology, [])) for topology in TOPOLOGIES]
+        reads = ", ".join(f"{row.read[t]:.2f}" if t in row.read else "-" for t in TOPOLOGIES)
         lines.append(
             f"| {row.storage} | {median(row.save):.2f} | {median(row.blocked):.2f} "
             f"| {median(row.async_total):.2f} | "
@@ -265,18 +281,20 @@ def table(rows: list[Row], size: int) -> list[str]:
     lines.append("")
     for row in rows[1:]:
         save = median(row.save) / median(ours.save)
-        load = median(row.loads[2]) / median(ours.loads[2])
+        load = median(row.loads["2>2"]) / median(ours.loads["2>2"])
         lines.append(
             f"* against {row.storage}: ckptstore saves {save:.2f}x as fast, loads "
             f"(2 -> 2) {load:.2f}x as fast; async_save blocks {median(ours.blocked):.2f} s "
             f"against {median(row.blocked):.2f} s"
         )
-    same = median(ours.loads[2])
-    for world in (1, 4):
-        if world in ours.loads:
+    for topology in ("2>1", "2>4", "4>2"):
+        if topology in ours.loads:
+            same = median(ours.loads[f"{topology[0]}>{topology[0]}"])
             lines.append(
-                f"* ckptstore resharded load 2 -> {world}: {median(ours.loads[world]) / same:.2f}x "
-                f"the time of the 2 -> 2 load, reading {ours.read[world]:.2f}x the bytes needed"
+                f"* ckptstore resharded load {topology.replace('>', ' -> ')}: "
+                f"{median(ours.loads[topology]) / same:.2f}x the time of the "
+                f"{topology[0]} -> {topology[0]} load, reading {ours.read[topology]:.2f}x "
+                "the bytes needed"
             )
     lines.append(f"* state: {size / GiB:.3f} GiB over 2 ranks")
     return lines
@@ -324,7 +342,10 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
         )
     rows = [
         measure_storage(
-            Storage("ckptstore Writer/Reader", "ckptstore", str(disk / "ours")), args.repeat, work
+            Storage("ckptstore Writer/Reader", "ckptstore", str(disk / "ours")),
+            args.repeat,
+            work,
+            four=not args.smoke,
         ),
         measure_storage(
             Storage(
@@ -337,7 +358,8 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     ]
     for row in rows:
         print(
-            f"  {row.storage}: save {median(row.save):.2f} s, load {median(row.loads[2]):.2f} s",
+            f"  {row.storage}: save {median(row.save):.2f} s, "
+            f"load {median(row.loads['2>2']):.2f} s",
             flush=True,
         )
     remove(str(disk))

@@ -1,12 +1,15 @@
 """The standard checkpoint workloads, generated deterministically.
 
 * ``mixed-1g``: 8 x 96 MiB, 200 x ~1 MiB, 2000 x 1-16 KiB float32 blobs (~0.96 GiB);
-  ``mixed-4g``: the same mix scaled to ~4 GiB (more large blobs); ``tiny``: a few MiB
-  with the same shape of mix, for smoke runs.
+  ``mixed-4g``: the same mix scaled to ~4 GiB (more large blobs); ``mixed-256m``: a
+  quarter of each group (~0.24 GiB); ``tiny``: a few MiB with the same shape of mix, for
+  smoke runs.
 * ``blobs-N``: N blobs of 4 KiB (float32), for the cost of each blob and file.
 * ``gpt2-adam``: GPT-2 small (148 parameters, 124M float32 values) with Adam's state
   (per parameter: ``step``, ``exp_avg``, ``exp_avg_sq``, as ``torch.optim.Adam`` keeps
-  them): 592 tensors, 1.39 GiB. ``gpt2-adam-tiny``: the same tensors at width 64.
+  them): 592 tensors, 1.39 GiB. ``gpt2-adam-narrow``: width 256 and 6 layers (its
+  full vocabulary; 0.2 GiB), for small runs; ``gpt2-adam-tiny``: the same tensors at
+  width 64.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 MiB = 1 << 20
-MIXES = ("mixed-1g", "mixed-4g", "tiny")
+MIXES = ("mixed-1g", "mixed-4g", "mixed-256m", "tiny")
 BLOB_COUNTS = (1_000, 10_000, 50_000)
 WORKLOADS = (
     *MIXES,
@@ -30,6 +33,8 @@ def make_workload(name: str) -> dict[str, np.ndarray]:
         return small_blobs(int(name.removeprefix("blobs-")))
     if name == "gpt2-adam":
         return gpt2_adam(width=768, vocab=50257, positions=1024, layers=12)
+    if name == "gpt2-adam-narrow":
+        return gpt2_adam(width=256, vocab=50257, positions=1024, layers=6)
     if name == "gpt2-adam-tiny":
         return gpt2_adam(width=64, vocab=1000, positions=128, layers=2)
     return mixed(name)
@@ -39,6 +44,7 @@ def mixed(name: str) -> dict[str, np.ndarray]:
     big, mid, small, big_size = {
         "mixed-1g": (8, 200, 2000, 96 * MiB),
         "mixed-4g": (40, 200, 2000, 96 * MiB),
+        "mixed-256m": (2, 50, 500, 96 * MiB),  # the 1 GiB mix scaled by a quarter
         "tiny": (2, 20, 200, 1 * MiB),
     }[name]
     rng = np.random.default_rng(20261122)

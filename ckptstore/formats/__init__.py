@@ -14,6 +14,7 @@ Example::
 """
 
 from ckptstore.formats._npz_db import NpzDB
-from ckptstore.formats._zarr_db import ZarrDB
+from ckptstore.formats._packed import check_ranges
+from ckptstore.formats._zarr_db import ARCHIVE, ZarrDB
 
-__all__ = ["NpzDB", "ZarrDB"]
+__all__ = ["ARCHIVE", "NpzDB", "ZarrDB", "check_ranges"]

@@ -22,6 +22,7 @@ Example (a plugin module listing its DB types; ``MyFormat`` subclasses :class:`D
     ...     return [MyFormat]
 """
 
+from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._db_type import DBLocation, DBType, WrittenDB, read_raw_blobs, verify_records
 from ckptstore.plugin._markers import PROJECT_NAME, hookimpl, hookspec
 from ckptstore.plugin._metadata import Caffe2Handler, MetadataHandler, MetadataHandlerLike
@@ -50,9 +51,11 @@ __all__ = [
     "PositionalReader",
     "PositionalWriter",
     "Registry",
+    "Span",
     "UploadSource",
     "UploadTaskGroupBuilder",
     "WrittenDB",
+    "coalesced_reads",
     "content_version",
     "get_registry",
     "hookimpl",

@@ -66,19 +66,25 @@ def _place(span: Span) -> tuple[str, int]:
     return span.key, span.offset
 
 
-def coalesced_reads(db: DBLocation, spans: Sequence[Span]) -> Iterator[ReadRequest]:
+def coalesced_reads(
+    db: DBLocation, spans: Sequence[Span], *, runs_of: int | None = None
+) -> Iterator[ReadRequest]:
     """Requests reading every span into its target, neighbours of one file together:
     small ones up to :data:`COALESCE_BYTES`, large ones (the chunks of a large array,
     each its own archive member) up to the engine's chunk size, so that the device sees
-    reads as long as one member's pieces."""
+    reads as long as one member's pieces. With ``runs_of``, spans of every size are
+    read in runs of up to that many bytes, each span checked on its own (many pieces
+    of one blob: one request per run, where each request is a round trip)."""
     group: list[Span] = []
     end = 0
     run: list[Span] = []
     run_end = run_bytes = 0
-    run_limit = db.io.settings.chunk_bytes  # of the spans' bytes (the gaps are headers)
+    # of the spans' bytes (the gaps are headers)
+    run_limit = db.io.settings.chunk_bytes if runs_of is None else runs_of
+    alone_from = ALONE_FROM if runs_of is None else -1
     for span in sorted(spans, key=_place):
         size = span.target.nbytes
-        if size > ALONE_FROM:
+        if size > alone_from:
             if run and not (
                 span.key == run[0].key
                 and span.algorithm == run[0].algorithm

@@ -21,6 +21,7 @@ Example::
 """
 
 from ckptstore.protocol._archives import check_archives, refuse_unsafe_archives
+from ckptstore.protocol._bounds import check_decodable, corrupt_in_node
 from ckptstore.protocol._chunks import (
     INTENT_KIND,
     INTENTS_DIR,
@@ -90,6 +91,7 @@ __all__ = [
     "break_lease",
     "check_archives",
     "check_can_hold",
+    "check_decodable",
     "check_incremental",
     "check_lease_ttl",
     "check_not_committed",
@@ -101,6 +103,7 @@ __all__ = [
     "committed_nodes",
     "copy_node",
     "copy_node_task",
+    "corrupt_in_node",
     "fenced_out",
     "find_garbage",
     "newest_complete",

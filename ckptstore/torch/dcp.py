@@ -102,6 +102,7 @@ from ckptstore.records import NodeManifest, validate_blob_name
 from ckptstore.tools import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_incremental import IncrementalItem, intents_of, release_intents_of
+from ckptstore.torch._dcp_load import Want, bytes_of, check_records, plain, read_wants, waves
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
     StoredItem,
@@ -122,7 +123,7 @@ __all__ = [
     "typed_errors",
 ]
 
-CHUNK_BYTES = 256 << 10
+CHUNK_BYTES = 128 << 10
 """Default size of the pieces each saved chunk is stored (and CRC-checked) in: a load
 reads, per saved chunk it touches, the pieces between the first and last element it
 needs there (for rows of a dim-0 shard, at most two pieces more than those rows)."""
@@ -459,16 +460,16 @@ class Reader(StorageReader):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """Read every item of ``plan``: for a tensor, only the stored pieces holding the
-        part asked for, each checked against its CRC, then copied into the planner's
-        tensor; a byte entry whole, checked, then handed to the planner."""
+        part asked for, each checked against its CRC, read straight into the planner's
+        tensor when it asks for a whole saved chunk, else copied into it from them; a
+        byte entry whole, checked, then handed to the planner (:mod:`._dcp_load`)."""
         by_node: dict[str, list[tuple[ReadItem, str]]] = {}
         for item in plan.items:
             node, blob = self._decoded.items[item_key(item.storage_index)]
             by_node.setdefault(node, []).append((item, blob))
         for node, wanted in by_node.items():
             manifest = self._manifest(node)
-            rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
-            for item, blob in wanted:
+            for _, blob in wanted:
                 if blob not in manifest.blobs:
                     raise CorruptCheckpointError(
                         f"the metadata names blob {blob!r}, which the node lacks",
@@ -476,12 +477,67 @@ class Reader(StorageReader):
                         node=node,
                         epoch=self.epoch,
                     )
+            fast = [(i, b) for i, b in wanted if plain(manifest, manifest.blobs[b])]
+            self._read_plain(manifest, fast, planner)
+            others = [(i, b) for i, b in wanted if not plain(manifest, manifest.blobs[b])]
+            rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
+            for item, blob in others:
                 if blob in rounds[-1]:
                     rounds.append({})
                 rounds[-1][blob] = (item, self._partial(item, manifest, blob))
             for batch in rounds:
-                self._read_batch(manifest, batch, planner)
+                if batch:
+                    self._read_batch(manifest, batch, planner)
         return _done(None)
+
+    def _read_plain(
+        self, manifest: NodeManifest, wanted: list[tuple[ReadItem, str]], planner: LoadPlanner
+    ) -> None:
+        """Read items whose blobs are plain stored pieces (:func:`._dcp_load.plain`) in
+        waves through the engine, then hand them to the planner."""
+        if not wanted:
+            return
+        records = {blob: manifest.blobs[blob] for _, blob in wanted}
+        check_records(
+            self.storage, manifest, list(records.values()), self.location.reader_for(manifest)
+        )
+        engine = self.location.engine()
+        wants = [self._want(item, manifest, blob, planner) for item, blob in wanted]
+        for wave in waves(wants, engine.settings.memory_budget):
+            read_wants(self.storage, manifest, engine, wave)
+            self.bytes_read += sum(want.data.nbytes for want in wave)
+            for want in wave:
+                if want.tensor is None:
+                    self._load_bytes(want.item, planner, want.data, manifest.node, want.record.name)
+                elif want.in_place:
+                    planner.commit_tensor(want.item, want.tensor)
+                else:
+                    partial = Partial(want.record, want.first, want.start)
+                    self._copy_box(want.item, planner, want.tensor, want.data, partial)
+
+    def _want(
+        self, item: ReadItem, manifest: NodeManifest, blob: str, planner: LoadPlanner
+    ) -> Want:
+        fqn = item.storage_index.fqn
+        partial = self._partial(item, manifest, blob)
+        if partial is None:
+            record = manifest.blobs[blob]
+            size = sum(chunk.size for chunk in record.chunks)
+            return Want(item, f"entry {fqn!r}", record, 0, 0, np.empty(size, np.uint8))
+        tensor = self._target(item, planner)
+        size = sum(chunk.size for chunk in partial.record.chunks)
+        whole = partial.first == 0 and len(partial.record.chunks) == len(
+            manifest.blobs[blob].chunks
+        )
+        entry = self._entry(item)
+        assert isinstance(entry, TensorStorageMetadata)
+        own = bytes_of(tensor, entry.properties.dtype, size) if whole else None
+        data = np.empty(size, np.uint8) if own is None else own
+        name = f"tensor {fqn!r}"
+        in_place = own is not None
+        return Want(
+            item, name, partial.record, partial.first, partial.start, data, tensor, in_place
+        )
 
     def _manifest(self, node: str) -> NodeManifest:
         manifest = self._manifests.get(node)
@@ -580,14 +636,29 @@ class Reader(StorageReader):
     def _load_tensor(
         self, item: ReadItem, planner: LoadPlanner, data: np.ndarray[Any, Any], partial: Partial
     ) -> None:
-        entry = self._entry(item)
-        assert isinstance(entry, TensorStorageMetadata)
+        self._copy_box(item, planner, self._target(item, planner), data, partial)
+
+    def _target(self, item: ReadItem, planner: LoadPlanner) -> torch.Tensor:
+        """The planner's tensor for ``item``, checked to be the size it asked for."""
         target = planner.resolve_tensor(item).detach()
         if tuple(target.size()) != tuple(item.lengths):
             raise JobConfigurationError(
                 f"the planner's tensor for {item.dest_index.fqn!r} is {tuple(target.size())}, "
                 f"not the {tuple(item.lengths)} it asked for"
             )
+        return target
+
+    def _copy_box(
+        self,
+        item: ReadItem,
+        planner: LoadPlanner,
+        target: torch.Tensor,
+        data: np.ndarray[Any, Any],
+        partial: Partial,
+    ) -> None:
+        """Copy ``item``'s box from ``data`` (the bytes of ``partial``) into ``target``."""
+        entry = self._entry(item)
+        assert isinstance(entry, TensorStorageMetadata)
         if target.numel():
             shape = self._chunk_shape(item, entry)
             try:

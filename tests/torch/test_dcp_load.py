@@ -1,0 +1,114 @@
+"""Loading a rank's pieces: in place when an item is a whole saved chunk, in waves of
+bounded buffers otherwise, neighbours in few requests, every piece checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from ckptstore.builtin import LocalPath
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.io import ParallelIO, crc32_of
+from ckptstore.plugin import DBLocation
+from ckptstore.plugin._coalesce import Span, coalesced_reads
+from ckptstore.records import BlobRecord, ChunkRecord
+from ckptstore.torch._dcp_load import REMOTE_RUN_BYTES, Want, bytes_of, run_bytes, waves
+from ckptstore.torch.dcp import Reader, Writer, typed_errors
+
+
+def test_a_whole_chunk_is_read_into_the_tensors_own_memory() -> None:
+    tensor = torch.zeros(4, 3)
+    data = bytes_of(tensor, torch.float32, 48)
+    assert data is not None
+    data[:4] = np.frombuffer(np.float32(2.5).tobytes(), np.uint8)
+    assert tensor[0, 0] == 2.5
+
+
+@pytest.mark.parametrize(
+    ("tensor", "dtype", "nbytes"),
+    [
+        (torch.zeros(4, 3).t(), torch.float32, 48),  # not contiguous
+        (torch.zeros(4, 3), torch.float64, 48),  # another dtype: a copy converts
+        (torch.zeros(4, 3), torch.float32, 96),  # not the chunk's size
+        (torch.zeros(0), torch.float32, 0),  # nothing to read into
+    ],
+)
+def test_anything_else_is_read_into_a_buffer(
+    tensor: torch.Tensor, dtype: torch.dtype, nbytes: int
+) -> None:
+    assert bytes_of(tensor, dtype, nbytes) is None
+
+
+def _want(nbytes: int, in_place: bool) -> Want:
+    record = BlobRecord("b", "|u1", (nbytes,), (ChunkRecord("a.zip", 0, nbytes, nbytes, 0),))
+    data = np.zeros(nbytes, np.uint8)
+    return Want(None, "tensor 'b'", record, 0, 0, data, None, in_place)  # type: ignore[arg-type]
+
+
+def test_waves_hold_at_most_the_budget_of_buffers() -> None:
+    wants = [_want(40, False), _want(40, False), _want(1000, True), _want(30, False)]
+    cut = list(waves(wants, 100))
+    assert [[w.data.nbytes for w in wave] for wave in cut] == [[40, 40, 1000], [30]]
+    assert all(sum(w.buffered for w in wave) <= 100 for wave in cut)
+
+
+def test_neighbouring_pieces_are_read_in_runs_each_checked(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    content = bytes(range(256)) * 64  # 16 KiB: 16 pieces of 1 KiB
+    storage.write_bytes("n.1/a.zip", content)
+    db = DBLocation(storage, "n.1", ParallelIO())
+    out = bytearray(len(content))
+    view = memoryview(out)
+    spans = [
+        Span("a.zip", i, view[i : i + 1024], crc32_of([content[i : i + 1024]]), "b", i // 1024)
+        for i in range(0, len(content), 1024)
+    ]
+    requests = list(coalesced_reads(db, spans, runs_of=8 << 10))
+    assert len(requests) == 2
+    db.read(requests)
+    assert bytes(out) == content
+    spans[3] = spans[3]._replace(crc=spans[3].crc ^ 1)
+    with pytest.raises(CorruptCheckpointError) as raised:
+        db.read(coalesced_reads(db, spans, runs_of=8 << 10))
+    assert raised.value.chunk == 3
+
+
+def test_object_stores_read_longer_runs() -> None:
+    io = ParallelIO()
+    assert run_bytes(LocalPath("x"), io) == io.settings.chunk_bytes < REMOTE_RUN_BYTES
+
+
+def test_a_same_topology_load_fills_the_tensors_and_reads_each_piece_once(
+    tmp_path: Path,
+) -> None:
+    state = {"w": torch.arange(100_000.0).reshape(1000, 100), "b": torch.ones(7), "step": 3}
+    dcp.save(state, storage_writer=Writer(tmp_path, epoch=1, chunk_bytes=8192), no_dist=True)
+    target = {"w": torch.zeros(1000, 100), "b": torch.zeros(7), "step": 0}
+    address = target["w"].data_ptr()
+    reader = Reader(tmp_path)
+    dcp.load(target, storage_reader=reader, no_dist=True)
+    assert torch.equal(target["w"], state["w"])
+    assert torch.equal(target["b"], state["b"])
+    assert target["step"] == 3
+    assert target["w"].data_ptr() == address
+    stored = 400_000 + 28
+    assert stored <= reader.bytes_read < stored + 2048  # and the step's few bytes
+
+
+def test_a_flipped_byte_of_a_piece_read_in_place_names_the_tensor(tmp_path: Path) -> None:
+    state = {"w": torch.arange(50_000.0)}
+    dcp.save(state, storage_writer=Writer(tmp_path, epoch=1, chunk_bytes=8192), no_dist=True)
+    archive = next(tmp_path.rglob("blobs.zarr.zip"))
+    raw = bytearray(archive.read_bytes())
+    at = raw.find(np.float32(30_000.0).tobytes())
+    raw[at] ^= 0x40
+    archive.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match=r"tensor 'w'") as raised, typed_errors():
+        dcp.load({"w": torch.zeros(50_000)}, storage_reader=Reader(tmp_path), no_dist=True)
+    assert raised.value.file is not None
+    assert raised.value.file.endswith("blobs.zarr.zip")
+    assert raised.value.chunk == 30_000 * 4 // 8192

@@ -163,13 +163,28 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
 
 class ReplicaPath(_MemoryObjects):
     """A peer replica's objects, read-only; every other document (the commit records)
-    comes from ``root``, each read once. Nothing else is read from ``root``."""
+    comes from ``root``, each read once. Nothing else is read from ``root``.
 
-    def __init__(self, replica: NodeReplica, root: PathType) -> None:
+    ``lends``: the objects are this process's own copy, received for this restore only,
+    so a load makes each blob a view of them (:meth:`lend`) instead of copying it."""
+
+    def __init__(self, replica: NodeReplica, root: PathType, *, lends: bool = False) -> None:
         super().__init__(f"peer replica of {replica.node}.{replica.epoch} from {root.display_url}")
         self.files = dict(replica.files)
+        self.lends = lends
         self._root = root
         self._documents: dict[str, bytes | None] = {}
+        self._lent: dict[str, list[tuple[int, int]]] = {}
+
+    def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
+        data = self.files.get(key)
+        if not self.lends or data is None or offset < 0 or offset + nbytes > data.nbytes:
+            return None
+        ranges = self._lent.setdefault(key, [])
+        if any(offset < end and start < offset + nbytes for start, end in ranges):
+            return None  # lent before: two blobs never share memory
+        ranges.append((offset, offset + nbytes))
+        return data[offset : offset + nbytes].data
 
     def get_document(self, key: str) -> bytes | None:
         if key in self.files:

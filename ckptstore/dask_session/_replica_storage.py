@@ -8,7 +8,9 @@ objects back, and serves every other document (the commit records) from the root
 came from, so :func:`~ckptstore.protocol.open_node` and
 :func:`~ckptstore.protocol.read_blobs` check the copy exactly as they check the root:
 the manifest's CRC-32C against the root's commit record, every chunk against the
-manifest. A key the copy lacks is missing: it is never read from the root.
+manifest. A key the copy lacks is missing: it is never read from the root. A copy
+received for one restore lends its bytes (:meth:`ReplicaPath.lend`): a load of every
+blob keeps each blob stored as one run of bytes as a view of them, checked, not copied.
 
 Example::
 

@@ -59,6 +59,21 @@ class NodeReplica:
     def nbytes(self) -> int:
         return sum(data.nbytes for data in self.files.values())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # a small array pickled first: Dask's TCP comm reads the first array of a
+        # message into the buffer of the message's header, at any address; each later
+        # one lands alone in an aligned buffer, which a restore can keep as its blobs
+        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, self.files))
+
+
+_LEAD = np.zeros(8, np.uint8)
+
+
+def _rebuilt(
+    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, np.ndarray]
+) -> NodeReplica:
+    return NodeReplica(root, node, epoch, files)
+
 
 class _MemoryObjects(PathType):
     """Objects in a dict, written whole: what :func:`copy_node` fills."""

@@ -185,6 +185,8 @@ class ReplicaPath(_MemoryObjects):
     ``lends``: the objects are this process's own copy, received for this restore only,
     so a load makes each blob a view of them (:meth:`lend`) instead of copying it."""
 
+    always_verified: ClassVar[bool] = True
+
     def __init__(self, replica: NodeReplica, root: PathType, *, lends: bool = False) -> None:
         super().__init__(f"peer replica of {replica.node}.{replica.epoch} from {root.display_url}")
         self.files = dict(replica.files)

@@ -176,7 +176,7 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
     """Read raw-codec blobs: each chunk lands directly in its place in a new array;
     unpadded chunks lying close together in one file are read with one request each
     run (:mod:`ckptstore.plugin._coalesce`), each still checked against its checksum."""
-    verify = db.io.settings.verify
+    verify = db.io.settings.verify or db.storage.always_verified
     arrays: dict[str, Array] = {}
     buffers: list[memoryview] = []
     copied: list[BlobRecord] = []

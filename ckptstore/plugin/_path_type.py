@@ -212,6 +212,8 @@ class PathType(ABC):
     * ``atomic_replace``: whether :meth:`replace_document` is race-free (the storage
       refuses a write whose version precondition fails: a lock on local disk,
       ``If-Match`` on S3, ``ifGenerationMatch`` on GCS). Writer leases rely on it.
+    * ``always_verified``: every read is checked against its checksum even with
+      ``IOSettings(verify=False)`` (a peer replica: bytes from another machine).
 
     Example::
 
@@ -231,6 +233,7 @@ class PathType(ABC):
     batches_small_requests: ClassVar[bool] = True
     atomic_create: ClassVar[bool] = False
     atomic_replace: ClassVar[bool] = False
+    always_verified: ClassVar[bool] = False
     max_key_bytes: ClassVar[int | None] = None
     """The longest object name the storage accepts, in UTF-8 bytes (S3, GCS: 1024)."""
     max_component_bytes: ClassVar[int | None] = None

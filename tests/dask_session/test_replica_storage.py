@@ -97,3 +97,14 @@ def test_a_read_of_some_blobs_copies_them(tmp_path: Path) -> None:
     manifest = open_node(storage, NODE, EPOCH)
     arrays = read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())
     assert not shares(arrays["w"], replica)
+
+
+def test_a_damaged_copied_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr", verify=False)
+    replica = capture_node(location, NODE, EPOCH)
+    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
+    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    storage = ReplicaPath(replica, location.storage)  # kept for others: read by copies
+    manifest = open_node(storage, NODE, EPOCH)
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())

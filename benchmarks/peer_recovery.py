@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, wait
 
 from benchmarks.network import NetworkNamespace
 from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server
@@ -100,6 +100,14 @@ def kill_worker(client: Client, address: str) -> str:
         time.sleep(0.1)  # polling the scheduler's view of the cluster, not synchronising
 
 
+def warm_up(client: Client, worker: str, options: dict[str, str]) -> None:
+    """Import on ``worker`` what a restore uses, by reading the lost node's blob names
+    from S3 (untimed: a restart pays the imports whichever source it restores from)."""
+    manager = CheckpointManager(ROOT, LOST, storage_options=options)
+    with DaskSession(client, {LOST: worker}) as session, Node(LOST):
+        session.run(manager.init([LOST], retrieve_from_epoch=1))
+
+
 def restore_lost(
     client: Client, worker: str, options: dict[str, str], *, from_peer: bool
 ) -> tuple[float, list[int]]:
@@ -110,8 +118,13 @@ def restore_lost(
             init = manager.init([LOST], retrieve_from_epoch=1)
         started = time.perf_counter()
         session.run(init)
+        mid = time.perf_counter()
         session.run(manager.load(1))
         seconds = time.perf_counter() - started
+        print(
+            f"    init {mid - started:.2f} s (the peer: with its fetch), load {seconds - mid + started:.2f} s",
+            flush=True,
+        )
         with Node(LOST):
             [crcs] = session.run(Task(lambda ws: digest(ws, node=LOST)))
         restored = session.restored_from_peers()
@@ -119,6 +132,28 @@ def restore_lost(
         raise RuntimeError(f"expected a {'peer' if from_peer else 'root'} restore: {restored}")
     assert isinstance(crcs, list)
     return seconds, crcs
+
+
+def _bytes(nbytes: int) -> np.ndarray:
+    return np.ones(nbytes, np.uint8)
+
+
+def _size(data: np.ndarray) -> int:
+    return int(data.nbytes)
+
+
+def transfer_seconds(client: Client, source: str, target: str, nbytes: int) -> float:
+    """Seconds Dask takes to move ``nbytes`` as one array from ``source`` to ``target``
+    (and run a task there): the floor of a restore from a peer through Dask's comm."""
+    data = client.submit(_bytes, nbytes, workers=[source], allow_other_workers=False, pure=False)
+    wait([data])
+    started = time.perf_counter()
+    moved = client.submit(_size, data, workers=[target], allow_other_workers=False, pure=False)
+    if moved.result() != nbytes:
+        raise RuntimeError("the transfer lost bytes")
+    seconds = time.perf_counter() - started
+    del data, moved
+    return seconds
 
 
 def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
@@ -154,8 +189,14 @@ def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
         )
         fresh = kill_worker(client, victim)
         print(f"killed {victim}; fresh worker {fresh}", flush=True)
-        times: dict[str, list[float]] = {"peer": [], "s3": []}
+        warm_up(client, fresh, options)
+        times: dict[str, list[float]] = {"peer": [], "s3": [], "comm": []}
         for _ in range(repeat):
+            seconds = transfer_seconds(client, shipped[LOST].peers[0], fresh, nbytes)
+            times["comm"].append(seconds)
+            print(
+                f"  Dask moving {nbytes / MiB:.0f} MiB peer to fresh: {seconds:.2f} s", flush=True
+            )
             for source in ("peer", "s3"):
                 seconds, crcs = restore_lost(client, fresh, options, from_peer=source == "peer")
                 if crcs != expected:
@@ -169,6 +210,7 @@ def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
         "replica_bytes": shipped[LOST].nbytes,
         "peer": times["peer"],
         "s3": times["s3"],
+        "comm": times["comm"],
     }
 
 
@@ -210,6 +252,11 @@ def report(result: dict[str, Any], args: argparse.Namespace, link: str) -> str:
             f"| S3's floor at {args.rate_mibps:g} MiB/s (bytes / cap, no latency) | {floor:.2f} "
             f"| {args.rate_mibps / 1024:.3f} | {floor / peer:.1f}x |"
         )
+    comm = statistics.median(result["comm"])
+    lines.append(
+        f"| the peer's floor: Dask moving the bytes as one array, peer to fresh worker "
+        f"| {comm:.2f} | {nbytes / comm / (1 << 30):.3f} | |"
+    )
     lines += [
         "",
         f"The save of the epoch to S3 took {result['save']:.1f} s; the replicas were in "

@@ -119,13 +119,17 @@ class WorkerPeerCopies:
         if node not in protocol.committed_nodes(storage, epoch, [node]):
             return None  # a replica never counts as committed on its own
         try:
-            replica = _fetch(names, node, epoch)
+            fetched = _fetch(names, node, epoch)
         except Exception as error:  # the scheduler cannot be asked: read the root
             log.warning("Could not fetch a peer replica of node %r: %s", node, error)
             return None
-        if replica is None or (replica.root, replica.node, replica.epoch) != (root, node, epoch):
+        if fetched is None:
+            return None
+        replica, received = fetched
+        if (replica.root, replica.node, replica.epoch) != (root, node, epoch):
             return None
         storage.files = dict(replica.files)
+        storage.lends = received  # a copy of its own: the load keeps it as the blobs
         self._fetched[(root, node, epoch)] = storage
         return storage
 
@@ -140,16 +144,19 @@ class WorkerPeerCopies:
         self._fetched.clear()
 
 
-def _fetch(names: Sequence[str], node: str, epoch: int) -> NodeReplica | None:
+def _fetch(names: Sequence[str], node: str, epoch: int) -> tuple[NodeReplica, bool] | None:
     """A replica of ``node``'s ``epoch`` among the datasets ``names`` that a surviving
-    peer still holds; ``None`` if there is none (the caller reads the root)."""
+    peer still holds, and whether it was received from another worker (a copy of this
+    restore's own, not the one this worker keeps); ``None`` if there is none (the
+    caller reads the root)."""
     client = get_client()
     for name in names:
         held = client.get_dataset(name, default=None)
         if not isinstance(held, tuple) or len(held) != 2 or held[0] != epoch:
             continue
         future = held[1]
-        if not client.who_has([future]).get(future.key):  # type: ignore[no-untyped-call]
+        holders = client.who_has([future]).get(future.key)  # type: ignore[no-untyped-call]
+        if not holders:
             continue  # its peer left: the scheduler lost it (a fetch would wait forever)
         try:
             replica = future.result(timeout=FETCH_TIMEOUT)
@@ -157,7 +164,7 @@ def _fetch(names: Sequence[str], node: str, epoch: int) -> NodeReplica | None:
             log.warning("Peer replica %s of node %r could not be fetched: %s", name, node, error)
             continue
         if isinstance(replica, NodeReplica) and (replica.node, replica.epoch) == (node, epoch):
-            return replica
+            return replica, get_worker().address not in holders
     return None
 
 

@@ -8,7 +8,9 @@ objects back, and serves every other document (the commit records) from the root
 came from, so :func:`~ckptstore.protocol.open_node` and
 :func:`~ckptstore.protocol.read_blobs` check the copy exactly as they check the root:
 the manifest's CRC-32C against the root's commit record, every chunk against the
-manifest. A key the copy lacks is missing: it is never read from the root.
+manifest. A key the copy lacks is missing: it is never read from the root. A copy
+received for one restore lends its bytes (:meth:`ReplicaPath.lend`): a load of every
+blob keeps each blob stored as one run of bytes as a view of them, checked, not copied.
 
 Example::
 
@@ -56,6 +58,21 @@ class NodeReplica:
     @property
     def nbytes(self) -> int:
         return sum(data.nbytes for data in self.files.values())
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # a small array pickled first: Dask's TCP comm reads the first array of a
+        # message into the buffer of the message's header, at any address; each later
+        # one lands alone in an aligned buffer, which a restore can keep as its blobs
+        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, self.files))
+
+
+_LEAD = np.zeros(8, np.uint8)
+
+
+def _rebuilt(
+    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, np.ndarray]
+) -> NodeReplica:
+    return NodeReplica(root, node, epoch, files)
 
 
 class _MemoryObjects(PathType):
@@ -163,13 +180,30 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
 
 class ReplicaPath(_MemoryObjects):
     """A peer replica's objects, read-only; every other document (the commit records)
-    comes from ``root``, each read once. Nothing else is read from ``root``."""
+    comes from ``root``, each read once. Nothing else is read from ``root``.
 
-    def __init__(self, replica: NodeReplica, root: PathType) -> None:
+    ``lends``: the objects are this process's own copy, received for this restore only,
+    so a load makes each blob a view of them (:meth:`lend`) instead of copying it."""
+
+    always_verified: ClassVar[bool] = True
+
+    def __init__(self, replica: NodeReplica, root: PathType, *, lends: bool = False) -> None:
         super().__init__(f"peer replica of {replica.node}.{replica.epoch} from {root.display_url}")
         self.files = dict(replica.files)
+        self.lends = lends
         self._root = root
         self._documents: dict[str, bytes | None] = {}
+        self._lent: dict[str, list[tuple[int, int]]] = {}
+
+    def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
+        data = self.files.get(key)
+        if not self.lends or data is None or offset < 0 or offset + nbytes > data.nbytes:
+            return None
+        ranges = self._lent.setdefault(key, [])
+        if any(offset < end and start < offset + nbytes for start, end in ranges):
+            return None  # lent before: two blobs never share memory
+        ranges.append((offset, offset + nbytes))
+        return data[offset : offset + nbytes].data
 
     def get_document(self, key: str) -> bytes | None:
         if key in self.files:

@@ -201,6 +201,7 @@ class ParallelIO:
         others go on; without, the first failure stops the operation and is raised."""
         copies = storage.copies_on_read
         check = self.settings.verify if verify is None else verify
+        check = check or storage.always_verified
         progress = self.progress
 
         def cost(request: ReadRequest) -> int:

@@ -42,7 +42,14 @@ import numpy as np
 
 from ckptstore._types import Array
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
-from ckptstore.io import ParallelIO, ReadRequest, WriteRequest, WriteResult, resolve_key
+from ckptstore.io import (
+    ParallelIO,
+    ReadRequest,
+    WriteRequest,
+    WriteResult,
+    checksum_of,
+    resolve_key,
+)
 from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.plugin._path_type import PathType
 from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
@@ -74,6 +81,9 @@ class DBLocation:
     shared: SharedChunks | None = None
     """An incremental save's chunk store (docs/design.md, "Incremental checkpoints"):
     formats that support it hand it their large blobs; ``None`` for a full save."""
+    whole: bool = False
+    """The read takes every blob of the checkpoint: memory the storage lends
+    (:meth:`PathType.lend`) may become the blobs, as nothing of it is left unused."""
 
     def key(self, relative: str) -> str:
         """The storage key of ``relative`` inside this checkpoint (or of a shared chunk
@@ -176,23 +186,29 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
     Unpadded chunks lying close together in one file are read with one request per run
     (:mod:`ckptstore.plugin._coalesce`). Each chunk is still checked against its
     checksum."""
-    verify = db.io.settings.verify
+    verify = db.io.settings.verify or db.storage.always_verified
     arrays: dict[str, Array] = {}
     buffers: list[memoryview] = []
+    copied: list[BlobRecord] = []
     for record in records:
         if record.codec != "raw":
             raise UnsupportedBlobError(
                 record.name, f"codec {record.codec!r} needs a DB type that can decode it"
             )
-        # bytes first, then viewed as the blob: the bytes' view is had without a call
         dtype = record.numpy_dtype()
+        lent = _lent_blob(db, record, dtype)
+        if lent is not None:
+            arrays[record.name] = lent
+            continue
+        # bytes first, then viewed as the blob: the bytes' view is had without a call
         data = np.empty(math.prod(record.shape) * dtype.itemsize, dtype=np.uint8)
         arrays[record.name] = data.view(dtype).reshape(record.shape)
         buffers.append(data.data)
+        copied.append(record)
 
     def requests() -> Iterator[ReadRequest]:
         spans: list[Span] = []
-        for record, dest in zip(records, buffers, strict=True):
+        for record, dest in zip(copied, buffers, strict=True):
             chunks = record.chunks
             if len(chunks) == 1 and chunks[0].stored == chunks[0].size == dest.nbytes:
                 chunk = chunks[0]  # the common case of small blobs, without slicing
@@ -243,6 +259,45 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
 
     db.read(requests())
     return arrays
+
+
+def _lent_blob(db: DBLocation, record: BlobRecord, dtype: np.dtype[Any]) -> Array | None:
+    """``record``'s blob as a view of memory the storage lends (:meth:`PathType.lend`),
+    every chunk checked against its checksum whatever the settings say; ``None`` when
+    the read is not :attr:`~DBLocation.whole`, the storage does not lend the bytes or
+    they are not one aligned, unpadded, writable run."""
+    chunks = record.chunks
+    nbytes = math.prod(record.shape) * dtype.itemsize
+    if not chunks or nbytes == 0 or any(chunk.stored != chunk.size for chunk in chunks):
+        return None
+    start = position = chunks[0].offset
+    for chunk in chunks:
+        if chunk.key != chunks[0].key or chunk.offset != position:
+            return None
+        position += chunk.size
+    if position - start != nbytes:
+        return None
+    key = db.key(chunks[0].key)
+    view = db.storage.lend(key, start, nbytes) if db.whole else None
+    if view is None:
+        return None
+    data = np.frombuffer(view, dtype=np.uint8)
+    if data.nbytes != nbytes or not data.flags.writeable or data.ctypes.data % dtype.alignment:
+        return None  # the storage gave the bytes up: a later read copies them
+    position = 0
+    for number, chunk in enumerate(chunks):
+        piece = view[position : position + chunk.size]
+        if checksum_of(chunk.algorithm)([piece]) != chunk.crc:
+            raise CorruptCheckpointError(
+                f"the checksum ({chunk.algorithm}) of the {chunk.size} bytes at offset "
+                f"{chunk.offset} differs from the one recorded in the manifest",
+                url=db.storage.display_url,
+                file=key,
+                blob=record.name,
+                chunk=number,
+            )
+        position += chunk.size
+    return data.view(dtype).reshape(record.shape)
 
 
 def _with_scratch(target: memoryview, padding: int) -> Any:

@@ -134,6 +134,8 @@ class PathType(ABC):
     * ``atomic_replace``: whether :meth:`replace_document` is race-free (the storage
       refuses a write whose version precondition fails: a lock on local disk,
       ``If-Match`` on S3, ``ifGenerationMatch`` on GCS). Writer leases rely on it.
+    * ``always_verified``: every read is checked against its checksum even with
+      ``IOSettings(verify=False)`` (a peer replica: bytes from another machine).
 
     Example::
 
@@ -153,6 +155,7 @@ class PathType(ABC):
     batches_small_requests: ClassVar[bool] = True
     atomic_create: ClassVar[bool] = False
     atomic_replace: ClassVar[bool] = False
+    always_verified: ClassVar[bool] = False
     max_key_bytes: ClassVar[int | None] = None
     """The longest object name the storage accepts, in UTF-8 bytes (S3, GCS: 1024)."""
     max_component_bytes: ClassVar[int | None] = None
@@ -218,6 +221,14 @@ class PathType(ABC):
     def write_bytes(self, key: str, data: Buffer) -> None:
         """Store ``data`` as ``key``."""
         self.write_parts(key, [data])
+
+    def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
+        """``nbytes`` bytes of ``key`` from ``offset`` on, as a writable view of memory
+        this storage holds and gives up for good, for a read to make it the blob itself
+        instead of copying it (the read still checks its checksum); ``None``: copy.
+        Only storages holding objects in memory that nothing reads again lend (a peer
+        replica being restored); each byte is lent at most once."""
+        return None
 
     def adopt(self, source: str, target: str) -> bool:
         """Give the complete, durable object ``source`` the name ``target`` unless

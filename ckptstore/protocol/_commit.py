@@ -700,7 +700,8 @@ def read_blobs(
             f"it holds {len(manifest.blobs)} blobs; check the names (`ckptstore inspect`)",
         )
     records = [manifest.blobs[name] for name in wanted if name in manifest.blobs]
-    db = DBLocation(storage, manifest.data_key, io)
+    whole = {record.name for record in records} == set(manifest.blobs)
+    db = DBLocation(storage, manifest.data_key, io, whole=whole)
     with corrupt_in_node(storage, manifest.node, manifest.epoch):
         check_decodable(storage, records, db_type)
         check_pieces_fit(storage, db.root, (chunk for r in records for chunk in r.chunks))

@@ -187,3 +187,12 @@ def fill_state(ws: Workspace, *, node: str, values: int, node_id: int) -> None:
 
 def step_state(ws: Workspace, *, node: str) -> None:
     ws[f"{node}/w"] += 1
+
+
+def kept_in_place(ws: Workspace, *, name: str) -> bool:
+    """Whether blob ``name`` is a view of memory no array of its own owns (the received
+    bytes of a peer replica), not an array a load allocated and filled."""
+    array = ws[name]
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array.base is not None

@@ -12,15 +12,16 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from dask_session.jobs import NODES, expected_state, state_job
+from dask_session.jobs import NODES, expected_state, kept_in_place, state_job
 from distributed import Client
 
-from ckptstore import JobRunner, MultiNodeCheckpointManager
+from ckptstore import JobRunner, MultiNodeCheckpointManager, Node, Task
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
 from ckptstore.dask_session._replica_storage import NodeReplica
@@ -111,6 +112,14 @@ def test_a_lost_worker_s_node_is_restored_from_a_peer(replicas: Client, tmp_path
     hide_node_data(ckpt, "trainer_1")  # the restore cannot read it from the root
     with restore(replicas, ckpt) as session:
         assert ("trainer_1", EPOCHS) in session.restored_from_peers()
+        with Node("trainer_1"):  # the restored blob is the received copy: training updates it
+            [in_place] = session.run(Task(partial(kept_in_place, name="trainer_1/w")))
+            session.run(Task(lambda ws: ws["trainer_1/w"].__iadd__(1.0)))
+        assert in_place
+        np.testing.assert_array_equal(
+            session.fetch_blob("trainer_1", "trainer_1/w"),
+            expected_state("trainer_1", VALUES, EPOCHS) + 1.0,
+        )
 
 
 def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Path) -> None:

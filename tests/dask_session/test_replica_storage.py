@@ -1,0 +1,110 @@
+"""A peer replica's storage: a restore from a copy received for it keeps the copy's
+bytes as the blobs (no second copy), each chunk still checked against the manifest;
+a copy this worker keeps for others, or bytes lent twice, are copied instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptstore import CheckpointManager, IOSettings, LocalSession
+from ckptstore.dask_session._replica_storage import NodeReplica, ReplicaPath, capture_node
+from ckptstore.errors import CorruptCheckpointError
+from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
+
+NODE = "trainer_0"
+EPOCH = 2
+
+
+def saved(tmp_path: Path, db_type: str, **settings: bool) -> CheckpointLocation:
+    session = LocalSession()
+    ws = session.workspace(NODE)
+    ws["w"] = np.arange(1 << 15, dtype=np.float64)
+    ws["b"] = np.arange(7, dtype=np.int32)
+    ws["s"] = np.float32(3.5)
+    manager = CheckpointManager(str(tmp_path / "ckpt"), NODE, db_type, io=IOSettings(**settings))
+    session.run(manager.init([NODE]))
+    session.run(manager.save(EPOCH))
+    return manager.location
+
+
+def read(location: CheckpointLocation, storage: ReplicaPath) -> dict[str, np.ndarray]:
+    manifest = open_node(storage, NODE, EPOCH)
+    return read_blobs(storage, manifest, None, location.reader_for(manifest), location.engine())
+
+
+def shares(array: np.ndarray, replica: NodeReplica) -> bool:
+    return any(np.shares_memory(array, data) for data in replica.files.values())
+
+
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_a_received_copy_becomes_the_blobs_without_a_second_copy(
+    tmp_path: Path, db_type: str
+) -> None:
+    location = saved(tmp_path, db_type)
+    replica = capture_node(location, NODE, EPOCH)
+    arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
+    np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
+    np.testing.assert_array_equal(arrays["b"], np.arange(7, dtype=np.int32))
+    assert arrays["s"] == np.float32(3.5)
+    assert shares(arrays["w"], replica)
+    assert arrays["w"].flags.writeable  # training updates it in place
+
+
+def test_a_copy_kept_for_others_is_never_lent(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    arrays = read(location, ReplicaPath(replica, location.storage))
+    assert not any(shares(array, replica) for array in arrays.values())
+
+
+def test_bytes_are_lent_once_a_second_read_copies_them(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    storage = ReplicaPath(replica, location.storage, lends=True)
+    first, second = read(location, storage), read(location, storage)
+    assert shares(first["w"], replica)
+    assert not np.shares_memory(first["w"], second["w"])
+    np.testing.assert_array_equal(first["w"], second["w"])
+
+
+def test_read_only_bytes_are_copied(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    for data in replica.files.values():
+        data.flags.writeable = False
+    arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
+    assert not shares(arrays["w"], replica)
+    assert arrays["w"].flags.writeable
+
+
+def test_a_damaged_lent_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr", verify=False)
+    replica = capture_node(location, NODE, EPOCH)
+    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
+    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        read(location, ReplicaPath(replica, location.storage, lends=True))
+
+
+def test_a_read_of_some_blobs_copies_them(tmp_path: Path) -> None:
+    """Lent bytes would keep the whole received copy alive for the few blobs read."""
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    storage = ReplicaPath(replica, location.storage, lends=True)
+    manifest = open_node(storage, NODE, EPOCH)
+    arrays = read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())
+    assert not shares(arrays["w"], replica)
+
+
+def test_a_damaged_copied_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr", verify=False)
+    replica = capture_node(location, NODE, EPOCH)
+    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
+    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    storage = ReplicaPath(replica, location.storage)  # kept for others: read by copies
+    manifest = open_node(storage, NODE, EPOCH)
+    with pytest.raises(CorruptCheckpointError, match="checksum"):
+        read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())

@@ -16,6 +16,8 @@ bandwidth cap of ``--mibps`` MiB/s (250; netem's ``delay`` and ``rate``, from
 * ``..., copy thread at nice 19``: the same, ``manager.tiers.copy_niceness = 19``;
 * ``..., copy in a process``: ``manager.tiers.copy_in_process = True`` (its own GIL);
 * ``..., copy in a process at nice 19``: both;
+* ``..., paused during saves``: ``manager.tiers.pause_during_saves = True`` (the copy's
+  process is stopped while a save runs);
 * ``..., server at nice 19``: the default copy, with the moto server (and the latency
   relay) at nice 19: in production the object store runs on other machines, and a
   server that yields the CPU to the training is the closer model of that.
@@ -67,6 +69,7 @@ class Row:
     in_process: bool = False
     copy_niceness: int = 0
     server_niceness: int = 0
+    pause: bool = False
 
 
 ROWS = [
@@ -77,13 +80,26 @@ ROWS = [
     Row("local then S3, copy in a process", s3=True, in_process=True),
     Row("local then S3, copy in a process at nice 19", s3=True, in_process=True, copy_niceness=19),
     Row("local then S3, server at nice 19", s3=True, server_niceness=19),
+    Row(
+        "local then S3, copy in a process, paused during saves",
+        s3=True,
+        in_process=True,
+        pause=True,
+    ),
+    Row(
+        "local then S3, copy in a process at nice 19, paused during saves",
+        s3=True,
+        in_process=True,
+        copy_niceness=19,
+        pause=True,
+    ),
     Row("local only, again", local=True),
 ]
 LAG_ROWS = [
     "local only",
     "S3 only",
     "local then S3",
-    "local then S3, copy in a process at nice 19",
+    "local then S3, copy in a process, paused during saves",
 ]
 
 
@@ -124,6 +140,7 @@ def run_loop(
     if manager.tiers is not None:
         manager.tiers.copy_in_process = row.in_process
         manager.tiers.copy_niceness = row.copy_niceness
+        manager.tiers.pause_during_saves = row.pause
     with Node("trainer_0"):
         session.run(manager.init(["trainer_0"]))
     blocked: list[float] = []

@@ -39,11 +39,13 @@ import logging
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
@@ -87,6 +89,10 @@ T = TypeVar("T")
 
 DEFAULT_COPY_RETRIES = 3
 """How many times a failed background copy is retried (backoff doubling from 0.5 s)."""
+
+PAUSE_LIMIT = 30.0
+"""The longest a save keeps the copy's child process stopped (``pause_during_saves``):
+a save that fails never ends the pause itself."""
 
 RootLike = str | CheckpointLocation | UploadTaskGroupBuilder
 """One root of a manager: a URL, an opened location (with its own storage options), or
@@ -195,12 +201,18 @@ class Tiers:
     """Added to the nice value of the copying thread (or child process): above 0, the
     training and its saves win the CPU when both want it (Linux sets it per thread; the
     threads a copy starts inherit it)."""
+    pause_during_saves: bool = False
+    """With ``copy_in_process``: stop the copy's child process (``SIGSTOP``) while a
+    synchronous save runs on the first root, and let it go on (``SIGCONT``) once the
+    save committed (at the latest after :data:`PAUSE_LIMIT` seconds)."""
     _queue: queue.Queue[tuple[int, tuple[str, ...]]] = field(init=False)
     _pending: dict[int, int] = field(init=False)
     _failures: list[TierCopyFailure] = field(init=False)
     _lock: threading.Condition = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
     _pool: ProcessPoolExecutor | None = field(init=False, default=None)
+    _child: int | None = field(init=False, default=None)
+    _paused: threading.Timer | None = field(init=False, default=None)
     _newest_committed: int | None = field(init=False, default=None)
     first_retention: RetentionPolicy | None = field(init=False, default=None)
     """The first root's policy, as the runner last applied it: applied again once the
@@ -237,6 +249,33 @@ class Tiers:
                 self._thread.start()
         self._queue.put((epoch, tuple(nodes)))
 
+    def pause(self) -> None:
+        """A save starts: stop the copy's child process (with ``pause_during_saves``
+        and ``copy_in_process``; otherwise nothing)."""
+        if not (self.pause_during_saves and self.copy_in_process):
+            return
+        with self._lock:
+            child = self._child
+            if child is None or self._paused is not None:
+                return
+            self._paused = threading.Timer(PAUSE_LIMIT, self.resume)
+            self._paused.daemon = True
+            self._paused.start()
+        with suppress(ProcessLookupError):
+            os.kill(child, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """A save ended: let a copy :meth:`pause` stopped go on."""
+        with self._lock:
+            timer, self._paused = self._paused, None
+            child = self._child
+        if timer is None:
+            return
+        timer.cancel()
+        if child is not None:
+            with suppress(ProcessLookupError):
+                os.kill(child, signal.SIGCONT)
+
     def in_transit(self) -> set[int]:
         """Epochs committed on the first root and not yet copied (or given up on): the
         first root's retention keeps them."""
@@ -246,6 +285,7 @@ class Tiers:
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every queued copy finished (copied or given up on)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.resume()
         with self._lock:
             while self._pending:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -375,13 +415,14 @@ class Tiers:
                 initializer=_lower_priority,
                 initargs=(self.copy_niceness, 0),
             )
+            self._child = self._pool.submit(os.getpid).result()
         try:
             return self._pool.submit(
                 _copy_in_child, builder, epoch, self.manager.location, tuple(nodes)
             ).result()
         except BrokenProcessPool:
             self._pool.shutdown(wait=False)
-            self._pool = None
+            self._pool, self._child = None, None
             raise
 
     def _holds_ours(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:

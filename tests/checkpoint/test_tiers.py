@@ -358,3 +358,30 @@ def test_a_second_job_on_the_same_later_root_never_replaces_or_deletes_its_epoch
     storage = second.tiers.read_locations()[1].storage
     assert CommitListing.of(storage).complete(["trainer_0"]) == [1, 2]
     assert read_commit(storage, 1, ["trainer_0"]) == theirs  # the first job's, untouched
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> None:
+    manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
+    tiers = manager.tiers
+    tiers.copy_in_process = tiers.pause_during_saves = True
+    session.run(manager.save(1))
+    tiers.wait()
+    child = tiers._child
+    assert child is not None
+    seen: list[str] = []
+    resume = tiers.resume
+
+    def seen_then_resume() -> None:  # called once the save committed
+        seen.append(_process_state(child))
+        resume()
+
+    tiers.resume = seen_then_resume  # type: ignore[method-assign]
+    session.run(manager.save(2))
+    assert seen == ["T"]  # stopped while the save ran
+    assert _process_state(child) != "T"
+    tiers.wait()
+    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]

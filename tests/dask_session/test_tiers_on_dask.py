@@ -6,33 +6,28 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from ckpt_helpers import RecordingHandler
 from dask_session.jobs import NODES, caffe2_job
 from distributed import Client
 
 from ckptstore import JobRunner, MultiNodeCheckpointManager
 from ckptstore.dask_session import DaskSession
 from ckptstore.protocol import CommitListing
+from ckptstore.records import NodeStats
 
 
-class CopyReports:
-    """A metadata handler noting the process and thread each copy was reported from."""
+class CopyReports(RecordingHandler):
+    """Records the process and thread each copy was reported from."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.copies: list[tuple[int, str]] = []
 
-    def set_params(self, **kwargs: Any) -> None: ...
-    def write(self, epoch: int) -> None: ...
-    def last_epoch(self, user_epoch: int | None = None) -> int | None:
-        return user_epoch
-
-    def cp_accessible(self, epoch: int | None = None) -> bool:
-        return True
-
-    def report(self, action: str, stats: Any) -> None:
-        if action == "checkpoint_copy":
+    def report(self, action_name: str, stats: Mapping[str, NodeStats]) -> None:
+        if action_name == "checkpoint_copy":
             self.copies.append((os.getpid(), threading.current_thread().name))
 
 

@@ -736,10 +736,10 @@ class TierConflictError(AlreadyCommittedError):
         super().__init__(url, epoch, nodes)
         CkptStoreError.__init__(
             self,
-            f"epoch {epoch} of node(s) {list(self.nodes)} under {url} is another job's "
-            "checkpoint (its manifest differs from the one committed on the first root): two "
-            "jobs write to this root, and nothing of theirs was overwritten. Give each job its "
-            "own later roots.",
+            f"epoch {epoch} of node(s) {list(self.nodes)} under {url} is another checkpoint "
+            "than the one committed on the first root (its manifest differs): another job "
+            "writes to this root, or this job replaced the epoch (overwrite=True); nothing "
+            "there was overwritten. Give each job its own later roots.",
         )
 
 

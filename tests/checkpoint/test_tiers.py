@@ -349,7 +349,7 @@ def test_a_second_job_on_the_same_later_root_never_replaces_or_deletes_its_epoch
     (failure,) = second.tiers.take_failures()  # given up at once, not retried
     assert isinstance(failure.error, TierConflictError)
     assert failure.epoch == 1
-    assert "another job's checkpoint" in str(failure.error)
+    assert "another job writes to this root" in str(failure.error)
     with pytest.raises(TierCopyFailedError, match="durable") as raised:  # what train() raises
         second.tiers.ensure(1, ["trainer_0"])
     assert isinstance(raised.value.__cause__, TierConflictError)

@@ -213,22 +213,36 @@ def check(expected: dict[str, np.ndarray[Any, Any]], found: Any) -> None:
 
 
 @contextlib.contextmanager
-def loopback_server() -> Iterator[str]:
-    with MotoServer() as server:
+def loopback_server(niceness: int = 0) -> Iterator[str]:
+    with MotoServer(command_prefix=_nice(niceness)) as server:
         server.create_bucket("bench")
         yield server.endpoint_url
 
 
 @contextlib.contextmanager
-def delayed_server(network: NetworkNamespace, delay_ms: float, port: int) -> Iterator[str]:
-    server = MotoServer(host=network.inner_address, port=port, command_prefix=network.exec_prefix)
+def delayed_server(
+    network: NetworkNamespace, delay_ms: float, port: int, niceness: int = 0
+) -> Iterator[str]:
+    """moto in ``network`` (and the latency relay, without netem), both at ``niceness``."""
+    server = MotoServer(
+        host=network.inner_address,
+        port=port,
+        command_prefix=[*network.exec_prefix, *_nice(niceness)],
+    )
     with server:
         server.create_bucket("bench")
         if network.netem:
             yield server.endpoint_url
         else:
-            with LatencyRelay(network.inner_address, port, delay_ms=delay_ms) as relay:
+            relay = LatencyRelay(network.inner_address, port, delay_ms=delay_ms)
+            relay.command_prefix = _nice(niceness)
+            with relay:
                 yield relay.endpoint_url
+
+
+def _nice(niceness: int) -> list[str]:
+    """The prefix that runs a command at ``niceness`` (none for 0)."""
+    return ["nice", "-n", str(niceness)] if niceness else []
 
 
 def round_trip_ms(endpoint: str) -> float:

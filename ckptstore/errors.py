@@ -59,6 +59,7 @@ __all__ = [
     "StorageFullError",
     "StorageIOError",
     "StorageNotWritableError",
+    "TierConflictError",
     "TierCopyFailedError",
     "TooManySaveFailuresError",
     "UnknownPluginError",
@@ -719,6 +720,29 @@ class AlreadyCommittedError(CkptStoreError, FileExistsError):
             f"epoch {epoch} is already committed for node(s) {list(self.nodes)} under {url}; "
             "committed checkpoints are write-once, so nothing was written. Resume from it, "
             "save a new epoch, or pass overwrite=True (CLI: --fresh) to replace it on purpose.",
+        )
+
+
+class TierConflictError(AlreadyCommittedError):
+    """A later checkpoint root (a tier) already holds another checkpoint of the epoch a
+    background copy was taking there: a second job writes to the same later root (the
+    writer lease guards only the first root). Nothing was overwritten.
+
+    Example::
+
+        >>> err = TierConflictError("s3://bucket/run", 3, ["trainer_0"])
+        >>> err.url, isinstance(err, FileExistsError)
+        ('s3://bucket/run', True)
+    """
+
+    def __init__(self, url: str, epoch: int, nodes: Iterable[str]) -> None:
+        super().__init__(url, epoch, nodes)
+        CkptStoreError.__init__(
+            self,
+            f"epoch {epoch} of node(s) {list(self.nodes)} under {url} is another checkpoint "
+            "than the one committed on the first root (its manifest differs): another job "
+            "writes to this root, or this job replaced the epoch (overwrite=True); nothing "
+            "there was overwritten. Give each job its own later roots.",
         )
 
 

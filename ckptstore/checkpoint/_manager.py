@@ -273,7 +273,16 @@ class ManagerBase(ABC):
         """What runs before every node's part of the save of ``epoch`` (committed
         checkpoints are write-once) and after all of them (commit, or
         :class:`~ckptstore.errors.SaveFailedError` naming the failed nodes)."""
-        return Hooks(self._check_hook(epoch), self._commit_hook(epoch))
+        check = self._check_hook(epoch)
+        tiers = self.tiers
+        if tiers is None or not tiers.pause_during_saves:
+            return Hooks(check, self._commit_hook(epoch))
+
+        def pause_then_check() -> None:  # the copy waits while the save runs
+            tiers.pause()
+            check()
+
+        return Hooks(pause_then_check, self._commit_hook(epoch))
 
     def _check_hook(self, epoch: int) -> Callable[[], None]:
         """The check before the save of ``epoch``; it reads the epoch's one-document
@@ -305,7 +314,10 @@ class ManagerBase(ABC):
         nodes = self.node_names()
 
         def commit_then_copy(results: list[object]) -> list[NodeStats]:
-            committed = commit(results)
+            try:
+                committed = commit(results)
+            finally:
+                tiers.resume()
             tiers.after_commit(epoch, nodes)
             return committed
 

@@ -36,10 +36,16 @@ Example::
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
@@ -48,6 +54,7 @@ from ckptstore.checkpoint._retention import RetentionPolicy, enforce, retain_aft
 from ckptstore.errors import (
     CorruptCheckpointError,
     JobConfigurationError,
+    TierConflictError,
     TierCopyFailedError,
     is_permanent,
 )
@@ -78,6 +85,10 @@ T = TypeVar("T")
 
 DEFAULT_COPY_RETRIES = 3
 """How many times a failed background copy is retried (backoff doubling from 0.5 s)."""
+
+PAUSE_LIMIT = 30.0
+"""The longest a save keeps the copy's child process stopped (``pause_during_saves``):
+a save that fails never ends the pause itself."""
 
 RootLike = str | CheckpointLocation | UploadTaskGroupBuilder
 """One root of a manager: a URL, an opened location (with its own storage options), or
@@ -156,6 +167,7 @@ class _Tier:
     retention: RetentionPolicy | None
     url: str
     newest: int | None = None  # the newest epoch copied there by this process
+    shared: bool = False  # another job's epoch was found there: its retention stays off
 
 
 @dataclass
@@ -176,11 +188,27 @@ class Tiers:
     """Copy every committed epoch, even when the copies fall behind the saves; by
     default, when several epochs wait, only the newest is copied (the later roots then
     lag by one copy, not by a growing queue)."""
+    copy_in_process: bool = False
+    """Run the copies in a child process (spawned at the first copy, then reused)
+    instead of on a thread of this one: their Python work (HTTP requests, checksums)
+    then never holds the GIL of the process that trains and saves. The builder must be
+    picklable (the built-in ``copy`` builder is)."""
+    copy_niceness: int = 0
+    """Added to the nice value of the copying thread (or child process): above 0, the
+    training and its saves win the CPU when both want it (Linux sets it per thread; the
+    threads a copy starts inherit it)."""
+    pause_during_saves: bool = False
+    """With ``copy_in_process``: stop the copy's child process (``SIGSTOP``) while a
+    synchronous save runs on the first root, and let it go on (``SIGCONT``) once the
+    save committed (at the latest after :data:`PAUSE_LIMIT` seconds)."""
     _queue: queue.Queue[tuple[int, tuple[str, ...]]] = field(init=False)
     _pending: dict[int, int] = field(init=False)
     _failures: list[TierCopyFailure] = field(init=False)
     _lock: threading.Condition = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
+    _pool: ProcessPoolExecutor | None = field(init=False, default=None)
+    _child: int | None = field(init=False, default=None)
+    _paused: threading.Timer | None = field(init=False, default=None)
     _newest_committed: int | None = field(init=False, default=None)
     first_retention: RetentionPolicy | None = field(init=False, default=None)
     """The first root's policy, as the runner last applied it: applied again once the
@@ -217,6 +245,33 @@ class Tiers:
                 self._thread.start()
         self._queue.put((epoch, tuple(nodes)))
 
+    def pause(self) -> None:
+        """A save starts: stop the copy's child process (with ``pause_during_saves``
+        and ``copy_in_process``; otherwise nothing)."""
+        if not (self.pause_during_saves and self.copy_in_process):
+            return
+        with self._lock:
+            child = self._child
+            if child is None or self._paused is not None:
+                return
+            self._paused = threading.Timer(PAUSE_LIMIT, self.resume)
+            self._paused.daemon = True
+            self._paused.start()
+        with suppress(ProcessLookupError):
+            os.kill(child, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """A save ended: let a copy :meth:`pause` stopped go on."""
+        with self._lock:
+            timer, self._paused = self._paused, None
+            child = self._child
+        if timer is None:
+            return
+        timer.cancel()
+        if child is not None:
+            with suppress(ProcessLookupError):
+                os.kill(child, signal.SIGCONT)
+
     def in_transit(self) -> set[int]:
         """Epochs committed on the first root and not yet copied (or given up on): the
         first root's retention keeps them."""
@@ -226,6 +281,7 @@ class Tiers:
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every queued copy finished (copied or given up on)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.resume()
         with self._lock:
             while self._pending:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -257,6 +313,8 @@ class Tiers:
     # -- the background thread -------------------------------------------------------
 
     def _work(self) -> None:
+        if self.copy_niceness and not self.copy_in_process:
+            _lower_priority(self.copy_niceness, threading.get_native_id())
         while True:
             batch = [self._queue.get()]
             while not self._queue.empty():  # queued while the previous copy ran
@@ -300,7 +358,11 @@ class Tiers:
                 self._copy(tier, epoch, nodes)
                 return True
             except Exception as error:
-                final = attempt == attempts or (isinstance(error, OSError) and is_permanent(error))
+                final = (
+                    attempt == attempts
+                    or isinstance(error, TierConflictError)
+                    or (isinstance(error, OSError) and is_permanent(error))
+                )
                 log.warning(
                     "Copy of epoch %d to %s failed (attempt %d of %d): %s",
                     epoch,
@@ -317,11 +379,14 @@ class Tiers:
 
     def _copy(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> None:
         builder = tier.builder
-        if isinstance(builder, ReadableTier) and _holds(builder.storage, epoch, nodes):
+        if isinstance(builder, ReadableTier) and self._holds_ours(tier, epoch, nodes):
             tier.newest = max(epoch, tier.newest or epoch)
             return  # copied by an earlier run: committed there, never copied twice
         started = time.perf_counter_ns()
-        results = LocalSession().run(builder.build(epoch, self.manager))
+        if self.copy_in_process:
+            results = self._run_in_process(builder, epoch, nodes)
+        else:
+            results = LocalSession().run(builder.build(epoch, self.manager))
         tier.newest = max(epoch, tier.newest or epoch)
         stats = {s.db_path: s for s in results if isinstance(s, NodeStats)}
         log.info(
@@ -334,7 +399,61 @@ class Tiers:
         if tier.retention is not None and isinstance(builder, ReadableTier):
             self._retain(tier, builder.storage, epoch, nodes)
 
+    def _run_in_process(
+        self, builder: UploadTaskGroupBuilder, epoch: int, nodes: Sequence[str]
+    ) -> list[object]:
+        """The copy's groups run in the child process (a new one if the last died:
+        its half-done copy was never committed, and this attempt redoes it)."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_lower_priority,
+                initargs=(self.copy_niceness, 0),
+            )
+            self._child = self._pool.submit(os.getpid).result()
+        try:
+            return self._pool.submit(
+                _copy_in_child, builder, epoch, self.manager.location, tuple(nodes)
+            ).result()
+        except BrokenProcessPool:
+            self._pool.shutdown(wait=False)
+            self._pool, self._child = None, None
+            raise
+
+    def _holds_ours(self, tier: _Tier, epoch: int, nodes: Sequence[str]) -> bool:
+        """Whether ``tier`` holds ``epoch`` of ``nodes`` as committed on the first root
+        (the same manifests: a copy keeps them byte for byte). Raises
+        :class:`~ckptstore.errors.TierConflictError` if a node is committed there with
+        another manifest: another job's epoch, never replaced; ``tier`` is then marked
+        shared, and its retention stays off for the rest of the job."""
+        assert isinstance(tier.builder, ReadableTier)
+        there = protocol.read_commit(tier.builder.storage, epoch, nodes)
+        if there is None:
+            return False
+        ours = protocol.read_commit(self.manager.location.storage, epoch, nodes)
+        foreign = [
+            node
+            for node, commit in there.nodes.items()
+            if ours is None
+            or node not in ours.nodes
+            or ours.nodes[node].manifest_crc32c != commit.manifest_crc32c
+        ]
+        if foreign:
+            if not tier.shared:
+                log.error(
+                    "%s holds another job's epoch %d: two jobs write there; no retention "
+                    "runs there from this job any more",
+                    tier.url,
+                    epoch,
+                )
+            tier.shared = True
+            raise TierConflictError(tier.url, epoch, foreign)
+        return set(there.nodes) == set(nodes)
+
     def _retain(self, tier: _Tier, storage: PathType, epoch: int, nodes: Sequence[str]) -> None:
+        if tier.shared:
+            return  # another job writes there: its epochs are not this job's to delete
         try:
             assert tier.retention is not None
             enforce(storage, tier.retention, upto=epoch, protect={epoch}, nodes=nodes)
@@ -403,7 +522,9 @@ class Tiers:
         if not isinstance(tier.builder, ReadableTier):
             return False
         try:
-            return _holds(tier.builder.storage, epoch, nodes)
+            return self._holds_ours(tier, epoch, nodes)
+        except TierConflictError:
+            return False  # the copy, queued, reports it
         except (OSError, CorruptCheckpointError) as error:
             log.warning("Cannot tell whether %s holds epoch %d: %s", tier.url, epoch, error)
             return False
@@ -448,6 +569,24 @@ class Tiers:
                     error,
                 )
         return TieredListing(first, later)
+
+
+def _lower_priority(niceness: int, thread: int) -> None:
+    """Add ``niceness`` to the nice value of ``thread`` (0: the calling process)."""
+    if niceness:
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + niceness)
+
+
+def _copy_in_child(
+    builder: UploadTaskGroupBuilder, epoch: int, source: CheckpointLocation, nodes: tuple[str, ...]
+) -> list[object]:
+    """One copy, in the child process: the builder's groups against a manager of the
+    first root for ``nodes`` (what a builder reads its source from)."""
+    from ckptstore.checkpoint._multinode import MultiNodeCheckpointManager
+
+    manager = MultiNodeCheckpointManager([source], source.db_type)
+    manager._create_managers(nodes)
+    return LocalSession().run(builder.build(epoch, manager))
 
 
 def _holds(where: CheckpointLocation | PathType, epoch: int, nodes: Iterable[str]) -> bool:

@@ -19,8 +19,8 @@ from ckpt_helpers import build_counter_job, flip_byte
 from ckptstore import Job, JobRunner, LocalSession, Node, Task, epoch_limiter
 from ckptstore.builtin import CopyUpload
 from ckptstore.checkpoint import CheckpointManager, KeepLast, MultiNodeCheckpointManager
-from ckptstore.errors import JobConfigurationError, TierCopyFailedError
-from ckptstore.protocol import CheckpointLocation, CommitListing, committed_nodes
+from ckptstore.errors import JobConfigurationError, TierConflictError, TierCopyFailedError
+from ckptstore.protocol import CheckpointLocation, CommitListing, committed_nodes, read_commit
 from ckptstore.testing import FaultProxy
 from ckptstore.tree import load_tree, save_tree
 
@@ -305,3 +305,83 @@ def test_roots_and_policies_that_do_not_fit_are_refused(tmp_path: Path) -> None:
     assert one_policy.retention == KeepLast(2)  # a single policy applies to every root
     assert one_policy.tiers is not None
     assert one_policy.tiers.roots == roots
+
+
+def _saving(fast: Path, durable: Path, value: float, keep: Any = None) -> tuple[Any, LocalSession]:
+    manager = CheckpointManager(
+        [str(fast), str(durable)], "trainer_0", "npz", retention=[None, keep]
+    )
+    assert manager.tiers is not None
+    manager.tiers.retries, manager.tiers.backoff = 1, 0.0
+    session = LocalSession()
+    session.workspace("trainer_0")["w"] = np.full(2, value)
+    session.run(manager.init(["trainer_0"]))
+    return manager, session
+
+
+def test_copies_in_a_child_process_at_low_priority_survive_its_kill(tmp_path: Path) -> None:
+    manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
+    tiers = manager.tiers
+    tiers.copy_in_process, tiers.copy_niceness = True, 5
+    session.run(manager.save(1))
+    tiers.wait()
+    (child,) = tiers._pool._processes  # type: ignore[union-attr]
+    assert os.getpriority(os.PRIO_PROCESS, child) >= os.getpriority(os.PRIO_PROCESS, 0) + 5
+    os.kill(child, signal.SIGKILL)  # the next copy's first attempt finds its process gone
+    session.run(manager.save(2))
+    tiers.wait()
+    assert tiers.take_failures() == []  # retried in a new child process
+    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
+    assert CommitListing.of(tiers.read_locations()[1].storage).complete(["trainer_0"]) == [1, 2]
+
+
+def test_a_second_job_on_the_same_later_root_never_replaces_or_deletes_its_epochs(
+    tmp_path: Path,
+) -> None:
+    durable = tmp_path / "durable"
+    first, session = _saving(tmp_path / "a", durable, 1.0)
+    session.run(first.save(1))
+    first.tiers.wait()
+    theirs = read_commit(first.tiers.read_locations()[1].storage, 1, ["trainer_0"])
+    second, session = _saving(tmp_path / "b", durable, 2.0, keep=KeepLast(1))
+    session.run(second.save(1))  # committed on b; the copy finds the first job's epoch 1
+    second.tiers.wait()
+    (failure,) = second.tiers.take_failures()  # given up at once, not retried
+    assert isinstance(failure.error, TierConflictError)
+    assert failure.epoch == 1
+    assert "another job writes to this root" in str(failure.error)
+    with pytest.raises(TierCopyFailedError, match="durable") as raised:  # what train() raises
+        second.tiers.ensure(1, ["trainer_0"])
+    assert isinstance(raised.value.__cause__, TierConflictError)
+    session.run(second.save(2))  # copied; the shared root's retention (KeepLast(1)) stays off
+    second.tiers.wait()
+    storage = second.tiers.read_locations()[1].storage
+    assert CommitListing.of(storage).complete(["trainer_0"]) == [1, 2]
+    assert read_commit(storage, 1, ["trainer_0"]) == theirs  # the first job's, untouched
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> None:
+    manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
+    tiers = manager.tiers
+    tiers.copy_in_process = tiers.pause_during_saves = True
+    session.run(manager.save(1))
+    tiers.wait()
+    child = tiers._child
+    assert child is not None
+    seen: list[str] = []
+    resume = tiers.resume
+
+    def seen_then_resume() -> None:  # called once the save committed
+        seen.append(_process_state(child))
+        resume()
+
+    tiers.resume = seen_then_resume  # type: ignore[method-assign]
+    session.run(manager.save(2))
+    assert seen == ["T"]  # stopped while the save ran
+    assert _process_state(child) != "T"
+    tiers.wait()
+    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from ckptstore import protocol
 from ckptstore.checkpoint import commit_saves
 from ckptstore.execution import Node, Task, TaskGroup, WorkspaceType
 from ckptstore.plugin import PathType, UploadSource, UploadTaskGroupBuilder, get_registry, hookimpl
@@ -83,9 +82,10 @@ class CopyUpload(UploadTaskGroupBuilder):
         source = checkpoint_manager.location
         if not isinstance(source, CheckpointLocation):  # another manager's own root type
             source = CheckpointLocation(source.storage, source.db_type, source.io_settings)
+        # Nothing at ``dest`` is retracted: a node already committed there stays as it
+        # is (the same checkpoint: skipped; another job's: the copy fails).
         group = TaskGroup(
             WorkspaceType.GLOBAL,
-            before_run=partial(protocol.retract_epoch, dest, epoch, nodes),
             after_run=partial(commit_saves, storage=dest, epoch=epoch),
         )
         for node in nodes:

@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from ckptstore.errors import CorruptCheckpointError
+from ckptstore.errors import AlreadyCommittedError, CorruptCheckpointError
 from ckptstore.execution import Workspace
 from ckptstore.io import ByteProgress, ReadRequest, checksum_of, is_shared_key
 from ckptstore.plugin import DBLocation, PathType
@@ -134,7 +134,18 @@ def copy_node_task(
     epoch: int,
     verify: bool,
 ) -> NodeStats:
-    """:func:`copy_node` as a task body (the workspace is not used)."""
+    """:func:`copy_node` as a task body (the workspace is not used).
+
+    A copy that finds ``node`` already committed at ``dest`` never replaces it: the
+    same checkpoint (its manifest's CRC-32C, which a copy keeps byte for byte) is left
+    as it is and not committed again (an interrupted copy resumes); another one raises
+    :class:`~ckptstore.errors.AlreadyCommittedError` (another job's epoch)."""
+    there = protocol.read_commit(dest, epoch, [node])
+    if there is not None and node in there.nodes:
+        ours = protocol.require_commit(source, epoch, [node]).nodes[node]
+        if there.nodes[node].manifest_crc32c != ours.manifest_crc32c:
+            raise AlreadyCommittedError(storage_of(dest).display_url, epoch, [node])
+        return NodeStats(node, epoch, storage_of(dest).display_url, "checkpoint_upload")
     return copy_node(source=source, dest=dest, node=node, epoch=epoch, verify=verify)
 
 

@@ -19,6 +19,7 @@ from ckpt_helpers import (
 )
 
 from ckptstore import (
+    AlreadyCommittedError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     JobRunner,
@@ -135,16 +136,66 @@ def test_uploading_an_uncommitted_epoch_fails(tmp_path: Path) -> None:
         LocalSession().run(CopyUpload(str(tmp_path / "up")).build(5, manager))
 
 
-def test_a_reupload_replaces_the_epoch(tmp_path: Path) -> None:
+def _attempts(root: Path) -> dict[str, str | None]:
+    record = protocol.read_commit(LocalPath(str(root)), 1, NODES)
+    assert record is not None
+    return {node: commit.attempt for node, commit in record.nodes.items()}
+
+
+def test_a_reupload_of_the_same_epoch_changes_nothing(tmp_path: Path) -> None:
     source, dest = tmp_path / "ckpt", tmp_path / "upload"
     job, _ = build_counter_job(nodes=NODES, epochs=1)
     manager = MultiNodeCheckpointManager(str(source), "npz")
     JobRunner(job, manager).train(LocalSession())
     upload = CopyUpload(str(dest))
     LocalSession().run(upload.build(1, manager))
+    first = _attempts(dest)
     LocalSession().run(upload.build(1, manager))
+    assert _attempts(dest) == first  # nothing retracted, nothing written again
     assert sorted(p.name for p in dest.iterdir()) == ["_ckptstore", "trainer_0.1", "trainer_1.1"]
-    assert protocol.committed_nodes(LocalPath(str(dest)), 1) == set(NODES)
+
+
+def test_an_interrupted_upload_resumes_without_retracting_what_it_committed(
+    tmp_path: Path,
+) -> None:
+    """A copy killed between its nodes' commit records leaves one node committed: the
+    next copy keeps that record and commits the other."""
+    source, dest = tmp_path / "ckpt", tmp_path / "upload"
+    job, _ = build_counter_job(nodes=NODES, epochs=1)
+    manager = MultiNodeCheckpointManager(str(source), "npz")
+    JobRunner(job, manager).train(LocalSession())
+    upload = CopyUpload(str(dest))
+    LocalSession().run(upload.build(1, manager))
+    first = _attempts(dest)
+    protocol.retract_epoch(LocalPath(str(dest)), 1, [NODES[1]])
+    LocalSession().run(upload.build(1, manager))
+    again = _attempts(dest)
+    assert again[NODES[0]] == first[NODES[0]]
+    assert set(again) == set(NODES)
+    assert_loads(dest, "npz")
+
+
+def test_an_upload_never_replaces_another_job_s_epoch(tmp_path: Path) -> None:
+    """The destination holds another checkpoint of the epoch (another job's, in
+    another format): the copy fails with ``AlreadyCommittedError`` and leaves it."""
+    source, dest = tmp_path / "ckpt", tmp_path / "upload"
+    for root, db_type in ((source, "npz"), (dest, "zarr")):
+        job, _ = build_counter_job(nodes=NODES, epochs=1)
+        JobRunner(job, MultiNodeCheckpointManager(str(root), db_type)).train(LocalSession())
+    theirs = _attempts(dest)
+    manager = MultiNodeCheckpointManager(str(source), "npz")
+    manager.init(list(NODES))
+    with pytest.raises(AlreadyCommittedError):
+        LocalSession().run(CopyUpload(str(dest)).build(1, manager))
+    assert _attempts(dest) == theirs
+    assert_loads(dest, "zarr")
+
+
+def assert_loads(root: Path, db_type: str) -> None:
+    manager = MultiNodeCheckpointManager(str(root), db_type)
+    session = LocalSession()
+    session.run(manager.init(list(NODES)))
+    session.run(manager.load(1))
 
 
 def test_the_builder_opens_its_destination_lazily(tmp_path: Path) -> None:

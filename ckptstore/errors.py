@@ -711,15 +711,20 @@ class AlreadyCommittedError(CkptStoreError, FileExistsError):
         1 ('trainer_0',)
     """
 
-    def __init__(self, url: str, epoch: int, nodes: Iterable[str]) -> None:
+    def __init__(
+        self, url: str, epoch: int, nodes: Iterable[str], *, hint: str | None = None
+    ) -> None:
         self.url = url
         self.epoch = epoch
         self.nodes = tuple(sorted(nodes))
+        what_to_do = hint or (
+            "Resume from it, save a new epoch, or pass overwrite=True (CLI: --fresh) to "
+            "replace it on purpose"
+        )
         CkptStoreError.__init__(
             self,
             f"epoch {epoch} is already committed for node(s) {list(self.nodes)} under {url}; "
-            "committed checkpoints are write-once, so nothing was written. Resume from it, "
-            "save a new epoch, or pass overwrite=True (CLI: --fresh) to replace it on purpose.",
+            f"committed checkpoints are write-once, so nothing was written. {what_to_do}.",
         )
 
 

@@ -36,7 +36,7 @@ from functools import partial
 import numpy as np
 
 from ckptstore import protocol
-from ckptstore.errors import JobConfigurationError
+from ckptstore.errors import AlreadyCommittedError, JobConfigurationError
 from ckptstore.io import ByteProgress, NodeProgress, ParallelIO
 from ckptstore.plugin import DBType, PathType, get_registry
 from ckptstore.protocol import CheckpointLocation, copy_node, refuse_unsafe_archives, require_commit
@@ -102,7 +102,9 @@ def copy_epochs(
 ) -> list[NodeDone]:
     """Copy each committed epoch's node checkpoints from ``source`` to ``dest`` (``jobs``
     nodes at a time) and commit them there. Nodes already committed at ``dest`` with the
-    same manifest are skipped unless ``force``. ``on_bytes`` hears bytes as chunks are
+    same manifest are skipped unless ``force``; one committed there with another manifest
+    raises :class:`~ckptstore.errors.AlreadyCommittedError` unless ``force`` (then it is
+    replaced). ``on_bytes`` hears bytes as chunks are
     copied and read back: ``copy_passes(verify)`` times each node's stored bytes. An
     epoch with a packed archive that ``verify --deep`` refuses
     (:func:`~ckptstore.protocol._archives.check_archives`) raises
@@ -125,6 +127,11 @@ def copy_epochs(
                     on_done(done[-1])
             else:
                 todo.append(node)
+        replaced = [n for n in todo if existing is not None and n in existing.nodes]
+        if replaced and not force:  # another checkpoint of the epoch: never replaced silently
+            raise AlreadyCommittedError(
+                dest.display_url, epoch, replaced, hint="`ckptstore cp --force` replaces them"
+            )
         if not todo:
             continue
         protocol.retract_epoch(dest, epoch, todo)

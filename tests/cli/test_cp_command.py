@@ -133,3 +133,28 @@ def test_cp_materialize_writes_self_contained_epochs_that_plain_zarr_reads(
     group = zarr.open_group(store, mode="r")
     names = [name for name, _ in group.arrays()]
     assert any(np.array_equal(group[name][...], base) for name in names)
+
+
+def test_another_checkpoint_of_the_epoch_at_dst_is_replaced_only_with_force(
+    cli: Cli, run_url: str, tmp_path: Path
+) -> None:
+    """DST holds epoch 3 with other manifests (converted to zarr there): cp refuses,
+    names ``--force`` and leaves DST's epoch as it was; ``--force`` replaces it."""
+    dest = str(tmp_path / "copy")
+    assert cli("cp", run_url, dest, "--latest").code == 0
+    assert cli("convert", dest, "--to", "zarr", "--latest").code == 0
+    theirs = protocol.read_commit(LocalPath(dest), 3)
+    assert theirs is not None
+    refused = cli("cp", run_url, dest, "--latest")
+    assert refused.code == 1
+    assert "--force" in refused.err
+    assert "Traceback" not in refused.err
+    assert protocol.read_commit(LocalPath(dest), 3) == theirs
+    assert cli("cp", run_url, dest, "--latest", "--force").code == 0
+    ours = protocol.read_commit(LocalPath(run_url), 3)
+    replaced = protocol.read_commit(LocalPath(dest), 3)
+    assert ours is not None
+    assert replaced is not None
+    assert {n: c.manifest_crc32c for n, c in replaced.nodes.items()} == {
+        n: c.manifest_crc32c for n, c in ours.nodes.items()
+    }

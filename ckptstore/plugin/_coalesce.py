@@ -50,7 +50,9 @@ MAX_TARGETS = 500
 
 
 class Span(NamedTuple):
-    """``target.nbytes`` bytes at ``offset`` of ``key``, checked by ``crc`` (computed by
+    """One checked range of a stored file, to be read into ``target``.
+
+    ``target.nbytes`` bytes at ``offset`` of ``key``, checked by ``crc`` (computed by
     ``algorithm``): chunk ``chunk`` of blob ``blob``."""
 
     key: str
@@ -69,8 +71,9 @@ def _place(span: Span) -> tuple[str, int]:
 def coalesced_reads(
     db: DBLocation, spans: Sequence[Span], *, runs_of: int | None = None
 ) -> Iterator[ReadRequest]:
-    """Requests reading every span into its target, neighbours of one file together:
-    small ones up to :data:`COALESCE_BYTES`, large ones (the chunks of a large array,
+    """Requests reading every span into its target, neighbours of one file together.
+
+    Small ones go up to :data:`COALESCE_BYTES`, large ones (the chunks of a large array,
     each its own archive member) up to the engine's chunk size, so that the device sees
     reads as long as one member's pieces. With ``runs_of``, spans of every size are
     read in runs of up to that many bytes, each span checked on its own (many pieces

@@ -47,8 +47,9 @@ CONTENT_VERSION = "sha256:"
 
 
 def content_version(data: bytes) -> str:
-    """The version of a document that is its bytes' SHA-256 (``sha256:<hex>``): what
-    :meth:`PathType.get_versioned_document` gives by default.
+    """The version of a document that is its bytes' SHA-256 (``sha256:<hex>``).
+
+    What :meth:`PathType.get_versioned_document` gives by default.
 
     Example::
 

@@ -32,8 +32,9 @@ __all__ = ["CheckpointRoot", "UploadSource", "UploadTaskGroupBuilder"]
 
 
 class CheckpointRoot(Protocol):
-    """Where the checkpoints to upload are: their storage, format and I/O settings
-    (:class:`ckptstore.protocol.CheckpointLocation` is one)."""
+    """Where the checkpoints to upload are: their storage, format and I/O settings.
+
+    :class:`ckptstore.protocol.CheckpointLocation` is one."""
 
     @property
     def storage(self) -> PathType: ...
@@ -46,8 +47,9 @@ class CheckpointRoot(Protocol):
 
 
 class UploadSource(Protocol):
-    """What an upload builder may ask of the checkpoint manager that calls it: the
-    nodes whose checkpoints to upload and where they are (every
+    """What an upload builder may ask of the checkpoint manager that calls it.
+
+    The nodes whose checkpoints to upload, and where they are (every
     :class:`ckptstore.CheckpointManager` is one)."""
 
     def node_names(self) -> list[str]: ...

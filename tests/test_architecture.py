@@ -61,3 +61,16 @@ def test_plugins_use_only_public_ckptstore_modules() -> None:
         for module in private.findall(path.read_text())
     }
     assert sorted(found) == []
+
+
+MAX_MODULE_LINES = 900
+"""Small modules with one job each: a module that grows past this is split by job."""
+
+
+def test_every_module_stays_small() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for path in (ROOT / "ckptstore").rglob("*.py")
+    }
+    assert sizes, "no module found under ckptstore/"
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}

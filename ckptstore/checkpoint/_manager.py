@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
@@ -39,12 +39,12 @@ from ckptstore.checkpoint._node_tasks import (
     save_node,
 )
 from ckptstore.checkpoint._retention import RetentionPolicy, retain_after_save
+from ckptstore.checkpoint._roots import open_roots
 from ckptstore.checkpoint._tiers import (
     RootLike,
     Tiers,
     from_fastest,
     split_retention,
-    split_roots,
 )
 from ckptstore.errors import (
     CorruptCheckpointError,
@@ -67,7 +67,6 @@ from ckptstore.protocol import (
     LeaseFence,
     WriterLease,
     check_can_hold,
-    check_incremental,
     verify_node,
 )
 from ckptstore.records import ATTEMPT_MARK, NodeStats, db_name, validate_epoch, validate_node_name
@@ -881,36 +880,3 @@ class CheckpointManager(ManagerBase):
         if str(node_name) != self._node_name:
             return None
         return db_name(validate_epoch(epoch), self._node_name, self._db_prefix)
-
-
-def open_roots(
-    db_prefix: str | Sequence[RootLike],
-    *,
-    db_type: str | DBType,
-    io: IOSettings | None,
-    path_type: str | None,
-    storage_options: Mapping[str, object] | None,
-    incremental: bool,
-    location: CheckpointLocation | None = None,
-) -> tuple[CheckpointLocation, list[UploadTaskGroupBuilder]]:
-    """A manager's roots: the first opened with the manager's own options (or
-    ``location``, made incremental if asked), the later ones as upload builders."""
-    if location is not None and incremental and not location.incremental:
-        check_incremental(location.db_type)
-        location = replace(location, incremental=True)
-    roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
-
-    def open_first(prefix: str) -> CheckpointLocation:
-        return CheckpointLocation.open(
-            prefix,
-            db_type,
-            io=io,
-            path_type=path_type,
-            storage_options=storage_options,
-            incremental=incremental,
-        )
-
-    given: list[RootLike] = list(roots)
-    if location is not None:
-        given[:1] = [location]  # the opened first root stands for the URL
-    return split_roots(given, open_first)

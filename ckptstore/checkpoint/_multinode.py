@@ -29,10 +29,10 @@ from ckptstore.checkpoint._manager import (
     DEFAULT_DB_TYPE,
     CheckpointManager,
     ManagerBase,
-    open_roots,
 )
 from ckptstore.checkpoint._node_tasks import NO_HOOKS, Hooks, NodeWork, partial_load
 from ckptstore.checkpoint._retention import RetentionPolicy
+from ckptstore.checkpoint._roots import open_roots
 from ckptstore.checkpoint._tiers import RootLike
 from ckptstore.errors import JobConfigurationError
 from ckptstore.execution import Node, Session, Task, TaskGroup, WorkspaceType

@@ -16,13 +16,9 @@ from ckptstore import CheckpointManager, CorruptCheckpointError, StorageError
 from ckptstore.errors import ObjectNotFoundError, is_permanent
 from ckptstore.io import usable_cpus
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
-from ckptstore.paths import LocalPath, _local_path
-from ckptstore.paths._local_path import (
-    DURABILITY_MODES,
-    EARLY_WRITEBACK_BYTES,
-    _advance,
-    _write_vectored,
-)
+from ckptstore.paths import LocalPath, _file_io
+from ckptstore.paths._file_io import EARLY_WRITEBACK_BYTES, _advance, _write_vectored
+from ckptstore.paths._local_path import DURABILITY_MODES
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol import committed_epochs
 
@@ -268,13 +264,13 @@ def test_large_writes_through_the_page_cache_start_their_write_back_at_once(
     be synced (``durability="none"``) and a file in memory (tmpfs) do not. The bytes
     arrive every time."""
     started: list[tuple[str, int, int]] = []
-    real = _local_path._start_writeback
+    real = _file_io._start_writeback
 
     def recording(fd: int, offset: int = 0, length: int = 0) -> None:
         started.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length))
         real(fd, offset, length)
 
-    monkeypatch.setattr(_local_path, "_start_writeback", recording)
+    monkeypatch.setattr(_file_io, "_start_writeback", recording)
     large = np.random.default_rng(3).integers(0, 255, EARLY_WRITEBACK_BYTES + 5, np.uint8)
     small = b"s" * 100
     cases = [(tmp_path / "ext4", "fsync", True), (tmp_path / "scratch", "none", False)]

@@ -38,7 +38,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -93,6 +93,11 @@ objects and requests."""
 WRITERS = 16
 """Threads naming and writing an incremental save's chunks (at least; more if the I/O
 settings ask for more)."""
+PROBE_EVERY = 8
+"""A blob every chunk of which changed between this process's last two saves of it
+(dense updates) goes to the node's archive, unhashed, as a full save writes it; every
+``PROBE_EVERY``-th save of it goes through the chunk store again, to notice when it
+stops changing."""
 INTENTS_DIR = f"{CONTROL_DIR}/intents"
 COLLECTIONS_DIR = f"{CONTROL_DIR}/gc"
 _INTENT_KIND = "ckptstore.save-intent"
@@ -108,10 +113,29 @@ class _Known:
     size: int
 
 
-_MEMORY: dict[tuple[str, str], dict[str, list[_Known]]] = {}
-"""Per (root, node), the chunks of the last incremental save in this process: a chunk
+@dataclass(frozen=True)
+class _Remembered:
+    """One blob of a node's previous incremental save in this process."""
+
+    chunks: list[_Known]
+    """Its chunks when it last went through the chunk store."""
+    changing: bool = False
+    """Whether every chunk had changed since the save before that one (dense)."""
+    archived: int = 0
+    """The saves since then that wrote it to the node's archive."""
+
+    def to_archive(self) -> bool:
+        """Whether the next save writes the blob to the node's archive, unhashed."""
+        return self.changing and self.archived + 1 < PROBE_EVERY
+
+
+_MEMORY: dict[tuple[str, str], dict[str, _Remembered]] = {}
+"""Per (root, node), the blobs of the last incremental save in this process: a chunk
 whose name is unchanged takes its CRC-32 from there, and is looked for in the store
 without being written first."""
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+"""This process's writing threads, by (process, threads): kept between saves, as
+starting 16 threads took 10-40 ms of a save on the loaded VM."""
 _MEMORY_LOCK = threading.Lock()
 _REMEMBER_NODES = 64
 _SCRATCH = threading.local()
@@ -130,8 +154,11 @@ class _Piece:
     data: memoryview
     name: str = ""
     crc: int = 0
-    reused: bool = False
+    same: bool = False
+    """Whether the chunk is the one the previous save had at its place."""
     staged: str | None = None
+    stored: str = ""
+    """Its manifest key."""
 
 
 class ChunkStore:
@@ -147,52 +174,74 @@ class ChunkStore:
         self.written_bytes = 0
         self.reused_bytes = 0
         self._lock = threading.Lock()
-        self._known: dict[str, list[_Known]] | None = None
+        self._known: dict[str, _Remembered] | None = None
 
     def takes(self, array: Array) -> bool:
         return int(array.nbytes) >= INCREMENTAL_FROM
 
     def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
+        """Records of the blobs stored; the others (every chunk of which changed at the
+        previous save: see :data:`PROBE_EVERY`) go to the node's archive."""
         with _MEMORY_LOCK:
             previous = _MEMORY.get((self.storage.display_url, self.node), {})
+        known: dict[str, _Remembered] = {}
+        for name in blobs:
+            before = previous.get(name)
+            if before is not None and before.to_archive():
+                known[name] = replace(before, archived=before.archived + 1)
+        blobs = {name: array for name, array in blobs.items() if name not in known}
         pieces = [
             piece
             for number, (name, array) in enumerate(blobs.items())
             for piece in _cut(name, number, array)
         ]
-        # one file per chunk, each synced when closed: waiting on a sync each, more
-        # writers keep the disk busy (1 GiB in 4 MiB chunks on this VM: 1.35 s with 4,
-        # 0.61 s with 16, one 1 GiB file 0.65 s)
-        workers = max(db.io.settings.concurrency, WRITERS)
-        if self.storage.supports_rename:
-            self.storage.prepare_keys([f"{self._staging}/-"])
-        try:
-            with ThreadPoolExecutor(workers, thread_name_prefix="ckptstore-chunks") as pool:
-                # named, and (on local disk) changed chunks written to temporary files
-                list(pool.map(lambda piece: self._stage(piece, previous), pieces))
-                names = sorted({piece.name for piece in pieces})
-                self._announce(names)
-                # a collection running now may not have seen the intent: then every
-                # chunk goes under a name of this save's own (see collect_chunks)
-                alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
-                first = {piece.name: piece for piece in reversed(pieces)}
-                put = partial(self._put, alone=alone)
-                objects = dict(pool.map(put, first.values()))
-        finally:
-            if self.storage.supports_rename:
-                self.storage.delete_tree(self._staging)
+        if pieces:
+            self._store(db, pieces, previous)
         records: dict[str, BlobRecord] = {}
-        known: dict[str, list[_Known]] = {}
         for name, array in blobs.items():
             own_pieces = [piece for piece in pieces if piece.blob == name]
             chunks = tuple(
-                ChunkRecord(objects[p.name], 0, p.data.nbytes, p.data.nbytes, p.crc)
-                for p in own_pieces
+                ChunkRecord(p.stored, 0, p.data.nbytes, p.data.nbytes, p.crc) for p in own_pieces
             )
             records[name] = BlobRecord(name, encode_dtype(name, array.dtype), array.shape, chunks)
-            known[name] = [_Known(p.name, p.crc, p.data.nbytes) for p in own_pieces]
+            before = previous.get(name)
+            changing = (
+                before is not None
+                and bool(own_pieces)
+                and not any(p.index < len(before.chunks) and p.same for p in own_pieces)
+            )
+            known[name] = _Remembered(
+                [_Known(p.name, p.crc, p.data.nbytes) for p in own_pieces], changing
+            )
         self._known = known
         return records
+
+    def _store(
+        self, db: DBLocation, pieces: list[_Piece], previous: Mapping[str, _Remembered]
+    ) -> None:
+        """Name ``pieces``, record the intent, store those the store lacks."""
+        # one file per chunk, each synced when closed: waiting on a sync each, more
+        # writers keep the disk busy (1 GiB in 4 MiB chunks on this VM: 1.35 s with 4,
+        # 0.61 s with 16, one 1 GiB file 0.65 s)
+        pool = _pool(max(db.io.settings.concurrency, WRITERS))
+        if self.storage.supports_rename:
+            self.storage.prepare_keys([f"{self._staging}/-"])
+        try:
+            # named, and (on local disk) changed chunks written to temporary files
+            list(pool.map(lambda piece: self._stage(piece, previous), pieces))
+            names = sorted({piece.name for piece in pieces})
+            self._announce(names)
+            # a collection running now may not have seen the intent: then every
+            # chunk goes under a name of this save's own (see collect_chunks)
+            alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
+            first = {piece.name: piece for piece in reversed(pieces)}
+            put = partial(self._put, alone=alone)
+            objects = dict(pool.map(put, first.values()))
+        finally:
+            if self.storage.supports_rename:
+                self.storage.delete_tree(self._staging)
+        for piece in pieces:
+            piece.stored = objects[piece.name]
 
     @property
     def _staging(self) -> str:
@@ -200,12 +249,12 @@ class ChunkStore:
         collection can tell those of a save killed on its host."""
         return f"{CHUNK_STORE_DIR}/tmp-{_HOST}-{os.getpid()}-{self.token}"
 
-    def _stage(self, piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
+    def _stage(self, piece: _Piece, previous: Mapping[str, _Remembered]) -> None:
         """Name ``piece`` (:func:`_name`); on local disk, write a changed one to a
         temporary file of this save (from the array's memory, ``O_DIRECT``), while the
         other workers hash: nothing of the store is looked at before the intent."""
         _name(piece, previous)
-        if not piece.reused and self.storage.supports_rename:
+        if not piece.same and self.storage.supports_rename:
             piece.staged = self._write_temporary(piece)
 
     def _write_temporary(self, piece: _Piece) -> str:
@@ -296,15 +345,26 @@ def _cut(blob: str, number: int, array: Array) -> list[_Piece]:
     ]
 
 
-def _name(piece: _Piece, previous: Mapping[str, list[_Known]]) -> None:
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool of ``threads`` writing threads (a forked child makes its
+    own: the parent's threads are not in it)."""
+    place = (os.getpid(), threads)
+    with _MEMORY_LOCK:
+        pool = _POOLS.get(place)
+        if pool is None:
+            pool = _POOLS[place] = ThreadPoolExecutor(threads, "ckptstore-chunks")
+        return pool
+
+
+def _name(piece: _Piece, previous: Mapping[str, _Remembered]) -> None:
     """Name ``piece`` by its content (XXH3-128, hex), and take its CRC-32 for the
     manifest: the previous save's when the chunk there had the same name."""
     piece.name = xxhash.xxh3_128_hexdigest(piece.data)
-    before = previous.get(piece.blob, [])
-    if piece.index < len(before):
-        known = before[piece.index]
+    before = previous.get(piece.blob)
+    if before is not None and piece.index < len(before.chunks):
+        known = before.chunks[piece.index]
         if known.name == piece.name and known.size == piece.data.nbytes:
-            piece.crc, piece.reused = known.crc, True
+            piece.crc, piece.same = known.crc, True
             return
     piece.crc = crc32_of((piece.data,))
 

@@ -81,6 +81,13 @@ def assert_every_committed_node_verifies(root: Path) -> None:
             assert verify_node(storage, node, epoch, ZarrDB(), ParallelIO()) == [], (epoch, node)
 
 
+@pytest.fixture(autouse=True)
+def every_save_through_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blobs that change whole at every save stay in the chunk store (the collection
+    tests need their chunks); one test below takes the archive path on purpose."""
+    monkeypatch.setattr(_chunks, "PROBE_EVERY", 1)
+
+
 @pytest.fixture
 def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every non-empty blob into the chunk store, in chunks of 4 KiB."""
@@ -138,6 +145,33 @@ def test_identical_blobs_are_stored_once_within_a_node_and_across_nodes(tmp_path
     assert len(chunk_objects(tmp_path)) == 1
     for node in ("trainer_0", "trainer_1"):
         np.testing.assert_array_equal(load(tmp_path, 5, node)["w"], same)
+
+
+def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_chunks, "PROBE_EVERY", 2)
+    rng = np.random.default_rng(9)
+    base = rng.standard_normal(MiB // 8)  # 1 MiB, never changes
+    dense = rng.standard_normal(MiB // 8)
+    saved, placement = [], ""
+    for epoch in range(9):
+        if epoch <= 4:
+            dense = dense + 1.0  # every byte changes, then no more after epoch 4
+        save(tmp_path, epoch, {"base": base, "dense": dense})
+        saved.append(dense)
+        manifest = open_node(LocalPath(str(tmp_path)), "t", epoch)
+        shared = shared_chunk_keys(manifest)
+        assert {chunk.key for chunk in manifest.blobs["base"].chunks} <= shared
+        in_store = {chunk.key for chunk in manifest.blobs["dense"].chunks} <= shared
+        placement += "S" if in_store else "A"
+    # S: chunk store; A: the node's archive, unhashed (every chunk changed at the save
+    # before); every second save probes; once unchanged, it stays in the store
+    assert placement == "SSASASASS"
+    for epoch, value in enumerate(saved):
+        np.testing.assert_array_equal(load(tmp_path, epoch)["dense"], value)
+        np.testing.assert_array_equal(load(tmp_path, epoch)["base"], base)
+    assert_every_committed_node_verifies(tmp_path)
 
 
 def test_save_tree_round_trips_incrementally(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ from ckptstore._types import Array, JSONObject
 from ckptstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    JobConfigurationError,
     ObjectNotFoundError,
     StorageError,
 )
@@ -119,6 +120,7 @@ class _Remembered:
 
     chunks: list[_Known]
     """Its chunks when it last went through the chunk store."""
+    nbytes: int
     changing: bool = False
     """Whether every chunk had changed since the save before that one (dense)."""
     archived: int = 0
@@ -133,6 +135,8 @@ _MEMORY: dict[tuple[str, str], dict[str, _Remembered]] = {}
 """Per (root, node), the blobs of the last incremental save in this process: a chunk
 whose name is unchanged takes its CRC-32 from there, and is looked for in the store
 without being written first."""
+_CHECKED: dict[tuple[str, str], int] = {}
+"""Per (root, node), the saves that checked a chunk of a blob declared frozen."""
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 """This process's writing threads, by (process, threads): kept between saves, as
 starting 16 threads took 10-40 ms of a save on the loaded VM."""
@@ -152,8 +156,11 @@ class _Piece:
     blob_number: int
     index: int
     data: memoryview
+    blob_bytes: int
     name: str = ""
     crc: int = 0
+    trusted: bool = False
+    """Named after the previous save, unread (a blob declared frozen)."""
     same: bool = False
     """Whether the chunk is the one the previous save had at its place."""
     staged: str | None = None
@@ -164,12 +171,25 @@ class _Piece:
 class ChunkStore:
     """One node's incremental save (a :class:`~ckptstore.plugin.SharedChunks`): it
     names each chunk of its large blobs by its content, writes those the store lacks,
-    and records its intent first so that a collection never frees them."""
+    and records its intent first so that a collection never frees them.
 
-    def __init__(self, storage: PathType, node: str, epoch: int) -> None:
+    ``frozen``: names of blobs the caller promises hold the bytes they had at this
+    process's previous incremental save of the node. Their chunks take that save's
+    names and CRC-32s without being read, as long as the blob's size is the same. The
+    promise is checked only where it is cheap: one of their chunks per save (in turn),
+    and every chunk that must be written again (gone from the store, or a collection
+    runs); a broken promise found there raises
+    :class:`~ckptstore.errors.JobConfigurationError` and nothing is committed. A broken
+    promise not found there saves the previous bytes: declare only what nothing
+    writes (a frozen base of fine-tuning)."""
+
+    def __init__(
+        self, storage: PathType, node: str, epoch: int, *, frozen: Iterable[str] = ()
+    ) -> None:
         self.storage = storage
         self.node = node
         self.epoch = epoch
+        self.frozen = frozenset(frozen)
         self.token = secrets.token_hex(6)
         self.written_bytes = 0
         self.reused_bytes = 0
@@ -197,6 +217,7 @@ class ChunkStore:
         ]
         if pieces:
             self._store(db, pieces, previous)
+            self._check_one_trusted(pieces)
         records: dict[str, BlobRecord] = {}
         for name, array in blobs.items():
             own_pieces = [piece for piece in pieces if piece.blob == name]
@@ -211,7 +232,9 @@ class ChunkStore:
                 and not any(p.index < len(before.chunks) and p.same for p in own_pieces)
             )
             known[name] = _Remembered(
-                [_Known(p.name, p.crc, p.data.nbytes) for p in own_pieces], changing
+                [_Known(p.name, p.crc, p.data.nbytes) for p in own_pieces],
+                int(array.nbytes),
+                changing,
             )
         self._known = known
         return records
@@ -253,7 +276,8 @@ class ChunkStore:
         """Name ``piece`` (:func:`_name`); on local disk, write a changed one to a
         temporary file of this save (from the array's memory, ``O_DIRECT``), while the
         other workers hash: nothing of the store is looked at before the intent."""
-        _name(piece, previous)
+        if not (piece.blob in self.frozen and _trust(piece, previous)):
+            _name(piece, previous)
         if not piece.same and self.storage.supports_rename:
             piece.staged = self._write_temporary(piece)
 
@@ -282,10 +306,12 @@ class ChunkStore:
         if self.storage.supports_rename:
             staged = piece.staged
             if staged is None and (alone or not self.storage.exists(key)):
+                self._check_trusted(piece)
                 staged = self._write_temporary(piece)  # unchanged, but gone from the store
             if staged is not None:
                 written = self.storage.adopt(staged, key)  # an existing one is kept
         elif alone or not self.storage.exists(key):
+            self._check_trusted(piece)
             self.storage.write_parts(key, [piece.data])  # the same bytes, if it raced
             written = True
         with self._lock:
@@ -294,6 +320,25 @@ class ChunkStore:
             else:
                 self.reused_bytes += piece.data.nbytes
         return piece.name, shared_key(name)
+
+    def _check_trusted(self, piece: _Piece) -> None:
+        """Raise unless a chunk of a blob declared frozen holds the bytes it is named
+        after (no-op for a chunk that was read)."""
+        if piece.trusted and xxhash.xxh3_128_hexdigest(piece.data) != piece.name:
+            raise JobConfigurationError(
+                f"blob {piece.blob!r} of node {self.node!r} was declared frozen, but its "
+                "bytes changed since the previous save: nothing was committed. Take it out "
+                "of frozen= (its bytes are then read at every save)"
+            )
+
+    def _check_one_trusted(self, pieces: Sequence[_Piece]) -> None:
+        """Check one chunk of the blobs declared frozen, the next one at each save."""
+        trusted = [piece for piece in pieces if piece.trusted]
+        if trusted:
+            with _MEMORY_LOCK:
+                place = (self.storage.display_url, self.node)
+                turn = _CHECKED[place] = _CHECKED.get(place, -1) + 1
+            self._check_trusted(trusted[turn % len(trusted)])
 
     def remember(self) -> None:
         """After the node's save: its chunks are what the next save compares with."""
@@ -340,7 +385,7 @@ def _cut(blob: str, number: int, array: Array) -> list[_Piece]:
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     data = flat.data
     return [
-        _Piece(blob, number, index, data[start : start + CHUNK_BYTES])
+        _Piece(blob, number, index, data[start : start + CHUNK_BYTES], flat.nbytes)
         for index, start in enumerate(range(0, flat.nbytes, CHUNK_BYTES))
     ]
 
@@ -354,6 +399,19 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[place] = ThreadPoolExecutor(threads, "ckptstore-chunks")
         return pool
+
+
+def _trust(piece: _Piece, previous: Mapping[str, _Remembered]) -> bool:
+    """Name ``piece`` after the previous save's chunk at its place, unread, if the
+    blob had the same size then; whether it did."""
+    before = previous.get(piece.blob)
+    if before is None or before.nbytes != piece.blob_bytes or piece.index >= len(before.chunks):
+        return False
+    known = before.chunks[piece.index]
+    if known.size != piece.data.nbytes:
+        return False
+    piece.name, piece.crc, piece.trusted, piece.same = known.name, known.crc, True, True
+    return True
 
 
 def _name(piece: _Piece, previous: Mapping[str, _Remembered]) -> None:

@@ -56,7 +56,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -295,19 +295,30 @@ def write_node(
     io: ParallelIO,
     *,
     incremental: bool = False,
+    frozen: Collection[str] = (),
 ) -> NodeCommit:
     """Steps 1-4 for one node: data, manifest, durability barrier, publish.
 
     ``incremental``: the large blobs' chunks go to the root's chunk store, each stored
     once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`);
-    the format must support it (``supports_incremental``)."""
+    the format must support it (``supports_incremental``). ``frozen`` (incremental
+    only): names of blobs the caller promises are unchanged since this process's
+    previous save of the node, whose bytes are then not read again (see
+    :class:`~ckptstore.protocol._chunks.ChunkStore`)."""
     started = time.perf_counter_ns()
     validate_node_name(node)
     arrays = {validate_blob_name(name): as_blob(name, value) for name, value in blobs.items()}
     for name, array in arrays.items():
         db_type.check_blob(name, array)
     check_can_hold(storage, db_type)
-    shared = ChunkStore(storage, node, epoch) if incremental else None
+    unknown = sorted(set(frozen) - set(arrays))
+    if frozen and (not incremental or unknown):
+        raise JobConfigurationError(
+            f"frozen= names blobs this save does not hold: {unknown[:5]}"
+            if unknown
+            else "frozen= needs incremental=True (only an incremental save reuses chunks)"
+        )
+    shared = ChunkStore(storage, node, epoch, frozen=frozen) if incremental else None
     if shared is not None:
         check_incremental(db_type)
     manifests: list[NodeManifest] = []

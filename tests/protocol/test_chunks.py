@@ -174,6 +174,40 @@ def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_un
     assert_every_committed_node_verifies(tmp_path)
 
 
+def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
+    tmp_path: Path, tiny_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[int] = []
+    real = _chunks.xxhash.xxh3_128_hexdigest
+
+    def counted(data: memoryview) -> str:
+        hashed.append(data.nbytes)
+        return real(data)
+
+    monkeypatch.setattr(_chunks.xxhash, "xxh3_128_hexdigest", counted)
+    rng = np.random.default_rng(10)
+    tree = {"base": {"w": rng.standard_normal(2048)}, "head": rng.standard_normal(512)}
+    save_tree(str(tmp_path), 0, tree, incremental=True)
+    assert len(hashed) == 4 + 1 + 1  # chunks of 4 KiB: the base, the head, the tree's spec
+    tree["head"] += 1.0
+    hashed.clear()
+    save_tree(str(tmp_path), 1, tree, incremental=True, frozen=["base"])
+    assert len(hashed) == 3  # the head, the spec, and one chunk of the base as a check
+    for epoch in (0, 1):
+        got = load_tree(str(tmp_path), epoch)
+        np.testing.assert_array_equal(got["base"]["w"], tree["base"]["w"])
+    tree["base"]["w"][:] += 1.0  # the promise broken: the check of the next save finds it
+    with pytest.raises(JobConfigurationError, match="declared frozen"):
+        save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["base"])
+    storage = LocalPath(str(tmp_path))
+    assert committed_epochs(storage) == [0, 1]
+    assert storage.list_keys(_chunks.INTENTS_DIR) == []
+    with pytest.raises(JobConfigurationError, match="does not have"):
+        save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["nothing"])
+    with pytest.raises(JobConfigurationError, match="incremental=True"):
+        save_tree(str(tmp_path), 2, tree, frozen=["base"])
+
+
 def test_save_tree_round_trips_incrementally(tmp_path: Path) -> None:
     tree = {"w": np.ones((512, 512)), "step": 3}
     save_tree(str(tmp_path), 1, tree, incremental=True)

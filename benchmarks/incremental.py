@@ -20,7 +20,8 @@ bytes written per save after the first (the growth of the root), save time and t
 process's CPU time (medians; the CPU time is the steadier measure on a loaded machine),
 the root's bytes after all epochs (the full saves' is their size times the epochs), the
 root's bytes after deleting all but the newest epoch and collecting, and the load time of
-the newest epoch against a full epoch of the same state (warm cache, alternating).
+the newest epoch against a full epoch of the same state (wall-clock and CPU, medians of
+``--loads`` alternating loads: the first reads cold, the next from the page cache).
 
     python -m benchmarks.incremental              # 20 epochs, local disk (/tmp)
     python -m benchmarks.incremental --s3         # on a moto server instead
@@ -148,6 +149,8 @@ class Result:
     newest_only: int
     full_load: float
     incremental_load: float
+    full_load_cpu: float
+    incremental_load_cpu: float
 
 
 def stored_bytes(location: CheckpointLocation) -> int:
@@ -170,11 +173,12 @@ def save_state(
     return time.perf_counter() - started, time.process_time() - cpu
 
 
-def load_state(location: CheckpointLocation, epoch: int, state: State) -> float:
-    started = time.perf_counter()
+def load_state(location: CheckpointLocation, epoch: int, state: State) -> tuple[float, float]:
+    """The load's wall-clock and CPU seconds."""
+    started, cpu = time.perf_counter(), time.process_time()
     for node in state:
         load_tree(location, epoch, node=node)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: Any) -> Result:
@@ -205,7 +209,7 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
     full_epoch = min(args.full_epochs, args.epochs) - 1
     incr_stored = stored_bytes(incremental)
     full_loads, incr_loads = [], []
-    for _ in range(3):
+    for _ in range(args.loads):
         full_loads.append(load_state(full, full_epoch, state))
         incr_loads.append(load_state(incremental, newest, state))
     enforce(incremental.storage, KeepLast(1))
@@ -225,8 +229,10 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
         statistics.median(full_writes) * args.epochs,
         incr_stored,
         newest_only,
-        statistics.median(full_loads),
-        statistics.median(incr_loads),
+        statistics.median(wall for wall, _ in full_loads),
+        statistics.median(wall for wall, _ in incr_loads),
+        statistics.median(cpu for _, cpu in full_loads),
+        statistics.median(cpu for _, cpu in incr_loads),
     )
 
 
@@ -264,8 +270,9 @@ def table(results: list[Result], where: str, args: Any) -> str:
         "",
         "| workload | state | written per save: full / incr. (x less) | save s: full / incr. "
         "(x faster) | save CPU s: full / incr. (x less) | stored after all epochs: "
-        "full / incr. | newest only, collected (x one full) | load s: full / incr. |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "full / incr. | newest only, collected (x one full) | load s: full / incr. "
+        "(x) | load CPU s: full / incr. (x) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
@@ -278,7 +285,10 @@ def table(results: list[Result], where: str, args: Any) -> str:
             f"({r.full_cpu / max(r.incremental_cpu, 1e-6):.2f}x) "
             f"| {r.full_stored / MiB:.0f} / {r.incremental_stored / MiB:.0f} MiB "
             f"| {r.newest_only / MiB:.0f} MiB ({r.newest_only / r.full_written:.2f}x) "
-            f"| {r.full_load:.3f} / {r.incremental_load:.3f} |"
+            f"| {r.full_load:.3f} / {r.incremental_load:.3f} "
+            f"({r.incremental_load / r.full_load:.2f}x) "
+            f"| {r.full_load_cpu:.3f} / {r.incremental_load_cpu:.3f} "
+            f"({r.incremental_load_cpu / max(r.full_load_cpu, 1e-6):.2f}x) |"
         )
     return "\n".join(lines)
 
@@ -291,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-epochs", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of each state")
     parser.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS])
+    parser.add_argument("--loads", type=int, default=5, help="loads of each, alternating")
     parser.add_argument("--dir", help="where local roots go (default: the temp directory)")
     parser.add_argument("--docs", action="store_true", help="update docs/benchmarks-tables.md")
     args = parser.parse_args(argv)

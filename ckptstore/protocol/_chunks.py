@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import secrets
 import socket
@@ -99,6 +100,7 @@ PROBE_EVERY = 8
 (dense updates) goes to the node's archive, unhashed, as a full save writes it; every
 ``PROBE_EVERY``-th save of it goes through the chunk store again, to notice when it
 stops changing."""
+log = logging.getLogger(__name__)
 INTENTS_DIR = f"{CONTROL_DIR}/intents"
 COLLECTIONS_DIR = f"{CONTROL_DIR}/gc"
 _INTENT_KIND = "ckptstore.save-intent"
@@ -135,6 +137,8 @@ _MEMORY: dict[tuple[str, str], dict[str, _Remembered]] = {}
 """Per (root, node), the blobs of the last incremental save in this process: a chunk
 whose name is unchanged takes its CRC-32 from there, and is looked for in the store
 without being written first."""
+_WARNED: set[tuple[str, str]] = set()
+"""(root, marker) of the collections saves were told about."""
 _CHECKED: dict[tuple[str, str], int] = {}
 """Per (root, node), the saves that checked a chunk of a blob declared frozen."""
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
@@ -256,7 +260,9 @@ class ChunkStore:
             self._announce(names)
             # a collection running now may not have seen the intent: then every
             # chunk goes under a name of this save's own (see collect_chunks)
-            alone = bool(self.storage.list_keys(COLLECTIONS_DIR))
+            running = self.storage.list_keys(COLLECTIONS_DIR)
+            _warn_of(self.storage, running)
+            alone = bool(running)
             first = {piece.name: piece for piece in reversed(pieces)}
             put = partial(self._put, alone=alone)
             objects = dict(pool.map(put, first.values()))
@@ -388,6 +394,21 @@ def _cut(blob: str, number: int, array: Array) -> list[_Piece]:
         _Piece(blob, number, index, data[start : start + CHUNK_BYTES], flat.nbytes)
         for index, start in enumerate(range(0, flat.nbytes, CHUNK_BYTES))
     ]
+
+
+def _warn_of(storage: PathType, markers: Sequence[str]) -> None:
+    """Say once per marker that saves write their chunks anew while it is there."""
+    with _MEMORY_LOCK:
+        new = [key for key in markers if (storage.display_url, key) not in _WARNED]
+        _WARNED.update((storage.display_url, key) for key in new)
+    for key in new:
+        log.warning(
+            "A chunk collection runs at %s (%s): incremental saves write every chunk "
+            "anew, reusing none, while it does. If no collection runs there (one killed "
+            "on another host left it), delete that file",
+            storage.display_url,
+            key,
+        )
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -247,7 +247,7 @@ def test_collection_frees_only_what_no_committed_epoch_refers_to(tmp_path: Path)
 
 
 def test_a_save_in_flight_keeps_its_chunks_and_a_save_beside_a_collection_reuses_none(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage = LocalPath(str(tmp_path))
     blob = np.random.default_rng(3).standard_normal(MiB // 8)
@@ -262,6 +262,7 @@ def test_a_save_in_flight_keeps_its_chunks_and_a_save_beside_a_collection_reuses
     # collection's earlier listing cannot hold
     storage.create_document(f"{_chunks.COLLECTIONS_DIR}/0123456789ab.json", b"{}")
     save(tmp_path, 1, {"w": blob})
+    assert "0123456789ab.json" in caplog.text  # said, as a marker of a dead host stays
     names = chunk_objects(tmp_path)
     assert len(names) == 2
     assert any("." in name.rpartition("/")[2] for name in names)

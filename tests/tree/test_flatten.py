@@ -176,4 +176,3 @@ def test_an_unflattened_tree_is_freed_without_a_garbage_collection() -> None:
         assert freed() is None
     finally:
         gc.enable()
-

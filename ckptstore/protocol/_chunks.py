@@ -221,7 +221,6 @@ class ChunkStore:
         ]
         if pieces:
             self._store(db, pieces, previous)
-            self._check_one_trusted(pieces)
         records: dict[str, BlobRecord] = {}
         for name, array in blobs.items():
             own_pieces = [piece for piece in pieces if piece.blob == name]
@@ -256,6 +255,7 @@ class ChunkStore:
         try:
             # named, and (on local disk) changed chunks written to temporary files
             list(pool.map(lambda piece: self._stage(piece, previous), pieces))
+            self._check_one_trusted(pieces)
             names = sorted({piece.name for piece in pieces})
             self._announce(names)
             # a collection running now may not have seen the intent: then every

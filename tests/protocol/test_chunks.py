@@ -193,19 +193,25 @@ def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
     hashed.clear()
     save_tree(str(tmp_path), 1, tree, incremental=True, frozen=["base"])
     assert len(hashed) == 3  # the head, the spec, and one chunk of the base as a check
-    for epoch in (0, 1):
+    storage = LocalPath(str(tmp_path))
+    base_chunks = open_node(storage, "tree", 1).blobs["base/w"].chunks
+    storage.delete([chunk_object_key(chunk.key) for chunk in base_chunks])  # gone
+    hashed.clear()
+    save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["base"])
+    assert len(hashed) == 2 + 4 + 1  # a chunk to write again is checked before it is
+    for epoch in (0, 1, 2):
         got = load_tree(str(tmp_path), epoch)
         np.testing.assert_array_equal(got["base"]["w"], tree["base"]["w"])
+    assert_every_committed_node_verifies(tmp_path)
     tree["base"]["w"][:] += 1.0  # the promise broken: the check of the next save finds it
     with pytest.raises(JobConfigurationError, match="declared frozen"):
-        save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["base"])
-    storage = LocalPath(str(tmp_path))
-    assert committed_epochs(storage) == [0, 1]
+        save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["base"])
+    assert committed_epochs(storage) == [0, 1, 2]
     assert storage.list_keys(_chunks.INTENTS_DIR) == []
     with pytest.raises(JobConfigurationError, match="does not have"):
-        save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["nothing"])
+        save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["nothing"])
     with pytest.raises(JobConfigurationError, match="incremental=True"):
-        save_tree(str(tmp_path), 2, tree, frozen=["base"])
+        save_tree(str(tmp_path), 3, tree, frozen=["base"])
 
 
 def test_save_tree_round_trips_incrementally(tmp_path: Path) -> None:

@@ -571,7 +571,13 @@ def collect_chunks(
         keys = storage.list_keys("")
         prefix = CHUNK_STORE_DIR + "/"
         chunks = [key for key in keys if key.startswith(prefix) and _is_object(key)]
-        intents = sorted(key for key in keys if key.startswith(INTENTS_DIR + "/"))
+        # not ".<name>.tmp-...", an intent being created: its save looks for markers
+        # after, so it sees this one and reuses nothing
+        intents = sorted(
+            key
+            for key in keys
+            if key.startswith(INTENTS_DIR + "/") and not key.rpartition("/")[2].startswith(".")
+        )
         kept: set[str] = set()
         tokens: set[str] = set()
         dead: list[str] = []  # left by saves killed on this host: they never commit

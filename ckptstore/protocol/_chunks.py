@@ -571,13 +571,12 @@ def collect_chunks(
         keys = storage.list_keys("")
         prefix = CHUNK_STORE_DIR + "/"
         chunks = [key for key in keys if key.startswith(prefix) and _is_object(key)]
-        # not ".<name>.tmp-...", an intent being created: its save looks for markers
-        # after, so it sees this one and reuses nothing
-        intents = sorted(
-            key
-            for key in keys
-            if key.startswith(INTENTS_DIR + "/") and not key.rpartition("/")[2].startswith(".")
-        )
+        intents: list[str] = []
+        creating: list[str] = []  # ".<name>.tmp-...": an intent being created
+        for key in sorted(keys):
+            if key.startswith(INTENTS_DIR + "/"):
+                hidden = key.rpartition("/")[2].startswith(".")
+                (creating if hidden else intents).append(key)
         kept: set[str] = set()
         tokens: set[str] = set()
         dead: list[str] = []  # left by saves killed on this host: they never commit
@@ -588,6 +587,9 @@ def collect_chunks(
                 continue
             kept.update(_object(name) for name in names)
             tokens.add(intent_token)
+        for key in creating:  # its save looks for markers after: it sees this one
+            if _left_by_dead_process(storage, key, _INTENT_KIND):
+                dead.append(key)  # left by a save killed on this host as it wrote it
         for key in keys:  # markers of collections killed on this host
             if key.startswith(COLLECTIONS_DIR + "/") and key != marker:
                 if _left_by_dead_process(storage, key, _MARKER_KIND):

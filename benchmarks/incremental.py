@@ -5,6 +5,8 @@ Workloads (each a dict of float32 arrays, changed between epochs as training wou
 * ``lora``: a frozen base of 64 x 16 MiB (1 GiB) and a trainable state of 1% of it
   (64 adapters, with their two Adam moments: the 1% includes the moments), all of which
   changes every epoch;
+* ``lora-frozen``: the same, the base declared unchanged (``save_tree(...,
+  frozen=...)``: its bytes are not read again);
 * ``sparse-ranges``: a 1 GiB embedding table (rows of 4 KiB), 5% of its rows changed
   per epoch in 4 contiguous ranges;
 * ``sparse-scattered``: the same 5% as single rows spread over the table;
@@ -14,10 +16,12 @@ Workloads (each a dict of float32 arrays, changed between epochs as training wou
 Each epoch is saved incrementally (``save_tree(..., incremental=True)``) into one root;
 the first ``--full-epochs`` epochs are also saved in full into another root, alternating
 with the incremental save of the same state (saves are durable: fsync). Reported:
-bytes written per save after the first (the growth of the root), save time (medians),
+bytes written per save after the first (the growth of the root), save time and the
+process's CPU time (medians; the CPU time is the steadier measure on a loaded machine),
 the root's bytes after all epochs (the full saves' is their size times the epochs), the
 root's bytes after deleting all but the newest epoch and collecting, and the load time of
-the newest epoch against a full epoch of the same state (warm cache, alternating).
+the newest epoch against a full epoch of the same state (wall-clock and CPU, medians of
+``--loads`` alternating loads: the first reads cold, the next from the page cache).
 
     python -m benchmarks.incremental              # 20 epochs, local disk (/tmp)
     python -m benchmarks.incremental --s3         # on a moto server instead
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import statistics
 import tempfile
@@ -55,6 +60,8 @@ class Workload:
     name: str
     make: Callable[[float], State]
     step: Callable[[State, int, np.random.Generator], None]
+    frozen: tuple[str, ...] = ()
+    """Prefixes of the blobs an incremental save declares frozen."""
 
 
 def _layers(count: int, nbytes: int, rng: np.random.Generator) -> dict[str, Array]:
@@ -119,6 +126,7 @@ def step_two_nodes(state: State, epoch: int, rng: np.random.Generator) -> None:
 
 WORKLOADS = [
     Workload("lora", make_lora, step_lora),
+    Workload("lora-frozen", make_lora, step_lora, ("base/",)),
     Workload("sparse-ranges", make_table, step_ranges),
     Workload("sparse-scattered", make_table, step_scattered),
     Workload("dense", make_dense, step_dense),
@@ -134,11 +142,15 @@ class Result:
     incremental_written: float
     full_save: float
     incremental_save: float
+    full_cpu: float
+    incremental_cpu: float
     full_stored: int
     incremental_stored: int
     newest_only: int
     full_load: float
     incremental_load: float
+    full_load_cpu: float
+    incremental_load_cpu: float
 
 
 def stored_bytes(location: CheckpointLocation) -> int:
@@ -146,18 +158,27 @@ def stored_bytes(location: CheckpointLocation) -> int:
     return sum(storage.size(key) for key in storage.list_keys(""))
 
 
-def save_state(location: CheckpointLocation, epoch: int, state: State, incremental: bool) -> float:
-    started = time.perf_counter()
+def save_state(
+    location: CheckpointLocation,
+    epoch: int,
+    state: State,
+    incremental: bool,
+    frozen: tuple[str, ...] = (),
+) -> tuple[float, float]:
+    """The save's wall-clock and CPU seconds."""
+    started, cpu = time.perf_counter(), time.process_time()
     for node, blobs in state.items():
-        save_tree(location, epoch, blobs, node=node, incremental=incremental)
-    return time.perf_counter() - started
+        declared = [name for name in blobs if name.startswith(frozen)] if frozen else []
+        save_tree(location, epoch, blobs, node=node, incremental=incremental, frozen=declared)
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
-def load_state(location: CheckpointLocation, epoch: int, state: State) -> float:
-    started = time.perf_counter()
+def load_state(location: CheckpointLocation, epoch: int, state: State) -> tuple[float, float]:
+    """The load's wall-clock and CPU seconds."""
+    started, cpu = time.perf_counter(), time.process_time()
     for node in state:
         load_tree(location, epoch, node=node)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: Any) -> Result:
@@ -166,24 +187,29 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
     rng = np.random.default_rng(7)
     full, incremental = opened(f"{workload.name}-full"), opened(f"{workload.name}-incr")
     full_times, incr_times, full_writes, incr_writes = [], [], [], []
+    full_cpu, incr_cpu = [], []
     for epoch in range(args.epochs):
         if epoch:
             workload.step(state, epoch, rng)
         before = stored_bytes(incremental)
-        incr_times.append(save_state(incremental, epoch, state, True))
+        wall, cpu = save_state(incremental, epoch, state, True, workload.frozen if epoch else ())
+        incr_times.append(wall)
+        incr_cpu.append(cpu)
         if epoch:
             incr_writes.append(stored_bytes(incremental) - before)
         if epoch < args.full_epochs:
             if epoch:  # only the newest full epoch is kept: the disk holds 20 x 1 GiB badly
                 enforce(full.storage, KeepLast(1))
             before = stored_bytes(full)
-            full_times.append(save_state(full, epoch, state, False))
+            wall, cpu = save_state(full, epoch, state, False)
+            full_times.append(wall)
+            full_cpu.append(cpu)
             full_writes.append(stored_bytes(full) - before)
     newest = args.epochs - 1
     full_epoch = min(args.full_epochs, args.epochs) - 1
     incr_stored = stored_bytes(incremental)
     full_loads, incr_loads = [], []
-    for _ in range(3):
+    for _ in range(args.loads):
         full_loads.append(load_state(full, full_epoch, state))
         incr_loads.append(load_state(incremental, newest, state))
     enforce(incremental.storage, KeepLast(1))
@@ -198,11 +224,15 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
         statistics.median(incr_writes),
         statistics.median(full_times[1:] or full_times),
         statistics.median(incr_times[1:]),
+        statistics.median(full_cpu[1:] or full_cpu),
+        statistics.median(incr_cpu[1:]),
         statistics.median(full_writes) * args.epochs,
         incr_stored,
         newest_only,
-        statistics.median(full_loads),
-        statistics.median(incr_loads),
+        statistics.median(wall for wall, _ in full_loads),
+        statistics.median(wall for wall, _ in incr_loads),
+        statistics.median(cpu for _, cpu in full_loads),
+        statistics.median(cpu for _, cpu in incr_loads),
     )
 
 
@@ -234,12 +264,15 @@ def table(results: list[Result], where: str, args: Any) -> str:
     lines = [
         f"Incremental against full saves, {where}, {args.epochs} epochs "
         f"(full saves: the first {args.full_epochs}), scale {args.scale}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Medians.",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Medians. "
+        f"Load average (1 min) at the start and the end: {args.load_start:.1f}, "
+        f"{os.getloadavg()[0]:.1f}.",
         "",
         "| workload | state | written per save: full / incr. (x less) | save s: full / incr. "
-        "(x faster) | stored after all epochs: full / incr. | newest only, collected "
-        "(x one full) | load s: full / incr. |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "(x faster) | save CPU s: full / incr. (x less) | stored after all epochs: "
+        "full / incr. | newest only, collected (x one full) | load s: full / incr. "
+        "(x) | load CPU s: full / incr. (x) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
@@ -248,9 +281,14 @@ def table(results: list[Result], where: str, args: Any) -> str:
             f"({r.full_written / max(r.incremental_written, 1):.1f}x) "
             f"| {r.full_save:.3f} / {r.incremental_save:.3f} "
             f"({r.full_save / r.incremental_save:.2f}x) "
+            f"| {r.full_cpu:.3f} / {r.incremental_cpu:.3f} "
+            f"({r.full_cpu / max(r.incremental_cpu, 1e-6):.2f}x) "
             f"| {r.full_stored / MiB:.0f} / {r.incremental_stored / MiB:.0f} MiB "
             f"| {r.newest_only / MiB:.0f} MiB ({r.newest_only / r.full_written:.2f}x) "
-            f"| {r.full_load:.3f} / {r.incremental_load:.3f} |"
+            f"| {r.full_load:.3f} / {r.incremental_load:.3f} "
+            f"({r.incremental_load / r.full_load:.2f}x) "
+            f"| {r.full_load_cpu:.3f} / {r.incremental_load_cpu:.3f} "
+            f"({r.incremental_load_cpu / max(r.full_load_cpu, 1e-6):.2f}x) |"
         )
     return "\n".join(lines)
 
@@ -263,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-epochs", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of each state")
     parser.add_argument("--workload", action="append", choices=[w.name for w in WORKLOADS])
+    parser.add_argument("--loads", type=int, default=5, help="loads of each, alternating")
     parser.add_argument("--dir", help="where local roots go (default: the temp directory)")
     parser.add_argument("--docs", action="store_true", help="update docs/benchmarks-tables.md")
     args = parser.parse_args(argv)
+    args.load_start = os.getloadavg()[0]
     if args.smoke:
         args.epochs, args.full_epochs, args.scale = 3, 3, 1 / 64
     chosen = [w for w in WORKLOADS if not args.workload or w.name in args.workload]

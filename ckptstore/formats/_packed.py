@@ -246,9 +246,9 @@ def write_shared(
     stored: dict[str, BlobRecord] = {}
     if db.shared is not None:  # an incremental save: large blobs go to the chunk store
         large = {name: array for name, array in blobs.items() if db.shared.takes(array)}
-        if large:
+        if large:  # those it does not store (dense updates) stay in the archive
             stored = db.shared.store(db, large)
-            blobs = {name: array for name, array in blobs.items() if name not in large}
+            blobs = {name: array for name, array in blobs.items() if name not in stored}
     shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
     archives: list[tuple[str, Members]] = [
         (archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)

@@ -121,7 +121,8 @@ class SharedChunks(Protocol):
         """Whether ``array`` goes to the chunk store (large enough to be worth it)."""
 
     def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
-        """Store ``blobs``' chunks the store lacks; every blob's record."""
+        """Store ``blobs``' chunks the store lacks; the records of the blobs stored
+        (the format writes the others itself, as in a full save)."""
 
 
 @dataclass(frozen=True)

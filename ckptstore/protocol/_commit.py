@@ -56,7 +56,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -197,6 +197,7 @@ def write_node(
     io: ParallelIO | None = None,
     *,
     incremental: bool | None = None,
+    frozen: Collection[str] = (),
 ) -> NodeCommit:
     """Write one node's checkpoint (steps 1-3), ready for :func:`commit_epoch`.
 
@@ -207,7 +208,10 @@ def write_node(
 
     ``incremental``: the large blobs' chunks go to the root's chunk store, each stored
     once whatever the epochs and nodes holding it (:mod:`ckptstore.protocol._chunks`).
-    The format must support it (``supports_incremental``)."""
+    The format must support it (``supports_incremental``). ``frozen`` (incremental
+    only): names of blobs the caller promises are unchanged since this process's
+    previous save of the node, whose bytes are then not read again (see
+    :class:`~ckptstore.protocol._chunks.ChunkStore`)."""
     storage = storage_of(where)
     db_type, io = _format_of(where, db_type, io, "write_node")
     if incremental is None:
@@ -218,7 +222,14 @@ def write_node(
     for name, array in arrays.items():
         db_type.check_blob(name, array)
     check_can_hold(storage, db_type)
-    shared = ChunkStore(storage, node, epoch) if incremental else None
+    unknown = sorted(set(frozen) - set(arrays))
+    if frozen and (not incremental or unknown):
+        raise JobConfigurationError(
+            f"frozen= names blobs this save does not hold: {unknown[:5]}"
+            if unknown
+            else "frozen= needs incremental=True (only an incremental save reuses chunks)"
+        )
+    shared = ChunkStore(storage, node, epoch, frozen=frozen) if incremental else None
     if shared is not None:
         check_incremental(db_type)
     manifests: list[NodeManifest] = []

@@ -168,52 +168,62 @@ def flatten(
 ) -> tuple[dict[str, np.ndarray[Any, Any]], Spec]:
     """Split ``tree`` into ``{blob name: array}`` and its JSON-able spec."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-
-    def visit(value: object, path: tuple[str, ...]) -> Spec:
-        if len(path) > _MAX_DEPTH:
-            raise UnsupportedBlobError("/".join(path), f"trees deeper than {_MAX_DEPTH} levels")
-        if value is None or isinstance(value, bool | str):
-            return {"t": "scalar", "v": value}
-        if isinstance(value, int):
-            return {"t": "int", "v": str(value)}  # exact for any size
-        if isinstance(value, float):
-            return {"t": "float", "v": value.hex()}  # bit-exact, nan and inf included
-        if isinstance(value, Mapping):
-            keys = list(value)
-            segments = [encode_segment(key) for key in keys]
-            node: Spec = {
-                "t": "odict" if isinstance(value, OrderedDict) else "dict",
-                "k": [[type(key).__name__, key] for key in keys],
-                "v": [visit(value[k], (*path, s)) for k, s in zip(keys, segments, strict=True)],
-            }
-            metadata = getattr(value, "_metadata", None)  # torch's state_dict versions
-            if isinstance(metadata, Mapping):
-                node["m"] = visit(metadata, (*path, "%metadata"))
-            return node
-        if isinstance(value, list | tuple):
-            return {
-                "t": type(value).__name__ if type(value) in (list, tuple) else "list",
-                "v": [visit(item, (*path, f"#{i}")) for i, item in enumerate(value)],
-            }
-        name = "/".join(path) or "%"
-        with _naming(name):
-            converted = adapter.to_numpy(value) if adapter is not None else None
-            kind = adapter.kind if converted is not None and adapter is not None else "numpy"
-            if converted is None:
-                converted = _numpy_leaf(value)
-        if converted is None:
-            raise UnsupportedBlobError(
-                name,
-                f"{type(value).__name__} is not an array or int/float/bool/None/str; "
-                "convert it first",
-            )
-        array, dtype = converted
-        scalar = isinstance(value, np.generic)
-        arrays[name] = array
-        return {"t": "array", "b": name, "k": kind, "d": dtype, "s": scalar}
-
-    spec = visit(tree, ())
+    spec = _visit(tree, (), arrays, adapter)
     return arrays, {"format": "ckptstore.tree", "version": 1, "root": spec}
+
+
+def _visit(
+    value: object,
+    path: tuple[str, ...],
+    arrays: dict[str, np.ndarray[Any, Any]],
+    adapter: ArrayAdapter | None,
+) -> Spec:
+    """The spec of ``value``, its arrays added to ``arrays`` (a function of the module,
+    not a closure calling itself: that cycle kept every array alive until a full
+    garbage collection, copies from a GPU included)."""
+    if len(path) > _MAX_DEPTH:
+        raise UnsupportedBlobError("/".join(path), f"trees deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | str):
+        return {"t": "scalar", "v": value}
+    if isinstance(value, int):
+        return {"t": "int", "v": str(value)}  # exact for any size
+    if isinstance(value, float):
+        return {"t": "float", "v": value.hex()}  # bit-exact, nan and inf included
+    if isinstance(value, Mapping):
+        keys = list(value)
+        segments = [encode_segment(key) for key in keys]
+        node: Spec = {
+            "t": "odict" if isinstance(value, OrderedDict) else "dict",
+            "k": [[type(key).__name__, key] for key in keys],
+            "v": [
+                _visit(value[k], (*path, s), arrays, adapter)
+                for k, s in zip(keys, segments, strict=True)
+            ],
+        }
+        metadata = getattr(value, "_metadata", None)  # torch's state_dict versions
+        if isinstance(metadata, Mapping):
+            node["m"] = _visit(metadata, (*path, "%metadata"), arrays, adapter)
+        return node
+    if isinstance(value, list | tuple):
+        return {
+            "t": type(value).__name__ if type(value) in (list, tuple) else "list",
+            "v": [_visit(item, (*path, f"#{i}"), arrays, adapter) for i, item in enumerate(value)],
+        }
+    name = "/".join(path) or "%"
+    with _naming(name):
+        converted = adapter.to_numpy(value) if adapter is not None else None
+        kind = adapter.kind if converted is not None and adapter is not None else "numpy"
+        if converted is None:
+            converted = _numpy_leaf(value)
+    if converted is None:
+        raise UnsupportedBlobError(
+            name,
+            f"{type(value).__name__} is not an array or int/float/bool/None/str; convert it first",
+        )
+    array, dtype = converted
+    scalar = isinstance(value, np.generic)
+    arrays[name] = array
+    return {"t": "array", "b": name, "k": kind, "d": dtype, "s": scalar}
 
 
 def unflatten(
@@ -230,45 +240,55 @@ def unflatten(
     def bad(detail: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"tree spec: {detail}", url=url)
 
-    def build(node: object, depth: int) -> object:
-        if depth > _MAX_DEPTH or not isinstance(node, dict):
-            raise bad("a node is not an object or the tree is too deep")
-        kind = node.get("t")
-        value = node.get("v")
-        if kind == "scalar":
-            if value is not None and not isinstance(value, bool | str):
-                raise bad("a scalar is not bool, str or null")
-            return value
-        if kind == "int" and isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,5000}", value):
-            return int(value)
-        if kind == "float" and isinstance(value, str):
-            try:
-                return float.fromhex(value)
-            except ValueError:
-                raise bad(f"bad float {value[:40]!r}") from None
-        if kind in ("dict", "odict"):
-            keys = node.get("k")
-            if not isinstance(keys, list) or not isinstance(value, list) or len(keys) != len(value):
-                raise bad("a dict's keys and values do not match")
-            result: dict[object, object] = OrderedDict() if kind == "odict" else {}
-            for key, item in zip(keys, value, strict=True):
-                result[_key(key, bad)] = build(item, depth + 1)
-            if "m" in node:
-                metadata = build(node["m"], depth + 1)
-                if not isinstance(metadata, dict):
-                    raise bad("a dict's _metadata is not a dict")
-                result._metadata = metadata  # type: ignore[attr-defined]
-            return result
-        if kind in ("list", "tuple") and isinstance(value, list):
-            items = [build(item, depth + 1) for item in value]
-            return items if kind == "list" else tuple(items)
-        if kind == "array":
-            return _leaf(node, arrays, adapter, bad)
-        raise bad(f"unknown node kind {str(kind)[:40]!r}")
-
     if spec.get("format") != "ckptstore.tree" or spec.get("version") != 1:
         raise bad("not a ckptstore.tree version 1 spec")
-    return build(spec.get("root"), 0)
+    return _build(spec.get("root"), 0, arrays, adapter, bad)
+
+
+def _build(
+    node: object,
+    depth: int,
+    arrays: Mapping[str, np.ndarray[Any, Any]],
+    adapter: ArrayAdapter | None,
+    bad: Callable[[str], CorruptCheckpointError],
+) -> object:
+    """The value of the spec's ``node`` (a function of the module, not a closure
+    calling itself: that cycle kept the whole loaded tree alive until a full garbage
+    collection, a GiB per load of a GiB)."""
+    if depth > _MAX_DEPTH or not isinstance(node, dict):
+        raise bad("a node is not an object or the tree is too deep")
+    kind = node.get("t")
+    value = node.get("v")
+    if kind == "scalar":
+        if value is not None and not isinstance(value, bool | str):
+            raise bad("a scalar is not bool, str or null")
+        return value
+    if kind == "int" and isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,5000}", value):
+        return int(value)
+    if kind == "float" and isinstance(value, str):
+        try:
+            return float.fromhex(value)
+        except ValueError:
+            raise bad(f"bad float {value[:40]!r}") from None
+    if kind in ("dict", "odict"):
+        keys = node.get("k")
+        if not isinstance(keys, list) or not isinstance(value, list) or len(keys) != len(value):
+            raise bad("a dict's keys and values do not match")
+        result: dict[object, object] = OrderedDict() if kind == "odict" else {}
+        for key, item in zip(keys, value, strict=True):
+            result[_key(key, bad)] = _build(item, depth + 1, arrays, adapter, bad)
+        if "m" in node:
+            metadata = _build(node["m"], depth + 1, arrays, adapter, bad)
+            if not isinstance(metadata, dict):
+                raise bad("a dict's _metadata is not a dict")
+            result._metadata = metadata  # type: ignore[attr-defined]
+        return result
+    if kind in ("list", "tuple") and isinstance(value, list):
+        items = [_build(item, depth + 1, arrays, adapter, bad) for item in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "array":
+        return _leaf(node, arrays, adapter, bad)
+    raise bad(f"unknown node kind {str(kind)[:40]!r}")
 
 
 @contextmanager

@@ -23,13 +23,18 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ckptstore.checkpoint import CheckpointManager, ManagerBase, RootLike, first_serving
-from ckptstore.errors import CheckpointKindError, CheckpointNotFoundError, CorruptCheckpointError
+from ckptstore.errors import (
+    CheckpointKindError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    JobConfigurationError,
+)
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
@@ -41,7 +46,7 @@ from ckptstore.protocol import (
     write_node,
 )
 from ckptstore.records import validate_epoch, validate_node_name
-from ckptstore.tree._flatten import ArrayAdapter, flatten, unflatten
+from ckptstore.tree._flatten import ArrayAdapter, encode_segment, flatten, unflatten
 
 __all__ = ["SPEC_BLOB", "TreeTarget", "latest_tree_epoch", "load_tree", "save_tree"]
 
@@ -87,6 +92,7 @@ def save_tree(
     adapter: ArrayAdapter | None = None,
     overwrite: bool = False,
     incremental: bool | None = None,
+    frozen: Collection[str | int] = (),
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
 
@@ -98,7 +104,12 @@ def save_tree(
     ``incremental=True`` stores each chunk of the large arrays once per content under
     the root (unchanged chunks of earlier epochs are referred to, not written again:
     docs/design.md, "Incremental checkpoints"); ``None`` takes the target location's
-    (or manager's) setting, off for a path.
+    (or manager's) setting, off for a path. ``frozen`` (incremental saves of a mapping):
+    keys of ``tree`` whose arrays the caller promises hold the bytes they had at this
+    process's previous save of ``node``: they are not read again (only one chunk of
+    them per save, in turn, is checked). Declare only what nothing writes, such as the
+    frozen base of a fine-tuning: a broken promise that the check misses saves the
+    previous bytes (docs/design.md, "Incremental checkpoints").
 
     Committed epochs are write-once: if ``epoch`` is already committed for ``node``,
     :class:`~ckptstore.AlreadyCommittedError` is raised and nothing is written, unless
@@ -121,10 +132,35 @@ def save_tree(
     }
     check_can_hold(location)  # before any retraction: nothing lost
     check_not_committed(location, epoch, [node], overwrite=overwrite)
-    commit = write_node(location, node, epoch, blobs, incremental=incremental)
+    commit = write_node(
+        location,
+        node,
+        epoch,
+        blobs,
+        incremental=incremental,
+        frozen=_frozen_blobs(tree, frozen, arrays),
+    )
     commit_epoch(location, epoch, [commit])
     if manager is not None and manager.tiers is not None:
         manager.tiers.ensure(epoch, [node])
+
+
+def _frozen_blobs(
+    tree: object, keys: Collection[str | int], arrays: Mapping[str, object]
+) -> list[str]:
+    """The blobs under the top-level ``keys`` of ``tree``."""
+    if not keys:
+        return []
+    if not isinstance(tree, Mapping) or not all(key in tree for key in keys):
+        raise JobConfigurationError(
+            f"frozen= names keys the tree does not have: {sorted(map(str, keys))[:5]}"
+        )
+    prefixes = [encode_segment(key) for key in keys]
+    return [
+        name
+        for name in arrays
+        if any(name == prefix or name.startswith(f"{prefix}/") for prefix in prefixes)
+    ]
 
 
 def load_tree(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from cli_helpers import Cli, train
 
 from ckptstore.builtin._json_catalog import JsonCatalog
@@ -70,11 +71,14 @@ def test_gc_of_one_node_leaves_the_other_nodes_committed(cli: Cli, run_url: str)
 
 
 def test_gc_applies_retention_then_frees_the_chunks_no_epoch_refers_to(
-    cli: Cli, tmp_path: Path
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import numpy as np
 
+    from ckptstore.protocol import _chunks
     from ckptstore.tree import load_tree, save_tree
+
+    monkeypatch.setattr(_chunks, "PROBE_EVERY", 1)  # "new", changed whole, stays in the store
 
     url = str(tmp_path / "run")
     base = np.ones(1 << 18)  # 2 MiB, in every epoch

@@ -81,6 +81,13 @@ def assert_every_committed_node_verifies(root: Path) -> None:
             assert verify_node(storage, node, epoch, ZarrDB(), ParallelIO()) == [], (epoch, node)
 
 
+@pytest.fixture(autouse=True)
+def every_save_through_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blobs that change whole at every save stay in the chunk store (the collection
+    tests need their chunks); one test below takes the archive path on purpose."""
+    monkeypatch.setattr(_chunks, "PROBE_EVERY", 1)
+
+
 @pytest.fixture
 def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every non-empty blob into the chunk store, in chunks of 4 KiB."""
@@ -140,6 +147,73 @@ def test_identical_blobs_are_stored_once_within_a_node_and_across_nodes(tmp_path
         np.testing.assert_array_equal(load(tmp_path, 5, node)["w"], same)
 
 
+def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_chunks, "PROBE_EVERY", 2)
+    rng = np.random.default_rng(9)
+    base = rng.standard_normal(MiB // 8)  # 1 MiB, never changes
+    dense = rng.standard_normal(MiB // 8)
+    saved, placement = [], ""
+    for epoch in range(9):
+        if epoch <= 4:
+            dense = dense + 1.0  # every byte changes, then no more after epoch 4
+        save(tmp_path, epoch, {"base": base, "dense": dense})
+        saved.append(dense)
+        manifest = open_node(LocalPath(str(tmp_path)), "t", epoch)
+        shared = shared_chunk_keys(manifest)
+        assert {chunk.key for chunk in manifest.blobs["base"].chunks} <= shared
+        in_store = {chunk.key for chunk in manifest.blobs["dense"].chunks} <= shared
+        placement += "S" if in_store else "A"
+    # S: chunk store; A: the node's archive, unhashed (every chunk changed at the save
+    # before); every second save probes; once unchanged, it stays in the store
+    assert placement == "SSASASASS"
+    for epoch, value in enumerate(saved):
+        np.testing.assert_array_equal(load(tmp_path, epoch)["dense"], value)
+        np.testing.assert_array_equal(load(tmp_path, epoch)["base"], base)
+    assert_every_committed_node_verifies(tmp_path)
+
+
+def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
+    tmp_path: Path, tiny_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[int] = []
+    real = _chunks.xxhash.xxh3_128_hexdigest
+
+    def counted(data: memoryview) -> str:
+        hashed.append(data.nbytes)
+        return real(data)
+
+    monkeypatch.setattr(_chunks.xxhash, "xxh3_128_hexdigest", counted)
+    rng = np.random.default_rng(10)
+    tree = {"base": {"w": rng.standard_normal(2048)}, "head": rng.standard_normal(512)}
+    save_tree(str(tmp_path), 0, tree, incremental=True)
+    assert len(hashed) == 4 + 1 + 1  # chunks of 4 KiB: the base, the head, the tree's spec
+    tree["head"] += 1.0
+    hashed.clear()
+    save_tree(str(tmp_path), 1, tree, incremental=True, frozen=["base"])
+    assert len(hashed) == 3  # the head, the spec, and one chunk of the base as a check
+    storage = LocalPath(str(tmp_path))
+    base_chunks = open_node(storage, "tree", 1).blobs["base/w"].chunks
+    storage.delete([chunk_object_key(chunk.key) for chunk in base_chunks])  # gone
+    hashed.clear()
+    save_tree(str(tmp_path), 2, tree, incremental=True, frozen=["base"])
+    assert len(hashed) == 2 + 4 + 1  # a chunk to write again is checked before it is
+    for epoch in (0, 1, 2):
+        got = load_tree(str(tmp_path), epoch)
+        np.testing.assert_array_equal(got["base"]["w"], tree["base"]["w"])
+    assert_every_committed_node_verifies(tmp_path)
+    tree["base"]["w"][:] += 1.0  # the promise broken: the check of the next save finds it
+    with pytest.raises(JobConfigurationError, match="declared frozen"):
+        save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["base"])
+    assert committed_epochs(storage) == [0, 1, 2]
+    assert storage.list_keys(_chunks.INTENTS_DIR) == []
+    with pytest.raises(JobConfigurationError, match="does not have"):
+        save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["nothing"])
+    with pytest.raises(JobConfigurationError, match="incremental=True"):
+        save_tree(str(tmp_path), 3, tree, frozen=["base"])
+
+
 def test_save_tree_round_trips_incrementally(tmp_path: Path) -> None:
     tree = {"w": np.ones((512, 512)), "step": 3}
     save_tree(str(tmp_path), 1, tree, incremental=True)
@@ -179,7 +253,7 @@ def test_collection_frees_only_what_no_committed_epoch_refers_to(tmp_path: Path)
 
 
 def test_a_save_in_flight_keeps_its_chunks_and_a_save_beside_a_collection_reuses_none(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage = LocalPath(str(tmp_path))
     blob = np.random.default_rng(3).standard_normal(MiB // 8)
@@ -194,6 +268,7 @@ def test_a_save_in_flight_keeps_its_chunks_and_a_save_beside_a_collection_reuses
     # collection's earlier listing cannot hold
     storage.create_document(f"{_chunks.COLLECTIONS_DIR}/0123456789ab.json", b"{}")
     save(tmp_path, 1, {"w": blob})
+    assert "0123456789ab.json" in caplog.text  # said, as a marker of a dead host stays
     names = chunk_objects(tmp_path)
     assert len(names) == 2
     assert any("." in name.rpartition("/")[2] for name in names)

@@ -161,3 +161,18 @@ def test_a_deeply_nested_spec_is_refused() -> None:
         root = {"t": "list", "v": [root]}
     with pytest.raises(CorruptCheckpointError):
         unflatten({"format": "ckptstore.tree", "version": 1, "root": root}, {})
+
+
+def test_an_unflattened_tree_is_freed_without_a_garbage_collection() -> None:
+    import gc
+    import weakref
+
+    arrays, spec = flatten({"a": {"w": np.ones(3)}, "b": [np.zeros(2)]})
+    tree = unflatten(spec, arrays)
+    freed = weakref.ref(arrays["a/w"])
+    gc.disable()  # no cycle may hold the loaded arrays (a GiB each, in a load)
+    try:
+        del tree, arrays
+        assert freed() is None
+    finally:
+        gc.enable()

@@ -230,14 +230,16 @@ def test_a_renewal_that_finds_the_lease_taken_over_marks_it_lost(storage: PathTy
 
 
 def test_the_heartbeat_finds_a_broken_lease_lost(storage: PathType) -> None:
-    lease = WriterLease(storage, [NODE], ttl=1.5)
+    # 6 s (a heartbeat every 2 s): on a loaded machine a 1.5 s TTL could
+    # lapse (lost for want of renewal) before the heartbeat read the broken lease.
+    lease = WriterLease(storage, [NODE], ttl=6)
     lease.acquire()
     try:
         broken = break_lease(storage, NODE)
         assert broken is not None
         assert broken.token == lease.token
         deadline = time.monotonic() + 30
-        while lease.lost is None:  # the heartbeat (every 0.5 s) finds it
+        while lease.lost is None:  # the heartbeat (every 2 s) finds it
             assert time.monotonic() < deadline, "the heartbeat never noticed"
             time.sleep(0.02)
         with pytest.raises(LeaseLostError, match="an operator broke it"):

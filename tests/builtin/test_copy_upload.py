@@ -142,13 +142,19 @@ def _attempts(root: Path) -> dict[str, str | None]:
     return {node: commit.attempt for node, commit in record.nodes.items()}
 
 
-def test_a_reupload_of_the_same_epoch_changes_nothing(tmp_path: Path) -> None:
-    source, dest = tmp_path / "ckpt", tmp_path / "upload"
+def _uploaded_once(tmp_path: Path) -> tuple[MultiNodeCheckpointManager, CopyUpload, Path]:
+    """A one-epoch job's manager, its epoch uploaded once, and the destination."""
+    dest = tmp_path / "upload"
     job, _ = build_counter_job(nodes=NODES, epochs=1)
-    manager = MultiNodeCheckpointManager(str(source), "npz")
+    manager = MultiNodeCheckpointManager(str(tmp_path / "ckpt"), "npz")
     JobRunner(job, manager).train(LocalSession())
     upload = CopyUpload(str(dest))
     LocalSession().run(upload.build(1, manager))
+    return manager, upload, dest
+
+
+def test_a_reupload_of_the_same_epoch_changes_nothing(tmp_path: Path) -> None:
+    manager, upload, dest = _uploaded_once(tmp_path)
     first = _attempts(dest)
     LocalSession().run(upload.build(1, manager))
     assert _attempts(dest) == first  # nothing retracted, nothing written again
@@ -160,12 +166,7 @@ def test_an_interrupted_upload_resumes_without_retracting_what_it_committed(
 ) -> None:
     """A copy killed between its nodes' commit records leaves one node committed: the
     next copy keeps that record and commits the other."""
-    source, dest = tmp_path / "ckpt", tmp_path / "upload"
-    job, _ = build_counter_job(nodes=NODES, epochs=1)
-    manager = MultiNodeCheckpointManager(str(source), "npz")
-    JobRunner(job, manager).train(LocalSession())
-    upload = CopyUpload(str(dest))
-    LocalSession().run(upload.build(1, manager))
+    manager, upload, dest = _uploaded_once(tmp_path)
     first = _attempts(dest)
     protocol.retract_epoch(LocalPath(str(dest)), 1, [NODES[1]])
     LocalSession().run(upload.build(1, manager))

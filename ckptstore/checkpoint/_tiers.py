@@ -35,11 +35,13 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -408,8 +410,8 @@ class Tiers:
             self._pool = ProcessPoolExecutor(
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_lower_priority,
-                initargs=(self.copy_niceness, 0),
+                initializer=_start_copy_child,
+                initargs=(self.copy_niceness, os.getpid()),
             )
             self._child = self._pool.submit(os.getpid).result()
         try:
@@ -569,6 +571,24 @@ class Tiers:
                     error,
                 )
         return TieredListing(first, later)
+
+
+def _start_copy_child(niceness: int, parent: int) -> None:
+    """Start the copy's child process: it dies with the job, at a lower priority.
+
+    Linux sends it SIGKILL when the job's process dies (``PR_SET_PDEATHSIG``), so a
+    child left stopped by ``pause_during_saves`` never outlives a killed job. A copy cut
+    short this way was never committed: the next run redoes it."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the job died before the request took effect
+            os._exit(1)
+    _lower_priority(niceness, 0)
+
+
+_PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal this process gets when its parent dies."""
 
 
 def _lower_priority(niceness: int, thread: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -385,3 +386,53 @@ def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> Non
     assert _process_state(child) != "T"
     tiers.wait()
     assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
+
+
+_KILLED_JOB = """
+import os, signal, sys
+import numpy as np
+from ckptstore import CheckpointManager, LocalSession
+manager = CheckpointManager([sys.argv[1], sys.argv[2]], "trainer_0", "npz")
+manager.tiers.copy_in_process = True
+session = LocalSession()
+session.workspace("trainer_0")["w"] = np.ones(2)
+session.run(manager.init(["trainer_0"]))
+session.run(manager.save(1))
+manager.tiers.wait()
+(child,) = manager.tiers._pool._processes
+os.kill(child, signal.SIGSTOP)  # as pause_during_saves leaves it while a save runs
+print(child, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` (not a child of this one) ends within ``seconds``: a
+    pidfd becomes readable when its process ends."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([handle], [], [], seconds)
+        return bool(readable)
+    finally:
+        os.close(handle)
+
+
+def test_a_stopped_copy_child_dies_with_its_killed_job(tmp_path: Path) -> None:
+    """A job killed (SIGKILL) while its copy's child process is stopped leaves no
+    process behind: the child dies with it (``PR_SET_PDEATHSIG``)."""
+    printed, errors = tmp_path / "child.pid", tmp_path / "stderr"  # files, not pipes
+    with printed.open("w") as out, errors.open("w") as err:  # the child would hold open
+        job = subprocess.run(
+            [sys.executable, "-c", _KILLED_JOB, str(tmp_path / "fast"), str(tmp_path / "durable")],
+            stdout=out,
+            stderr=err,
+            timeout=120,
+        )
+    assert job.returncode == -signal.SIGKILL, errors.read_text()
+    child = int(printed.read_text().split()[-1])
+    if not _ends_within(child, 30):
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"the copy's child {child} outlived its job")

@@ -6,7 +6,8 @@ where it is needed: straight in the planner's tensor when an item asks for a who
 saved chunk into a contiguous tensor of the saved dtype (a same-topology load: no copy
 afterwards), else in a buffer of the covering pieces, which the box is then copied
 from. Neighbouring pieces of a file are read with one request of up to the engine's
-chunk size (on an object store one ranged GET per 16 MiB, not one per piece), every
+chunk size (on an object store, up to :data:`REMOTE_RUN_BYTES` per ranged GET, not one
+per piece), every
 piece checked against its own CRC before anything is handed to the planner. Buffers
 are bounded: items needing one are read in waves of at most the engine's memory
 budget of buffers.

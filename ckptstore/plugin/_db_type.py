@@ -120,9 +120,15 @@ class SharedChunks(Protocol):
     def takes(self, array: Array) -> bool:
         """Whether ``array`` goes to the chunk store (large enough to be worth it)."""
 
+    def leaves(self, blobs: Mapping[str, Array]) -> frozenset[str]:
+        """The names of ``blobs`` that :meth:`store` will leave to the format, which
+        writes them itself, as in a full save (known before: the format writes its
+        archive while the store works)."""
+
     def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
-        """Store ``blobs``' chunks the store lacks; the records of the blobs stored
-        (the format writes the others itself, as in a full save)."""
+        """Store ``blobs``' chunks the store lacks; the records of the blobs stored:
+        all but those :meth:`leaves` names. Safe to run on another thread while the
+        format writes its own files."""
 
 
 @dataclass(frozen=True)

@@ -217,9 +217,7 @@ class ChunkStore:
         if not self.storage.supports_rename:
             return frozenset()
         previous = self._previous()
-        return frozenset(
-            name for name in blobs if name in previous and previous[name].to_archive()
-        )
+        return frozenset(name for name in blobs if name in previous and previous[name].to_archive())
 
     def _previous(self) -> dict[str, _Remembered]:
         with _MEMORY_LOCK:

@@ -43,10 +43,12 @@ import numpy as np
 from ckptstore._types import Array
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io import (
+    DIRECT_FROM,
     ParallelIO,
     ReadRequest,
     WriteRequest,
     WriteResult,
+    aligned_buffer,
     checksum_of,
     resolve_key,
 )
@@ -207,8 +209,13 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
         if lent is not None:
             arrays[record.name] = lent
             continue
-        # bytes first, then viewed as the blob: the bytes' view is had without a call
-        data = np.empty(math.prod(record.shape) * dtype.itemsize, dtype=np.uint8)
+        # bytes first, then viewed as the blob: the bytes' view is had without a call;
+        # page-aligned when large, so that a storage may read into it O_DIRECT
+        nbytes = math.prod(record.shape) * dtype.itemsize
+        if nbytes < DIRECT_FROM:
+            data = np.empty(nbytes, dtype=np.uint8)
+        else:
+            data = np.frombuffer(aligned_buffer(0, nbytes), np.uint8)
         arrays[record.name] = data.view(dtype).reshape(record.shape)
         buffers.append(data.data)
         copied.append(record)

@@ -169,11 +169,14 @@ def _frozen_blobs(
 def _holds(tree: object, path: tuple[str | int, ...]) -> bool:
     """Whether ``tree`` has a value at ``path`` (dict keys, sequence indices)."""
     for key in path:
-        in_mapping = isinstance(tree, Mapping) and key in tree
-        in_sequence = isinstance(tree, list | tuple) and isinstance(key, int)
-        if not (in_mapping or (in_sequence and 0 <= key < len(tree))):
+        if isinstance(tree, Mapping):
+            if key not in tree:
+                return False
+            tree = tree[key]
+        elif isinstance(tree, list | tuple) and isinstance(key, int) and 0 <= key < len(tree):
+            tree = tree[key]
+        else:
             return False
-        tree = tree[key]  # type: ignore[index]
     return True
 
 

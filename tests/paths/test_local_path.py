@@ -81,6 +81,46 @@ def test_a_short_read_resumes_inside_a_view_of_any_format() -> None:
     assert views[0].tobytes() == words.tobytes()[6:]
 
 
+def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    data = np.random.default_rng(0).integers(0, 255, 2 * DIRECT_FROM + 100, dtype=np.uint8)
+    storage.write_parts("c", [memoryview(data)])
+    _drop_from_cache(tmp_path / "c")
+    fd = os.open(tmp_path / "c", os.O_RDONLY)
+    try:
+        if _file_io._cached_pages(fd, 0, data.nbytes) != 0:
+            pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+    finally:
+        os.close(fd)
+    spare = np.zeros(data.nbytes + DIRECT_ALIGN, np.uint8)
+    target = spare[-spare.ctypes.data % DIRECT_ALIGN :][: data.nbytes]
+    with storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])  # the unaligned end through the cache
+        went_direct = reader._direct >= 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    if not went_direct:
+        pytest.skip("the file system refuses O_DIRECT (tmpfs)")
+    target[:] = 0
+    with storage.open_reader("c") as reader:  # now in the cache: read from there
+        reader.read_into(0, [target.data])
+        assert reader._direct == -1  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    os.truncate(tmp_path / "c", DIRECT_FROM + DIRECT_ALIGN)  # a direct read comes short
+    _drop_from_cache(tmp_path / "c")
+    with pytest.raises(CorruptCheckpointError, match="ends"), storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])
+    assert reader._direct == -1  # type: ignore[attr-defined]  # closed with the reader
+
+
+def _drop_from_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def test_missing_and_short_objects(tmp_path: Path) -> None:
     storage = LocalPath(str(tmp_path))
     with pytest.raises(ObjectNotFoundError) as info:

@@ -26,6 +26,7 @@ the newest epoch against a full epoch of the same state (wall-clock and CPU, med
     python -m benchmarks.incremental              # 20 epochs, local disk (/tmp)
     python -m benchmarks.incremental --s3         # on a moto server instead
     python -m benchmarks.incremental --smoke      # tiny states, 3 epochs (CI)
+    python -m benchmarks.incremental --floor      # what a LoRA-shaped save cannot beat
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from benchmarks.report import publish
 from ckptstore.checkpoint._retention import KeepLast, enforce
@@ -236,6 +239,61 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
     )
 
 
+def floor(opened: Callable[[str], CheckpointLocation], args: Any) -> str:
+    """What a LoRA-shaped incremental save cannot go below, measured beside a full save:
+    the trainable part alone saved in full, one write and fsync of its bytes, and a
+    read (XXH3-128) of the whole state on one thread and on every core."""
+    state = make_lora(args.scale)
+    blobs = state["trainer_0"]
+    trainable = {name: array for name, array in blobs.items() if name.startswith("lora")}
+    data = np.concatenate([array.reshape(-1).view(np.uint8) for array in trainable.values()])
+    full, alone = opened("floor-full"), opened("floor-trainable")
+    directory = Path(tempfile.mkdtemp(prefix="ckptstore-floor-", dir=args.dir))
+    pool = ThreadPoolExecutor(os.cpu_count() or 1)
+    views = [memoryview(array).cast("B") for array in blobs.values()]
+    rows: dict[str, list[float]] = {}
+    for epoch in range(args.full_epochs + 2):
+        for location in (full, alone):
+            if epoch:
+                enforce(location.storage, KeepLast(1))
+        rows.setdefault("full save", []).append(save_state(full, epoch, state, False)[0])
+        parts = {"trainer_0": trainable}
+        rows.setdefault("trainable alone, full save", []).append(
+            save_state(alone, epoch, parts, False)[0]
+        )
+        started = time.perf_counter()
+        fd = os.open(directory / f"raw-{epoch}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.write(fd, data.data)
+        os.fsync(fd)
+        os.close(fd)
+        os.unlink(directory / f"raw-{epoch}")
+        rows.setdefault("its bytes: one write + fsync", []).append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for view in views:
+            xxhash.xxh3_128_hexdigest(view)
+        rows.setdefault("XXH3-128 of the state, 1 thread", []).append(time.perf_counter() - started)
+        started = time.perf_counter()
+        list(pool.map(xxhash.xxh3_128_hexdigest, views))
+        rows.setdefault(f"... on {os.cpu_count()} threads", []).append(
+            time.perf_counter() - started
+        )
+    for location in (full, alone):
+        location.storage.delete(location.storage.list_keys(""))
+    directory.rmdir()
+    lines = [
+        f"Floor of a LoRA-shaped save ({data.nbytes / MiB:.1f} MiB trainable), "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.1f}",
+        "",
+        "| what | median s | x faster than the full save |",
+        "|---|---:|---:|",
+    ]
+    whole = statistics.median(rows["full save"][1:])
+    for name, times in rows.items():
+        median = statistics.median(times[1:])
+        lines.append(f"| {name} | {median:.3f} | {whole / median:.1f}x |")
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def locations(s3: bool, directory: str | None) -> Iterator[Callable[[str], CheckpointLocation]]:
     if not s3:
@@ -304,12 +362,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=5, help="loads of each, alternating")
     parser.add_argument("--dir", help="where local roots go (default: the temp directory)")
     parser.add_argument("--docs", action="store_true", help="update docs/benchmarks-tables.md")
+    parser.add_argument("--floor", action="store_true", help="what a LoRA save cannot beat")
     args = parser.parse_args(argv)
     args.load_start = os.getloadavg()[0]
     if args.smoke:
         args.epochs, args.full_epochs, args.scale = 3, 3, 1 / 64
     chosen = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
     where = "moto S3 (loopback)" if args.s3 else "local disk"
+    if args.floor:
+        with locations(args.s3, args.dir) as opened:
+            print(floor(opened, args))
+        return 0
     with locations(args.s3, args.dir) as opened:
         results = [run(workload, opened, args) for workload in chosen]
     name = "incremental-s3" if args.s3 else "incremental"

@@ -20,8 +20,9 @@ bytes written per save after the first (the growth of the root), save time and t
 process's CPU time (medians; the CPU time is the steadier measure on a loaded machine),
 the root's bytes after all epochs (the full saves' is their size times the epochs), the
 root's bytes after deleting all but the newest epoch and collecting, and the load time of
-the newest epoch against a full epoch of the same state (wall-clock and CPU, medians of
-``--loads`` alternating loads: the first reads cold, the next from the page cache).
+the newest epoch against a full epoch of the same state, alternating ``--loads`` times:
+the first load (cold: saves write ``O_DIRECT``), and the medians of the later ones
+(wall-clock and CPU; the page cache may hold them, unless other jobs evict it).
 
     python -m benchmarks.incremental              # 20 epochs, local disk (/tmp)
     python -m benchmarks.incremental --s3         # on a moto server instead
@@ -154,6 +155,8 @@ class Result:
     incremental_load: float
     full_load_cpu: float
     incremental_load_cpu: float
+    full_first: float
+    incremental_first: float
 
 
 def stored_bytes(location: CheckpointLocation) -> int:
@@ -232,10 +235,12 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
         statistics.median(full_writes) * args.epochs,
         incr_stored,
         newest_only,
-        statistics.median(wall for wall, _ in full_loads),
-        statistics.median(wall for wall, _ in incr_loads),
-        statistics.median(cpu for _, cpu in full_loads),
-        statistics.median(cpu for _, cpu in incr_loads),
+        statistics.median(wall for wall, _ in full_loads[1:] or full_loads),
+        statistics.median(wall for wall, _ in incr_loads[1:] or incr_loads),
+        statistics.median(cpu for _, cpu in full_loads[1:] or full_loads),
+        statistics.median(cpu for _, cpu in incr_loads[1:] or incr_loads),
+        full_loads[0][0],
+        incr_loads[0][0],
     )
 
 
@@ -328,9 +333,9 @@ def table(results: list[Result], where: str, args: Any) -> str:
         "",
         "| workload | state | written per save: full / incr. (x less) | save s: full / incr. "
         "(x faster) | save CPU s: full / incr. (x less) | stored after all epochs: "
-        "full / incr. | newest only, collected (x one full) | load s: full / incr. "
-        "(x) | load CPU s: full / incr. (x) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "full / incr. | newest only, collected (x one full) | first load s (cold): full / "
+        "incr. (x) | later loads s: full / incr. (x) | their CPU s: full / incr. (x) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
@@ -343,6 +348,8 @@ def table(results: list[Result], where: str, args: Any) -> str:
             f"({r.full_cpu / max(r.incremental_cpu, 1e-6):.2f}x) "
             f"| {r.full_stored / MiB:.0f} / {r.incremental_stored / MiB:.0f} MiB "
             f"| {r.newest_only / MiB:.0f} MiB ({r.newest_only / r.full_written:.2f}x) "
+            f"| {r.full_first:.3f} / {r.incremental_first:.3f} "
+            f"({r.incremental_first / r.full_first:.2f}x) "
             f"| {r.full_load:.3f} / {r.incremental_load:.3f} "
             f"({r.incremental_load / r.full_load:.2f}x) "
             f"| {r.full_load_cpu:.3f} / {r.incremental_load_cpu:.3f} "

@@ -254,6 +254,8 @@ def write_shared(
     left = shared.leaves(offered) if shared is not None else frozenset()
     large = {name: array for name, array in offered.items() if name not in left}
     if shared is None or not large:
+        if offered and shared is not None:
+            shared.store(db, offered)  # stores none, but counts the saves they skip it
         return write_archives(db, _shares(first, blobs, members_of))
     archived = {name: array for name, array in blobs.items() if name not in large}
     # the chunk store hashes (CPU) while the archive's writes wait on the disk: a

@@ -24,7 +24,6 @@ import ctypes.util
 import errno
 import io
 import os
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from functools import cache
@@ -82,14 +81,15 @@ class _LocalPositionalReader(PositionalReader):
     links) once for every range read through it.
 
     ``direct``: a range of :data:`~ckptstore.io.DIRECT_FROM` or more into one target
-    whose memory and offset are aligned (:data:`~ckptstore.io.DIRECT_ALIGN`) goes
-    ``O_DIRECT``, from the device into the target, if the page cache holds none of it
-    (:func:`_cached_pages`) and this process never read the file so (:func:`_first`).
-    Such reads cost the CPU nearly nothing, where a read through the cache copies every
-    byte (1 GiB in 4 MiB chunk files, cold, on a loaded VM: 0.03-0.05 s of CPU against
-    0.31-0.39 s, and less time). Whether it does is decided once per reader, at its
-    first such range: a file in the cache is read from there, as one on a kernel
-    without ``cachestat`` (before 6.5)."""
+    whose memory and offset have the same remainder modulo
+    :data:`~ckptstore.io.DIRECT_ALIGN` goes ``O_DIRECT`` (but for its unaligned head
+    and end), from the device into the target, if the page cache holds none of it
+    (:func:`_cached_pages`). Such reads cost the CPU nearly nothing, where a read
+    through the cache copies every byte (1 GiB in 4 MiB chunk files, cold, on a loaded
+    VM: 0.03-0.05 s of CPU against 0.31-0.39 s, and less time), and leave the cache to
+    what it held. Whether it does is decided once per reader, at its first such range:
+    a file in the cache is read from there, as one on a kernel without ``cachestat``
+    (before 6.5)."""
 
     def __init__(self, storage: LocalPath, key: str, fd: int, *, direct: bool = False) -> None:
         super().__init__(key)
@@ -114,18 +114,22 @@ class _LocalPositionalReader(PositionalReader):
             )
 
     def _read_direct(self, offset: int, target: memoryview) -> int:
-        """Fill ``target`` from ``offset``, ``O_DIRECT`` if the page cache lacks the
-        file (decided at the first call); the bytes missing at EOF."""
+        """Fill ``target`` from ``offset``, its aligned middle ``O_DIRECT`` if the page
+        cache lacks the range (decided at the first call); the bytes missing at EOF."""
         if self._direct == -2:
             cold = _cached_pages(self._fd, offset, target.nbytes) == 0
-            first = cold and _first(self._fd)
-            self._direct = _reopen_direct(self._fd, os.O_RDONLY) if first else -1
+            self._direct = _reopen_direct(self._fd, os.O_RDONLY) if cold else -1
         if self._direct < 0:
             return _read_all(self._fd, [target], offset)
-        whole = target.nbytes - target.nbytes % DIRECT_ALIGN
-        count = os.preadv(self._direct, [target[:whole]], offset)
+        head = -offset % DIRECT_ALIGN  # the memory has the same remainder
+        middle = (target.nbytes - head) // DIRECT_ALIGN * DIRECT_ALIGN
+        missing = _read_all(self._fd, [target[:head]], offset) if head else 0
+        if missing:  # the file ends inside the head
+            return missing + target.nbytes - head
+        count = os.preadv(self._direct, [target[head : head + middle]], offset + head)
         # the unaligned end, or what a short read (the end of the file) left
-        return _read_all(self._fd, [target[count:]], offset + count) if count < target.nbytes else 0
+        done = head + count
+        return _read_all(self._fd, [target[done:]], offset + done) if done < target.nbytes else 0
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -134,28 +138,6 @@ class _LocalPositionalReader(PositionalReader):
         if self._direct >= 0:
             os.close(self._direct)
             self._direct = -1
-
-
-_READ_DIRECT: set[tuple[int, int]] = set()
-"""(device, inode) of the files this process read ``O_DIRECT``: read again, they go
-through the page cache, which keeps them for the reads after (an epoch loaded twice is
-likely loaded again)."""
-_READ_DIRECT_LOCK = threading.Lock()
-_READ_DIRECT_MAX = 1 << 16
-
-
-def _first(fd: int) -> bool:
-    """Whether this process reads the file open in ``fd`` ``O_DIRECT`` for the first time
-    (and now has)."""
-    info = os.fstat(fd)
-    place = (info.st_dev, info.st_ino)
-    with _READ_DIRECT_LOCK:
-        if place in _READ_DIRECT:
-            return False
-        if len(_READ_DIRECT) >= _READ_DIRECT_MAX:
-            _READ_DIRECT.clear()
-        _READ_DIRECT.add(place)
-        return True
 
 
 def _cached_pages(fd: int, offset: int, nbytes: int) -> int:
@@ -171,10 +153,11 @@ def _cached_pages(fd: int, offset: int, nbytes: int) -> int:
 
 
 def _direct_read_fits(offset: int, target: memoryview) -> bool:
-    """Whether reading ``target`` from ``offset`` may go ``O_DIRECT``."""
-    if target.nbytes < DIRECT_FROM or offset % DIRECT_ALIGN:
+    """Whether reading ``target`` from ``offset`` may go ``O_DIRECT`` (but for an
+    unaligned head and end): large, with memory and offset at the same remainder."""
+    if target.nbytes < DIRECT_FROM or target.readonly:
         return False
-    return not target.readonly and np.frombuffer(target, np.uint8).ctypes.data % DIRECT_ALIGN == 0
+    return (np.frombuffer(target, np.uint8).ctypes.data - offset) % DIRECT_ALIGN == 0
 
 
 class _LocalPositionalWriter(PositionalWriter):

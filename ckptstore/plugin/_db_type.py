@@ -210,12 +210,13 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
             arrays[record.name] = lent
             continue
         # bytes first, then viewed as the blob: the bytes' view is had without a call;
-        # page-aligned when large, so that a storage may read into it O_DIRECT
+        # when large, at the remainder of its stored offset modulo a page, so that a
+        # storage may read into it O_DIRECT
         nbytes = math.prod(record.shape) * dtype.itemsize
-        if nbytes < DIRECT_FROM:
+        if nbytes < DIRECT_FROM or not record.chunks:
             data = np.empty(nbytes, dtype=np.uint8)
         else:
-            data = np.frombuffer(aligned_buffer(0, nbytes), np.uint8)
+            data = np.frombuffer(aligned_buffer(record.chunks[0].offset, nbytes), np.uint8)
         arrays[record.name] = data.view(dtype).reshape(record.shape)
         buffers.append(data.data)
         copied.append(record)

@@ -101,14 +101,18 @@ def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: P
     if not went_direct:
         pytest.skip("the file system refuses O_DIRECT (tmpfs)")
     target[:] = 0
-    _drop_from_cache(tmp_path / "c")
-    with storage.open_reader("c") as reader:  # read again: through the cache, to keep it
+    with storage.open_reader("c") as reader:  # its end in the cache: read from there
         reader.read_into(0, [target.data])
         assert reader._direct == -1  # type: ignore[attr-defined]
     np.testing.assert_array_equal(target, data)
+    _drop_from_cache(tmp_path / "c")
+    shifted = spare[-spare.ctypes.data % DIRECT_ALIGN + 16 :][: data.nbytes - 16]
+    with storage.open_reader("c") as reader:  # offset and memory at one remainder
+        reader.read_into(16, [shifted.data])
+        assert reader._direct >= 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(shifted, data[16:])
     os.truncate(tmp_path / "c", DIRECT_FROM + DIRECT_ALIGN)  # a direct read comes short
     _drop_from_cache(tmp_path / "c")
-    _file_io._READ_DIRECT.clear()
     with pytest.raises(CorruptCheckpointError, match="ends"), storage.open_reader("c") as reader:
         reader.read_into(0, [target.data])
     assert reader._direct == -1  # type: ignore[attr-defined]  # closed with the reader

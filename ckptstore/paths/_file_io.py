@@ -126,7 +126,14 @@ class _LocalPositionalReader(PositionalReader):
         missing = _read_all(self._fd, [target[:head]], offset) if head else 0
         if missing:  # the file ends inside the head
             return missing + target.nbytes - head
-        count = os.preadv(self._direct, [target[head : head + middle]], offset + head)
+        try:
+            count = os.preadv(self._direct, [target[head : head + middle]], offset + head)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            os.close(self._direct)  # a file system that opens O_DIRECT but refuses reads
+            self._direct = -1
+            return _read_all(self._fd, [target], offset)
         # the unaligned end, or what a short read (the end of the file) left
         done = head + count
         return _read_all(self._fd, [target[done:]], offset + done) if done < target.nbytes else 0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -116,6 +119,38 @@ def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: P
     with pytest.raises(CorruptCheckpointError, match="ends"), storage.open_reader("c") as reader:
         reader.read_into(0, [target.data])
     assert reader._direct == -1  # type: ignore[attr-defined]  # closed with the reader
+
+
+def test_a_file_system_refusing_direct_reads_is_read_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    data = np.arange(DIRECT_FROM, dtype=np.uint8)
+    storage.write_parts("c", [memoryview(data)])
+    _drop_from_cache(tmp_path / "c")
+    fd = os.open(tmp_path / "c", os.O_RDONLY)
+    cold = _file_io._cached_pages(fd, 0, data.nbytes) == 0
+    os.close(fd)
+    if not cold:
+        pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+    real = os.preadv
+    refused: list[int] = []
+
+    def preadv(fd: int, buffers: Any, offset: int, *flags: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # what some file systems do
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(_file_io.os, "preadv", preadv)
+    spare = np.zeros(data.nbytes + DIRECT_ALIGN, np.uint8)
+    target = spare[-spare.ctypes.data % DIRECT_ALIGN :][: data.nbytes]
+    with storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])
+        assert reader._direct == -1  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    if not refused:
+        pytest.skip("the file system refuses O_DIRECT (tmpfs): never tried")
 
 
 def _drop_from_cache(path: Path) -> None:

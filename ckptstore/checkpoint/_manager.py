@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -603,9 +603,12 @@ class CheckpointManager(ManagerBase):
     ``retention`` (e.g. ``KeepLast(3)``) is applied by the runner after each committed
     save. Committed epochs are write-once: saving one again raises
     :class:`~ckptstore.errors.AlreadyCommittedError` unless ``overwrite=True``, which
-    uncommits it first. ``io`` tunes the chunked I/O engine; ``path_type`` forces a path
-    type instead of choosing it from the URL; ``storage_options`` go to the path type (endpoint,
-    credentials...).
+    uncommits it first. ``incremental=True`` stores each chunk of the large blobs once
+    per content under the root; ``frozen`` then names blobs the job promises do not
+    change between saves (a fine-tuning's frozen base): they are not read again
+    (docs/design.md, "Incremental checkpoints"). ``io`` tunes the chunked I/O engine;
+    ``path_type`` forces a path type instead of choosing it from the URL;
+    ``storage_options`` go to the path type (endpoint, credentials...).
 
     ``db_prefix`` may list several roots, fastest first (URLs, locations or upload
     builders): saves commit on the first and are copied to the others in the
@@ -642,6 +645,7 @@ class CheckpointManager(ManagerBase):
         retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
         incremental: bool = False,
+        frozen: Collection[str] = (),
     ) -> None:
         first, later = open_roots(
             db_prefix,
@@ -650,6 +654,7 @@ class CheckpointManager(ManagerBase):
             path_type=path_type,
             storage_options=storage_options,
             incremental=incremental,
+            frozen=frozen,
             location=location,
         )
         super().__init__(first, metadata_handler, None, overwrite=overwrite)

@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 
 from ckptstore import protocol
@@ -54,7 +54,8 @@ class MultiNodeCheckpointManager(ManagerBase):
     write-once: saving one again raises :class:`~ckptstore.errors.AlreadyCommittedError`
     unless ``overwrite=True``, which uncommits the job's nodes first. ``db_prefix`` may
     list several roots, fastest first, as for :class:`CheckpointManager`
-    (``["/mnt/nvme/run", "s3://bucket/run"]``).
+    (``["/mnt/nvme/run", "s3://bucket/run"]``). ``incremental`` and ``frozen`` too:
+    a node that does not hold a blob ``frozen`` names ignores that name.
 
     Example::
 
@@ -81,6 +82,7 @@ class MultiNodeCheckpointManager(ManagerBase):
         retention: RetentionPolicy | Sequence[RetentionPolicy | None] | None = None,
         overwrite: bool = False,
         incremental: bool = False,
+        frozen: Collection[str] = (),
     ) -> None:
         location, later = open_roots(
             db_prefix,
@@ -89,6 +91,7 @@ class MultiNodeCheckpointManager(ManagerBase):
             path_type=path_type,
             storage_options=storage_options,
             incremental=incremental,
+            frozen=frozen,
         )
         super().__init__(location, metadata_handler, None, overwrite=overwrite)
         self._set_tiers(later, retention)

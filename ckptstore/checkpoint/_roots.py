@@ -13,13 +13,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from ckptstore.checkpoint._tiers import RootLike, split_roots
 from ckptstore.io import IOSettings
 from ckptstore.plugin import DBType, UploadTaskGroupBuilder
-from ckptstore.protocol import CheckpointLocation, check_incremental
+from ckptstore.protocol import CheckpointLocation, check_frozen, check_incremental
 
 __all__ = ["open_roots"]
 
@@ -33,12 +33,17 @@ def open_roots(
     storage_options: Mapping[str, object] | None,
     incremental: bool,
     location: CheckpointLocation | None = None,
+    frozen: Collection[str] = (),
 ) -> tuple[CheckpointLocation, list[UploadTaskGroupBuilder]]:
     """A manager's roots: the first opened with the manager's own options (or
-    ``location``, made incremental if asked), the later ones as upload builders."""
+    ``location``, made incremental and given ``frozen`` if asked), the later ones as
+    upload builders."""
     if location is not None and incremental and not location.incremental:
         check_incremental(location.db_type)
         location = replace(location, incremental=True)
+    if location is not None and frozen:
+        check_frozen(frozen, incremental=location.incremental)
+        location = replace(location, frozen=frozenset(frozen))
     roots: Sequence[RootLike] = [db_prefix] if isinstance(db_prefix, str) else db_prefix
 
     def open_first(prefix: str) -> CheckpointLocation:
@@ -49,6 +54,7 @@ def open_roots(
             path_type=path_type,
             storage_options=storage_options,
             incremental=incremental,
+            frozen=frozen,
         )
 
     given: list[RootLike] = list(roots)

@@ -59,8 +59,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -243,20 +247,56 @@ def write_shared(
     named by :func:`archive_name`), each holding the members ``members_of`` gives for
     its share of the blobs' names (asked for when the archive's first write is due:
     see :func:`write_archives`)."""
-    stored: dict[str, BlobRecord] = {}
-    if db.shared is not None:  # an incremental save: large blobs go to the chunk store
-        large = {name: array for name, array in blobs.items() if db.shared.takes(array)}
-        if large:  # those it does not store (dense updates) stay in the archive
-            stored = db.shared.store(db, large)
-            blobs = {name: array for name, array in blobs.items() if name not in stored}
-    shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
-    archives: list[tuple[str, Members]] = [
-        (archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)
-    ]
-    written = write_archives(db, archives)
-    if not stored:
-        return written
+    shared = db.shared
+    offered: dict[str, np.ndarray[Any, Any]] = {}
+    if shared is not None:  # an incremental save: large blobs go to the chunk store
+        offered = {name: array for name, array in blobs.items() if shared.takes(array)}
+    left = shared.leaves(offered) if shared is not None else frozenset()
+    large = {name: array for name, array in offered.items() if name not in left}
+    if shared is None or not large:
+        if offered and shared is not None:
+            shared.store(db, offered)  # stores none, but counts the saves they skip it
+        return write_archives(db, _shares(first, blobs, members_of))
+    archived = {name: array for name, array in blobs.items() if name not in large}
+    # the chunk store hashes (CPU) while the archive's writes wait on the disk: a
+    # LoRA-shaped save takes the longer of the two, not their sum
+    run = contextvars.copy_context().run
+    storing = _background().submit(run, shared.store, db, offered)
+    try:
+        written = write_archives(db, _shares(first, archived, members_of))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            storing.result()  # nothing of the save runs on once it raised
+        raise
+    stored = storing.result()
+    if stored.keys() != large.keys():
+        raise RuntimeError(f"the chunk store stored {sorted(stored)}, not {sorted(large)}")
     return WrittenDB({**written.blobs, **stored}, written.files)
+
+
+_BACKGROUND: dict[int, ThreadPoolExecutor] = {}
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """This process's threads running chunk stores beside archive writes (kept: a new
+    thread cost 10-40 ms of a save on a loaded machine; a forked child makes its own).
+    A thread runs one node's store, which waits only on threads of its own."""
+    with _BACKGROUND_LOCK:
+        pool = _BACKGROUND.get(os.getpid())
+        if pool is None:
+            pool = _BACKGROUND[os.getpid()] = ThreadPoolExecutor(64, "ckptstore-shared")
+        return pool
+
+
+def _shares(
+    first: str,
+    blobs: Mapping[str, np.ndarray[Any, Any]],
+    members_of: Callable[[Sequence[str]], Sequence[Member]],
+) -> list[tuple[str, Members]]:
+    """The archives of ``blobs`` (:func:`~ckptstore.io.archive_shares`), members made late."""
+    shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+    return [(archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)]
 
 
 def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> WrittenDB:

@@ -29,9 +29,11 @@ from contextlib import AbstractContextManager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io import DIRECT_ALIGN, plan_direct
+from ckptstore.io import DIRECT_ALIGN, DIRECT_FROM, plan_direct
 from ckptstore.plugin import PositionalReader, PositionalWriter
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ if _SYNC_FILE_RANGE is not None:
     _SYNC_FILE_RANGE.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 _SYNC_FILE_RANGE_WRITE = 2
 _FSTATFS = _libc_function("fstatfs")
+_SYSCALL = _libc_function("syscall")
+_CACHESTAT = 451  # cachestat(2), Linux 6.5 (the same number on every architecture)
 _MEMORY_FILE_SYSTEMS = frozenset({0x01021994, 0x858458F6})  # TMPFS_MAGIC, RAMFS_MAGIC
 EARLY_WRITEBACK_BYTES = 1 << 20
 """Files at least this large have their write-back started as soon as they are written
@@ -74,17 +78,32 @@ def _start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
 
 class _LocalPositionalReader(PositionalReader):
     """``preadv`` into the targets from one descriptor, opened (without following
-    links) once for every range read through it."""
+    links) once for every range read through it.
 
-    def __init__(self, storage: LocalPath, key: str, fd: int) -> None:
+    ``direct``: a range of :data:`~ckptstore.io.DIRECT_FROM` or more into one target
+    whose memory and offset have the same remainder modulo
+    :data:`~ckptstore.io.DIRECT_ALIGN` goes ``O_DIRECT`` (but for its unaligned head
+    and end), from the device into the target, if the page cache holds none of it
+    (:func:`_cached_pages`). Such reads cost the CPU nearly nothing, where a read
+    through the cache copies every byte (1 GiB in 4 MiB chunk files, cold, on a loaded
+    VM: 0.03-0.05 s of CPU against 0.31-0.39 s, and less time), and leave the cache to
+    what it held. Whether it does is decided once per reader, at its first such range:
+    a file in the cache is read from there, as one on a kernel without ``cachestat``
+    (before 6.5)."""
+
+    def __init__(self, storage: LocalPath, key: str, fd: int, *, direct: bool = False) -> None:
         super().__init__(key)
         self._storage = storage
         self._fd = fd
+        self._direct = -2 if direct else -1  # -2: not decided yet; -1: not direct
 
     def read_into(self, offset: int, targets: Sequence[memoryview]) -> None:
         # the hot path of a checked load (one call per window): no context manager
         try:
-            missing = _read_all(self._fd, targets, offset)
+            if self._direct != -1 and len(targets) == 1 and _direct_read_fits(offset, targets[0]):
+                missing = self._read_direct(offset, byte_view(targets[0]))
+            else:
+                missing = _read_all(self._fd, targets, offset)
         except OSError as error:
             raise self._storage._typed_error("read", self.key, error) from error
         if missing:
@@ -94,10 +113,58 @@ class _LocalPositionalReader(PositionalReader):
                 file=self.key,
             )
 
+    def _read_direct(self, offset: int, target: memoryview) -> int:
+        """Fill ``target`` from ``offset``, its aligned middle ``O_DIRECT`` if the page
+        cache lacks the range (decided at the first call); the bytes missing at EOF."""
+        if self._direct == -2:
+            cold = _cached_pages(self._fd, offset, target.nbytes) == 0
+            self._direct = _reopen_direct(self._fd, os.O_RDONLY) if cold else -1
+        if self._direct < 0:
+            return _read_all(self._fd, [target], offset)
+        head = -offset % DIRECT_ALIGN  # the memory has the same remainder
+        middle = (target.nbytes - head) // DIRECT_ALIGN * DIRECT_ALIGN
+        missing = _read_all(self._fd, [target[:head]], offset) if head else 0
+        if missing:  # the file ends inside the head
+            return missing + target.nbytes - head
+        try:
+            count = os.preadv(self._direct, [target[head : head + middle]], offset + head)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            os.close(self._direct)  # a file system that opens O_DIRECT but refuses reads
+            self._direct = -1
+            return _read_all(self._fd, [target], offset)
+        # the unaligned end, or what a short read (the end of the file) left
+        done = head + count
+        return _read_all(self._fd, [target[done:]], offset + done) if done < target.nbytes else 0
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._direct >= 0:
+            os.close(self._direct)
+            self._direct = -1
+
+
+def _cached_pages(fd: int, offset: int, nbytes: int) -> int:
+    """How many pages of the range the page cache holds (``cachestat``, which reads
+    nothing and starts no read-ahead, unlike a ``RWF_NOWAIT`` read); -1 if unknown."""
+    if _SYSCALL is None:
+        return -1
+    span = (ctypes.c_uint64 * 2)(offset, nbytes)
+    found = (ctypes.c_uint64 * 5)()
+    if _SYSCALL(_CACHESTAT, ctypes.c_int(fd), span, found, ctypes.c_uint(0)) != 0:
+        return -1  # before Linux 6.5 (ENOSYS), or refused
+    return int(found[0])
+
+
+def _direct_read_fits(offset: int, target: memoryview) -> bool:
+    """Whether reading ``target`` from ``offset`` may go ``O_DIRECT`` (but for an
+    unaligned head and end): large, with memory and offset at the same remainder."""
+    if target.nbytes < DIRECT_FROM or target.readonly:
+        return False
+    return (np.frombuffer(target, np.uint8).ctypes.data - offset) % DIRECT_ALIGN == 0
 
 
 class _LocalPositionalWriter(PositionalWriter):
@@ -218,13 +285,13 @@ def _directory_in_memory(path: str) -> bool:
         os.close(fd)
 
 
-def _reopen_direct(fd: int) -> int:
-    """A second descriptor of the file open in ``fd``, for ``O_DIRECT`` writes (through
-    ``/proc/self/fd``: the same file, whatever happened to its name); -1 where the file
-    system refuses ``O_DIRECT`` or ``/proc`` is missing. Callers leave out files in
-    memory (:func:`_in_memory`)."""
+def _reopen_direct(fd: int, access: int = os.O_WRONLY) -> int:
+    """A second descriptor of the file open in ``fd``, for ``O_DIRECT`` writes (or
+    ``access``: reads) through ``/proc/self/fd`` (the same file, whatever happened to
+    its name); -1 where the file system refuses ``O_DIRECT`` or ``/proc`` is missing.
+    Writers leave out files in memory (:func:`_in_memory`)."""
     try:
-        direct = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+        direct = os.open(f"/proc/self/fd/{fd}", access | os.O_DIRECT | os.O_CLOEXEC)
     except OSError:
         return -1
     if os.fstat(direct).st_ino != os.fstat(fd).st_ino:  # not the file we created

@@ -81,7 +81,9 @@ class LocalPath(PathType):
 
     ``durability``: ``"fsync"`` (default), ``"syncfs"`` or ``"none"``; also settable
     with ``CKPTSTORE_DURABILITY``. ``direct_io``: write large arrays ``O_DIRECT`` (default
-    with ``fsync``; ``CKPTSTORE_DIRECT_IO=off`` or ``False`` turns it off).
+    with ``fsync``), and read large ranges of files the page cache does not hold
+    ``O_DIRECT`` into aligned memory; ``CKPTSTORE_DIRECT_IO=off`` or ``False`` turns
+    both off.
 
     Example::
 
@@ -138,6 +140,9 @@ class LocalPath(PathType):
         if direct_io is None:
             direct_io = choice_variable(os.environ, "CKPTSTORE_DIRECT_IO", DIRECT_IO_MODES) != "off"
         self.direct_io = direct_io and mode == "fsync" and hasattr(os, "O_DIRECT")
+        self.direct_reads = direct_io and hasattr(os, "O_DIRECT")
+        """Large aligned reads of a file not in the page cache go ``O_DIRECT``, from the
+        device into the target (see :class:`~ckptstore.paths._file_io._LocalPositionalReader`)."""
         if _directory_in_memory(self.root):
             # every read and write is a copy done by a CPU: more of them at once than
             # there are CPUs only take turns, and evict each other's windows from the
@@ -312,7 +317,8 @@ class LocalPath(PathType):
 
     def open_reader(self, key: str) -> PositionalReader:
         with self._errors("read", key):
-            return _LocalPositionalReader(self, key, self._open_file(key, os.O_RDONLY))
+            fd = self._open_file(key, os.O_RDONLY)
+        return _LocalPositionalReader(self, key, fd, direct=self.direct_reads)
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
         with self._errors("read", key):

@@ -43,10 +43,12 @@ import numpy as np
 from ckptstore._types import Array
 from ckptstore.errors import CorruptCheckpointError, UnsupportedBlobError
 from ckptstore.io import (
+    DIRECT_FROM,
     ParallelIO,
     ReadRequest,
     WriteRequest,
     WriteResult,
+    aligned_buffer,
     checksum_of,
     resolve_key,
 )
@@ -120,9 +122,15 @@ class SharedChunks(Protocol):
     def takes(self, array: Array) -> bool:
         """Whether ``array`` goes to the chunk store (large enough to be worth it)."""
 
+    def leaves(self, blobs: Mapping[str, Array]) -> frozenset[str]:
+        """The names of ``blobs`` that :meth:`store` will leave to the format, which
+        writes them itself, as in a full save (known before: the format writes its
+        archive while the store works)."""
+
     def store(self, db: DBLocation, blobs: Mapping[str, Array]) -> dict[str, BlobRecord]:
-        """Store ``blobs``' chunks the store lacks; the records of the blobs stored
-        (the format writes the others itself, as in a full save)."""
+        """Store ``blobs``' chunks the store lacks; the records of the blobs stored:
+        all but those :meth:`leaves` names. Safe to run on another thread while the
+        format writes its own files."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +209,14 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
         if lent is not None:
             arrays[record.name] = lent
             continue
-        # bytes first, then viewed as the blob: the bytes' view is had without a call
-        data = np.empty(math.prod(record.shape) * dtype.itemsize, dtype=np.uint8)
+        # bytes first, then viewed as the blob: the bytes' view is had without a call;
+        # when large, at the remainder of its stored offset modulo a page, so that a
+        # storage may read into it O_DIRECT
+        nbytes = math.prod(record.shape) * dtype.itemsize
+        if nbytes < DIRECT_FROM or not record.chunks:
+            data = np.empty(nbytes, dtype=np.uint8)
+        else:
+            data = np.frombuffer(aligned_buffer(record.chunks[0].offset, nbytes), np.uint8)
         arrays[record.name] = data.view(dtype).reshape(record.shape)
         buffers.append(data.data)
         copied.append(record)

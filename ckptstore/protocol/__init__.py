@@ -50,7 +50,7 @@ from ckptstore.protocol._commit import (
     write_node,
 )
 from ckptstore.protocol._garbage import collect_garbage, find_garbage
-from ckptstore.protocol._incremental import check_incremental
+from ckptstore.protocol._incremental import check_frozen, check_incremental
 from ckptstore.protocol._inventory import (
     EpochEntry,
     NodeEntry,
@@ -92,6 +92,7 @@ __all__ = [
     "check_archives",
     "check_can_hold",
     "check_decodable",
+    "check_frozen",
     "check_incremental",
     "check_lease_ttl",
     "check_not_committed",

@@ -75,7 +75,7 @@ from ckptstore.io import ParallelIO, crc32c_of, is_shared_key, paused_gc
 from ckptstore.plugin import DBLocation, DBType, PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import ChunkStore, release_intents
-from ckptstore.protocol._incremental import check_incremental
+from ckptstore.protocol._incremental import check_frozen, check_incremental
 from ckptstore.protocol._lease_document import LeaseFence
 from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
@@ -211,7 +211,8 @@ def write_node(
     The format must support it (``supports_incremental``). ``frozen`` (incremental
     only): names of blobs the caller promises are unchanged since this process's
     previous save of the node, whose bytes are then not read again (see
-    :class:`~ckptstore.protocol._chunks.ChunkStore`)."""
+    :class:`~ckptstore.protocol._chunks.ChunkStore`); by default, those of the
+    location's ``frozen`` this node holds."""
     storage = storage_of(where)
     db_type, io = _format_of(where, db_type, io, "write_node")
     if incremental is None:
@@ -222,13 +223,12 @@ def write_node(
     for name, array in arrays.items():
         db_type.check_blob(name, array)
     check_can_hold(storage, db_type)
+    check_frozen(frozen, incremental=incremental)
     unknown = sorted(set(frozen) - set(arrays))
-    if frozen and (not incremental or unknown):
-        raise JobConfigurationError(
-            f"frozen= names blobs this save does not hold: {unknown[:5]}"
-            if unknown
-            else "frozen= needs incremental=True (only an incremental save reuses chunks)"
-        )
+    if unknown:
+        raise JobConfigurationError(f"frozen= names blobs this save does not hold: {unknown[:5]}")
+    if not frozen and incremental and isinstance(where, CheckpointLocation):
+        frozen = where.frozen & arrays.keys()  # the location's: for any node holding them
     shared = ChunkStore(storage, node, epoch, frozen=frozen) if incremental else None
     if shared is not None:
         check_incremental(db_type)

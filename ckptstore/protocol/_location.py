@@ -16,12 +16,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ckptstore.io import IOSettings, ParallelIO
 from ckptstore.plugin import DBType, PathType, get_registry
-from ckptstore.protocol._incremental import check_incremental
+from ckptstore.protocol._incremental import check_frozen, check_incremental
 from ckptstore.records import NodeManifest, db_name
 
 __all__ = ["CheckpointLocation", "storage_of"]
@@ -53,6 +53,10 @@ class CheckpointLocation:
     incremental: bool = False
     """Saves store large blobs' chunks once per content in the root's chunk store
     (docs/design.md, "Incremental checkpoints")."""
+    frozen: frozenset[str] = frozenset()
+    """Names of blobs that incremental saves take as unchanged since this process's
+    previous save of the node, unread (``frozen`` of :func:`~ckptstore.protocol.write_node`;
+    a node that does not hold one ignores it)."""
     _others: dict[tuple[str, str | None], CheckpointLocation] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -67,10 +71,11 @@ class CheckpointLocation:
         path_type: str | None = None,
         storage_options: Mapping[str, object] | None = None,
         incremental: bool = False,
+        frozen: Collection[str] = (),
     ) -> CheckpointLocation:
         """Open the checkpoint root ``prefix`` through the registered path types
-        (``incremental``: see :func:`~ckptstore.protocol.write_node`; the DB type must
-        support it)."""
+        (``incremental`` and ``frozen``: see :func:`~ckptstore.protocol.write_node`;
+        the DB type must support it; ``frozen`` needs ``incremental``)."""
         registry = get_registry()
         options = dict(storage_options or {})
         storage = registry.open_path(str(prefix), path_type, **options)
@@ -78,7 +83,9 @@ class CheckpointLocation:
         chosen = registry.db_type(db_type)
         if incremental:
             check_incremental(chosen)
-        return cls(storage, chosen, settings, str(prefix), path_type, options, incremental)
+        check_frozen(frozen, incremental=incremental)
+        names = frozenset(frozen)
+        return cls(storage, chosen, settings, str(prefix), path_type, options, incremental, names)
 
     def at(self, prefix: str | None, path_type: str | None = None) -> CheckpointLocation:
         """The same format and I/O at another root (e.g. an upload tier), opened once;

@@ -15,13 +15,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from ckptstore.errors import (
     BlobNotFoundError,
     CheckpointKindError,
     CheckpointNotFoundError,
+    JobConfigurationError,
 )
 from ckptstore.records import get_ckpt_filename, validate_epoch
 from ckptstore.torch._adapter import TorchAdapter
@@ -59,10 +60,12 @@ def save_state(
     db_type: str = "zarr",
     overwrite: bool = False,
     incremental: bool | None = None,
+    frozen: Collection[str | int | tuple[str | int, ...]] = (),
 ) -> None:
     """Save a tree of state dicts as ``node``'s checkpoint of ``epoch`` under ``target``.
 
     The tree holds tensors, nested dicts/lists/tuples, int, float, bool, None and str.
+    ``incremental`` and ``frozen``: as for :func:`~ckptstore.tree.save_tree`.
 
     Committed epochs are write-once, as with :func:`~ckptstore.tree.save_tree`: an
     epoch already committed raises :class:`~ckptstore.AlreadyCommittedError` (nothing
@@ -76,6 +79,7 @@ def save_state(
         adapter=_ADAPTER,
         overwrite=overwrite,
         incremental=incremental,
+        frozen=frozen,
     )
 
 
@@ -105,13 +109,20 @@ def save(
     db_type: str = "zarr",
     overwrite: bool = False,
     incremental: bool | None = None,
+    frozen_keys: Collection[str | tuple[str | int, ...]] = (),
     **objects: Stateful,
 ) -> None:
     """Save each object's ``state_dict()`` under its keyword's name.
 
     Committed epochs are write-once, as with :func:`save_state`: ``overwrite=True``
     replaces one. ``incremental=True`` stores unchanged chunks once, as
-    :func:`save_tree` does.
+    :func:`save_tree` does. ``frozen_keys`` (incremental, unsharded state only)
+    names objects, or paths into their state dicts, whose tensors hold the bytes they
+    had at this process's previous save: they are not read again (``frozen`` of
+    :func:`save_tree`; not ``frozen``, which may name an object). A fine-tuned
+    model's frozen parameters::
+
+        frozen_keys=[("model", n) for n, p in model.named_parameters() if not p.requires_grad]
 
     Sharded state (a module or optimizer holding DTensors, or any state under an
     initialised process group of several ranks) is saved through
@@ -119,6 +130,11 @@ def save(
     :class:`~ckptstore.torch.dcp.Writer` as its storage (write-once, no ``overwrite``;
     every rank calls :func:`save`)."""
     if has_sharded_state(objects):
+        if frozen_keys:
+            raise JobConfigurationError(
+                "frozen_keys= is for unsharded state: a sharded save goes through "
+                "torch.distributed.checkpoint, which reads every shard; drop frozen_keys="
+            )
         save_sharded(
             target,
             epoch,
@@ -138,6 +154,7 @@ def save(
         db_type=db_type,
         overwrite=overwrite,
         incremental=incremental,
+        frozen=frozen_keys,
     )
 
 

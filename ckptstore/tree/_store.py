@@ -92,7 +92,7 @@ def save_tree(
     adapter: ArrayAdapter | None = None,
     overwrite: bool = False,
     incremental: bool | None = None,
-    frozen: Collection[str | int] = (),
+    frozen: Collection[str | int | tuple[str | int, ...]] = (),
 ) -> None:
     """Save ``tree`` as ``node``'s checkpoint of ``epoch`` under ``target`` and commit it.
 
@@ -105,8 +105,9 @@ def save_tree(
     the root (unchanged chunks of earlier epochs are referred to, not written again:
     docs/design.md, "Incremental checkpoints"); ``None`` takes the target location's
     (or manager's) setting, off for a path. ``frozen`` (incremental saves of a mapping):
-    keys of ``tree`` whose arrays the caller promises hold the bytes they had at this
-    process's previous save of ``node``: they are not read again (only one chunk of
+    keys of ``tree``, or paths of keys (``("model", "base.weight")``), whose arrays
+    the caller promises hold the bytes they had at this process's previous save of
+    ``node``: they are not read again (only one chunk of
     them per save, in turn, is checked). Declare only what nothing writes, such as the
     frozen base of a fine-tuning: a broken promise that the check misses saves the
     previous bytes (docs/design.md, "Incremental checkpoints").
@@ -146,21 +147,37 @@ def save_tree(
 
 
 def _frozen_blobs(
-    tree: object, keys: Collection[str | int], arrays: Mapping[str, object]
+    tree: object, keys: Collection[str | int | tuple[str | int, ...]], arrays: Mapping[str, object]
 ) -> list[str]:
-    """The blobs under the top-level ``keys`` of ``tree``."""
+    """The blobs under ``keys`` of ``tree``: top-level keys, or paths of keys (tuples)."""
     if not keys:
         return []
-    if not isinstance(tree, Mapping) or not all(key in tree for key in keys):
+    paths = [key if isinstance(key, tuple) else (key,) for key in keys]
+    missing = [path for path in paths if not path or not _holds(tree, path)]
+    if missing:
         raise JobConfigurationError(
-            f"frozen= names keys the tree does not have: {sorted(map(str, keys))[:5]}"
+            f"frozen= names keys the tree does not have: {sorted(map(str, missing))[:5]}"
         )
-    prefixes = [encode_segment(key) for key in keys]
+    prefixes = ["/".join(encode_segment(key) for key in path) for path in paths]
     return [
         name
         for name in arrays
         if any(name == prefix or name.startswith(f"{prefix}/") for prefix in prefixes)
     ]
+
+
+def _holds(tree: object, path: tuple[str | int, ...]) -> bool:
+    """Whether ``tree`` has a value at ``path`` (dict keys, sequence indices)."""
+    for key in path:
+        if isinstance(tree, Mapping):
+            if key not in tree:
+                return False
+            tree = tree[key]
+        elif isinstance(tree, list | tuple) and isinstance(key, int) and 0 <= key < len(tree):
+            tree = tree[key]
+        else:
+            return False
+    return True
 
 
 def load_tree(

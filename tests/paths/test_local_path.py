@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,6 +82,84 @@ def test_a_short_read_resumes_inside_a_view_of_any_format() -> None:
     assert len(views) == 1
     assert views[0].nbytes == 10  # cut as bytes, not as words
     assert views[0].tobytes() == words.tobytes()[6:]
+
+
+def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    data = np.random.default_rng(0).integers(0, 255, 2 * DIRECT_FROM + 100, dtype=np.uint8)
+    storage.write_parts("c", [memoryview(data)])
+    _drop_from_cache(tmp_path / "c")
+    fd = os.open(tmp_path / "c", os.O_RDONLY)
+    try:
+        if _file_io._cached_pages(fd, 0, data.nbytes) != 0:
+            pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+    finally:
+        os.close(fd)
+    spare = np.zeros(data.nbytes + DIRECT_ALIGN, np.uint8)
+    target = spare[-spare.ctypes.data % DIRECT_ALIGN :][: data.nbytes]
+    with storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])  # the unaligned end through the cache
+        went_direct = reader._direct >= 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    if not went_direct:
+        pytest.skip("the file system refuses O_DIRECT (tmpfs)")
+    target[:] = 0
+    with storage.open_reader("c") as reader:  # its end in the cache: read from there
+        reader.read_into(0, [target.data])
+        assert reader._direct == -1  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    _drop_from_cache(tmp_path / "c")
+    shifted = spare[-spare.ctypes.data % DIRECT_ALIGN + 16 :][: data.nbytes - 16]
+    with storage.open_reader("c") as reader:  # offset and memory at one remainder
+        reader.read_into(16, [shifted.data])
+        assert reader._direct >= 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(shifted, data[16:])
+    os.truncate(tmp_path / "c", DIRECT_FROM + DIRECT_ALIGN)  # a direct read comes short
+    _drop_from_cache(tmp_path / "c")
+    with pytest.raises(CorruptCheckpointError, match="ends"), storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])
+    assert reader._direct == -1  # type: ignore[attr-defined]  # closed with the reader
+
+
+def test_a_file_system_refusing_direct_reads_is_read_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    data = np.arange(DIRECT_FROM, dtype=np.uint8)
+    storage.write_parts("c", [memoryview(data)])
+    _drop_from_cache(tmp_path / "c")
+    fd = os.open(tmp_path / "c", os.O_RDONLY)
+    cold = _file_io._cached_pages(fd, 0, data.nbytes) == 0
+    os.close(fd)
+    if not cold:
+        pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+    real = os.preadv
+    refused: list[int] = []
+
+    def preadv(fd: int, buffers: Any, offset: int, *flags: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # what some file systems do
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(_file_io.os, "preadv", preadv)
+    spare = np.zeros(data.nbytes + DIRECT_ALIGN, np.uint8)
+    target = spare[-spare.ctypes.data % DIRECT_ALIGN :][: data.nbytes]
+    with storage.open_reader("c") as reader:
+        reader.read_into(0, [target.data])
+        assert reader._direct == -1  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    if not refused:
+        pytest.skip("the file system refuses O_DIRECT (tmpfs): never tried")
+
+
+def _drop_from_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def test_missing_and_short_objects(tmp_path: Path) -> None:

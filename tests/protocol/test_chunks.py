@@ -95,6 +95,20 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_chunks, "CHUNK_BYTES", 4096)
 
 
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the chunks saves hash (read), in order."""
+    sizes: list[int] = []
+    real = _chunks.xxhash.xxh3_128_hexdigest
+
+    def counted(data: memoryview) -> str:
+        sizes.append(data.nbytes)
+        return real(data)
+
+    monkeypatch.setattr(_chunks.xxhash, "xxh3_128_hexdigest", counted)
+    return sizes
+
+
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
 def test_every_value_round_trips_bit_for_bit_in_incremental_mode(
     tmp_path: Path, tiny_chunks: None, db_type: str
@@ -147,8 +161,9 @@ def test_identical_blobs_are_stored_once_within_a_node_and_across_nodes(tmp_path
         np.testing.assert_array_equal(load(tmp_path, 5, node)["w"], same)
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["beside-a-base", "alone"])
 def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alone: bool
 ) -> None:
     monkeypatch.setattr(_chunks, "PROBE_EVERY", 2)
     rng = np.random.default_rng(9)
@@ -158,33 +173,27 @@ def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_un
     for epoch in range(9):
         if epoch <= 4:
             dense = dense + 1.0  # every byte changes, then no more after epoch 4
-        save(tmp_path, epoch, {"base": base, "dense": dense})
+        save(tmp_path, epoch, {"dense": dense} if alone else {"base": base, "dense": dense})
         saved.append(dense)
         manifest = open_node(LocalPath(str(tmp_path)), "t", epoch)
         shared = shared_chunk_keys(manifest)
-        assert {chunk.key for chunk in manifest.blobs["base"].chunks} <= shared
+        if not alone:  # alone: no blob goes to the store at the archived saves
+            assert {chunk.key for chunk in manifest.blobs["base"].chunks} <= shared
         in_store = {chunk.key for chunk in manifest.blobs["dense"].chunks} <= shared
         placement += "S" if in_store else "A"
     # S: chunk store; A: the node's archive, unhashed (every chunk changed at the save
     # before); every second save probes; once unchanged, it stays in the store
     assert placement == "SSASASASS"
     for epoch, value in enumerate(saved):
-        np.testing.assert_array_equal(load(tmp_path, epoch)["dense"], value)
-        np.testing.assert_array_equal(load(tmp_path, epoch)["base"], base)
+        loaded = load(tmp_path, epoch)
+        np.testing.assert_array_equal(loaded["dense"], value)
+        np.testing.assert_array_equal(loaded.get("base", base), base)
     assert_every_committed_node_verifies(tmp_path)
 
 
 def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
-    tmp_path: Path, tiny_chunks: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny_chunks: None, hashed: list[int]
 ) -> None:
-    hashed: list[int] = []
-    real = _chunks.xxhash.xxh3_128_hexdigest
-
-    def counted(data: memoryview) -> str:
-        hashed.append(data.nbytes)
-        return real(data)
-
-    monkeypatch.setattr(_chunks.xxhash, "xxh3_128_hexdigest", counted)
     rng = np.random.default_rng(10)
     tree = {"base": {"w": rng.standard_normal(2048)}, "head": rng.standard_normal(512)}
     save_tree(str(tmp_path), 0, tree, incremental=True)
@@ -212,6 +221,45 @@ def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
         save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["nothing"])
     with pytest.raises(JobConfigurationError, match="incremental=True"):
         save_tree(str(tmp_path), 3, tree, frozen=["base"])
+
+
+def test_frozen_takes_paths_into_the_tree(
+    tmp_path: Path, tiny_chunks: None, hashed: list[int]
+) -> None:
+    tree = {"model": {"base": np.ones(2048), "lora": np.zeros(512)}}
+    save_tree(str(tmp_path), 0, tree, incremental=True)
+    hashed.clear()
+    save_tree(str(tmp_path), 1, tree, incremental=True, frozen=[("model", "base")])
+    assert len(hashed) == 1 + 1 + 1  # the adapter, the spec, one chunk of the base
+    np.testing.assert_array_equal(load_tree(str(tmp_path), 1)["model"]["base"], np.ones(2048))
+    with pytest.raises(JobConfigurationError, match="does not have"):
+        save_tree(str(tmp_path), 2, tree, incremental=True, frozen=[("model", "head")])
+
+
+def test_managers_take_frozen_blobs_for_every_node_holding_them(
+    tmp_path: Path, tiny_chunks: None, hashed: list[int]
+) -> None:
+    session = LocalSession()
+    session.workspace("trainer_0").update(base=np.ones(2048), head=np.zeros(512))
+    session.workspace("trainer_1").update(head=np.zeros(512))  # no base: ignored there
+    manager = MultiNodeCheckpointManager(str(tmp_path), "zarr", incremental=True, frozen=["base"])
+    session.run(manager.init(["trainer_0", "trainer_1"]))
+    session.run(manager.save(1))  # the first save reads everything
+    assert len(hashed) == 4 + 1 + 1
+    hashed.clear()
+    session.run(manager.save(2))
+    assert len(hashed) == 1 + 1 + 1  # each node's head, and one chunk of the base
+    single = CheckpointManager(str(tmp_path), "trainer_0", incremental=True, frozen=["base"])
+    session.run(single.init(["trainer_0"]))
+    hashed.clear()
+    session.run(single.save(3))
+    assert len(hashed) == 1 + 1
+    for epoch in (1, 2, 3):
+        got = load(tmp_path, epoch, "trainer_0")["base"]
+        np.testing.assert_array_equal(got, np.ones(2048))
+    assert_every_committed_node_verifies(tmp_path)
+    with pytest.raises(JobConfigurationError, match="incremental=True"):
+        CheckpointManager(str(tmp_path), "trainer_0", frozen=["base"])
 
 
 def test_save_tree_round_trips_incrementally(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from ckptstore.errors import (  # noqa: E402
     BlobNotFoundError,
     CheckpointKindError,
     InvalidEpochError,
+    JobConfigurationError,
 )
 from ckptstore.torch import load_state, restore, save, save_state  # noqa: E402
 from ckptstore.tree import save_tree  # noqa: E402
@@ -213,3 +214,23 @@ def test_an_incremental_save_stores_a_frozen_layer_once_and_restores_bit_for_bit
     restore(root, 2, frozen=fresh_frozen, head=fresh_head)
     assert torch.equal(fresh_frozen.weight, frozen.weight)
     assert torch.equal(fresh_head.weight, head.weight)
+
+
+def test_frozen_keys_name_parameters_whose_bytes_are_not_read_again(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Linear(1024, 4))
+    model[0].requires_grad_(False)  # the frozen base: 2 MiB of weights, one chunk
+    frozen = [("model", n) for n, p in model.named_parameters() if not p.requires_grad]
+    root = str(tmp_path)
+    save(root, 1, incremental=True, model=model)
+    with torch.no_grad():
+        model[1].weight += 1
+    save(root, 2, incremental=True, frozen_keys=frozen, model=model)
+    fresh = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Linear(1024, 4))
+    restore(root, 2, model=fresh)
+    pairs = zip(fresh.parameters(), model.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    with torch.no_grad():
+        model[0].weight += 1  # the promise broken: its one chunk is checked at each save
+    with pytest.raises(JobConfigurationError, match="declared frozen"):
+        save(root, 3, incremental=True, frozen_keys=frozen, model=model)

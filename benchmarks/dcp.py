@@ -327,10 +327,12 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     BLOBS.update(make_workload(workload))
     size = sum(array.nbytes for array in BLOBS.values())
     print(f"{workload}: {len(BLOBS)} blobs, {size / GiB:.3f} GiB", flush=True)
+    if args.only_s3:
+        return s3_lines(workload, args, size, args.threads or 1, work)
     disk = work / "disk"
     counts = [2] if args.smoke else [1, 2, 4, 8]  # smoke: no sweep, one job less
-    if args.smoke:
-        best, sweep = 2, {}
+    if args.threads or args.smoke:
+        best, sweep = args.threads or 2, {}
     else:
         best, sweep = fastest_threads(
             lambda n: Storage(
@@ -371,6 +373,13 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     )
     if args.no_s3:
         return lines
+    return lines + s3_lines(workload, args, size, best, work)
+
+
+def s3_lines(
+    workload: str, args: argparse.Namespace, size: int, best: int, work: Path
+) -> list[str]:
+    """The moto rows: ckptstore against DCP's fsspec storage with ``best`` threads."""
     latency = None if args.smoke else args.latency_ms
     with moto(latency) as endpoint:
         options = s3_options(endpoint)
@@ -395,9 +404,8 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
             ),
         ]
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
-    lines += ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
-    lines += table(s3_rows, size)
-    return lines
+    lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
+    return lines + table(s3_rows, size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--no-s3", action="store_true", help="local disk only")
+    parser.add_argument("--only-s3", action="store_true", help="moto only (no disk rows)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="DCP's writer threads (default: the disk sweep's best, 1 with --only-s3)",
+    )
     parser.add_argument("--workloads", default="mixed-1g,gpt2-adam")
     parser.add_argument("--directory", type=Path, default=None, help="on the disk to measure")
     args = parser.parse_args(argv)

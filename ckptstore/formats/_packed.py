@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -249,7 +250,8 @@ def write_shared(
         if large:  # those it does not store (dense updates) stay in the archive
             stored = db.shared.store(db, large)
             blobs = {name: array for name, array in blobs.items() if name not in stored}
-    shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+    sizes = {name: array.nbytes for name, array in blobs.items()}
+    shares = archive_shares(sizes, db.storage.archive_bytes, db.storage.max_archives)
     archives: list[tuple[str, Members]] = [
         (archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)
     ]
@@ -293,6 +295,8 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
         for number in range(len(archives)):
             plan, target = plans[number]
             plan.finish(target)
+        stack.pop_all()  # closed here, not again on the way out
+        _close_all([plans[number][1] for number in range(len(archives))])
     blobs: dict[str, BlobRecord] = {}
     files: list[ChunkRecord] = []
     for number in range(len(archives)):
@@ -300,6 +304,19 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
         blobs.update(written.blobs)
         files.extend(written.files)
     return WrittenDB(blobs, tuple(files))
+
+
+def _close_all(targets: Sequence[PositionalWriter]) -> None:
+    """Close every archive, all at once: an object store uploads each one on close (one
+    PUT each, under its multipart threshold), a local disk syncs each file. Raises the
+    first failure once every close has ended; the caller deletes the attempt."""
+    if len(targets) == 1:
+        targets[0].close()
+        return
+    with ThreadPoolExecutor(len(targets), thread_name_prefix="ckptstore-close") as pool:
+        closes = [pool.submit(target.close) for target in targets]
+    for close in closes:
+        close.result()
 
 
 @dataclass

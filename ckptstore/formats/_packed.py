@@ -92,7 +92,7 @@ from ckptstore.io import (
     write_groups,
 )
 from ckptstore.io import crc32_buffer as _crc32
-from ckptstore.plugin import DBLocation, PositionalWriter, WrittenDB, read_raw_blobs
+from ckptstore.plugin import DBLocation, PathType, PositionalWriter, WrittenDB, read_raw_blobs
 from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest, encode_dtype
 
 __all__ = [
@@ -617,17 +617,31 @@ def check_ranges(
             span = (record.offset, record.stored, blob)
             (file_spans if blob is None else blob_spans).append(span)
     url = db.storage.display_url
+    sizes = _sizes(db.storage, [db.key(key) for key in sorted(spans)])
     for key, (blob_spans, file_spans) in sorted(spans.items()):
         file = db.key(key)
-        try:
-            size = db.storage.size(file)
-        except ObjectNotFoundError:
+        size = sizes[file]
+        if size is None:
             named = blob_spans[0][2] if blob_spans else None
-            raise CorruptCheckpointError(
-                "the file is missing", url=url, file=file, blob=named
-            ) from None
+            raise CorruptCheckpointError("the file is missing", url=url, file=file, blob=named)
         _check_spans(blob_spans, size, url, file)
         _check_spans(file_spans, size, url, file)
+
+
+def _sizes(storage: PathType, files: Sequence[str]) -> dict[str, int | None]:
+    """Each file's size (``None``: missing); on a storage where each is a round trip
+    (an object store's archives), all asked at once."""
+
+    def size(file: str) -> int | None:
+        try:
+            return storage.size(file)
+        except ObjectNotFoundError:
+            return None
+
+    if len(files) < 2 or storage.batches_small_requests:
+        return {file: size(file) for file in files}
+    with ThreadPoolExecutor(min(len(files), 16), thread_name_prefix="ckptstore-size") as pool:
+        return dict(zip(files, pool.map(size, files), strict=True))
 
 
 def _check_spans(spans: list[_Span], size: int, url: str, file: str) -> None:

@@ -723,7 +723,8 @@ def test_an_object_store_gets_archives_of_one_part_each_sent_as_one_put_at_once(
     (``ObjectStorePath.archive_bytes``), each under the multipart threshold sent as one
     PUT, all in flight together: no multipart upload (its start and complete requests,
     the store joining its parts). The barrier lets the uploads through only once all
-    four are under way (sent one after another, the first would wait alone and fail)."""
+    four are under way (sent one after another, the first would wait alone and fail);
+    a load asks the four archives' sizes (the range checks) at once too."""
     monkeypatch.setattr(ObjectStorePath, "archive_bytes", 1 << 20)
     location = CheckpointLocation.open(s3_url, "zarr")
     storage = location.storage
@@ -744,6 +745,14 @@ def test_an_object_store_gets_archives_of_one_part_each_sent_as_one_put_at_once(
     puts = [r.path.rpartition("/")[2] for r in s3_faults.requests if r.method == "PUT"]
     assert sorted(name for name in puts if name in archives) == sorted(archives)  # once each
     assert not [r for r in s3_faults.requests if r.method == "POST"]  # no multipart upload
+    sized = threading.Barrier(4, timeout=60)  # a load asks the archives' sizes at once
+    size = type(storage).size
+
+    def sizes(self: ObjectStorePath, key: str) -> int:
+        sized.wait()
+        return size(self, key)
+
+    monkeypatch.setattr(type(storage), "size", sizes)
     back = protocol.read_blobs(location, protocol.open_node(location, NODE, 1), None)
     for name, value in values.items():
         np.testing.assert_array_equal(back[name], value)

@@ -125,26 +125,31 @@ def async_save(state: dict[str, Any], writer: Any, blocked: list[float]) -> None
 
 
 def rank_main(
-    rank: int, world: int, port: int, storage: Storage, plan: list[Any], out: str
+    rank: int, world: int, port: int, storages: list[Storage], plan: list[Any], out: str
 ) -> None:
-    """Run ``plan`` (``[op, epoch]`` pairs: save, async, load) on this rank; append one
-    result per operation to ``out.<rank>``."""
+    """Run ``plan`` (``[op, epoch]`` pairs: save, async, load; ``[op, epoch, which]``:
+    on ``storages[which]``, else the first) on this rank; append one result per
+    operation to ``out.<rank>``."""
     os.environ["OMP_NUM_THREADS"] = "1"
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     mesh = init_device_mesh("cpu", (world,))
     results = []
-    for op, epoch in plan:
+    for op, epoch, *chosen in plan:
+        which = chosen[0] if chosen else 0
+        storage = storages[which]
         if op == "save":
             state = sharded(mesh, empty=False)
             save = partial(dcp.save, state, storage_writer=storage.writer(epoch))
-            results.append({"op": op, "seconds": timed(save)})
+            results.append({"op": op, "seconds": timed(save), "which": which})
         elif op == "async":
             state = sharded(mesh, empty=False)
             blocked: list[float] = []
             save = partial(async_save, state, storage.writer(epoch), blocked)
-            results.append({"op": op, "seconds": timed(save), "blocked": blocked[0]})
+            results.append(
+                {"op": op, "seconds": timed(save), "blocked": blocked[0], "which": which}
+            )
         else:
             state = sharded(mesh, empty=True)
             load = partial(dcp.load, state, storage_reader=storage.reader(epoch))
@@ -153,23 +158,27 @@ def rank_main(
             before = _rchar()
             seconds = timed(load)
             read = _rchar() - before
+            needed = local_bytes(state)
             results.append(
-                {"op": op, "seconds": seconds, "read": read, "needed": local_bytes(state)}
+                {"op": op, "seconds": seconds, "read": read, "needed": needed, "which": which}
             )
     Path(f"{out}.{rank}").write_text(json.dumps(results))
     dist.destroy_process_group()
 
 
-def run_job(storage: Storage, world: int, plan: list[Any], work: Path) -> list[dict[str, Any]]:
-    """One job of ``world`` forked ranks; per operation: the slowest rank's times,
-    the ranks' bytes read and needed summed."""
+def run_job(
+    storage: Storage | list[Storage], world: int, plan: list[Any], work: Path
+) -> list[dict[str, Any]]:
+    """One job of ``world`` forked ranks (``plan``: see :func:`rank_main`); per
+    operation: the slowest rank's times, the ranks' bytes read and needed summed."""
+    storages = storage if isinstance(storage, list) else [storage]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
     out = str(work / f"job-{time.monotonic_ns()}")
     context = multiprocessing.get_context("fork")
     ranks = [
-        context.Process(target=rank_main, args=(rank, world, port, storage, plan, out))
+        context.Process(target=rank_main, args=(rank, world, port, storages, plan, out))
         for rank in range(world)
     ]
     for process in ranks:
@@ -177,11 +186,11 @@ def run_job(storage: Storage, world: int, plan: list[Any], work: Path) -> list[d
     for process in ranks:
         process.join()
     if any(process.exitcode != 0 for process in ranks):
-        raise SystemExit(f"{storage.name}: a rank failed ({[p.exitcode for p in ranks]})")
+        raise SystemExit(f"{storages[0].name}: a rank failed ({[p.exitcode for p in ranks]})")
     per_rank = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
     merged = []
     for entries in zip(*per_rank, strict=True):
-        result: dict[str, Any] = {"op": entries[0]["op"]}
+        result: dict[str, Any] = {"op": entries[0]["op"], "which": entries[0]["which"]}
         for key in ("seconds", "blocked"):
             if key in entries[0]:
                 result[key] = max(entry[key] for entry in entries)
@@ -209,20 +218,7 @@ def measure_storage(
 ) -> Row:
     """Saves (and async saves) on 2 ranks, then loads on 2, and on 1 and 4 ranks; a save
     on 4 ranks loaded on 4 and on 2 (unless not ``four``)."""
-    row = Row(storage.name)
-    plan = [["save", epoch] for epoch in range(1, repeat + 1)]
-    plan += [["async", epoch] for epoch in range(101, 101 + repeat)]
-    plan += [["load", 1] for _ in range(repeat)]
-    for result in run_job(storage, 2, plan, work):
-        if result["op"] == "save":
-            row.save.append(result["seconds"])
-        elif result["op"] == "async":
-            row.blocked.append(result["blocked"])
-            row.async_total.append(result["seconds"])
-        else:
-            row.loads.setdefault("2>2", []).append(result["seconds"])
-            if "://" not in storage.root:  # rchar misses socket recv(): disk only
-                row.read["2>2"] = result["read"] / result["needed"]
+    (row,) = measure_paired([storage], repeat, work)
     if not reshard:
         return row
     jobs = [(1, 1, "2>1"), (4, 1, "2>4"), (4, 201, "4>4"), (2, 201, "4>2")][: 4 if four else 2]
@@ -233,6 +229,28 @@ def measure_storage(
                 row.loads.setdefault(topology, []).append(result["seconds"])
                 row.read[topology] = result["read"] / result["needed"]
     return row
+
+
+def measure_paired(storages: list[Storage], repeat: int, work: Path) -> list[Row]:
+    """Saves, async saves and loads on 2 ranks of every storage, in one job, each
+    operation on every storage back to back (their ratios see the same load)."""
+    rows = [Row(storage.name) for storage in storages]
+    which = range(len(storages))
+    plan = [["save", epoch, n] for epoch in range(1, repeat + 1) for n in which]
+    plan += [["async", epoch, n] for epoch in range(101, 101 + repeat) for n in which]
+    plan += [["load", 1, n] for _ in range(repeat) for n in which]
+    for result in run_job(storages, 2, plan, work):
+        row, storage = rows[result["which"]], storages[result["which"]]
+        if result["op"] == "save":
+            row.save.append(result["seconds"])
+        elif result["op"] == "async":
+            row.blocked.append(result["blocked"])
+            row.async_total.append(result["seconds"])
+        else:
+            row.loads.setdefault("2>2", []).append(result["seconds"])
+            if "://" not in storage.root:  # rchar misses socket recv(): disk only
+                row.read["2>2"] = result["read"] / result["needed"]
+    return rows
 
 
 def fastest_threads(
@@ -327,10 +345,12 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     BLOBS.update(make_workload(workload))
     size = sum(array.nbytes for array in BLOBS.values())
     print(f"{workload}: {len(BLOBS)} blobs, {size / GiB:.3f} GiB", flush=True)
+    if args.only_s3:
+        return s3_lines(workload, args, size, args.threads or 1, work)
     disk = work / "disk"
     counts = [2] if args.smoke else [1, 2, 4, 8]  # smoke: no sweep, one job less
-    if args.smoke:
-        best, sweep = 2, {}
+    if args.threads or args.smoke:
+        best, sweep = args.threads or 2, {}
     else:
         best, sweep = fastest_threads(
             lambda n: Storage(
@@ -371,33 +391,30 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     )
     if args.no_s3:
         return lines
+    return lines + s3_lines(workload, args, size, best, work)
+
+
+def s3_lines(
+    workload: str, args: argparse.Namespace, size: int, best: int, work: Path
+) -> list[str]:
+    """The moto rows: ckptstore against DCP's fsspec storage with ``best`` threads."""
     latency = None if args.smoke else args.latency_ms
     with moto(latency) as endpoint:
         options = s3_options(endpoint)
-        s3_rows = [
-            measure_storage(
-                Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
-                args.repeat,
-                work,
-                reshard=False,
-            ),
-            measure_storage(
-                Storage(
-                    f"DCP FsspecWriter/Reader (s3fs), {best} threads",
-                    "fsspec",
-                    "s3://bench/fsspec",
-                    options,
-                    best,
-                ),
-                args.repeat,
-                work,
-                reshard=False,
+        storages = [
+            Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
+            Storage(
+                f"DCP FsspecWriter/Reader (s3fs), {best} threads",
+                "fsspec",
+                "s3://bench/fsspec",
+                options,
+                best,
             ),
         ]
+        s3_rows = measure_paired(storages, args.repeat, work)
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
-    lines += ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
-    lines += table(s3_rows, size)
-    return lines
+    lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
+    return lines + table(s3_rows, size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--no-s3", action="store_true", help="local disk only")
+    parser.add_argument("--only-s3", action="store_true", help="moto only (no disk rows)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="DCP's writer threads (default: the disk sweep's best, 1 with --only-s3)",
+    )
     parser.add_argument("--workloads", default="mixed-1g,gpt2-adam")
     parser.add_argument("--directory", type=Path, default=None, help="on the disk to measure")
     args = parser.parse_args(argv)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -486,3 +487,32 @@ def test_an_interrupted_multi_node_commit_does_not_block_saving_the_epoch_again(
     save(storage, 1, node="trainer_1")
     with pytest.raises(AlreadyCommittedError):  # complete now: write-once again
         protocol.check_not_committed(storage, 1, ["trainer_0", "trainer_1"])
+
+
+def test_on_an_object_store_every_record_but_the_last_is_created_at_once(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each record is a round trip: the nodes' records go out together, the last one
+    (DCP's metadata node, whose record makes the epoch visible) once they all exist.
+    The barrier lets the first two through only together (one after another, the first
+    would wait alone and fail)."""
+    location = CheckpointLocation.open(s3_url, "npz")
+    storage = location.storage
+    nodes = ["rank_0", "rank_1", "dcp"]
+    commits = [protocol.write_node(location, node, 1, {"w": np.ones(2)}) for node in nodes]
+    together = threading.Barrier(2, timeout=60)
+    existing_before_last: list[bool] = []
+    create_document = type(storage).create_document
+
+    def create(self: PathType, key: str, data: bytes) -> None:
+        if key == node_commit_key(1, "dcp"):
+            existing_before_last.extend(self.exists(node_commit_key(1, n)) for n in nodes[:2])
+        else:
+            together.wait()
+        create_document(self, key, data)
+
+    monkeypatch.setattr(type(storage), "create_document", create)
+    record = protocol.commit_epoch(location, 1, commits)
+    assert sorted(record.nodes) == sorted(nodes)
+    assert existing_before_last == [True, True]
+    assert protocol.committed_nodes(location, 1) == set(nodes)

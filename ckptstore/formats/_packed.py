@@ -95,7 +95,7 @@ from ckptstore.io import (
     write_groups,
 )
 from ckptstore.io import crc32_buffer as _crc32
-from ckptstore.plugin import DBLocation, PositionalWriter, WrittenDB, read_raw_blobs
+from ckptstore.plugin import DBLocation, PathType, PositionalWriter, WrittenDB, read_raw_blobs
 from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest, encode_dtype
 
 __all__ = [
@@ -256,14 +256,14 @@ def write_shared(
     if shared is None or not large:
         if offered and shared is not None:
             shared.store(db, offered)  # stores none, but counts the saves they skip it
-        return write_archives(db, _shares(first, blobs, members_of))
+        return write_archives(db, _shares(db, first, blobs, members_of))
     archived = {name: array for name, array in blobs.items() if name not in large}
     # the chunk store hashes (CPU) while the archive's writes wait on the disk: a
     # LoRA-shaped save takes the longer of the two, not their sum
     run = contextvars.copy_context().run
     storing = _background().submit(run, shared.store, db, offered)
     try:
-        written = write_archives(db, _shares(first, archived, members_of))
+        written = write_archives(db, _shares(db, first, archived, members_of))
     except BaseException:
         with contextlib.suppress(Exception):
             storing.result()  # nothing of the save runs on once it raised
@@ -290,12 +290,15 @@ def _background() -> ThreadPoolExecutor:
 
 
 def _shares(
+    db: DBLocation,
     first: str,
     blobs: Mapping[str, np.ndarray[Any, Any]],
     members_of: Callable[[Sequence[str]], Sequence[Member]],
 ) -> list[tuple[str, Members]]:
-    """The archives of ``blobs`` (:func:`~ckptstore.io.archive_shares`), members made late."""
-    shares = archive_shares({name: array.nbytes for name, array in blobs.items()})
+    """The archives of ``blobs`` (:func:`~ckptstore.io.archive_shares`, with ``db``'s
+    storage's archive size), members made late."""
+    sizes = {name: array.nbytes for name, array in blobs.items()}
+    shares = archive_shares(sizes, db.storage.archive_bytes, db.storage.max_archives)
     return [(archive_name(first, n), partial(members_of, share)) for n, share in enumerate(shares)]
 
 
@@ -333,6 +336,8 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
         for number in range(len(archives)):
             plan, target = plans[number]
             plan.finish(target)
+        stack.pop_all()  # closed here, not again on the way out
+        _close_all([plans[number][1] for number in range(len(archives))])
     blobs: dict[str, BlobRecord] = {}
     files: list[ChunkRecord] = []
     for number in range(len(archives)):
@@ -340,6 +345,19 @@ def write_archives(db: DBLocation, archives: Sequence[tuple[str, Members]]) -> W
         blobs.update(written.blobs)
         files.extend(written.files)
     return WrittenDB(blobs, tuple(files))
+
+
+def _close_all(targets: Sequence[PositionalWriter]) -> None:
+    """Close every archive, all at once: an object store uploads each one on close (one
+    PUT each, under its multipart threshold), a local disk syncs each file. Raises the
+    first failure once every close has ended; the caller deletes the attempt."""
+    if len(targets) == 1:
+        targets[0].close()
+        return
+    with ThreadPoolExecutor(len(targets), thread_name_prefix="ckptstore-close") as pool:
+        closes = [pool.submit(target.close) for target in targets]
+    for close in closes:
+        close.result()
 
 
 @dataclass
@@ -640,17 +658,31 @@ def check_ranges(
             span = (record.offset, record.stored, blob)
             (file_spans if blob is None else blob_spans).append(span)
     url = db.storage.display_url
+    sizes = _sizes(db.storage, [db.key(key) for key in sorted(spans)])
     for key, (blob_spans, file_spans) in sorted(spans.items()):
         file = db.key(key)
-        try:
-            size = db.storage.size(file)
-        except ObjectNotFoundError:
+        size = sizes[file]
+        if size is None:
             named = blob_spans[0][2] if blob_spans else None
-            raise CorruptCheckpointError(
-                "the file is missing", url=url, file=file, blob=named
-            ) from None
+            raise CorruptCheckpointError("the file is missing", url=url, file=file, blob=named)
         _check_spans(blob_spans, size, url, file)
         _check_spans(file_spans, size, url, file)
+
+
+def _sizes(storage: PathType, files: Sequence[str]) -> dict[str, int | None]:
+    """Each file's size (``None``: missing); on a storage where each is a round trip
+    (an object store's archives), all asked at once."""
+
+    def size(file: str) -> int | None:
+        try:
+            return storage.size(file)
+        except ObjectNotFoundError:
+            return None
+
+    if len(files) < 2 or storage.batches_small_requests:
+        return {file: size(file) for file in files}
+    with ThreadPoolExecutor(min(len(files), 16), thread_name_prefix="ckptstore-size") as pool:
+        return dict(zip(files, pool.map(size, files), strict=True))
 
 
 def _check_spans(spans: list[_Span], size: int, url: str, file: str) -> None:

@@ -70,10 +70,15 @@ one; 128 or 64 MiB per archive, up to 8, measured no better); object stores are
 indifferent. Small blobs all go into the first archive."""
 
 
-def archive_shares(sizes: Mapping[str, int]) -> list[list[str]]:
+def archive_shares(
+    sizes: Mapping[str, int], archive_bytes: int | None = None, max_archives: int | None = None
+) -> list[list[str]]:
     """Which blobs (given their sizes in bytes, in order) go into which archive: the
     first takes every small blob, then each large blob, largest first, goes to the
-    archive holding the fewest bytes. Each share keeps the blobs' order.
+    archive holding the fewest bytes. Each share keeps the blobs' order. One archive
+    per ``archive_bytes`` of large blobs, at most ``max_archives`` (a storage's choice,
+    :attr:`ckptstore.plugin.PathType.archive_bytes`; ``None``: :data:`ARCHIVE_BYTES`,
+    :data:`MAX_ARCHIVES`).
 
     Example::
 
@@ -82,12 +87,16 @@ def archive_shares(sizes: Mapping[str, int]) -> list[list[str]]:
         >>> big = ARCHIVE_BYTES
         >>> archive_shares({"tiny": 4, "w1": big, "w2": big, "w3": big // 2})
         [['tiny', 'w2'], ['w1', 'w3']]
+        >>> archive_shares({"tiny": 4, "w1": 48 << 20, "w2": 48 << 20}, 16 << 20, 16)
+        [['tiny'], ['w1'], ['w2']]
     """
     large = sorted(
         ((nbytes, name) for name, nbytes in sizes.items() if nbytes >= DIRECT_FROM),
         key=lambda pair: -pair[0],
     )
-    count = min(MAX_ARCHIVES, sum(nbytes for nbytes, _ in large) // ARCHIVE_BYTES)
+    archive_bytes = ARCHIVE_BYTES if archive_bytes is None else archive_bytes
+    max_archives = MAX_ARCHIVES if max_archives is None else max_archives
+    count = min(max_archives, sum(nbytes for nbytes, _ in large) // archive_bytes)
     if count <= 1:
         return [list(sizes)]
     loads = [0] * count

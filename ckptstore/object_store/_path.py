@@ -85,6 +85,12 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
     batches_small_requests = False
     default_io = IOSettings(chunk_bytes=16 * MiB, concurrency=64, memory_budget=512 * MiB)
     max_key_bytes: ClassVar[int | None] = 1024  # S3 and GCS object names
+    # a node's data in archives of about one part (16 MiB) of large blobs each, every
+    # archive under the multipart threshold sent as one PUT, all at once: parallel like
+    # a multipart upload's parts, without its two extra round trips and the store's
+    # joining of the parts (docs/design.md, "Object stores")
+    archive_bytes: ClassVar[int | None] = 16 * MiB
+    max_archives: ClassVar[int | None] = 16
     bucket_rule: ClassVar[str]
     """What a URL must look like, said when it names no bucket."""
     options_type: type[OptionsT]

@@ -137,6 +137,11 @@ class PathType(ABC):
       ``If-Match`` on S3, ``ifGenerationMatch`` on GCS). Writer leases rely on it.
     * ``always_verified``: every read is checked against its checksum even with
       ``IOSettings(verify=False)`` (a peer replica: bytes from another machine).
+    * ``archive_bytes`` / ``max_archives``: a node checkpoint of the packed formats
+      (zarr, npz) goes into one archive per ``archive_bytes`` of its large blobs, at
+      most ``max_archives`` (:func:`~ckptstore.io.archive_shares`; ``None``: its
+      defaults, made for local disk); object stores take archives of about one part,
+      each sent as one PUT, all at once.
 
     Example::
 
@@ -157,6 +162,8 @@ class PathType(ABC):
     atomic_create: ClassVar[bool] = False
     atomic_replace: ClassVar[bool] = False
     always_verified: ClassVar[bool] = False
+    archive_bytes: ClassVar[int | None] = None
+    max_archives: ClassVar[int | None] = None
     max_key_bytes: ClassVar[int | None] = None
     """The longest object name the storage accepts, in UTF-8 bytes (S3, GCS: 1024)."""
     max_component_bytes: ClassVar[int | None] = None

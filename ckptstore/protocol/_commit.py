@@ -57,6 +57,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -415,7 +416,9 @@ def commit_epoch(
     """Step 5: create each node's commit record for ``epoch`` (create-only: nodes
     committed by other jobs sharing the prefix are untouched, and a node already
     committed raises :class:`~ckptstore.errors.AlreadyCommittedError`). Returns the
-    record of these nodes.
+    record of these nodes. The last of ``commits`` is created once every other one
+    exists (DCP's metadata node: its record makes the epoch visible); on an object
+    store the others are created at once (each is a round trip).
 
     With a writer lease's ``fence``, the nodes' leases are read first and
     :class:`~ckptstore.errors.LeaseLostError` raised (nothing created) unless this job
@@ -430,15 +433,28 @@ def commit_epoch(
     committed_at = datetime.now(UTC).isoformat()
     commits = [replace(commit, committed_at=committed_at) for commit in commits]
     created: list[str] = []
+
+    def create(commit: NodeCommit) -> None:
+        try:
+            storage.create_document(
+                node_commit_key(epoch, commit.node), commit.encode_record(committed_at)
+            )
+        except KeyExistsError:
+            raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
+        created.append(commit.node)
+
     try:
-        for commit in commits:
-            try:
-                storage.create_document(
-                    node_commit_key(epoch, commit.node), commit.encode_record(committed_at)
-                )
-            except KeyExistsError:
-                raise AlreadyCommittedError(storage.display_url, epoch, [commit.node]) from None
-            created.append(commit.node)
+        firsts = commits[:-1]
+        if len(firsts) > 1 and not storage.batches_small_requests:  # round trips: at once
+            with ThreadPoolExecutor(min(len(firsts), 16), "ckptstore-commit") as pool:
+                done = [pool.submit(create, commit) for commit in firsts]
+            for future in done:
+                future.result()
+        else:
+            for commit in firsts:
+                create(commit)
+        for commit in commits[-1:]:  # the last once every other one exists
+            create(commit)
     except BaseException:
         if created:  # the epoch stays invisible; leave no partial commit behind if we can
             with contextlib.suppress(Exception):

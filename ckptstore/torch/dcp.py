@@ -277,10 +277,11 @@ class Writer(StorageWriter):
         self._lease = lease
         weakref.finalize(self, lease.release)  # a save that failed elsewhere lets go
         try:
-            if committed_nodes(self.location, self.epoch, [METADATA_NODE]):
+            committed = committed_nodes(self.location, self.epoch)  # one listing: every node's
+            if METADATA_NODE in committed:
                 raise AlreadyCommittedError(self.storage.display_url, self.epoch, [METADATA_NODE])
             # ranks committed without the metadata node: a commit cut short, never visible
-            stale = {n for n in committed_nodes(self.location, self.epoch) if n.startswith("rank_")}
+            stale = {n for n in committed if n.startswith("rank_")}
             if stale:
                 log.warning(
                     "Epoch %d under %s has commit records for %s but none for its DCP "

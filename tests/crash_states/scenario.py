@@ -38,6 +38,7 @@ from ckptstore.execution._session import LocalSession
 from ckptstore.execution._task import Task
 from ckptstore.execution._workspace import Workspace
 from ckptstore.io import IOSettings, _write_plan
+from ckptstore.object_store import ObjectStorePath
 
 MiB = 1 << 20
 NODES = ("trainer_0", "trainer_1")
@@ -131,13 +132,14 @@ def build_job(shape: Shape, epochs: int) -> Job:
 
 @contextlib.contextmanager
 def archive_bytes(size: int) -> Iterator[None]:
-    """Lower the packed formats' archive size so a few MiB make several archives."""
-    saved = _write_plan.ARCHIVE_BYTES
-    _write_plan.ARCHIVE_BYTES = size
+    """Lower the packed formats' archive size so a few MiB make several archives (on
+    local disk and object stores alike)."""
+    saved = _write_plan.ARCHIVE_BYTES, ObjectStorePath.archive_bytes
+    _write_plan.ARCHIVE_BYTES = ObjectStorePath.archive_bytes = size
     try:
         yield
     finally:
-        _write_plan.ARCHIVE_BYTES = saved
+        _write_plan.ARCHIVE_BYTES, ObjectStorePath.archive_bytes = saved
 
 
 def run_job(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -29,6 +30,7 @@ from ckptstore.io._checksum import crc32_of, crc32c_of
 from ckptstore.io._direct import memory_residue
 from ckptstore.io._engine import ParallelIO
 from ckptstore.io._settings import IOSettings
+from ckptstore.object_store import ObjectStorePath
 from ckptstore.paths import LocalPath
 from ckptstore.plugin import get_registry
 from ckptstore.plugin._db_type import DBLocation, DBType
@@ -36,6 +38,7 @@ from ckptstore.plugin._path_type import PositionalWriter
 from ckptstore.protocol import CheckpointLocation, copy_node
 from ckptstore.protocol import _commit as protocol
 from ckptstore.records._manifest import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.testing import FaultProxy
 
 NODE = "trainer_0"
 ARCHIVES = {"zarr": "blobs.zarr.zip", "npz": "blobs.npz"}
@@ -711,3 +714,45 @@ def test_a_deflated_member_with_an_array_is_refused(tmp_path: Path) -> None:
     db = DBLocation(LocalPath(str(tmp_path)), "trainer_0.1", ParallelIO())
     with pytest.raises(ValueError, match="only a document is deflated"):
         _packed.write_archives(db, [("blobs.zip", [member])])
+
+
+def test_an_object_store_gets_archives_of_one_part_each_sent_as_one_put_at_once(
+    s3_url: str, s3_faults: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store a node's large blobs go into archives of about one part each
+    (``ObjectStorePath.archive_bytes``), each under the multipart threshold sent as one
+    PUT, all in flight together: no multipart upload (its start and complete requests,
+    the store joining its parts). The barrier lets the uploads through only once all
+    four are under way (sent one after another, the first would wait alone and fail);
+    a load asks the four archives' sizes (the range checks) at once too."""
+    monkeypatch.setattr(ObjectStorePath, "archive_bytes", 1 << 20)
+    location = CheckpointLocation.open(s3_url, "zarr")
+    storage = location.storage
+    assert isinstance(storage, ObjectStorePath)
+    together = threading.Barrier(4, timeout=60)
+    write_parts = type(storage).write_parts
+
+    def upload(self: ObjectStorePath, key: str, parts: Sequence[Buffer]) -> None:
+        if _packed.is_archive("blobs.zarr.zip", key.rpartition("/")[2]):
+            together.wait()
+        write_parts(self, key, parts)
+
+    monkeypatch.setattr(type(storage), "write_parts", upload)
+    values = shared_blobs()
+    s3_faults.clear()
+    protocol.commit_epoch(location, 1, [protocol.write_node(location, NODE, 1, values)])
+    archives = {_packed.archive_name("blobs.zarr.zip", number) for number in range(4)}
+    puts = [r.path.rpartition("/")[2] for r in s3_faults.requests if r.method == "PUT"]
+    assert sorted(name for name in puts if name in archives) == sorted(archives)  # once each
+    assert not [r for r in s3_faults.requests if r.method == "POST"]  # no multipart upload
+    sized = threading.Barrier(4, timeout=60)  # a load asks the archives' sizes at once
+    size = type(storage).size
+
+    def sizes(self: ObjectStorePath, key: str) -> int:
+        sized.wait()
+        return size(self, key)
+
+    monkeypatch.setattr(type(storage), "size", sizes)
+    back = protocol.read_blobs(location, protocol.open_node(location, NODE, 1), None)
+    for name, value in values.items():
+        np.testing.assert_array_equal(back[name], value)

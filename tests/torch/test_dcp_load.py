@@ -4,12 +4,15 @@ piece checked."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import ReadItem
 
 from ckptstore.builtin import LocalPath
 from ckptstore.errors import CorruptCheckpointError
@@ -152,3 +155,30 @@ def test_a_flipped_byte_of_a_piece_read_in_place_names_the_tensor(tmp_path: Path
     assert raised.value.file is not None
     assert raised.value.file.endswith("blobs.zarr.zip")
     assert raised.value.chunk == 30_000 * 4 // 8192
+
+
+class _Watching(DefaultLoadPlanner):
+    """Notes whether the cyclic garbage collector runs while each tensor is looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting: list[bool] = []
+
+    def resolve_tensor(self, read_item: ReadItem) -> torch.Tensor:
+        self.collecting.append(gc.isenabled())
+        return super().resolve_tensor(read_item)
+
+
+def test_the_garbage_collector_waits_for_the_read_and_comes_back(tmp_path: Path) -> None:
+    dcp.save(
+        {"w": torch.ones(8), "b": torch.ones(3)},
+        storage_writer=Writer(tmp_path, epoch=1),
+        no_dist=True,
+    )
+    planner = _Watching()
+    target = {"w": torch.zeros(8), "b": torch.zeros(3)}
+    assert gc.isenabled()
+    dcp.load(target, storage_reader=Reader(tmp_path), planner=planner, no_dist=True)
+    assert planner.collecting == [False, False]
+    assert gc.isenabled()
+    assert torch.equal(target["w"], torch.ones(8))

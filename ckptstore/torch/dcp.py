@@ -132,6 +132,8 @@ needs there (for rows of a dim-0 shard, at most two pieces more than those rows)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Wanted = tuple[NodeManifest, list[tuple[ReadItem, str]]]
+"""A node checkpoint's manifest and the items read from it (with their blobs)."""
 
 
 def rank_node(rank: int) -> str:
@@ -480,44 +482,56 @@ class Reader(StorageReader):
                 node, blob = self._decoded.items[item_key(item.storage_index)]
                 by_node.setdefault(node, []).append((item, blob))
             self._open_manifests(list(by_node))
-            fast: list[tuple[NodeManifest, list[tuple[ReadItem, str]]]] = []
-            others: list[tuple[NodeManifest, list[tuple[ReadItem, str]]]] = []
+            fast: list[Wanted] = []
+            others: list[Wanted] = []
             for node, wanted in by_node.items():
-                manifest = self._manifest(node)
-                for _, blob in wanted:
-                    if blob not in manifest.blobs:
-                        raise CorruptCheckpointError(
-                            f"the metadata names blob {blob!r}, which the node lacks",
-                            url=self.storage.display_url,
-                            node=node,
-                            epoch=self.epoch,
-                        )
-                plain_items = [(i, b) for i, b in wanted if plain(manifest, manifest.blobs[b])]
-                if plain_items:
-                    records = list({b: manifest.blobs[b] for _, b in plain_items}.values())
-                    reader = self.location.reader_for(manifest)
-                    check_records(self.storage, manifest, records, reader)
-                    plain_items.sort(key=lambda pair: _stored_at(manifest.blobs[pair[1]]))
-                    fast.append((manifest, plain_items))
-                rest = [(i, b) for i, b in wanted if not plain(manifest, manifest.blobs[b])]
+                manifest, plain_items, rest = self._sorted_out(node, wanted)
+                fast.append((manifest, plain_items))
                 others.append((manifest, rest))
             self._read_plain(fast, planner)
             for manifest, rest in others:
-                rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
-                for item, blob in rest:
-                    if blob in rounds[-1]:
-                        rounds.append({})
-                    rounds[-1][blob] = (item, self._partial(item, manifest, blob))
-                for batch in rounds:
-                    if batch:
-                        self._read_batch(manifest, batch, planner)
+                self._read_others(manifest, rest, planner)
         return _done(None)
 
-    def _read_plain(
-        self,
-        nodes: list[tuple[NodeManifest, list[tuple[ReadItem, str]]]],
-        planner: LoadPlanner,
+    def _sorted_out(
+        self, node: str, wanted: list[tuple[ReadItem, str]]
+    ) -> tuple[NodeManifest, list[tuple[ReadItem, str]], list[tuple[ReadItem, str]]]:
+        """``node``'s manifest; its items read here (plain stored pieces: records
+        checked, in stored order) and the others."""
+        manifest = self._manifest(node)
+        for _, blob in wanted:
+            if blob not in manifest.blobs:
+                raise CorruptCheckpointError(
+                    f"the metadata names blob {blob!r}, which the node lacks",
+                    url=self.storage.display_url,
+                    node=node,
+                    epoch=self.epoch,
+                )
+        fast: list[tuple[ReadItem, str]] = []
+        rest: list[tuple[ReadItem, str]] = []
+        for pair in wanted:
+            (fast if plain(manifest, manifest.blobs[pair[1]]) else rest).append(pair)
+        if fast:
+            records = list({blob: manifest.blobs[blob] for _, blob in fast}.values())
+            reader = self.location.reader_for(manifest)
+            check_records(self.storage, manifest, records, reader)
+            fast.sort(key=lambda pair: _stored_at(manifest.blobs[pair[1]]))
+        return manifest, fast, rest
+
+    def _read_others(
+        self, manifest: NodeManifest, wanted: list[tuple[ReadItem, str]], planner: LoadPlanner
     ) -> None:
+        """Read items of other records through ``read_blobs``, each blob once a round."""
+        rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
+        for item, blob in wanted:
+            if blob in rounds[-1]:
+                rounds.append({})
+            rounds[-1][blob] = (item, self._partial(item, manifest, blob))
+        for batch in rounds:
+            if batch:
+                self._read_batch(manifest, batch, planner)
+
+    def _read_plain(self, nodes: list[Wanted], planner: LoadPlanner) -> None:
         """Read items whose blobs are plain stored pieces (:func:`._dcp_load.plain`),
         of every node at once, in waves through the engine; hand each wave to the
         planner once its pieces are checked."""

@@ -13,8 +13,9 @@ checked against its own CRC before anything is handed to the planner.
 The wants are made as the engine asks for requests (:func:`read_in_waves`): the
 engine's threads read the pieces of the first ones while the planner's tensors of the
 next are looked up, and the files of several nodes (a resharded load) are read at
-once, not one node after the other. Buffers are bounded: a wave holds at most the
-engine's memory budget of them, and is handed back once all its pieces are checked.
+once, not one node after the other, with more requests in flight (:func:`engine_for`).
+Buffers are bounded: a wave holds at most the engine's memory budget of them, and is
+handed back once all its pieces are checked.
 
 Only records of plain stored pieces (raw codec, unpadded) of the zarr format, which
 :class:`~ckptstore.torch.dcp.Writer` writes, are read here (:func:`plain`); the reader
@@ -40,10 +41,12 @@ from ckptstore.protocol import check_decodable, corrupt_in_node
 from ckptstore.records import BlobRecord, NodeManifest
 
 __all__ = [
+    "MOST_IN_FLIGHT",
     "REMOTE_RUN_BYTES",
     "Want",
     "bytes_of",
     "check_records",
+    "engine_for",
     "plain",
     "read_in_waves",
     "read_segments",
@@ -55,6 +58,24 @@ each request is a round trip (an object store: one ranged GET per run), of up to
 engine's chunk size elsewhere. Measured on moto +20 ms (256 MiB on 2 ranks, a 2 -> 2
 load): runs of 16 MiB took 14.5 s, of 64 MiB 5.1 s (each ranged GET costs moto a pass
 over the whole object); a rank's share of a large state still spreads over many."""
+
+
+MOST_IN_FLIGHT = 16
+"""A rank reading the files of several saving ranks reads with the engine's concurrency
+for each of them (as many requests in flight as their own loads would have had) up to
+this many, or the engine's own if that is more (:func:`engine_for`)."""
+
+
+def engine_for(io: ParallelIO, nodes: int) -> ParallelIO:
+    """``io``, or one like it with more requests in flight for reading ``nodes`` node
+    checkpoints (:data:`MOST_IN_FLIGHT`). On this VM's disk (gpt2-adam-narrow, 2 -> 1,
+    cold cache, 6 loads a run), with the machine loaded: 4 in flight 0.40 s (median of
+    two runs), 8 in flight 0.28 s; idle: 0.16-0.17 s either way."""
+    settings = io.settings
+    wanted = max(settings.concurrency, min(settings.concurrency * nodes, MOST_IN_FLIGHT))
+    if wanted == settings.concurrency:
+        return io
+    return ParallelIO(settings.merged(concurrency=wanted), progress=io.progress)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,14 @@ from ckptstore.records import BlobRecord, NodeManifest, validate_blob_name
 from ckptstore.tools import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_incremental import IncrementalItem, intents_of, release_intents_of
-from ckptstore.torch._dcp_load import Want, bytes_of, check_records, plain, read_in_waves
+from ckptstore.torch._dcp_load import (
+    Want,
+    bytes_of,
+    check_records,
+    engine_for,
+    plain,
+    read_in_waves,
+)
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
     StoredItem,
@@ -540,7 +547,8 @@ class Reader(StorageReader):
             for manifest, wanted in nodes
             for item, blob in wanted
         )
-        for wave in read_in_waves(self.storage, self.location.engine(), wants):
+        engine = engine_for(self.location.engine(), sum(1 for _, wanted in nodes if wanted))
+        for wave in read_in_waves(self.storage, engine, wants):
             self.bytes_read += sum(want.data.nbytes for _, want in wave)
             for manifest, want in wave:
                 if want.tensor is None:

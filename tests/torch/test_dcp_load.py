@@ -20,7 +20,15 @@ from ckptstore.io import IOSettings, ParallelIO, crc32_of
 from ckptstore.plugin import DBLocation
 from ckptstore.plugin._coalesce import Span, coalesced_reads
 from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
-from ckptstore.torch._dcp_load import REMOTE_RUN_BYTES, Want, bytes_of, read_in_waves, run_bytes
+from ckptstore.torch._dcp_load import (
+    MOST_IN_FLIGHT,
+    REMOTE_RUN_BYTES,
+    Want,
+    bytes_of,
+    engine_for,
+    read_in_waves,
+    run_bytes,
+)
 from ckptstore.torch.dcp import Reader, Writer, typed_errors
 
 
@@ -118,6 +126,15 @@ def test_neighbouring_pieces_are_read_in_runs_each_checked(tmp_path: Path) -> No
     with pytest.raises(CorruptCheckpointError) as raised:
         db.read(coalesced_reads(db, spans, runs_of=8 << 10))
     assert raised.value.chunk == 3
+
+
+def test_reading_several_nodes_keeps_as_many_reads_in_flight_as_their_loads_would() -> None:
+    disk = ParallelIO(IOSettings(concurrency=4))
+    assert engine_for(disk, 1) is disk
+    assert engine_for(disk, 2).settings.concurrency == 8
+    assert engine_for(disk, 8).settings.concurrency == MOST_IN_FLIGHT
+    store = ParallelIO(IOSettings(concurrency=64))
+    assert engine_for(store, 4) is store  # already more than that
 
 
 def test_object_stores_read_longer_runs() -> None:

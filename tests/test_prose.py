@@ -93,6 +93,16 @@ def test_no_sentence_of_a_page_is_too_long(page: str) -> None:
     assert long == [], f"{page}: split these sentences"
 
 
+MAX_LINES = {"README.md": 150, "docs/benchmarks.md": 250}
+"""Pages a newcomer reads first stay short (issue 42): dated runs go to the records."""
+
+
+@pytest.mark.parametrize("page", sorted(MAX_LINES))
+def test_the_front_pages_stay_short(page: str) -> None:
+    lines = len((ROOT / page).read_text().splitlines())
+    assert lines <= MAX_LINES[page], f"{page}: {lines} lines; move detail to a record page"
+
+
 def public_objects() -> Iterator[tuple[str, object]]:
     for name in PUBLIC_MODULES:
         module = importlib.import_module(name)

@@ -47,6 +47,7 @@ import logging
 import os
 import weakref
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -83,6 +84,7 @@ from ckptstore.errors import (
     JobConfigurationError,
     UnsupportedBlobError,
 )
+from ckptstore.io import paused_gc
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
@@ -98,11 +100,18 @@ from ckptstore.protocol import (
     retract_epoch,
     write_node,
 )
-from ckptstore.records import NodeManifest, validate_blob_name
+from ckptstore.records import BlobRecord, NodeManifest, validate_blob_name
 from ckptstore.tools import METADATA_BLOB, METADATA_NODE, metadata_bytes
 from ckptstore.torch._adapter import TorchAdapter
 from ckptstore.torch._dcp_incremental import IncrementalItem, intents_of, release_intents_of
-from ckptstore.torch._dcp_load import Want, bytes_of, check_records, plain, read_wants, waves
+from ckptstore.torch._dcp_load import (
+    Want,
+    bytes_of,
+    check_records,
+    engine_for,
+    plain,
+    read_in_waves,
+)
 from ckptstore.torch._dcp_metadata import (
     DecodedMetadata,
     StoredItem,
@@ -130,6 +139,8 @@ needs there (for rows of a dim-0 shard, at most two pieces more than those rows)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Wanted = tuple[NodeManifest, list[tuple[ReadItem, str]]]
+"""A node checkpoint's manifest and the items read from it (with their blobs)."""
 
 
 def rank_node(rank: int) -> str:
@@ -150,6 +161,12 @@ def _blob_name(index: MetadataIndex) -> str:
     except InvalidNameError:  # too long: encoded keys hold only safe ASCII characters
         digest = hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
         return f"{name[:64]}~{digest}"
+
+
+def _stored_at(record: BlobRecord) -> tuple[str, int]:
+    """Where ``record``'s first piece is stored: reading in this order reads each file
+    front to back, neighbours in one request."""
+    return (record.chunks[0].key, record.chunks[0].offset) if record.chunks else ("", 0)
 
 
 def _open(
@@ -463,53 +480,81 @@ class Reader(StorageReader):
         """Read every item of ``plan``: for a tensor, only the stored pieces holding the
         part asked for, each checked against its CRC, read straight into the planner's
         tensor when it asks for a whole saved chunk, else copied into it from them; a
-        byte entry whole, checked, then handed to the planner (:mod:`._dcp_load`)."""
-        by_node: dict[str, list[tuple[ReadItem, str]]] = {}
-        for item in plan.items:
-            node, blob = self._decoded.items[item_key(item.storage_index)]
-            by_node.setdefault(node, []).append((item, blob))
-        for node, wanted in by_node.items():
-            manifest = self._manifest(node)
-            for _, blob in wanted:
-                if blob not in manifest.blobs:
-                    raise CorruptCheckpointError(
-                        f"the metadata names blob {blob!r}, which the node lacks",
-                        url=self.storage.display_url,
-                        node=node,
-                        epoch=self.epoch,
-                    )
-            fast = [(i, b) for i, b in wanted if plain(manifest, manifest.blobs[b])]
-            self._read_plain(manifest, fast, planner)
-            others = [(i, b) for i, b in wanted if not plain(manifest, manifest.blobs[b])]
-            rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
-            for item, blob in others:
-                if blob in rounds[-1]:
-                    rounds.append({})
-                rounds[-1][blob] = (item, self._partial(item, manifest, blob))
-            for batch in rounds:
-                if batch:
-                    self._read_batch(manifest, batch, planner)
+        byte entry whole, checked, then handed to the planner (:mod:`._dcp_load`). The
+        items of every node are read in one pass, in stored order, with the cyclic
+        garbage collector paused (the plan's bookkeeping is thousands of short-lived
+        objects: docs/design.md, "DCP checkpoints")."""
+        with paused_gc():
+            by_node: dict[str, list[tuple[ReadItem, str]]] = {}
+            for item in plan.items:
+                node, blob = self._decoded.items[item_key(item.storage_index)]
+                by_node.setdefault(node, []).append((item, blob))
+            self._open_manifests(list(by_node))
+            fast: list[Wanted] = []
+            others: list[Wanted] = []
+            for node, wanted in by_node.items():
+                manifest, plain_items, rest = self._sorted_out(node, wanted)
+                fast.append((manifest, plain_items))
+                others.append((manifest, rest))
+            self._read_plain(fast, planner)
+            for manifest, rest in others:
+                self._read_others(manifest, rest, planner)
         return _done(None)
 
-    def _read_plain(
+    def _sorted_out(
+        self, node: str, wanted: list[tuple[ReadItem, str]]
+    ) -> tuple[NodeManifest, list[tuple[ReadItem, str]], list[tuple[ReadItem, str]]]:
+        """``node``'s manifest; its items read here (plain stored pieces: records
+        checked, in stored order) and the others."""
+        manifest = self._manifest(node)
+        for _, blob in wanted:
+            if blob not in manifest.blobs:
+                raise CorruptCheckpointError(
+                    f"the metadata names blob {blob!r}, which the node lacks",
+                    url=self.storage.display_url,
+                    node=node,
+                    epoch=self.epoch,
+                )
+        fast: list[tuple[ReadItem, str]] = []
+        rest: list[tuple[ReadItem, str]] = []
+        for pair in wanted:
+            (fast if plain(manifest, manifest.blobs[pair[1]]) else rest).append(pair)
+        if fast:
+            records = list({blob: manifest.blobs[blob] for _, blob in fast}.values())
+            reader = self.location.reader_for(manifest)
+            check_records(self.storage, manifest, records, reader)
+            fast.sort(key=lambda pair: _stored_at(manifest.blobs[pair[1]]))
+        return manifest, fast, rest
+
+    def _read_others(
         self, manifest: NodeManifest, wanted: list[tuple[ReadItem, str]], planner: LoadPlanner
     ) -> None:
-        """Read items whose blobs are plain stored pieces (:func:`._dcp_load.plain`) in
-        waves through the engine, then hand them to the planner."""
-        if not wanted:
-            return
-        records = {blob: manifest.blobs[blob] for _, blob in wanted}
-        check_records(
-            self.storage, manifest, list(records.values()), self.location.reader_for(manifest)
+        """Read items of other records through ``read_blobs``, each blob once a round."""
+        rounds: list[dict[str, tuple[ReadItem, Partial | None]]] = [{}]
+        for item, blob in wanted:
+            if blob in rounds[-1]:
+                rounds.append({})
+            rounds[-1][blob] = (item, self._partial(item, manifest, blob))
+        for batch in rounds:
+            if batch:
+                self._read_batch(manifest, batch, planner)
+
+    def _read_plain(self, nodes: list[Wanted], planner: LoadPlanner) -> None:
+        """Read items whose blobs are plain stored pieces (:func:`._dcp_load.plain`),
+        of every node at once, in waves through the engine; hand each wave to the
+        planner once its pieces are checked."""
+        wants = (
+            (manifest, self._want(item, manifest, blob, planner))
+            for manifest, wanted in nodes
+            for item, blob in wanted
         )
-        engine = self.location.engine()
-        wants = [self._want(item, manifest, blob, planner) for item, blob in wanted]
-        for wave in waves(wants, engine.settings.memory_budget):
-            read_wants(self.storage, manifest, engine, wave)
-            self.bytes_read += sum(want.data.nbytes for want in wave)
-            for want in wave:
+        engine = engine_for(self.location.engine(), sum(1 for _, wanted in nodes if wanted))
+        for wave in read_in_waves(self.storage, engine, wants):
+            self.bytes_read += sum(want.data.nbytes for _, want in wave)
+            for manifest, want in wave:
                 if want.tensor is None:
-                    self._load_bytes(want.item, planner, want.data, manifest.node, want.record.name)
+                    blob = want.record.name
+                    self._load_bytes(want.item, planner, want.data, manifest.node, blob)
                 elif want.in_place:
                     planner.commit_tensor(want.item, want.tensor)
                 else:
@@ -520,18 +565,16 @@ class Reader(StorageReader):
         self, item: ReadItem, manifest: NodeManifest, blob: str, planner: LoadPlanner
     ) -> Want:
         fqn = item.storage_index.fqn
-        partial = self._partial(item, manifest, blob)
+        record = manifest.blobs[blob]
+        partial = self._partial(item, manifest, blob, whole=True)
         if partial is None:
-            record = manifest.blobs[blob]
             size = sum(chunk.size for chunk in record.chunks)
             return Want(item, f"entry {fqn!r}", record, 0, 0, np.empty(size, np.uint8))
         tensor = self._target(item, planner)
         size = sum(chunk.size for chunk in partial.record.chunks)
-        whole = partial.first == 0 and len(partial.record.chunks) == len(
-            manifest.blobs[blob].chunks
-        )
         entry = self._entry(item)
         assert isinstance(entry, TensorStorageMetadata)
+        whole = partial.record is record  # the item is the whole saved chunk
         own = bytes_of(tensor, entry.properties.dtype, size) if whole else None
         data = np.empty(size, np.uint8) if own is None else own
         name = f"tensor {fqn!r}"
@@ -539,6 +582,13 @@ class Reader(StorageReader):
         return Want(
             item, name, partial.record, partial.first, partial.start, data, tensor, in_place
         )
+
+    def _open_manifests(self, nodes: list[str]) -> None:
+        """Open the manifests of ``nodes`` not yet open, at once (each is a few reads)."""
+        missing = [node for node in nodes if node not in self._manifests]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(min(len(missing), 8), "ckptstore-dcp") as pool:
+                list(pool.map(self._manifest, missing))
 
     def _manifest(self, node: str) -> NodeManifest:
         manifest = self._manifests.get(node)
@@ -557,7 +607,11 @@ class Reader(StorageReader):
     def _entry(self, item: ReadItem) -> TensorStorageMetadata | BytesStorageMetadata:
         return self._decoded.metadata.state_dict_metadata[item.storage_index.fqn]
 
-    def _partial(self, item: ReadItem, manifest: NodeManifest, blob: str) -> Partial | None:
+    def _partial(
+        self, item: ReadItem, manifest: NodeManifest, blob: str, *, whole: bool = False
+    ) -> Partial | None:
+        """The pieces of ``blob`` holding ``item``'s box, as bytes (None for a byte
+        entry); with ``whole``, the stored record itself if the box is the whole chunk."""
         entry = self._entry(item)
         if item.type == LoadItemType.BYTE_IO or not isinstance(entry, TensorStorageMetadata):
             return None
@@ -574,6 +628,8 @@ class Reader(StorageReader):
             )
         if 0 in item.lengths:
             return covering(record, itemsize, shape, [0] * len(shape), [1] * len(shape))
+        if whole and list(item.lengths) == shape and not any(item.storage_offsets):
+            return Partial(record, 0, 0)
         return covering(record, itemsize, shape, item.storage_offsets, item.lengths)
 
     def _chunk_shape(self, item: ReadItem, entry: TensorStorageMetadata) -> list[int]:

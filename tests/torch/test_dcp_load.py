@@ -1,22 +1,34 @@
 """Loading a rank's pieces: in place when an item is a whole saved chunk, in waves of
-bounded buffers otherwise, neighbours in few requests, every piece checked."""
+bounded buffers otherwise, every node in one pass, neighbours in few requests, every
+piece checked."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import ReadItem
 
 from ckptstore.builtin import LocalPath
 from ckptstore.errors import CorruptCheckpointError
-from ckptstore.io import ParallelIO, crc32_of
+from ckptstore.io import IOSettings, ParallelIO, crc32_of
 from ckptstore.plugin import DBLocation
 from ckptstore.plugin._coalesce import Span, coalesced_reads
-from ckptstore.records import BlobRecord, ChunkRecord
-from ckptstore.torch._dcp_load import REMOTE_RUN_BYTES, Want, bytes_of, run_bytes, waves
+from ckptstore.records import BlobRecord, ChunkRecord, NodeManifest
+from ckptstore.torch._dcp_load import (
+    MOST_IN_FLIGHT,
+    REMOTE_RUN_BYTES,
+    Want,
+    bytes_of,
+    engine_for,
+    read_in_waves,
+    run_bytes,
+)
 from ckptstore.torch.dcp import Reader, Writer, typed_errors
 
 
@@ -43,17 +55,56 @@ def test_anything_else_is_read_into_a_buffer(
     assert bytes_of(tensor, dtype, nbytes) is None
 
 
-def _want(nbytes: int, in_place: bool) -> Want:
-    record = BlobRecord("b", "|u1", (nbytes,), (ChunkRecord("a.zip", 0, nbytes, nbytes, 0),))
-    data = np.zeros(nbytes, np.uint8)
-    return Want(None, "tensor 'b'", record, 0, 0, data, None, in_place)  # type: ignore[arg-type]
+def _stored(storage: LocalPath, node: str, content: bytes) -> NodeManifest:
+    """Node ``node`` of epoch 1: its archive holds ``content``, a 1 KiB blob per KiB."""
+    storage.write_bytes(f"{node}.1/a.zip", content)
+    blobs = {
+        f"{node}{i}": BlobRecord(
+            f"{node}{i}",
+            "|u1",
+            (1024,),
+            (ChunkRecord("a.zip", i * 1024, 1024, 1024, crc32_of([content[i * 1024 :][:1024]])),),
+        )
+        for i in range(len(content) // 1024)
+    }
+    return NodeManifest(node, 1, "zarr", blobs)
 
 
-def test_waves_hold_at_most_the_budget_of_buffers() -> None:
-    wants = [_want(40, False), _want(40, False), _want(1000, True), _want(30, False)]
-    cut = list(waves(wants, 100))
-    assert [[w.data.nbytes for w in wave] for wave in cut] == [[40, 40, 1000], [30]]
-    assert all(sum(w.buffered for w in wave) <= 100 for wave in cut)
+def _want(manifest: NodeManifest, blob: str, in_place: bool = False) -> tuple[NodeManifest, Want]:
+    record = manifest.blobs[blob]
+    data = np.zeros(1024, np.uint8)
+    return manifest, Want(None, f"tensor {blob!r}", record, 0, 0, data, None, in_place)  # type: ignore[arg-type]
+
+
+def test_waves_hold_at_most_the_budget_of_buffers_and_read_every_node(tmp_path: Path) -> None:
+    storage = LocalPath(str(tmp_path))
+    a = _stored(storage, "a", bytes(range(256)) * 12)
+    b = _stored(storage, "b", bytes(range(255, -1, -1)) * 12)
+    wants = [_want(a, "a0"), _want(a, "a1"), _want(b, "b0", in_place=True), _want(b, "b1")]
+    wants += [_want(a, "a2"), _want(b, "b2")]
+    io = ParallelIO(IOSettings(chunk_bytes=4096, memory_budget=4096, concurrency=2))
+    cut = [[want.record.name for _, want in wave] for wave in read_in_waves(storage, io, wants)]
+    assert cut == [["a0", "a1", "b0", "b1", "a2"], ["b2"]]  # in place: no buffer held
+    for manifest, want in wants:
+        name = want.record.name
+        expected = storage.read_bytes(f"{manifest.node}.1/a.zip", int(name[1]) * 1024, 1024)
+        assert want.data.tobytes() == expected
+
+
+def test_a_damaged_piece_of_one_of_several_nodes_names_its_node_and_tensor(
+    tmp_path: Path,
+) -> None:
+    storage = LocalPath(str(tmp_path))
+    a = _stored(storage, "a", bytes(2048))
+    b = _stored(storage, "b", bytes(range(256)) * 8)
+    raw = bytearray(storage.read_bytes("b.1/a.zip"))
+    raw[1500] ^= 1
+    storage.write_bytes("b.1/a.zip", bytes(raw))
+    wants = [_want(a, "a0"), _want(a, "a1"), _want(b, "b0"), _want(b, "b1")]
+    with pytest.raises(CorruptCheckpointError, match=r"tensor 'b1'") as raised:
+        list(read_in_waves(storage, ParallelIO(), wants))
+    assert (raised.value.node, raised.value.epoch, raised.value.blob) == ("b", 1, "b1")
+    assert raised.value.file == "b.1/a.zip"
 
 
 def test_neighbouring_pieces_are_read_in_runs_each_checked(tmp_path: Path) -> None:
@@ -75,6 +126,15 @@ def test_neighbouring_pieces_are_read_in_runs_each_checked(tmp_path: Path) -> No
     with pytest.raises(CorruptCheckpointError) as raised:
         db.read(coalesced_reads(db, spans, runs_of=8 << 10))
     assert raised.value.chunk == 3
+
+
+def test_reading_several_nodes_keeps_as_many_reads_in_flight_as_their_loads_would() -> None:
+    disk = ParallelIO(IOSettings(concurrency=4))
+    assert engine_for(disk, 1) is disk
+    assert engine_for(disk, 2).settings.concurrency == 8
+    assert engine_for(disk, 8).settings.concurrency == MOST_IN_FLIGHT
+    store = ParallelIO(IOSettings(concurrency=64))
+    assert engine_for(store, 4) is store  # already more than that
 
 
 def test_object_stores_read_longer_runs() -> None:
@@ -112,3 +172,30 @@ def test_a_flipped_byte_of_a_piece_read_in_place_names_the_tensor(tmp_path: Path
     assert raised.value.file is not None
     assert raised.value.file.endswith("blobs.zarr.zip")
     assert raised.value.chunk == 30_000 * 4 // 8192
+
+
+class _Watching(DefaultLoadPlanner):
+    """Notes whether the cyclic garbage collector runs while each tensor is looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting: list[bool] = []
+
+    def resolve_tensor(self, read_item: ReadItem) -> torch.Tensor:
+        self.collecting.append(gc.isenabled())
+        return super().resolve_tensor(read_item)
+
+
+def test_the_garbage_collector_waits_for_the_read_and_comes_back(tmp_path: Path) -> None:
+    dcp.save(
+        {"w": torch.ones(8), "b": torch.ones(3)},
+        storage_writer=Writer(tmp_path, epoch=1),
+        no_dist=True,
+    )
+    planner = _Watching()
+    target = {"w": torch.zeros(8), "b": torch.zeros(3)}
+    assert gc.isenabled()
+    dcp.load(target, storage_reader=Reader(tmp_path), planner=planner, no_dist=True)
+    assert planner.collecting == [False, False]
+    assert gc.isenabled()
+    assert torch.equal(target["w"], torch.ones(8))

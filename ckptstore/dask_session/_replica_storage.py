@@ -47,43 +47,66 @@ __all__ = ["NodeReplica", "ReplicaPath", "capture_node"]
 
 @dataclass(frozen=True)
 class NodeReplica:
-    """A copy of one committed node checkpoint: its stored objects by key (each a
-    ``uint8`` array, so Dask sends it without a pickled copy), taken from ``root``."""
+    """A copy of one committed node checkpoint: its stored objects by key, each as
+    consecutive ``uint8`` pieces (so Dask sends them without a pickled copy), taken from
+    ``root``."""
 
     root: str
     node: str
     epoch: int
-    files: dict[str, np.ndarray]
+    files: dict[str, tuple[np.ndarray, ...]]
 
     @property
     def nbytes(self) -> int:
-        return sum(data.nbytes for data in self.files.values())
+        return sum(piece.nbytes for pieces in self.files.values() for piece in pieces)
 
     def __reduce__(self) -> tuple[object, ...]:
         # a small array pickled first: Dask's TCP comm reads the first array of a
         # message into the buffer of the message's header, at any address; each later
-        # one lands alone in an aligned buffer, which a restore can keep as its blobs
-        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, self.files))
+        # one lands alone in an aligned buffer, which a restore can keep as its blobs.
+        # No piece is larger than the comm's shard size: a larger one would arrive in
+        # shards, each in a buffer of its own, that Dask joins by copying them all.
+        limit = frame_limit()
+        files = {key: split(pieces, limit) for key, pieces in self.files.items()}
+        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, files))
 
 
 _LEAD = np.zeros(8, np.uint8)
 
 
 def _rebuilt(
-    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, np.ndarray]
+    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, tuple[np.ndarray, ...]]
 ) -> NodeReplica:
     return NodeReplica(root, node, epoch, files)
 
 
+def frame_limit() -> int:
+    """The largest buffer Dask's TCP comm sends as one frame in this process
+    (``distributed.comm.shard`` when the comm was imported)."""
+    from distributed.comm.tcp import TCP
+
+    return max(1, int(TCP.max_shard_size))
+
+
+def split(pieces: Sequence[np.ndarray], limit: int) -> tuple[np.ndarray, ...]:
+    """``pieces`` as views of at most ``limit`` bytes each (none copied)."""
+    return tuple(
+        piece[start : start + limit]
+        for piece in pieces
+        for start in range(0, max(piece.nbytes, 1), limit)
+    )
+
+
 class _MemoryObjects(PathType):
-    """Objects in a dict, written whole: what :func:`copy_node` fills."""
+    """Objects in a dict, each as consecutive pieces, written whole: what
+    :func:`copy_node` fills."""
 
     name: ClassVar[str] = "ckptstore-peer-replica"
     batches_small_requests: ClassVar[bool] = True
 
-    def __init__(self, url: str, files: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(self, url: str, files: dict[str, tuple[np.ndarray, ...]] | None = None) -> None:
         super().__init__(url)
-        self.files: dict[str, np.ndarray] = {} if files is None else files
+        self.files: dict[str, tuple[np.ndarray, ...]] = {} if files is None else files
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         pieces = [np.frombuffer(part, np.uint8) for part in parts]
@@ -92,40 +115,51 @@ class _MemoryObjects(PathType):
         for piece in pieces:
             data[position : position + piece.nbytes] = piece
             position += piece.nbytes
-        self.files[key] = data
+        self.files[key] = (data,)
 
-    def _object(self, key: str) -> np.ndarray:
-        data = self.files.get(key)
-        if data is None:
+    def _object(self, key: str) -> tuple[np.ndarray, ...]:
+        pieces = self.files.get(key)
+        if pieces is None:
             raise ObjectNotFoundError(
                 self.display_url, key, "read", FileNotFoundError("not in the peer replica")
             )
-        return data
+        return pieces
+
+    def _spans(self, key: str, offset: int, end: int) -> Iterable[np.ndarray]:
+        """The views of ``key``'s pieces that hold its bytes ``offset:end``, in order."""
+        start = 0
+        for piece in self._object(key):
+            stop = start + piece.nbytes
+            if offset < stop and start < end:
+                yield piece[max(offset - start, 0) : min(end, stop) - start]
+            start = stop
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
-        data = self._object(key)
+        size = self.size(key)
         for target in targets:
             view = np.asarray(target.cast("B"))
             end = offset + view.nbytes
-            if end > data.nbytes:
+            if end > size:
                 raise CorruptCheckpointError(
-                    f"the object is {data.nbytes} bytes, shorter than the {end} read",
+                    f"the object is {size} bytes, shorter than the {end} read",
                     url=self.display_url,
                     file=key,
                 )
-            view[:] = data[offset:end]
+            position = 0
+            for span in self._spans(key, offset, end):
+                view[position : position + span.nbytes] = span
+                position += span.nbytes
             offset = end
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
-        data = self._object(key)
-        end = data.nbytes if length is None else min(data.nbytes, offset + length)
-        return data[offset:end].tobytes()
+        end = self.size(key) if length is None else min(self.size(key), offset + length)
+        return b"".join(span.tobytes() for span in self._spans(key, offset, end))
 
     def exists(self, key: str) -> bool:
         return key in self.files
 
     def size(self, key: str) -> int:
-        return int(self._object(key).nbytes)
+        return sum(int(piece.nbytes) for piece in self._object(key))
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in list(keys):
@@ -196,14 +230,16 @@ class ReplicaPath(_MemoryObjects):
         self._lent: dict[str, list[tuple[int, int]]] = {}
 
     def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
-        data = self.files.get(key)
-        if not self.lends or data is None or offset < 0 or offset + nbytes > data.nbytes:
+        if not self.lends or key not in self.files or offset < 0:
             return None
+        spans = list(self._spans(key, offset, offset + nbytes))
+        if len(spans) != 1 or spans[0].nbytes != nbytes:
+            return None  # beyond the object, or across two pieces: copied
         ranges = self._lent.setdefault(key, [])
         if any(offset < end and start < offset + nbytes for start, end in ranges):
             return None  # lent before: two blobs never share memory
         ranges.append((offset, offset + nbytes))
-        return data[offset : offset + nbytes].data
+        return spans[0].data
 
     def get_document(self, key: str) -> bytes | None:
         if key in self.files:

@@ -128,9 +128,9 @@ def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Pa
     name = replica_dataset(str(tmp_path / "ckpt"), "trainer_1") + "0"  # its one copy
     epoch, future = replicas.get_dataset(name)
     replica: NodeReplica = future.result()
-    files = {key: data.copy() for key, data in replica.files.items()}
-    largest = max(files, key=lambda key: files[key].nbytes)
-    files[largest][files[largest].nbytes // 2] ^= 0xFF  # one flipped byte in the data
+    files = {key: tuple(piece.copy() for piece in pieces) for key, pieces in replica.files.items()}
+    [largest] = max(files.values(), key=lambda pieces: sum(p.nbytes for p in pieces))
+    largest[largest.nbytes // 2] ^= 0xFF  # one flipped byte in the data
     forged = replicas.scatter(NodeReplica(replica.root, replica.node, epoch, files))
     replicas.unpublish_dataset(name)
     replicas.publish_dataset((epoch, forged), name=name)

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
-from ckptstore.dask_session._replica_storage import NodeReplica, ReplicaPath, capture_node
+from ckptstore.dask_session._replica_storage import (
+    NodeReplica,
+    ReplicaPath,
+    capture_node,
+    split,
+)
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
 
@@ -36,7 +41,15 @@ def read(location: CheckpointLocation, storage: ReplicaPath) -> dict[str, np.nda
 
 
 def shares(array: np.ndarray, replica: NodeReplica) -> bool:
-    return any(np.shares_memory(array, data) for data in replica.files.values())
+    return any(
+        np.shares_memory(array, piece) for pieces in replica.files.values() for piece in pieces
+    )
+
+
+def flip_a_data_byte(replica: NodeReplica) -> None:
+    """Flip the middle byte of the replica's largest object (in the blobs' data)."""
+    [largest] = max(replica.files.values(), key=lambda pieces: sum(p.nbytes for p in pieces))
+    largest[largest.nbytes // 2] ^= 0xFF
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
@@ -73,8 +86,9 @@ def test_bytes_are_lent_once_a_second_read_copies_them(tmp_path: Path) -> None:
 def test_read_only_bytes_are_copied(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr")
     replica = capture_node(location, NODE, EPOCH)
-    for data in replica.files.values():
-        data.flags.writeable = False
+    for pieces in replica.files.values():
+        for piece in pieces:
+            piece.flags.writeable = False
     arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
     assert not shares(arrays["w"], replica)
     assert arrays["w"].flags.writeable
@@ -83,8 +97,7 @@ def test_read_only_bytes_are_copied(tmp_path: Path) -> None:
 def test_a_damaged_lent_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr", verify=False)
     replica = capture_node(location, NODE, EPOCH)
-    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
-    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    flip_a_data_byte(replica)
     with pytest.raises(CorruptCheckpointError, match="checksum"):
         read(location, ReplicaPath(replica, location.storage, lends=True))
 
@@ -102,9 +115,33 @@ def test_a_read_of_some_blobs_copies_them(tmp_path: Path) -> None:
 def test_a_damaged_copied_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr", verify=False)
     replica = capture_node(location, NODE, EPOCH)
-    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
-    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    flip_a_data_byte(replica)
     storage = ReplicaPath(replica, location.storage)  # kept for others: read by copies
     manifest = open_node(storage, NODE, EPOCH)
     with pytest.raises(CorruptCheckpointError, match="checksum"):
         read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())
+
+
+def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
+    tmp_path: Path,
+) -> None:
+    """What Dask delivers: each object in pieces no larger than the comm's frames."""
+    location = saved(tmp_path, "zarr")
+    whole = capture_node(location, NODE, EPOCH)
+    limit = 100_000  # the 256 KiB blob spans three pieces
+    pieces = {key: split(data, limit) for key, data in whole.files.items()}
+    assert max(len(value) for value in pieces.values()) > 2
+    assert all(piece.nbytes <= limit for value in pieces.values() for piece in value)
+    replica = NodeReplica(whole.root, NODE, EPOCH, pieces)
+    arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
+    np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
+    assert not shares(arrays["w"], replica)  # across pieces: copied
+    np.testing.assert_array_equal(arrays["b"], np.arange(7, dtype=np.int32))
+    single = ReplicaPath(
+        NodeReplica(whole.root, NODE, EPOCH, {"k": split([np.arange(10, dtype=np.uint8)], 4)}),
+        location.storage,
+        lends=True,
+    )
+    assert single.lend("k", 4, 4) is not None  # one piece: lent
+    assert single.lend("k", 2, 4) is None  # across two: copied
+    assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))

@@ -12,9 +12,9 @@ it. One key per peer, not one key replicated ``k`` times: Dask's active memory m
 drops extra replicas of a key, never a key a dataset holds.
 
 A restore on any worker (:class:`WorkerPeerCopies`, used by the node tasks through
-:mod:`ckptstore.checkpoint._peer_copies`) first reads the root's commit record of the
-node and epoch (one small GET): no record, no replica. Then it fetches the dataset's
-copy from a surviving peer and reads it through the commit protocol's checks; a missing
+:mod:`ckptstore.checkpoint._peer_copies`) fetches the dataset's copy from a surviving
+peer while it reads the root's commit record of the node and epoch (one small GET): no
+record, no replica. It reads the copy through the commit protocol's checks; a missing
 or refused copy means a read from the root, as without replicas.
 
 Example::
@@ -30,6 +30,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,13 +117,16 @@ class WorkerPeerCopies:
         if not names:
             return None  # no replica: the load reads the root, with no request more
         storage = ReplicaPath(NodeReplica(root, node, epoch, {}), location.storage)
-        if node not in protocol.committed_nodes(storage, epoch, [node]):
-            return None  # a replica never counts as committed on its own
-        try:
-            fetched = _fetch(names, node, epoch)
-        except Exception as error:  # the scheduler cannot be asked: read the root
-            log.warning("Could not fetch a peer replica of node %r: %s", node, error)
-            return None
+        with ThreadPoolExecutor(1, thread_name_prefix="ckptstore-commit-record") as pool:
+            # the root's commit record is read while the replica travels
+            committed = pool.submit(protocol.committed_nodes, storage, epoch, [node])
+            try:
+                fetched = _fetch(names, node, epoch)
+            except Exception as error:  # the scheduler cannot be asked: read the root
+                log.warning("Could not fetch a peer replica of node %r: %s", node, error)
+                fetched = None
+            if node not in committed.result():
+                return None  # a replica never counts as committed on its own
         if fetched is None:
             return None
         replica, received = fetched

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, ClassVar
 
@@ -42,7 +43,15 @@ from ckptstore.plugin import PathType
 from ckptstore.protocol import CheckpointLocation, copy_node, read_commit
 from ckptstore.records import node_commit_key
 
-__all__ = ["NodeReplica", "ReplicaPath", "capture_node"]
+__all__ = [
+    "ArrivingPiece",
+    "NodeReplica",
+    "ReplicaLayout",
+    "ReplicaPath",
+    "ReplicaPiece",
+    "capture_node",
+    "replica_pieces",
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,88 @@ def split(pieces: Sequence[np.ndarray], limit: int) -> tuple[np.ndarray, ...]:
     )
 
 
+@dataclass(frozen=True)
+class ReplicaPiece:
+    """One piece of a replica's object as a peer keeps it: a Dask key of its own, so a
+    restore receives the pieces one message at a time and reads each one on arrival."""
+
+    data: np.ndarray
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_piece, (_LEAD, self.data))  # the lead: see NodeReplica.__reduce__
+
+
+def _piece(lead: np.ndarray, data: np.ndarray) -> ReplicaPiece:
+    return ReplicaPiece(data)
+
+
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """Where a replica's pieces go: the size of each piece of each object, in order
+    (the pieces of all objects, in this order, are the peer's keys)."""
+
+    root: str
+    node: str
+    epoch: int
+    files: dict[str, tuple[int, ...]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(sizes) for sizes in self.files.values())
+
+
+def replica_pieces(replica: NodeReplica, limit: int) -> tuple[ReplicaLayout, list[ReplicaPiece]]:
+    """``replica`` as pieces of at most ``limit`` bytes (views, none copied), and their
+    layout: the smallest objects first, so a restore has the manifest at once."""
+    order = sorted(replica.files, key=lambda key: (sum(p.nbytes for p in replica.files[key]), key))
+    files = {key: split(replica.files[key], limit) for key in order}
+    layout = ReplicaLayout(
+        replica.root,
+        replica.node,
+        replica.epoch,
+        {key: tuple(piece.nbytes for piece in pieces) for key, pieces in files.items()},
+    )
+    return layout, [ReplicaPiece(piece) for pieces in files.values() for piece in pieces]
+
+
+class ArrivingPiece:
+    """A piece of a replica on its way from a peer: its size is known at once, its
+    bytes are waited for when a read first needs them (for at most ``timeout`` s). A
+    piece that never arrives is a missing object; one of another size, damage."""
+
+    def __init__(
+        self, url: str, key: str, nbytes: int, arrival: Future[object], timeout: float
+    ) -> None:
+        self.url, self.key, self.nbytes = url, key, nbytes
+        self._arrival, self._timeout = arrival, timeout
+
+    def data(self) -> np.ndarray:
+        try:
+            piece = self._arrival.result(timeout=self._timeout)
+        except Exception as error:  # the peer left, or the fetch timed out
+            raise ObjectNotFoundError(self.url, self.key, "read", error) from error
+        data = piece.data if isinstance(piece, ReplicaPiece) else None
+        if (
+            not isinstance(data, np.ndarray)
+            or data.dtype != np.uint8
+            or data.ndim != 1
+            or data.nbytes != self.nbytes
+        ):
+            raise CorruptCheckpointError(
+                f"a piece of the peer replica is not the {self.nbytes} bytes its layout says",
+                url=self.url,
+                file=self.key,
+            )
+        return data
+
+
+Piece = np.ndarray | ArrivingPiece
+
+
+def _data(piece: Piece) -> np.ndarray:
+    return piece.data() if isinstance(piece, ArrivingPiece) else piece
+
+
 class _MemoryObjects(PathType):
     """Objects in a dict, each as consecutive pieces, written whole: what
     :func:`copy_node` fills."""
@@ -104,9 +195,9 @@ class _MemoryObjects(PathType):
     name: ClassVar[str] = "ckptstore-peer-replica"
     batches_small_requests: ClassVar[bool] = True
 
-    def __init__(self, url: str, files: dict[str, tuple[np.ndarray, ...]] | None = None) -> None:
+    def __init__(self, url: str, files: dict[str, tuple[Piece, ...]] | None = None) -> None:
         super().__init__(url)
-        self.files: dict[str, tuple[np.ndarray, ...]] = {} if files is None else files
+        self.files: dict[str, tuple[Piece, ...]] = {} if files is None else files
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         pieces = [np.frombuffer(part, np.uint8) for part in parts]
@@ -117,7 +208,7 @@ class _MemoryObjects(PathType):
             position += piece.nbytes
         self.files[key] = (data,)
 
-    def _object(self, key: str) -> tuple[np.ndarray, ...]:
+    def _object(self, key: str) -> tuple[Piece, ...]:
         pieces = self.files.get(key)
         if pieces is None:
             raise ObjectNotFoundError(
@@ -126,12 +217,13 @@ class _MemoryObjects(PathType):
         return pieces
 
     def _spans(self, key: str, offset: int, end: int) -> Iterable[np.ndarray]:
-        """The views of ``key``'s pieces that hold its bytes ``offset:end``, in order."""
+        """The views of ``key``'s pieces that hold its bytes ``offset:end``, in order
+        (waiting for those still on their way)."""
         start = 0
         for piece in self._object(key):
             stop = start + piece.nbytes
             if offset < stop and start < end:
-                yield piece[max(offset - start, 0) : min(end, stop) - start]
+                yield _data(piece)[max(offset - start, 0) : min(end, stop) - start]
             start = stop
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:

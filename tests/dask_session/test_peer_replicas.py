@@ -24,7 +24,7 @@ from distributed import Client
 from ckptstore import JobRunner, MultiNodeCheckpointManager, Node, Task
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
-from ckptstore.dask_session._replica_storage import NodeReplica
+from ckptstore.dask_session._replica_storage import ReplicaPiece
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
 from ckptstore.records import NodeStats
@@ -126,15 +126,14 @@ def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Pa
     ckpt = str(tmp_path / "ckpt")
     train(replicas, ckpt, peer_replicas=1)
     name = replica_dataset(str(tmp_path / "ckpt"), "trainer_1") + "0"  # its one copy
-    epoch, future = replicas.get_dataset(name)
-    replica: NodeReplica = future.result()
-    files = {key: tuple(piece.copy() for piece in pieces) for key, pieces in replica.files.items()}
-    [largest] = max(files.values(), key=lambda pieces: sum(p.nbytes for p in pieces))
+    epoch, layout, futures = replicas.get_dataset(name)
+    pieces = [piece.data.copy() for piece in replicas.gather(futures)]
+    largest = max(pieces, key=lambda piece: piece.nbytes)
     largest[largest.nbytes // 2] ^= 0xFF  # one flipped byte in the data
-    forged = replicas.scatter(NodeReplica(replica.root, replica.node, epoch, files))
+    forged = replicas.scatter([ReplicaPiece(piece) for piece in pieces])
     replicas.unpublish_dataset(name)
-    replicas.publish_dataset((epoch, forged), name=name)
-    del future, forged
+    replicas.publish_dataset((epoch, layout, forged), name=name)
+    del futures, forged
     with restore(replicas, ckpt) as session:  # the bytes are right: read from the root
         assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
 

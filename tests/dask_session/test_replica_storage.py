@@ -4,6 +4,7 @@ a copy this worker keeps for others, or bytes lent twice, are copied instead."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +12,15 @@ import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
 from ckptstore.dask_session._replica_storage import (
+    ArrivingPiece,
     NodeReplica,
     ReplicaPath,
+    ReplicaPiece,
     capture_node,
+    replica_pieces,
     split,
 )
-from ckptstore.errors import CorruptCheckpointError
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
 
 NODE = "trainer_0"
@@ -145,3 +149,63 @@ def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
     assert single.lend("k", 4, 4) is not None  # one piece: lent
     assert single.lend("k", 2, 4) is None  # across two: copied
     assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))
+
+
+def arriving(data: object, nbytes: int, *, failed: bool = False) -> ArrivingPiece:
+    arrival: Future[object] = Future()
+    if failed:
+        arrival.set_exception(ConnectionError("the peer left"))
+    elif data is not None:
+        arrival.set_result(data)
+    return ArrivingPiece("peer replica", "k", nbytes, arrival, timeout=5.0)
+
+
+def test_a_restore_reads_the_pieces_that_arrived_without_waiting_for_the_others(
+    tmp_path: Path,
+) -> None:
+    """A read waits only for the pieces it needs; the layout gives every size at once."""
+    location = saved(tmp_path, "zarr")
+    first = np.arange(4, dtype=np.uint8)
+    never: ArrivingPiece = arriving(None, 4)  # its bytes never come
+    storage = ReplicaPath(
+        NodeReplica(location.storage.display_url, NODE, EPOCH, {}), location.storage
+    )
+    storage.files = {"k": (arriving(ReplicaPiece(first), 4), never)}
+    assert storage.size("k") == 8
+    assert storage.read_bytes("k", 1, 3) == bytes([1, 2, 3])
+
+
+def test_a_piece_that_never_arrives_is_missing_and_one_of_another_size_is_damage(
+    tmp_path: Path,
+) -> None:
+    """Either way the load refuses the replica and reads the root (read_committed)."""
+    location = saved(tmp_path, "zarr")
+    storage = ReplicaPath(
+        NodeReplica(location.storage.display_url, NODE, EPOCH, {}), location.storage
+    )
+    storage.files = {"k": (arriving(None, 4, failed=True),)}
+    with pytest.raises(ObjectNotFoundError):
+        storage.read_bytes("k")
+    storage.files = {"k": (arriving(ReplicaPiece(np.zeros(3, np.uint8)), 4),)}
+    with pytest.raises(CorruptCheckpointError, match="4 bytes"):
+        storage.read_bytes("k")
+    storage.files = {"k": (arriving(np.zeros(4, np.uint8), 4),)}  # not a replica's piece
+    with pytest.raises(CorruptCheckpointError):
+        storage.read_bytes("k")
+
+
+def test_a_peer_keeps_a_replica_as_pieces_of_at_most_a_frame_each(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    layout, pieces = replica_pieces(replica, 100_000)
+    assert layout.count == len(pieces) > len(replica.files)
+    assert all(0 < piece.data.nbytes <= 100_000 for piece in pieces)
+    assert sum(sum(sizes) for sizes in layout.files.values()) == replica.nbytes
+    arrived = iter(pieces)
+    storage = ReplicaPath(NodeReplica(replica.root, NODE, EPOCH, {}), location.storage)
+    storage.files = {
+        key: tuple(arriving(next(arrived), nbytes) for nbytes in sizes)
+        for key, sizes in layout.files.items()
+    }
+    arrays = read(location, storage)
+    np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))

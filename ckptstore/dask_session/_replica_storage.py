@@ -298,7 +298,7 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
         )
     committed = f"{record.nodes[node].data_key}/"
     files = {
-        committed + key[len(copied) :] if key.startswith(copied) else key: data
+        committed + key[len(copied) :] if key.startswith(copied) else key: tuple(map(_data, data))
         for key, data in memory.files.items()
     }
     return NodeReplica(location.storage.display_url, node, epoch, files)

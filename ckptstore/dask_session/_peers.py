@@ -33,6 +33,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,18 @@ class _Arrivals:
             piece.cancel()
 
 
+def _arriving(
+    url: str, key: str, nbytes: int, arrival: ConcurrentFuture[Any], future: Future[Any]
+) -> ArrivingPiece:
+    """A piece on its way, given up on as soon as Dask says its key is gone (its peer
+    left: Dask cannot recompute scattered data, and a fetch of it would wait)."""
+
+    def lost() -> bool:
+        return future.status in ("lost", "cancelled", "error")
+
+    return ArrivingPiece(url, key, nbytes, arrival, FETCH_TIMEOUT, lost)
+
+
 def _fetch(
     names: Sequence[str], node: str, epoch: int
 ) -> tuple[_Arrivals, dict[str, tuple[Piece, ...]], bool] | None:
@@ -200,11 +213,9 @@ def _fetch(
             continue  # its peer left: the scheduler lost it (a fetch would wait forever)
         arrivals = _Arrivals(client, futures)
         url = f"peer replica of {node}.{epoch}"
-        arriving = iter(arrivals.pieces)
+        arriving = iter(zip(arrivals.pieces, futures, strict=True))
         files: dict[str, tuple[Piece, ...]] = {
-            key: tuple(
-                ArrivingPiece(url, key, nbytes, next(arriving), FETCH_TIMEOUT) for nbytes in sizes
-            )
+            key: tuple(_arriving(url, key, nbytes, *next(arriving)) for nbytes in sizes)
             for key, sizes in layout.files.items()
         }
         here = get_worker().address

@@ -30,7 +30,8 @@ Example::
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, ClassVar
@@ -152,18 +153,41 @@ def replica_pieces(replica: NodeReplica, limit: int) -> tuple[ReplicaLayout, lis
 
 class ArrivingPiece:
     """A piece of a replica on its way from a peer: its size is known at once, its
-    bytes are waited for when a read first needs them (for at most ``timeout`` s). A
-    piece that never arrives is a missing object; one of another size, damage."""
+    bytes are waited for when a read first needs them (for at most ``timeout`` s, and
+    no longer once ``lost()`` says the peer holding it left). A piece that never
+    arrives is a missing object; one of another size, damage."""
+
+    POLL = 0.5
+    """Seconds between two looks at ``lost()`` while the piece is awaited."""
 
     def __init__(
-        self, url: str, key: str, nbytes: int, arrival: Future[object], timeout: float
+        self,
+        url: str,
+        key: str,
+        nbytes: int,
+        arrival: Future[object],
+        timeout: float,
+        lost: Callable[[], bool] = lambda: False,
     ) -> None:
         self.url, self.key, self.nbytes = url, key, nbytes
-        self._arrival, self._timeout = arrival, timeout
+        self._arrival, self._timeout, self._lost = arrival, timeout, lost
+
+    def _received(self) -> object:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self._arrival.result(
+                    timeout=max(0.0, min(self.POLL, deadline - time.monotonic()))
+                )
+            except TimeoutError:
+                if self._lost():
+                    raise ConnectionError("the peer holding it left") from None
+                if time.monotonic() >= deadline:
+                    raise
 
     def data(self) -> np.ndarray:
         try:
-            piece = self._arrival.result(timeout=self._timeout)
+            piece = self._received()
         except Exception as error:  # the peer left, or the fetch timed out
             raise ObjectNotFoundError(self.url, self.key, "read", error) from error
         data = piece.data if isinstance(piece, ReplicaPiece) else None

@@ -4,6 +4,7 @@ a copy this worker keeps for others, or bytes lent twice, are copied instead."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -151,13 +152,15 @@ def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
     assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))
 
 
-def arriving(data: object, nbytes: int, *, failed: bool = False) -> ArrivingPiece:
+def arriving(
+    data: object, nbytes: int, *, failed: bool = False, lost: bool = False
+) -> ArrivingPiece:
     arrival: Future[object] = Future()
     if failed:
         arrival.set_exception(ConnectionError("the peer left"))
     elif data is not None:
         arrival.set_result(data)
-    return ArrivingPiece("peer replica", "k", nbytes, arrival, timeout=5.0)
+    return ArrivingPiece("peer replica", "k", nbytes, arrival, timeout=600.0, lost=lambda: lost)
 
 
 def test_a_restore_reads_the_pieces_that_arrived_without_waiting_for_the_others(
@@ -186,6 +189,11 @@ def test_a_piece_that_never_arrives_is_missing_and_one_of_another_size_is_damage
     storage.files = {"k": (arriving(None, 4, failed=True),)}
     with pytest.raises(ObjectNotFoundError):
         storage.read_bytes("k")
+    storage.files = {"k": (arriving(None, 4, lost=True),)}  # its peer left: no 600 s wait
+    started = time.monotonic()
+    with pytest.raises(ObjectNotFoundError, match="left"):
+        storage.read_bytes("k")
+    assert time.monotonic() - started < 60
     storage.files = {"k": (arriving(ReplicaPiece(np.zeros(3, np.uint8)), 4),)}
     with pytest.raises(CorruptCheckpointError, match="4 bytes"):
         storage.read_bytes("k")

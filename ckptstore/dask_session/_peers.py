@@ -6,16 +6,19 @@ After the client committed an epoch, each node's worker reads its just-committed
 checkpoint back through the commit protocol (:func:`capture_replica`, after dropping
 the node's older replicas); Dask moves that copy to each of the ``k`` peers, where
 :func:`keep_replica` scatters it from the peer itself (held there only, with no task
-Dask could recompute it from) and publishes it as a Dask dataset named after the root,
-the node and the copy's number, so it outlives the session and the client that made
-it. One key per peer, not one key replicated ``k`` times: Dask's active memory manager
-drops extra replicas of a key, never a key a dataset holds.
+Dask could recompute it from), in pieces no larger than a frame of Dask's comm, one key
+each, and publishes them as a Dask dataset named after the root, the node and the
+copy's number, so it outlives the session and the client that made it. Keys of each
+peer's own, not keys replicated ``k`` times: Dask's active memory manager drops extra
+replicas of a key, never a key a dataset holds.
 
 A restore on any worker (:class:`WorkerPeerCopies`, used by the node tasks through
-:mod:`ckptstore.checkpoint._peer_copies`) first reads the root's commit record of the
-node and epoch (one small GET): no record, no replica. Then it fetches the dataset's
-copy from a surviving peer and reads it through the commit protocol's checks; a missing
-or refused copy means a read from the root, as without replicas.
+:mod:`ckptstore.checkpoint._peer_copies`) starts receiving the pieces of a surviving
+peer's copy, two at a time, while it reads the root's commit record of the node and
+epoch (one small GET): no record, no replica. It reads the copy through the commit
+protocol's checks, each piece as soon as it arrives (a read waits only for the pieces
+it needs), so checking and placing the bytes overlaps their transfer. A missing or
+refused copy means a read from the root, as without replicas.
 
 Example::
 
@@ -30,13 +33,24 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import Client, Future, get_client, get_worker, wait
 
 from ckptstore import protocol
-from ckptstore.dask_session._replica_storage import NodeReplica, ReplicaPath, capture_node
+from ckptstore.dask_session._replica_storage import (
+    ArrivingPiece,
+    NodeReplica,
+    Piece,
+    ReplicaLayout,
+    ReplicaPath,
+    capture_node,
+    frame_limit,
+    replica_pieces,
+)
 from ckptstore.errors import JobConfigurationError
 from ckptstore.plugin import PathType
 from ckptstore.protocol import CheckpointLocation
@@ -57,7 +71,9 @@ log = logging.getLogger(__name__)
 
 DATASET_PREFIX = "ckptstore-peer-replica/"
 FETCH_TIMEOUT = 600.0
-"""Seconds a restore waits for a replica from a peer before reading the root."""
+"""Seconds a restore waits for a piece of a replica from a peer before reading the root."""
+PIECES_IN_FLIGHT = 2
+"""Pieces of one replica a restore receives at once (while it checks those arrived)."""
 
 
 def replica_dataset(root: str, node: str) -> str:
@@ -116,19 +132,22 @@ class WorkerPeerCopies:
         if not names:
             return None  # no replica: the load reads the root, with no request more
         storage = ReplicaPath(NodeReplica(root, node, epoch, {}), location.storage)
-        if node not in protocol.committed_nodes(storage, epoch, [node]):
-            return None  # a replica never counts as committed on its own
-        try:
-            fetched = _fetch(names, node, epoch)
-        except Exception as error:  # the scheduler cannot be asked: read the root
-            log.warning("Could not fetch a peer replica of node %r: %s", node, error)
-            return None
+        with ThreadPoolExecutor(1, thread_name_prefix="ckptstore-commit-record") as pool:
+            # the root's commit record is read while the replica travels
+            committed = pool.submit(protocol.committed_nodes, storage, epoch, [node])
+            try:
+                fetched = _fetch(names, node, epoch)
+            except Exception as error:  # the scheduler cannot be asked: read the root
+                log.warning("Could not fetch a peer replica of node %r: %s", node, error)
+                fetched = None
+            if node not in committed.result():
+                if fetched is not None:
+                    fetched[0].cancel()
+                return None  # a replica never counts as committed on its own
         if fetched is None:
             return None
-        replica, received = fetched
-        if (replica.root, replica.node, replica.epoch) != (root, node, epoch):
-            return None
-        storage.files = dict(replica.files)
+        _, files, received = fetched
+        storage.files = files
         storage.lends = received  # a copy of its own: the load keeps it as the blobs
         self._fetched[(root, node, epoch)] = storage
         return storage
@@ -144,27 +163,64 @@ class WorkerPeerCopies:
         self._fetched.clear()
 
 
-def _fetch(names: Sequence[str], node: str, epoch: int) -> tuple[NodeReplica, bool] | None:
-    """A replica of ``node``'s ``epoch`` among the datasets ``names`` that a surviving
-    peer still holds, and whether it was received from another worker (a copy of this
-    restore's own, not the one this worker keeps); ``None`` if there is none (the
-    caller reads the root)."""
+class _Arrivals:
+    """The pieces of one replica on their way from a peer: fetched in order, at most
+    :data:`PIECES_IN_FLIGHT` at a time, each one its own Dask message."""
+
+    def __init__(self, client: Client, futures: Sequence[Future[Any]]) -> None:
+        self._pool = ThreadPoolExecutor(PIECES_IN_FLIGHT, thread_name_prefix="ckptstore-peer")
+        self.pieces = [self._pool.submit(client.gather, future, direct=True) for future in futures]
+        self._pool.shutdown(wait=False)  # its threads end with the last piece
+
+    def cancel(self) -> None:
+        for piece in self.pieces:
+            piece.cancel()
+
+
+def _arriving(
+    url: str, key: str, nbytes: int, arrival: ConcurrentFuture[Any], future: Future[Any]
+) -> ArrivingPiece:
+    """A piece on its way, given up on as soon as Dask says its key is gone (its peer
+    left: Dask cannot recompute scattered data, and a fetch of it would wait)."""
+
+    def lost() -> bool:
+        return future.status in ("lost", "cancelled", "error")
+
+    return ArrivingPiece(url, key, nbytes, arrival, FETCH_TIMEOUT, lost)
+
+
+def _fetch(
+    names: Sequence[str], node: str, epoch: int
+) -> tuple[_Arrivals, dict[str, tuple[Piece, ...]], bool] | None:
+    """Start receiving a replica of ``node``'s ``epoch`` among the datasets ``names``
+    that a surviving peer still holds: the pieces on their way, the objects made of
+    them, and whether they come from another worker (a copy of this restore's own, not
+    the one this worker keeps); ``None`` if there is none (the caller reads the root)."""
     client = get_client()
     for name in names:
         held = client.get_dataset(name, default=None)
-        if not isinstance(held, tuple) or len(held) != 2 or held[0] != epoch:
+        if not isinstance(held, tuple) or len(held) != 3 or held[0] != epoch:
             continue
-        future = held[1]
-        holders = client.who_has([future]).get(future.key)  # type: ignore[no-untyped-call]
-        if not holders:
+        layout, futures = held[1], list(held[2])
+        if (
+            not isinstance(layout, ReplicaLayout)
+            or (layout.node, layout.epoch) != (node, epoch)
+            or len(futures) != layout.count
+        ):
+            continue
+        holders = client.who_has(futures)  # type: ignore[no-untyped-call]
+        if not all(holders.get(future.key) for future in futures):
             continue  # its peer left: the scheduler lost it (a fetch would wait forever)
-        try:
-            replica = future.result(timeout=FETCH_TIMEOUT)
-        except Exception as error:  # the peer left during the fetch
-            log.warning("Peer replica %s of node %r could not be fetched: %s", name, node, error)
-            continue
-        if isinstance(replica, NodeReplica) and (replica.node, replica.epoch) == (node, epoch):
-            return replica, get_worker().address not in holders
+        arrivals = _Arrivals(client, futures)
+        url = f"peer replica of {node}.{epoch}"
+        arriving = iter(zip(arrivals.pieces, futures, strict=True))
+        files: dict[str, tuple[Piece, ...]] = {
+            key: tuple(_arriving(url, key, nbytes, *next(arriving)) for nbytes in sizes)
+            for key, sizes in layout.files.items()
+        }
+        here = get_worker().address
+        received = all(here not in holders[future.key] for future in futures)
+        return arrivals, files, received
     return None
 
 
@@ -191,11 +247,14 @@ def capture_replica(store_name: str, node: str, epoch: int, *earlier: object) ->
 def keep_replica(replica: NodeReplica, index: int) -> int:
     """On a peer: keep ``replica`` in this worker's memory (scattered from here, so it
     is held on this worker only, and has no task Dask could recompute from the root)
-    and publish it as copy ``index`` of its node; returns its size."""
+    and publish it as copy ``index`` of its node; returns its size. Each piece of it is
+    a key of its own, no larger than this worker's comm frames, so a restore receives
+    them one message at a time and checks each one while the next travels."""
     client = get_client()
-    [held] = client.scatter([replica], hash=False)  # type: ignore[no-untyped-call]
+    layout, pieces = replica_pieces(replica, frame_limit())
+    held = client.scatter(pieces, hash=False)  # type: ignore[no-untyped-call]
     name = f"{replica_dataset(replica.root, replica.node)}{index}"
-    client.publish_dataset((replica.epoch, held), name=name, override=True)
+    client.publish_dataset((replica.epoch, layout, held), name=name, override=True)
     return replica.nbytes
 
 

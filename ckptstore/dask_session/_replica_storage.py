@@ -30,7 +30,9 @@ Example::
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, ClassVar
 
@@ -42,48 +44,184 @@ from ckptstore.plugin import PathType
 from ckptstore.protocol import CheckpointLocation, copy_node, read_commit
 from ckptstore.records import node_commit_key
 
-__all__ = ["NodeReplica", "ReplicaPath", "capture_node"]
+__all__ = [
+    "ArrivingPiece",
+    "NodeReplica",
+    "ReplicaLayout",
+    "ReplicaPath",
+    "ReplicaPiece",
+    "capture_node",
+    "replica_pieces",
+]
 
 
 @dataclass(frozen=True)
 class NodeReplica:
-    """A copy of one committed node checkpoint: its stored objects by key (each a
-    ``uint8`` array, so Dask sends it without a pickled copy), taken from ``root``."""
+    """A copy of one committed node checkpoint: its stored objects by key, each as
+    consecutive ``uint8`` pieces (so Dask sends them without a pickled copy), taken from
+    ``root``."""
 
     root: str
     node: str
     epoch: int
-    files: dict[str, np.ndarray]
+    files: dict[str, tuple[np.ndarray, ...]]
 
     @property
     def nbytes(self) -> int:
-        return sum(data.nbytes for data in self.files.values())
+        return sum(piece.nbytes for pieces in self.files.values() for piece in pieces)
 
     def __reduce__(self) -> tuple[object, ...]:
         # a small array pickled first: Dask's TCP comm reads the first array of a
         # message into the buffer of the message's header, at any address; each later
-        # one lands alone in an aligned buffer, which a restore can keep as its blobs
-        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, self.files))
+        # one lands alone in an aligned buffer, which a restore can keep as its blobs.
+        # No piece is larger than the comm's shard size: a larger one would arrive in
+        # shards, each in a buffer of its own, that Dask joins by copying them all.
+        limit = frame_limit()
+        files = {key: split(pieces, limit) for key, pieces in self.files.items()}
+        return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, files))
 
 
 _LEAD = np.zeros(8, np.uint8)
 
 
 def _rebuilt(
-    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, np.ndarray]
+    lead: np.ndarray, root: str, node: str, epoch: int, files: dict[str, tuple[np.ndarray, ...]]
 ) -> NodeReplica:
     return NodeReplica(root, node, epoch, files)
 
 
+def frame_limit() -> int:
+    """The largest buffer Dask's TCP comm sends as one frame in this process
+    (``distributed.comm.shard`` when the comm was imported)."""
+    from distributed.comm.tcp import TCP
+
+    return max(1, int(TCP.max_shard_size))
+
+
+def split(pieces: Sequence[np.ndarray], limit: int) -> tuple[np.ndarray, ...]:
+    """``pieces`` as views of at most ``limit`` bytes each (none copied)."""
+    return tuple(
+        piece[start : start + limit]
+        for piece in pieces
+        for start in range(0, max(piece.nbytes, 1), limit)
+    )
+
+
+@dataclass(frozen=True)
+class ReplicaPiece:
+    """One piece of a replica's object as a peer keeps it: a Dask key of its own, so a
+    restore receives the pieces one message at a time and reads each one on arrival."""
+
+    data: np.ndarray
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_piece, (_LEAD, self.data))  # the lead: see NodeReplica.__reduce__
+
+
+def _piece(lead: np.ndarray, data: np.ndarray) -> ReplicaPiece:
+    return ReplicaPiece(data)
+
+
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """Where a replica's pieces go: the size of each piece of each object, in order
+    (the pieces of all objects, in this order, are the peer's keys)."""
+
+    root: str
+    node: str
+    epoch: int
+    files: dict[str, tuple[int, ...]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(sizes) for sizes in self.files.values())
+
+
+def replica_pieces(replica: NodeReplica, limit: int) -> tuple[ReplicaLayout, list[ReplicaPiece]]:
+    """``replica`` as pieces of at most ``limit`` bytes (views, none copied), and their
+    layout: the smallest objects first, so a restore has the manifest at once."""
+    order = sorted(replica.files, key=lambda key: (sum(p.nbytes for p in replica.files[key]), key))
+    files = {key: split(replica.files[key], limit) for key in order}
+    layout = ReplicaLayout(
+        replica.root,
+        replica.node,
+        replica.epoch,
+        {key: tuple(piece.nbytes for piece in pieces) for key, pieces in files.items()},
+    )
+    return layout, [ReplicaPiece(piece) for pieces in files.values() for piece in pieces]
+
+
+class ArrivingPiece:
+    """A piece of a replica on its way from a peer: its size is known at once, its
+    bytes are waited for when a read first needs them (for at most ``timeout`` s, and
+    no longer once ``lost()`` says the peer holding it left). A piece that never
+    arrives is a missing object; one of another size, damage."""
+
+    POLL = 0.5
+    """Seconds between two looks at ``lost()`` while the piece is awaited."""
+
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        nbytes: int,
+        arrival: Future[object],
+        timeout: float,
+        lost: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.url, self.key, self.nbytes = url, key, nbytes
+        self._arrival, self._timeout, self._lost = arrival, timeout, lost
+
+    def _received(self) -> object:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self._arrival.result(
+                    timeout=max(0.0, min(self.POLL, deadline - time.monotonic()))
+                )
+            except TimeoutError:
+                if self._lost():
+                    raise ConnectionError("the peer holding it left") from None
+                if time.monotonic() >= deadline:
+                    raise
+
+    def data(self) -> np.ndarray:
+        try:
+            piece = self._received()
+        except Exception as error:  # the peer left, or the fetch timed out
+            raise ObjectNotFoundError(self.url, self.key, "read", error) from error
+        data = piece.data if isinstance(piece, ReplicaPiece) else None
+        if (
+            not isinstance(data, np.ndarray)
+            or data.dtype != np.uint8
+            or data.ndim != 1
+            or data.nbytes != self.nbytes
+        ):
+            raise CorruptCheckpointError(
+                f"a piece of the peer replica is not the {self.nbytes} bytes its layout says",
+                url=self.url,
+                file=self.key,
+            )
+        return data
+
+
+Piece = np.ndarray | ArrivingPiece
+
+
+def _data(piece: Piece) -> np.ndarray:
+    return piece.data() if isinstance(piece, ArrivingPiece) else piece
+
+
 class _MemoryObjects(PathType):
-    """Objects in a dict, written whole: what :func:`copy_node` fills."""
+    """Objects in a dict, each as consecutive pieces, written whole: what
+    :func:`copy_node` fills."""
 
     name: ClassVar[str] = "ckptstore-peer-replica"
     batches_small_requests: ClassVar[bool] = True
 
-    def __init__(self, url: str, files: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(self, url: str, files: dict[str, tuple[Piece, ...]] | None = None) -> None:
         super().__init__(url)
-        self.files: dict[str, np.ndarray] = {} if files is None else files
+        self.files: dict[str, tuple[Piece, ...]] = {} if files is None else files
 
     def write_parts(self, key: str, parts: Sequence[Buffer]) -> None:
         pieces = [np.frombuffer(part, np.uint8) for part in parts]
@@ -92,40 +230,52 @@ class _MemoryObjects(PathType):
         for piece in pieces:
             data[position : position + piece.nbytes] = piece
             position += piece.nbytes
-        self.files[key] = data
+        self.files[key] = (data,)
 
-    def _object(self, key: str) -> np.ndarray:
-        data = self.files.get(key)
-        if data is None:
+    def _object(self, key: str) -> tuple[Piece, ...]:
+        pieces = self.files.get(key)
+        if pieces is None:
             raise ObjectNotFoundError(
                 self.display_url, key, "read", FileNotFoundError("not in the peer replica")
             )
-        return data
+        return pieces
+
+    def _spans(self, key: str, offset: int, end: int) -> Iterable[np.ndarray]:
+        """The views of ``key``'s pieces that hold its bytes ``offset:end``, in order
+        (waiting for those still on their way)."""
+        start = 0
+        for piece in self._object(key):
+            stop = start + piece.nbytes
+            if offset < stop and start < end:
+                yield _data(piece)[max(offset - start, 0) : min(end, stop) - start]
+            start = stop
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
-        data = self._object(key)
+        size = self.size(key)
         for target in targets:
             view = np.asarray(target.cast("B"))
             end = offset + view.nbytes
-            if end > data.nbytes:
+            if end > size:
                 raise CorruptCheckpointError(
-                    f"the object is {data.nbytes} bytes, shorter than the {end} read",
+                    f"the object is {size} bytes, shorter than the {end} read",
                     url=self.display_url,
                     file=key,
                 )
-            view[:] = data[offset:end]
+            position = 0
+            for span in self._spans(key, offset, end):
+                view[position : position + span.nbytes] = span
+                position += span.nbytes
             offset = end
 
     def read_bytes(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
-        data = self._object(key)
-        end = data.nbytes if length is None else min(data.nbytes, offset + length)
-        return data[offset:end].tobytes()
+        end = self.size(key) if length is None else min(self.size(key), offset + length)
+        return b"".join(span.tobytes() for span in self._spans(key, offset, end))
 
     def exists(self, key: str) -> bool:
         return key in self.files
 
     def size(self, key: str) -> int:
-        return int(self._object(key).nbytes)
+        return sum(int(piece.nbytes) for piece in self._object(key))
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in list(keys):
@@ -172,7 +322,7 @@ def capture_node(location: CheckpointLocation, node: str, epoch: int) -> NodeRep
         )
     committed = f"{record.nodes[node].data_key}/"
     files = {
-        committed + key[len(copied) :] if key.startswith(copied) else key: data
+        committed + key[len(copied) :] if key.startswith(copied) else key: tuple(map(_data, data))
         for key, data in memory.files.items()
     }
     return NodeReplica(location.storage.display_url, node, epoch, files)
@@ -196,14 +346,16 @@ class ReplicaPath(_MemoryObjects):
         self._lent: dict[str, list[tuple[int, int]]] = {}
 
     def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
-        data = self.files.get(key)
-        if not self.lends or data is None or offset < 0 or offset + nbytes > data.nbytes:
+        if not self.lends or key not in self.files or offset < 0:
             return None
+        spans = list(self._spans(key, offset, offset + nbytes))
+        if len(spans) != 1 or spans[0].nbytes != nbytes:
+            return None  # beyond the object, or across two pieces: copied
         ranges = self._lent.setdefault(key, [])
         if any(offset < end and start < offset + nbytes for start, end in ranges):
             return None  # lent before: two blobs never share memory
         ranges.append((offset, offset + nbytes))
-        return data[offset : offset + nbytes].data
+        return spans[0].data
 
     def get_document(self, key: str) -> bytes | None:
         if key in self.files:

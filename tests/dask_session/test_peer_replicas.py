@@ -24,7 +24,7 @@ from distributed import Client
 from ckptstore import JobRunner, MultiNodeCheckpointManager, Node, Task
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
-from ckptstore.dask_session._replica_storage import NodeReplica
+from ckptstore.dask_session._replica_storage import ReplicaPiece
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
 from ckptstore.records import NodeStats
@@ -122,19 +122,49 @@ def test_a_lost_worker_s_node_is_restored_from_a_peer(replicas: Client, tmp_path
         )
 
 
+def _set_frame_limit(nbytes: int | None) -> int:
+    """Set this worker's comm frame size (``None``: back to the configured one)."""
+    import dask
+    from dask.utils import parse_bytes
+    from distributed.comm.tcp import TCP
+
+    limit = parse_bytes(dask.config.get("distributed.comm.shard")) if nbytes is None else nbytes
+    TCP.max_shard_size = limit
+    return limit
+
+
+@LOST_DATA
+def test_a_replica_held_in_many_pieces_restores_the_node(replicas: Client, tmp_path: Path) -> None:
+    """Frames of 256 KiB: each node's 1 MiB travels and is held in several pieces, each a
+    key of its own, and the restore reads them as they arrive."""
+    ckpt = str(tmp_path / "ckpt")
+    replicas.run(_set_frame_limit, 256 << 10)
+    try:
+        _, trained = train(replicas, ckpt, peer_replicas=1)
+        name = replica_dataset(ckpt, "trainer_1") + "0"
+        _, layout, futures = replicas.get_dataset(name)
+        assert len(futures) == layout.count > 4
+        kill_worker(replicas, trained.node_to_worker()["trainer_1"])
+        hide_node_data(ckpt, "trainer_1")  # the restore cannot read it from the root
+        del futures
+        with restore(replicas, ckpt) as session:
+            assert ("trainer_1", EPOCHS) in session.restored_from_peers()
+    finally:
+        replicas.run(_set_frame_limit, None)
+
+
 def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Path) -> None:
     ckpt = str(tmp_path / "ckpt")
     train(replicas, ckpt, peer_replicas=1)
     name = replica_dataset(str(tmp_path / "ckpt"), "trainer_1") + "0"  # its one copy
-    epoch, future = replicas.get_dataset(name)
-    replica: NodeReplica = future.result()
-    files = {key: data.copy() for key, data in replica.files.items()}
-    largest = max(files, key=lambda key: files[key].nbytes)
-    files[largest][files[largest].nbytes // 2] ^= 0xFF  # one flipped byte in the data
-    forged = replicas.scatter(NodeReplica(replica.root, replica.node, epoch, files))
+    epoch, layout, futures = replicas.get_dataset(name)
+    pieces = [piece.data.copy() for piece in replicas.gather(futures)]
+    largest = max(pieces, key=lambda piece: piece.nbytes)
+    largest[largest.nbytes // 2] ^= 0xFF  # one flipped byte in the data
+    forged = replicas.scatter([ReplicaPiece(piece) for piece in pieces])
     replicas.unpublish_dataset(name)
-    replicas.publish_dataset((epoch, forged), name=name)
-    del future, forged
+    replicas.publish_dataset((epoch, layout, forged), name=name)
+    del futures, forged
     with restore(replicas, ckpt) as session:  # the bytes are right: read from the root
         assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
 

@@ -4,14 +4,24 @@ a copy this worker keeps for others, or bytes lent twice, are copied instead."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
-from ckptstore.dask_session._replica_storage import NodeReplica, ReplicaPath, capture_node
-from ckptstore.errors import CorruptCheckpointError
+from ckptstore.dask_session._replica_storage import (
+    ArrivingPiece,
+    NodeReplica,
+    ReplicaPath,
+    ReplicaPiece,
+    capture_node,
+    replica_pieces,
+    split,
+)
+from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
 
 NODE = "trainer_0"
@@ -36,7 +46,15 @@ def read(location: CheckpointLocation, storage: ReplicaPath) -> dict[str, np.nda
 
 
 def shares(array: np.ndarray, replica: NodeReplica) -> bool:
-    return any(np.shares_memory(array, data) for data in replica.files.values())
+    return any(
+        np.shares_memory(array, piece) for pieces in replica.files.values() for piece in pieces
+    )
+
+
+def flip_a_data_byte(replica: NodeReplica) -> None:
+    """Flip the middle byte of the replica's largest object (in the blobs' data)."""
+    [largest] = max(replica.files.values(), key=lambda pieces: sum(p.nbytes for p in pieces))
+    largest[largest.nbytes // 2] ^= 0xFF
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
@@ -73,8 +91,9 @@ def test_bytes_are_lent_once_a_second_read_copies_them(tmp_path: Path) -> None:
 def test_read_only_bytes_are_copied(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr")
     replica = capture_node(location, NODE, EPOCH)
-    for data in replica.files.values():
-        data.flags.writeable = False
+    for pieces in replica.files.values():
+        for piece in pieces:
+            piece.flags.writeable = False
     arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
     assert not shares(arrays["w"], replica)
     assert arrays["w"].flags.writeable
@@ -83,8 +102,7 @@ def test_read_only_bytes_are_copied(tmp_path: Path) -> None:
 def test_a_damaged_lent_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr", verify=False)
     replica = capture_node(location, NODE, EPOCH)
-    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
-    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    flip_a_data_byte(replica)
     with pytest.raises(CorruptCheckpointError, match="checksum"):
         read(location, ReplicaPath(replica, location.storage, lends=True))
 
@@ -102,9 +120,100 @@ def test_a_read_of_some_blobs_copies_them(tmp_path: Path) -> None:
 def test_a_damaged_copied_chunk_is_refused_even_with_verify_off(tmp_path: Path) -> None:
     location = saved(tmp_path, "zarr", verify=False)
     replica = capture_node(location, NODE, EPOCH)
-    largest = max(replica.files, key=lambda key: replica.files[key].nbytes)
-    replica.files[largest][replica.files[largest].nbytes // 2] ^= 0xFF
+    flip_a_data_byte(replica)
     storage = ReplicaPath(replica, location.storage)  # kept for others: read by copies
     manifest = open_node(storage, NODE, EPOCH)
     with pytest.raises(CorruptCheckpointError, match="checksum"):
         read_blobs(storage, manifest, ["w"], location.reader_for(manifest), location.engine())
+
+
+def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
+    tmp_path: Path,
+) -> None:
+    """What Dask delivers: each object in pieces no larger than the comm's frames."""
+    location = saved(tmp_path, "zarr")
+    whole = capture_node(location, NODE, EPOCH)
+    limit = 100_000  # the 256 KiB blob spans three pieces
+    pieces = {key: split(data, limit) for key, data in whole.files.items()}
+    assert max(len(value) for value in pieces.values()) > 2
+    assert all(piece.nbytes <= limit for value in pieces.values() for piece in value)
+    replica = NodeReplica(whole.root, NODE, EPOCH, pieces)
+    arrays = read(location, ReplicaPath(replica, location.storage, lends=True))
+    np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
+    assert not shares(arrays["w"], replica)  # across pieces: copied
+    np.testing.assert_array_equal(arrays["b"], np.arange(7, dtype=np.int32))
+    single = ReplicaPath(
+        NodeReplica(whole.root, NODE, EPOCH, {"k": split([np.arange(10, dtype=np.uint8)], 4)}),
+        location.storage,
+        lends=True,
+    )
+    assert single.lend("k", 4, 4) is not None  # one piece: lent
+    assert single.lend("k", 2, 4) is None  # across two: copied
+    assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))
+
+
+def arriving(
+    data: object, nbytes: int, *, failed: bool = False, lost: bool = False
+) -> ArrivingPiece:
+    arrival: Future[object] = Future()
+    if failed:
+        arrival.set_exception(ConnectionError("the peer left"))
+    elif data is not None:
+        arrival.set_result(data)
+    return ArrivingPiece("peer replica", "k", nbytes, arrival, timeout=600.0, lost=lambda: lost)
+
+
+def test_a_restore_reads_the_pieces_that_arrived_without_waiting_for_the_others(
+    tmp_path: Path,
+) -> None:
+    """A read waits only for the pieces it needs; the layout gives every size at once."""
+    location = saved(tmp_path, "zarr")
+    first = np.arange(4, dtype=np.uint8)
+    never: ArrivingPiece = arriving(None, 4)  # its bytes never come
+    storage = ReplicaPath(
+        NodeReplica(location.storage.display_url, NODE, EPOCH, {}), location.storage
+    )
+    storage.files = {"k": (arriving(ReplicaPiece(first), 4), never)}
+    assert storage.size("k") == 8
+    assert storage.read_bytes("k", 1, 3) == bytes([1, 2, 3])
+
+
+def test_a_piece_that_never_arrives_is_missing_and_one_of_another_size_is_damage(
+    tmp_path: Path,
+) -> None:
+    """Either way the load refuses the replica and reads the root (read_committed)."""
+    location = saved(tmp_path, "zarr")
+    storage = ReplicaPath(
+        NodeReplica(location.storage.display_url, NODE, EPOCH, {}), location.storage
+    )
+    storage.files = {"k": (arriving(None, 4, failed=True),)}
+    with pytest.raises(ObjectNotFoundError):
+        storage.read_bytes("k")
+    storage.files = {"k": (arriving(None, 4, lost=True),)}  # its peer left: no 600 s wait
+    started = time.monotonic()
+    with pytest.raises(ObjectNotFoundError, match="left"):
+        storage.read_bytes("k")
+    assert time.monotonic() - started < 60
+    storage.files = {"k": (arriving(ReplicaPiece(np.zeros(3, np.uint8)), 4),)}
+    with pytest.raises(CorruptCheckpointError, match="4 bytes"):
+        storage.read_bytes("k")
+    storage.files = {"k": (arriving(np.zeros(4, np.uint8), 4),)}  # not a replica's piece
+    with pytest.raises(CorruptCheckpointError):
+        storage.read_bytes("k")
+
+
+def test_a_peer_keeps_a_replica_as_pieces_of_at_most_a_frame_each(tmp_path: Path) -> None:
+    location = saved(tmp_path, "zarr")
+    replica = capture_node(location, NODE, EPOCH)
+    layout, pieces = replica_pieces(replica, 100_000)
+    assert layout.count == len(pieces) > len(replica.files)
+    assert all(0 < piece.data.nbytes <= 100_000 for piece in pieces)
+    assert sum(sum(sizes) for sizes in layout.files.values()) == replica.nbytes
+    arrived = iter(pieces)
+    storage = ReplicaPath(NodeReplica(replica.root, NODE, EPOCH, {}), location.storage)
+    storage.files = {
+        key: tuple(arriving(next(arrived), nbytes) for nbytes in sizes)
+        for key, sizes in layout.files.items()
+    }
+    arrays = read(location, storage)
+    np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))

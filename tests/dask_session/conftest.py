@@ -20,6 +20,10 @@ WORKERS = 3
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
+    # silencing the cluster's logs raises the level of the root logger's handlers,
+    # pytest's capture among them, until the session ends: later tests' caplog would
+    # miss every warning (tests/checkpoint/test_tiers.py run after this directory)
+    handlers = [(handler, handler.level) for handler in logging.getLogger().handlers]
     with LocalCluster(
         n_workers=WORKERS,
         threads_per_worker=2,
@@ -27,6 +31,8 @@ def cluster() -> Iterator[LocalCluster]:
         dashboard_address=None,
         silence_logs=logging.ERROR,
     ) as local_cluster:
+        for handler, level in handlers:
+            handler.setLevel(level)
         yield local_cluster
 
 

@@ -115,14 +115,16 @@ class _LocalPositionalReader(PositionalReader):
 
     def _read_direct(self, offset: int, target: memoryview) -> int:
         """Fill ``target`` from ``offset``, its aligned middle ``O_DIRECT`` if the page
-        cache lacks the range (decided at the first call); the bytes missing at EOF."""
+        cache lacks that middle (decided at the first call); the bytes missing at EOF."""
+        head = -offset % DIRECT_ALIGN  # the memory has the same remainder
+        middle = (target.nbytes - head) // DIRECT_ALIGN * DIRECT_ALIGN
         if self._direct == -2:
-            cold = _cached_pages(self._fd, offset, target.nbytes) == 0
+            # the middle only: the pages of the head and end hold an archive's headers,
+            # which are cached whenever the rest of its file was written O_DIRECT
+            cold = _cached_pages(self._fd, offset + head, middle) == 0
             self._direct = _reopen_direct(self._fd, os.O_RDONLY) if cold else -1
         if self._direct < 0:
             return _read_all(self._fd, [target], offset)
-        head = -offset % DIRECT_ALIGN  # the memory has the same remainder
-        middle = (target.nbytes - head) // DIRECT_ALIGN * DIRECT_ALIGN
         missing = _read_all(self._fd, [target[:head]], offset) if head else 0
         if missing:  # the file ends inside the head
             return missing + target.nbytes - head

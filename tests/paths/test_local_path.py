@@ -104,7 +104,13 @@ def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: P
     if not went_direct:
         pytest.skip("the file system refuses O_DIRECT (tmpfs)")
     target[:] = 0
-    with storage.open_reader("c") as reader:  # its end in the cache: read from there
+    with storage.open_reader("c") as reader:  # only its end in the cache: direct again
+        reader.read_into(0, [target.data])
+        assert reader._direct >= 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(target, data)
+    (tmp_path / "c").read_bytes()  # the whole file in the cache: read from there
+    target[:] = 0
+    with storage.open_reader("c") as reader:
         reader.read_into(0, [target.data])
         assert reader._direct == -1  # type: ignore[attr-defined]
     np.testing.assert_array_equal(target, data)

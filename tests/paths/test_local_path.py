@@ -91,18 +91,23 @@ def test_a_large_aligned_read_of_a_file_out_of_the_cache_goes_direct(tmp_path: P
     _drop_from_cache(tmp_path / "c")
     fd = os.open(tmp_path / "c", os.O_RDONLY)
     try:
-        if _file_io._cached_pages(fd, 0, data.nbytes) != 0:
-            pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+        cold = _file_io._cached_pages(fd, 0, data.nbytes) == 0
     finally:
         os.close(fd)
     spare = np.zeros(data.nbytes + DIRECT_ALIGN, np.uint8)
     target = spare[-spare.ctypes.data % DIRECT_ALIGN :][: data.nbytes]
+    if not cold:  # no cachestat(2) (Linux < 6.5), or the cache kept the file
+        with storage.open_reader("c") as reader:
+            reader.read_into(0, [target.data])
+            assert reader._direct == -1  # type: ignore[attr-defined]  # through the cache
+        np.testing.assert_array_equal(target, data)
+        return
     with storage.open_reader("c") as reader:
         reader.read_into(0, [target.data])  # the unaligned end through the cache
         went_direct = reader._direct >= 0  # type: ignore[attr-defined]
     np.testing.assert_array_equal(target, data)
-    if not went_direct:
-        pytest.skip("the file system refuses O_DIRECT (tmpfs)")
+    if not went_direct:  # a file system refusing O_DIRECT (tmpfs): read as above
+        return
     target[:] = 0
     with storage.open_reader("c") as reader:  # only its end in the cache: direct again
         reader.read_into(0, [target.data])
@@ -137,8 +142,11 @@ def test_a_file_system_refusing_direct_reads_is_read_through_the_cache(
     fd = os.open(tmp_path / "c", os.O_RDONLY)
     cold = _file_io._cached_pages(fd, 0, data.nbytes) == 0
     os.close(fd)
-    if not cold:
-        pytest.skip("no cachestat(2) here (Linux < 6.5), or the cache kept the file")
+    if not cold:  # no cachestat(2) (Linux < 6.5), or the cache kept the file
+        with storage.open_reader("c") as reader:
+            reader.read_into(0, [memoryview(np.empty_like(data))])
+            assert reader._direct == -1  # type: ignore[attr-defined]  # through the cache
+        return
     real = os.preadv
     refused: list[int] = []
 
@@ -155,8 +163,12 @@ def test_a_file_system_refusing_direct_reads_is_read_through_the_cache(
         reader.read_into(0, [target.data])
         assert reader._direct == -1  # type: ignore[attr-defined]
     np.testing.assert_array_equal(target, data)
-    if not refused:
-        pytest.skip("the file system refuses O_DIRECT (tmpfs): never tried")
+    if not refused:  # only a file system refusing O_DIRECT at open (tmpfs) never tries
+        fd = os.open(tmp_path / "c", os.O_RDONLY)
+        try:
+            assert _file_io._reopen_direct(fd, os.O_RDONLY) == -1
+        finally:
+            os.close(fd)
 
 
 def _drop_from_cache(path: Path) -> None:

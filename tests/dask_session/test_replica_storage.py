@@ -13,13 +13,15 @@ import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
 from ckptstore.dask_session._replica_storage import (
+    LENT_FROM,
     ArrivingPiece,
     NodeReplica,
     ReplicaPath,
     ReplicaPiece,
     capture_node,
+    carve,
+    cut_ends,
     replica_pieces,
-    split,
 )
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
@@ -134,7 +136,7 @@ def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
     location = saved(tmp_path, "zarr")
     whole = capture_node(location, NODE, EPOCH)
     limit = 100_000  # the 256 KiB blob spans three pieces
-    pieces = {key: split(data, limit) for key, data in whole.files.items()}
+    pieces = {key: whole.pieces(key, limit) for key in whole.files}
     assert max(len(value) for value in pieces.values()) > 2
     assert all(piece.nbytes <= limit for value in pieces.values() for piece in value)
     replica = NodeReplica(whole.root, NODE, EPOCH, pieces)
@@ -143,13 +145,62 @@ def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
     assert not shares(arrays["w"], replica)  # across pieces: copied
     np.testing.assert_array_equal(arrays["b"], np.arange(7, dtype=np.int32))
     single = ReplicaPath(
-        NodeReplica(whole.root, NODE, EPOCH, {"k": split([np.arange(10, dtype=np.uint8)], 4)}),
+        NodeReplica(
+            whole.root, NODE, EPOCH, {"k": carve([np.arange(10, dtype=np.uint8)], [4, 8, 10])}
+        ),
         location.storage,
         lends=True,
     )
     assert single.lend("k", 4, 4) is not None  # one piece: lent
     assert single.lend("k", 2, 4) is None  # across two: copied
     assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))
+
+
+def test_pieces_end_where_blobs_do_so_each_blob_no_larger_than_a_piece_is_lent(
+    tmp_path: Path,
+) -> None:
+    """Blobs of 8 MiB (one npz member each) share an object; pieces of at most 12 MiB,
+    each starting where a blob does, hold each of them whole, kept as the blobs on a
+    restore (checked, not copied). Pieces cut every 12 MiB split one of them."""
+    session = LocalSession()
+    ws = session.workspace(NODE)
+    for name in "abc":
+        ws[name] = np.full(LENT_FROM // 8, ord(name), dtype=np.float64)
+    manager = CheckpointManager(str(tmp_path / "ckpt"), NODE, "npz")
+    session.run(manager.init([NODE]))
+    session.run(manager.save(EPOCH))
+    whole = capture_node(manager.location, NODE, EPOCH)
+    key = max(whole.files, key=lambda name: whole.files[name][0].nbytes)
+    assert whole.files[key][0].nbytes > 3 * LENT_FROM  # the three blobs in one object
+    replica = NodeReplica(
+        whole.root, NODE, EPOCH, {name: whole.pieces(name, 12 << 20) for name in whole.files}
+    )
+    assert len(replica.files[key]) > 2
+    arrays = read(manager.location, ReplicaPath(replica, manager.location.storage, lends=True))
+    for name in "abc":
+        np.testing.assert_array_equal(arrays[name], ws[name])
+        assert shares(arrays[name], replica)
+    evenly = NodeReplica(
+        whole.root,
+        NODE,
+        EPOCH,
+        {
+            name: carve(data, cut_ends(sum(p.nbytes for p in data), (), 12 << 20))
+            for name, data in whole.files.items()
+        },
+    )  # pieces cut every 12 MiB: no blob starts a piece
+    arrays = read(manager.location, ReplicaPath(evenly, manager.location.storage, lends=True))
+    assert not all(shares(arrays[name], evenly) for name in "abc")
+
+
+def test_carving_anew_joins_only_the_pieces_that_straddle() -> None:
+    first, second = np.arange(6, dtype=np.uint8), np.arange(6, 12, dtype=np.uint8)
+    carved = carve([first, second], [3, 8, 12])
+    assert [piece.tolist() for piece in carved] == [[0, 1, 2], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    assert np.shares_memory(carved[0], first)
+    assert np.shares_memory(carved[2], second)
+    assert not np.shares_memory(carved[1], first)
+    assert not np.shares_memory(carved[1], second)
 
 
 def arriving(

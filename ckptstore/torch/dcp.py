@@ -205,6 +205,26 @@ def _done(value: T) -> Future[T]:
     return future
 
 
+_RELEASING: dict[int, list[threading.Thread]] = {}
+"""Per process: the threads releasing the writer leases of committed saves."""
+
+
+def _release_later(lease: WriterLease) -> None:
+    """Release ``lease`` in a thread of its own: once the commit exists, ``dcp.save``
+    need not wait for it (three round trips on an object store). The thread is not a
+    daemon, so the release ends before the process exits; the next save of this process
+    waits for it before taking the lease (:func:`_released_before`)."""
+    thread = threading.Thread(target=lease.release, name="ckptstore-dcp-release")
+    _RELEASING.setdefault(os.getpid(), []).append(thread)
+    thread.start()
+
+
+def _released_before() -> None:
+    """Wait for this process's lease releases still in flight."""
+    for thread in _RELEASING.pop(os.getpid(), []):
+        thread.join()
+
+
 @contextmanager
 def typed_errors() -> Iterator[None]:
     """Raise a ckptstore error that a rank raised inside DCP as itself (the first one,
@@ -314,6 +334,7 @@ class Writer(StorageWriter):
         return plans
 
     def _take_lease(self) -> None:
+        _released_before()
         lease = WriterLease(self.location, [METADATA_NODE])
         lease.acquire()
         self._lease = lease
@@ -419,8 +440,12 @@ class Writer(StorageWriter):
             )
             commit_epoch(self.location, self.epoch, [*commits.values(), meta])
             release_intents_of(self.storage, (item for _, item in stored))
-        finally:
+        except BaseException:
             self._release()
+            raise
+        lease, self._lease = self._lease, None
+        if lease is not None:  # committed: the save is done; the lease goes meanwhile
+            _release_later(lease)
 
     def _release(self) -> None:
         lease, self._lease = self._lease, None

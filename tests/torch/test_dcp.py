@@ -38,7 +38,13 @@ from ckptstore.errors import (
     LeaseHeldError,
     UnsupportedBlobError,
 )
-from ckptstore.protocol import CheckpointLocation, WriterLease, committed_nodes, open_node
+from ckptstore.protocol import (
+    CheckpointLocation,
+    WriterLease,
+    committed_nodes,
+    open_node,
+    read_lease,
+)
 from ckptstore.testing.fixtures import TEST_CREDENTIALS
 from ckptstore.torch.dcp import METADATA_NODE, Reader, Writer, typed_errors
 
@@ -376,6 +382,26 @@ def test_a_lease_held_by_another_job_fails_the_save_before_its_commit(tmp_path: 
         other.release()
     dcp.save({"w": torch.ones(64)}, storage_writer=Writer(tmp_path, epoch=4), no_dist=True)
     assert Reader(tmp_path).epoch == 4
+
+
+def test_a_committed_save_lets_go_of_the_lease_even_if_the_process_exits_at_once(
+    tmp_path: Path,
+) -> None:
+    """The lease of a committed save is released in a thread of its own (dcp.save does
+    not wait for it): the next save of the process waits for it, and a process that
+    exits right after its save still releases it, so another job takes it at once."""
+    dcp.save({"w": torch.ones(4)}, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
+    dcp.save({"w": torch.ones(4)}, storage_writer=Writer(tmp_path, epoch=2), no_dist=True)
+    code = (
+        "import sys, torch, torch.distributed.checkpoint as dcp\n"
+        "from ckptstore.torch.dcp import Writer\n"
+        "dcp.save({'w': torch.ones(4)}, storage_writer=Writer(sys.argv[1], epoch=3), "
+        "no_dist=True)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
+    storage = CheckpointLocation.open(str(tmp_path), "zarr").storage
+    assert read_lease(storage, METADATA_NODE) is None
+    assert Reader(tmp_path).epoch == 3
 
 
 def test_a_failed_save_lets_go_of_the_lease(tmp_path: Path) -> None:

@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
@@ -42,6 +45,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.futures import Future
 
 from benchmarks import dcp as bench
+from benchmarks import s3_ceiling
 from ckptstore.plugin import get_registry
 
 PHASES = (
@@ -56,6 +60,8 @@ PHASES = (
     "finish",
     "other",
 )
+ENDPOINT: list[str] = []
+"""The moto endpoint of an ``--s3`` run."""
 STORAGE = ("prepare_local_plan", "prepare_global_plan", "write_data", "finish")
 
 
@@ -217,6 +223,7 @@ def storages_for(args: argparse.Namespace, work: Path) -> Iterator[list[Any]]:
         return
     with bench.moto(args.latency_ms) as endpoint:
         options = bench.s3_options(endpoint)
+        ENDPOINT[:] = [endpoint]
         yield [
             bench.Storage("ckptstore", "ckptstore", "s3://bench/ours", options),
             bench.Storage(
@@ -228,6 +235,48 @@ def storages_for(args: argparse.Namespace, work: Path) -> Iterator[list[Any]]:
             ),
             NullStorage("no storage", "null", ""),
         ]
+
+
+def _ceiling_rank(
+    rank: int, world: int, endpoint: str, nbytes: int, start: Any, out: str, repeat: int
+) -> None:
+    """One rank's share of the ceiling: ``nbytes`` PUT as K objects at once, then read
+    back as K GETs at once, for K in 1, 2, 4, 8, every rank together."""
+    client = s3_ceiling._Client(endpoint, "bench")
+    data = memoryview(np.random.default_rng(rank).bytes(nbytes))
+    target = memoryview(bytearray(nbytes))
+    times: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for parallel in (1, 2, 4, 8):
+            parts = s3_ceiling._parts(nbytes, parallel)
+            keys = [f"ceiling/{rank}/{n}" for n in range(len(parts))]
+
+            def put(n: int, parts: Any = parts, keys: list[str] = keys) -> None:
+                at, size = parts[n]
+                client.request("PUT", keys[n], body=data[at : at + size])
+
+            def get(n: int, parts: Any = parts, keys: list[str] = keys) -> None:
+                at, size = parts[n]
+                client.request("GET", keys[n], into=target[at : at + size])
+
+            for kind, call in (("PUT", put), ("GET", get)):
+                start.wait()
+                started = time.perf_counter()
+                with ThreadPoolExecutor(parallel) as pool:
+                    list(pool.map(call, range(len(parts))))
+                times.setdefault(f"{kind} {parallel}", []).append(time.perf_counter() - started)
+    Path(f"{out}.{rank}").write_text(json.dumps(times))
+
+
+def ceiling(endpoint: str, nbytes: int, work: Path, repeat: int) -> dict[str, float]:
+    """moto's best time for 2 ranks each storing (and reading back) ``nbytes`` at once,
+    with a bare HTTP client (:mod:`benchmarks.s3_ceiling`): per way, the best of
+    ``repeat`` of the slowest rank."""
+    out = str(work / f"ceiling-{time.monotonic_ns()}")
+    start = multiprocessing.get_context("fork").Barrier(2)
+    bench.run_ranks(_ceiling_rank, 2, (endpoint, nbytes, start, out, repeat), "ceiling")
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(2)]
+    return {way: min(map(max, zip(*(r[way] for r in ranks), strict=True))) for way in ranks[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,9 +303,18 @@ def main(argv: list[str] | None = None) -> int:
         chosen = set(filter(None, args.only.split(",")))
         storages = [s for s in every if not chosen or s.kind in chosen]
         medians = run(storages, args.repeat, Path(directory))
+        if args.s3:
+            size = sum(array.nbytes for array in bench.BLOBS.values()) // 2
+            best = ceiling(ENDPOINT[0], size, Path(directory), args.repeat)
     where = f"moto +{args.latency_ms:g} ms" if args.s3 else "local disk"
     print(f"{args.workload} on {where}, {started}, load {load:.1f}, medians of {args.repeat}")
     print("\n".join(table([s.name for s in storages], medians)))
+    if args.s3:
+        print(
+            f"* moto's ceiling, 2 ranks each storing {size / (1 << 20):.0f} MiB at once "
+            "(bare HTTP, K objects in parallel; best of the slowest rank): "
+            + ", ".join(f"{way}: {seconds:.2f} s" for way, seconds in best.items())
+        )
     return 0
 
 

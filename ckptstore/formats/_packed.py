@@ -646,10 +646,12 @@ def _piece_batches(
     each: a C-contiguous array's consecutive pieces up to ``PIECED_FROM`` bytes (or one
     piece), each still its own CRC-checked range in the manifest; any other array's
     pieces one by one (each is copied). Pieces smaller than ``DIRECT_FROM`` (DCP's
-    128 KiB, which a resharded load reads only the needed ones of) thus reach a disk as
-    a few large ``O_DIRECT`` writes instead of hundreds through the page cache: the
-    GPT-2 + Adam DCP benchmark's ``write_data``, 0.1 GiB a rank, took 0.15 s instead of
-    0.37 s (docs/benchmarks.md, "torch DCP on 2 ranks")."""
+    128 KiB, of which a resharded load reads only those it needs) thus reach a disk as
+    a few large writes (``O_DIRECT`` from 1 MiB) instead of hundreds through the page
+    cache: the GPT-2 + Adam DCP benchmark's ``write_data``, 0.1 GiB a rank, took 0.27 s
+    instead of 0.37 s (0.55 against 0.94 under heavier load; docs/benchmarks-tables.md,
+    "torch DCP, 2 ranks"). A contiguous array's pieces are consecutive ranges of its
+    bytes, so a batch is one range of them."""
     most = max(piece_bytes, PIECED_FROM) if contiguous else 0
     batch: list[tuple[int, ArrayChunk]] = []
     size = 0

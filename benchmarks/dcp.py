@@ -166,27 +166,32 @@ def rank_main(
     dist.destroy_process_group()
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_ranks(target: Callable[..., None], world: int, args: tuple[Any, ...], name: str) -> None:
+    """``target(rank, world, *args)`` in ``world`` forked processes; raise if one fails."""
+    context = multiprocessing.get_context("fork")
+    ranks = [context.Process(target=target, args=(rank, world, *args)) for rank in range(world)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
+    if any(process.exitcode != 0 for process in ranks):
+        raise SystemExit(f"{name}: a rank failed ({[p.exitcode for p in ranks]})")
+
+
 def run_job(
     storage: Storage | list[Storage], world: int, plan: list[Any], work: Path
 ) -> list[dict[str, Any]]:
     """One job of ``world`` forked ranks (``plan``: see :func:`rank_main`); per
     operation: the slowest rank's times, the ranks' bytes read and needed summed."""
     storages = storage if isinstance(storage, list) else [storage]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
     out = str(work / f"job-{time.monotonic_ns()}")
-    context = multiprocessing.get_context("fork")
-    ranks = [
-        context.Process(target=rank_main, args=(rank, world, port, storages, plan, out))
-        for rank in range(world)
-    ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join()
-    if any(process.exitcode != 0 for process in ranks):
-        raise SystemExit(f"{storages[0].name}: a rank failed ({[p.exitcode for p in ranks]})")
+    run_ranks(rank_main, world, (free_port(), storages, plan, out), storages[0].name)
     per_rank = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
     merged = []
     for entries in zip(*per_rank, strict=True):

@@ -13,9 +13,10 @@ checkpoint ``rank_<r>.<epoch>`` (format zarr: packed archives, a CRC per piece o
 most ``chunk_bytes``); DCP's global metadata is a JSON document (never pickle) in the
 node ``dcp.<epoch>``, written by the coordinator once every rank's data is durable, and
 only then is every node's create-once commit record written, the ``dcp`` node's last.
-An epoch is visible when its ``dcp`` node is committed. The coordinator holds the
-writer lease of the node ``dcp`` from the global plan to the commit, so two jobs
-saving under one root never interleave; a committed epoch is never written again
+An epoch is visible when its ``dcp`` node is committed. The coordinator takes the
+writer lease of the node ``dcp`` while the ranks write (in a thread started by the
+global plan) and holds it to the commit, so two jobs saving under one root never
+interleave their commits; a committed epoch is never written again
 (:class:`~ckptstore.errors.AlreadyCommittedError`).
 
 Loading reads, for each saved chunk a rank needs, only the stored pieces overlapping
@@ -41,10 +42,13 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import hashlib
 import io
 import logging
 import os
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +205,26 @@ def _done(value: T) -> Future[T]:
     return future
 
 
+_RELEASING: dict[int, list[threading.Thread]] = {}
+"""Per process: the threads releasing the writer leases of committed saves."""
+
+
+def _release_later(lease: WriterLease) -> None:
+    """Release ``lease`` in a thread of its own: once the commit exists, ``dcp.save``
+    need not wait for it (three round trips on an object store). The thread is not a
+    daemon, so the release ends before the process exits; the next save of this process
+    waits for it before taking the lease (:func:`_released_before`)."""
+    thread = threading.Thread(target=lease.release, name="ckptstore-dcp-release")
+    _RELEASING.setdefault(os.getpid(), []).append(thread)
+    thread.start()
+
+
+def _released_before() -> None:
+    """Wait for this process's lease releases still in flight."""
+    for thread in _RELEASING.pop(os.getpid(), []):
+        thread.join()
+
+
 @contextmanager
 def typed_errors() -> Iterator[None]:
     """Raise a ckptstore error that a rank raised inside DCP as itself (the first one,
@@ -271,6 +295,7 @@ class Writer(StorageWriter):
         self.is_coordinator = False
         self.rank = 0
         self._lease: WriterLease | None = None
+        self._taking: concurrent.futures.Future[None] | None = None
         self._adapter = TorchAdapter()
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -287,8 +312,29 @@ class Writer(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """On the coordinator, before any rank writes: take the root's DCP writer lease,
-        then check again, under it, that the epoch is not committed."""
+        """On the coordinator: start taking the root's DCP writer lease, then checking
+        again, under it, that the epoch is not committed, in a thread of its own while
+        the ranks write (on an object store these are six round trips in a row, 0.36 s
+        of a 2.3 s save to moto +20 ms). The coordinator's ``write_data`` waits for it
+        before handing its results on, so nothing is committed without it, and a
+        failure (``LeaseHeldError``, ``AlreadyCommittedError``) fails the save there;
+        the data written meanwhile is never visible (an attempt no record names)."""
+        taking: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def take() -> None:
+            try:
+                self._take_lease()
+            except BaseException as error:  # raised by the coordinator's write_data
+                taking.set_exception(error)
+            else:
+                taking.set_result(None)
+
+        self._taking = taking
+        threading.Thread(target=take, name="ckptstore-dcp-lease", daemon=True).start()
+        return plans
+
+    def _take_lease(self) -> None:
+        _released_before()
         lease = WriterLease(self.location, [METADATA_NODE])
         lease.acquire()
         self._lease = lease
@@ -311,12 +357,36 @@ class Writer(StorageWriter):
         except BaseException:
             self._release()
             raise
-        return plans
+
+    def _lease_taken(self, commit: NodeCommit | None) -> None:
+        """On the coordinator, once its own items are written: wait for the lease taken
+        in the background (:meth:`prepare_global_plan`); if that failed, delete this
+        rank's attempt (``commit``: it is this save's alone) and raise why."""
+        taking, self._taking = self._taking, None
+        if taking is None:
+            return
+        try:
+            taking.result()
+        except BaseException:
+            if commit is not None:
+                with contextlib.suppress(Exception):
+                    self.storage.delete_tree(commit.data_key)
+            raise
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """Write this rank's items as its node checkpoint (not committed yet)."""
+        """Write this rank's items as its node checkpoint (not committed yet); on the
+        coordinator, then wait for the writer lease (:meth:`prepare_global_plan`)."""
         if not plan.items:
+            self._lease_taken(None)
             return _done([])
+        try:
+            return self._write_items(plan, planner)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the save failed already: why matters
+                self._lease_taken(None)
+            raise
+
+    def _write_items(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         node = rank_node(self.rank)
         blobs: dict[str, object] = {}
         names: list[str] = []
@@ -338,6 +408,7 @@ class Writer(StorageWriter):
             blobs[names[-1]] = array
             sizes.append(array.nbytes)
         commit = write_node(self.location, node, self.epoch, blobs, incremental=self.incremental)
+        self._lease_taken(commit)
         intents = intents_of(self.storage, node, self.epoch) if self.incremental else ()
         return _done(
             [
@@ -369,8 +440,12 @@ class Writer(StorageWriter):
             )
             commit_epoch(self.location, self.epoch, [*commits.values(), meta])
             release_intents_of(self.storage, (item for _, item in stored))
-        finally:
+        except BaseException:
             self._release()
+            raise
+        lease, self._lease = self._lease, None
+        if lease is not None:  # committed: the save is done; the lease goes meanwhile
+            _release_later(lease)
 
     def _release(self) -> None:
         lease, self._lease = self._lease, None

@@ -539,6 +539,45 @@ def test_members_of_256_kib_and_more_are_written_from_their_own_memory(
     }
 
 
+@pytest.mark.parametrize("db_type", ["zarr", "npz"])
+def test_small_pieces_of_a_contiguous_blob_are_written_together_and_checked_apart(
+    tmp_path: Path, db_type: str
+) -> None:
+    """With pieces under ``DIRECT_FROM`` (DCP's 128 KiB: a resharded load reads only the
+    pieces it needs), a C-contiguous blob's consecutive pieces reach the file as one
+    write of up to ``PIECED_FROM`` bytes from the array's own memory (so its aligned
+    middle can go ``O_DIRECT``), while the manifest still records, and a load checks,
+    each piece apart (a flipped byte is reported with its blob). A Fortran-ordered
+    blob's pieces are copies, written one by one."""
+    rng = np.random.default_rng(8)
+    values = {
+        "w": rng.normal(size=(1024, 1024)),  # 8 MiB: 128 pieces, 2 writes
+        "fortran": np.asfortranarray(rng.normal(size=(300, 100))),  # 4 copied pieces
+        "small": np.arange(10, dtype=np.int32),
+    }
+    storage = RecordingLocalPath(str(tmp_path))
+    settings = IOSettings(chunk_bytes=64 << 10, concurrency=3)
+    save(storage, values, FORMATS[db_type](), ParallelIO(settings))
+    given = [np.frombuffer(part, np.uint8) for part in storage.parts[ARCHIVES[db_type]]]
+    from_w = [part for part in given if np.shares_memory(part, values["w"])]
+    assert [part.nbytes for part in from_w] == [_write_plan.PIECED_FROM] * 2
+    manifest = protocol.open_node(storage, NODE, 1)
+    pieces = manifest.blobs["w"].chunks
+    assert len(pieces) == 128
+    assert all(piece.size == 64 << 10 for piece in pieces)
+    assert all(a.offset + a.size == b.offset for a, b in itertools.pairwise(pieces))
+    assert len(manifest.blobs["fortran"].chunks) == 4
+    back = protocol.read_blobs(storage, manifest, None, FORMATS[db_type](), ParallelIO())
+    for name, value in values.items():
+        np.testing.assert_array_equal(back[name], value)
+    assert protocol.verify_node(storage, NODE, 1, FORMATS[db_type](), ParallelIO()) == []
+    archive = node_dir(tmp_path, "trainer_0", 1) / ARCHIVES[db_type]
+    flip_byte(archive, pieces[77].offset + 5)
+    with pytest.raises(CorruptCheckpointError) as raised:
+        protocol.read_blobs(storage, manifest, ["w"], FORMATS[db_type](), ParallelIO())
+    assert raised.value.blob == "w"
+
+
 # -- a node checkpoint shared among a few archives --------------------------------------
 
 

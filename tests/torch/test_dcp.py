@@ -38,9 +38,15 @@ from ckptstore.errors import (
     LeaseHeldError,
     UnsupportedBlobError,
 )
-from ckptstore.protocol import CheckpointLocation, committed_nodes, open_node
+from ckptstore.protocol import (
+    CheckpointLocation,
+    WriterLease,
+    committed_nodes,
+    open_node,
+    read_lease,
+)
 from ckptstore.testing.fixtures import TEST_CREDENTIALS
-from ckptstore.torch.dcp import METADATA_NODE, Reader, Writer
+from ckptstore.torch.dcp import METADATA_NODE, Reader, Writer, typed_errors
 
 WORKER = Path(__file__).with_name("dcp_ranks.py")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -299,7 +305,7 @@ def test_two_saves_of_one_epoch_race_and_one_wins(tmp_path: Path) -> None:
 def test_two_jobs_saving_one_epoch_one_wins(tmp_path: Path) -> None:
     """Two processes, each saving epoch 9 as a job of its own, released together by a
     barrier after both passed their Writer's check: one commits, the other is refused
-    before writing, and the epoch holds the winner's bytes only."""
+    before committing, and the epoch holds the winner's bytes only."""
     results = run_job("race", 2, {"root": str(tmp_path / "race")}, tmp_path / "out")
     winners = [rank for rank, result in enumerate(results) if result["won"]]
     assert len(winners) == 1
@@ -357,6 +363,45 @@ def test_a_round_trip_on_the_gcs_emulator(
     assert reader.epoch == 2
     assert torch.equal(loaded["w"], state["w"])
     assert (loaded["step"], loaded["tag"]) == (3, "gcs")
+
+
+def test_a_lease_held_by_another_job_fails_the_save_before_its_commit(tmp_path: Path) -> None:
+    """The coordinator takes the writer lease while the ranks write: a live job holding
+    it fails the save with ``LeaseHeldError`` once the coordinator's items are written,
+    before anything is committed, and the coordinator's own attempt is deleted; once
+    the other job lets go, the epoch saves."""
+    location = CheckpointLocation.open(str(tmp_path), "zarr")
+    other = WriterLease(location, [METADATA_NODE], heartbeat=False)
+    other.acquire()
+    try:
+        with pytest.raises(LeaseHeldError), typed_errors():
+            dcp.save({"w": torch.ones(64)}, storage_writer=Writer(tmp_path, epoch=4), no_dist=True)
+        assert committed_nodes(location.storage, 4) == set()
+        assert list((tmp_path / "rank_0.4").glob("attempt-*")) == []
+    finally:
+        other.release()
+    dcp.save({"w": torch.ones(64)}, storage_writer=Writer(tmp_path, epoch=4), no_dist=True)
+    assert Reader(tmp_path).epoch == 4
+
+
+def test_a_committed_save_lets_go_of_the_lease_even_if_the_process_exits_at_once(
+    tmp_path: Path,
+) -> None:
+    """The lease of a committed save is released in a thread of its own (dcp.save does
+    not wait for it): the next save of the process waits for it, and a process that
+    exits right after its save still releases it, so another job takes it at once."""
+    dcp.save({"w": torch.ones(4)}, storage_writer=Writer(tmp_path, epoch=1), no_dist=True)
+    dcp.save({"w": torch.ones(4)}, storage_writer=Writer(tmp_path, epoch=2), no_dist=True)
+    code = (
+        "import sys, torch, torch.distributed.checkpoint as dcp\n"
+        "from ckptstore.torch.dcp import Writer\n"
+        "dcp.save({'w': torch.ones(4)}, storage_writer=Writer(sys.argv[1], epoch=3), "
+        "no_dist=True)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
+    storage = CheckpointLocation.open(str(tmp_path), "zarr").storage
+    assert read_lease(storage, METADATA_NODE) is None
+    assert Reader(tmp_path).epoch == 3
 
 
 def test_a_failed_save_lets_go_of_the_lease(tmp_path: Path) -> None:

@@ -290,12 +290,13 @@ class ChunkStore:
             _warn_of(self.storage, running)
             alone = bool(running)
             first = {piece.name: piece for piece in reversed(pieces)}
-            present = self._present(first.values(), alone)
-            put = partial(self._put, alone=alone, present=present)
             # a chunk the store holds and that was not written again needs no thread
-            at_once = [piece for piece in first.values() if _object(piece.name) in present]
-            objects = dict(map(put, at_once))
-            objects.update(pool.map(put, [p for p in first.values() if p.name not in objects]))
+            present = self._present(first.values(), alone)
+            objects = {name: shared_key(name) for name in present}
+            with self._lock:
+                self.reused_bytes += sum(first[name].data.nbytes for name in present)
+            rest = [piece for name, piece in first.items() if name not in present]
+            objects.update(pool.map(partial(self._put, alone=alone), rest))
         finally:
             if self._staged:  # made by the first chunk written (none if nothing changed)
                 self.storage.delete_tree(self._staging)
@@ -338,22 +339,24 @@ class ChunkStore:
         return key
 
     def _present(self, pieces: Iterable[_Piece], alone: bool) -> set[str]:
-        """The objects of the unwritten ``pieces`` the store holds, on local disk looked
-        up together after the intent (see :meth:`LocalPath.existing`); on object stores
-        each piece's writing thread asks (a request each, in parallel)."""
+        """The names of the unwritten ``pieces`` whose objects the store holds, on local
+        disk looked up together after the intent (see :meth:`LocalPath.existing`); on
+        object stores each piece's writing thread asks (a request each, in parallel)."""
         if alone or not self.storage.supports_rename:
             return set()
-        return self.storage.existing(_object(p.name) for p in pieces if p.staged is None)
+        keys = {_object(piece.name): piece.name for piece in pieces if piece.staged is None}
+        return {keys[key] for key in self.storage.existing(keys)}
 
-    def _put(self, piece: _Piece, *, alone: bool, present: set[str]) -> tuple[str, str]:
-        """Store ``piece`` unless the store holds it (``present``: on local disk, those
-        it held after the intent); its content name and manifest key."""
+    def _put(self, piece: _Piece, *, alone: bool) -> tuple[str, str]:
+        """Store ``piece`` (on local disk: written to a temporary file, or one the store
+        lacked after the intent; on object stores, unless the store holds it); its
+        content name and manifest key."""
         name = f"{piece.name}.{self.token}" if alone else piece.name
         key = _object(name)
         written = False
         if self.storage.supports_rename:
             staged = piece.staged
-            if staged is None and (alone or key not in present):
+            if staged is None:
                 self._check_trusted(piece)
                 staged = self._write_temporary(piece)  # unchanged, but gone from the store
             if staged is not None:

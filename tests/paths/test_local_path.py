@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import file_permissions_enforced, files_under
+from ckpt_helpers import file_permissions_enforced, files_under, recorded_fsyncs
 
 from ckptstore import CheckpointManager, CorruptCheckpointError, StorageError
 from ckptstore.errors import KeyExistsError, ObjectNotFoundError, is_permanent
@@ -438,14 +438,7 @@ def test_prepare_keys_creates_each_parent_once_and_fsync_mode_syncs_them(
         "a/b",
         "d",
     ]
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def record(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", record)
+    synced = recorded_fsyncs(monkeypatch)
     storage.sync()
     # every created directory, and the parents holding their entries
     assert {str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a/b"), str(tmp_path / "d")} <= set(

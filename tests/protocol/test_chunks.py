@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import build_counter_job
+from ckpt_helpers import build_counter_job, recorded_fsyncs
 from test_values import VALUES, assert_same
 
 from ckptstore import CheckpointManager, JobRunner, LocalSession, MultiNodeCheckpointManager
@@ -241,16 +241,9 @@ def test_a_save_looks_up_the_chunks_it_did_not_write_together_and_its_intent_uns
     def exists(storage: LocalPath, key: str) -> bool:
         raise AssertionError(f"looked up alone: {key}")
 
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
     monkeypatch.setattr(LocalPath, "existing", existing)
     monkeypatch.setattr(LocalPath, "exists", exists)
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = recorded_fsyncs(monkeypatch)
     tree["head"] += 1.0
     save_tree(str(tmp_path), 1, tree, incremental=True, frozen=["base"])
     assert len(asked) == 1

@@ -520,3 +520,17 @@ def node_dir(root: Path | str, node: str, epoch: int) -> Path:
     """The directory of ``node``'s committed checkpoint of ``epoch`` under the local
     checkpoint root ``root`` (see :func:`data_key`)."""
     return Path(root) / data_key(LocalPath(str(root)), node, epoch)
+
+
+def recorded_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the files and directories fsynced from now on (every thread), each
+    still synced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    return synced

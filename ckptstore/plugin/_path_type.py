@@ -202,6 +202,11 @@ class PathType(ABC):
     def exists(self, key: str) -> bool:
         """Whether the object ``key`` exists."""
 
+    def existing(self, keys: Iterable[str]) -> set[str]:
+        """Those of ``keys`` that exist: one :meth:`exists` each here; a path type may
+        look them up together (local disk: each directory opened once)."""
+        return {key for key in keys if self.exists(key)}
+
     @abstractmethod
     def size(self, key: str) -> int:
         """The length of ``key`` in bytes."""
@@ -255,6 +260,13 @@ class PathType(ABC):
         """Store a small control document so that readers see all of it or none of it,
         durably. Object stores get this from a single PUT; local disk renames."""
         self.write_bytes(key, data)
+
+    def create_volatile_document(self, key: str, data: bytes) -> None:
+        """:meth:`create_document`, for a document that matters only while the process
+        that creates it lives (an incremental save's intent: a power cut ends that save
+        too, and no commit record refers to it), so it need not survive a power cut:
+        local disk skips its two fsyncs. Other path types create a document."""
+        self.create_document(key, data)
 
     def create_document(self, key: str, data: bytes) -> None:
         """Store a control document only if ``key`` does not exist yet, all or nothing

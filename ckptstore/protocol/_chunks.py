@@ -242,8 +242,11 @@ class ChunkStore:
         if pieces:
             self._store(db, pieces, previous)
         records: dict[str, BlobRecord] = {}
+        by_blob: dict[str, list[_Piece]] = {name: [] for name in blobs}
+        for piece in pieces:
+            by_blob[piece.blob].append(piece)
         for name, array in blobs.items():
-            own_pieces = [piece for piece in pieces if piece.blob == name]
+            own_pieces = by_blob[name]
             chunks = tuple(
                 ChunkRecord(p.stored, 0, p.data.nbytes, p.data.nbytes, p.crc) for p in own_pieces
             )
@@ -287,8 +290,13 @@ class ChunkStore:
             _warn_of(self.storage, running)
             alone = bool(running)
             first = {piece.name: piece for piece in reversed(pieces)}
-            put = partial(self._put, alone=alone)
-            objects = dict(pool.map(put, first.values()))
+            # a chunk the store holds and that was not written again needs no thread
+            present = self._present(first.values(), alone)
+            objects = {name: shared_key(name) for name in present}
+            with self._lock:
+                self.reused_bytes += sum(first[name].data.nbytes for name in present)
+            rest = [piece for name, piece in first.items() if name not in present]
+            objects.update(pool.map(partial(self._put, alone=alone), rest))
         finally:
             if self._staged:  # made by the first chunk written (none if nothing changed)
                 self.storage.delete_tree(self._staging)
@@ -330,14 +338,25 @@ class ChunkStore:
             target.write_at(0, [view])
         return key
 
+    def _present(self, pieces: Iterable[_Piece], alone: bool) -> set[str]:
+        """The names of the unwritten ``pieces`` whose objects the store holds, on local
+        disk looked up together after the intent (see :meth:`LocalPath.existing`); on
+        object stores each piece's writing thread asks (a request each, in parallel)."""
+        if alone or not self.storage.supports_rename:
+            return set()
+        keys = {_object(piece.name): piece.name for piece in pieces if piece.staged is None}
+        return {keys[key] for key in self.storage.existing(keys)}
+
     def _put(self, piece: _Piece, *, alone: bool) -> tuple[str, str]:
-        """Store ``piece`` unless the store holds it; its content name and manifest key."""
+        """Store ``piece`` (on local disk: written to a temporary file, or one the store
+        lacked after the intent; on object stores, unless the store holds it); its
+        content name and manifest key."""
         name = f"{piece.name}.{self.token}" if alone else piece.name
         key = _object(name)
         written = False
         if self.storage.supports_rename:
             staged = piece.staged
-            if staged is None and (alone or not self.storage.exists(key)):
+            if staged is None:
                 self._check_trusted(piece)
                 staged = self._write_temporary(piece)  # unchanged, but gone from the store
             if staged is not None:
@@ -393,7 +412,9 @@ class ChunkStore:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        self.storage.create_document(self.intent_key, encode_document(INTENT_KIND, body))
+        # other processes see it at once; it need not survive a power cut, which ends
+        # this save too (the commit record, fsynced, protects the chunks from then on)
+        self.storage.create_volatile_document(self.intent_key, encode_document(INTENT_KIND, body))
         with _MEMORY_LOCK:
             place = (self.storage.display_url, self.node, self.epoch)
             _INTENTS.setdefault(place, []).append(self.intent_key)

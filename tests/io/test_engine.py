@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -409,3 +410,33 @@ def test_several_ranges_in_one_request_are_each_checked_and_a_bad_one_named(
         with pytest.raises(CorruptCheckpointError) as info:
             ParallelIO().read(copying, [request(0)])
         assert (info.value.blob, info.value.chunk) == ("b", 3)
+
+
+def test_calls_reuse_their_threads_and_a_call_inside_a_request_gets_its_own(
+    tmp_path: Path,
+) -> None:
+    """The I/O threads of a call are kept for the next one (not started again); a call
+    made from inside a request of another, on a single thread, gets threads of its own
+    instead of waiting on the busy ones for good."""
+    storage = LocalPath(str(tmp_path))
+    engine = ParallelIO(IOSettings(concurrency=1))
+    seen: list[int] = []
+
+    def parts() -> list[bytes]:
+        seen.append(threading.get_ident())
+        return [b"x"]
+
+    for n in range(3):
+        engine.write(storage, [WriteRequest(f"a.{n}", parts, 1)])
+    assert len(set(seen)) == 1
+    inner: list[int] = []
+
+    def nested() -> list[bytes]:
+        inner.append(threading.get_ident())
+        engine.write(storage, [WriteRequest("inner", parts, 1)])
+        return [b"y"]
+
+    engine.write(storage, [WriteRequest("outer", nested, 1)])
+    assert seen[-1] != inner[0]  # the inner call ran on another thread, and returned
+    assert storage.read_bytes("inner") == b"x"
+    assert storage.read_bytes("outer") == b"y"

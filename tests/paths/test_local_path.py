@@ -6,6 +6,7 @@ import errno
 import fcntl
 import os
 import pickle
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import file_permissions_enforced, files_under
+from ckpt_helpers import file_permissions_enforced, files_under, recorded_fsyncs
 
 from ckptstore import CheckpointManager, CorruptCheckpointError, StorageError
-from ckptstore.errors import ObjectNotFoundError, is_permanent
+from ckptstore.errors import KeyExistsError, ObjectNotFoundError, is_permanent
 from ckptstore.io import usable_cpus
 from ckptstore.io._direct import DIRECT_ALIGN, DIRECT_FROM, memory_residue
-from ckptstore.paths import LocalPath, _file_io
+from ckptstore.paths import LocalPath, _file_io, _local_path
 from ckptstore.paths._file_io import EARLY_WRITEBACK_BYTES, _advance, _write_vectored
 from ckptstore.paths._local_path import DURABILITY_MODES
 from ckptstore.plugin._registry import Registry
@@ -437,14 +438,7 @@ def test_prepare_keys_creates_each_parent_once_and_fsync_mode_syncs_them(
         "a/b",
         "d",
     ]
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def record(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", record)
+    synced = recorded_fsyncs(monkeypatch)
     storage.sync()
     # every created directory, and the parents holding their entries
     assert {str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a/b"), str(tmp_path / "d")} <= set(
@@ -590,3 +584,72 @@ def test_remove_empty_directory_removes_only_an_empty_one(tmp_path: Path) -> Non
     storage.remove_empty_directory("node.3")  # nothing there: nothing to do
     assert (tmp_path / "node.1" / "attempt-a" / "file").read_bytes() == b"x"
     assert not (tmp_path / "node.2").exists()
+
+
+# -- what incremental saves ask for (docs/design.md, "Incremental checkpoints") --------
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["directory listed", "a stat per name"])
+def test_existing_answers_as_exists_does(
+    linked_root: tuple[LocalPath, Path], monkeypatch: pytest.MonkeyPatch, listed: bool
+) -> None:
+    storage, _ = linked_root
+    monkeypatch.setattr(_local_path, "_LISTED_ENTRY_BYTES", 1 << 30 if listed else 0)
+    storage.write_bytes("data/a", b"a")
+    storage.write_bytes("data/sub/b", b"b")
+    storage.write_bytes("top", b"t")
+    asked = ["data/a", "data/sub", "data/file", "data/missing", "gone/x", "top", "nope"]
+    assert storage.existing(asked) == {k for k in asked if storage.exists(k)}
+    assert storage.existing(asked) == {"data/a", "data/sub", "data/file", "top"}
+    for through in ("linked/doc", "top/x"):  # a link, a file: never looked up through
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.existing([through])
+        with pytest.raises(CorruptCheckpointError, match="symbolic link"):
+            storage.exists(through)
+
+
+def test_a_volatile_document_is_created_once_without_a_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LocalPath(str(tmp_path), durability="fsync")
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    storage.create_volatile_document("intents/a.json", b"{}")
+    assert synced == []
+    with pytest.raises(KeyExistsError):
+        storage.create_volatile_document("intents/a.json", b"{ }")
+    assert storage.read_bytes("intents/a.json") == b"{}"
+    assert storage.list_keys("intents") == ["intents/a.json"]  # no temporary left
+    storage.create_document("intents/b.json", b"{}")
+    assert len(synced) == 2  # the file, then its directory
+
+
+def test_sync_fsyncs_every_directory_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directories of a save are synced on threads of their own, all waited for;
+    one removed meanwhile is skipped, and an error of any one is raised."""
+    storage = LocalPath(str(tmp_path), durability="fsync")
+    storage.prepare_keys(["a/b/c/-", "d/-", "e/-"])
+    (tmp_path / "e").rmdir()
+    barrier = threading.Barrier(4, timeout=10)  # four fsyncs meet: they run at once
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def meet(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        barrier.wait()
+        synced.append(path)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", meet)
+    storage.sync()
+    assert sorted(synced) == sorted(str(tmp_path / p) for p in ("", "a/b", "a/b/c", "d"))
+    storage.prepare_keys(["f/-", "g/-"])
+
+    def fail(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(StorageError, match="I/O error"):
+        storage.sync()

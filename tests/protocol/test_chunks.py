@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ckpt_helpers import build_counter_job
+from ckpt_helpers import build_counter_job, recorded_fsyncs
 from test_values import VALUES, assert_same
 
 from ckptstore import CheckpointManager, JobRunner, LocalSession, MultiNodeCheckpointManager
@@ -221,6 +221,37 @@ def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
         save_tree(str(tmp_path), 3, tree, incremental=True, frozen=["nothing"])
     with pytest.raises(JobConfigurationError, match="incremental=True"):
         save_tree(str(tmp_path), 3, tree, frozen=["base"])
+
+
+def test_a_save_looks_up_the_chunks_it_did_not_write_together_and_its_intent_unsynced(
+    tmp_path: Path, tiny_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On local disk the chunks a save did not write are looked up in one call, after
+    its intent (not a file walk each); the intent is not fsynced (it matters only while
+    the save's process lives), the commit record still is."""
+    tree = {"base": np.arange(8192.0), "head": np.zeros(512)}
+    save_tree(str(tmp_path), 0, tree, incremental=True)
+    asked: list[list[str]] = []
+    real_existing = LocalPath.existing
+
+    def existing(storage: LocalPath, keys: Any) -> set[str]:
+        asked.append(list(keys))
+        return real_existing(storage, keys)
+
+    def exists(storage: LocalPath, key: str) -> bool:
+        raise AssertionError(f"looked up alone: {key}")
+
+    monkeypatch.setattr(LocalPath, "existing", existing)
+    monkeypatch.setattr(LocalPath, "exists", exists)
+    synced = recorded_fsyncs(monkeypatch)
+    tree["head"] += 1.0
+    save_tree(str(tmp_path), 1, tree, incremental=True, frozen=["base"])
+    assert len(asked) == 1
+    assert len(asked[0]) == 16 + 1  # the base's 16 chunks, the spec
+    assert not any(_chunks.INTENTS_DIR in path for path in synced)
+    assert any(path.endswith("tree.commit.json") or "epoch-1" in path for path in synced)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(load_tree(str(tmp_path), 1)["head"], tree["head"])
 
 
 def test_frozen_takes_paths_into_the_tree(

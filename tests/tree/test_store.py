@@ -187,3 +187,14 @@ def test_the_readme_tree_example_reads_the_state_back(
     assert tree["step"] == 300
     assert np.array_equal(tree["params"]["w"], params["w"])
     assert latest_tree_epoch("./ckpt") == 3
+
+
+def test_frozen_names_keys_and_the_blobs_under_them_only() -> None:
+    from ckptstore.tree._store import _frozen_blobs
+
+    tree = {"model": {"base": 1, "base2": 2}, "model2": 3, "a/b": 4}
+    arrays = dict.fromkeys(["model/base", "model/base2", "model2", "a%2Fb"])
+    assert _frozen_blobs(tree, ["model"], arrays) == ["model/base", "model/base2"]
+    assert _frozen_blobs(tree, [("model", "base")], arrays) == ["model/base"]
+    assert _frozen_blobs(tree, ["a/b", "model2"], arrays) == ["model2", "a%2Fb"]
+    assert _frozen_blobs(tree, [], arrays) == []

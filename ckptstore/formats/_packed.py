@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -93,6 +92,7 @@ from ckptstore.io import (
     deflate_raw,
     grid_chunk_shape,
     interleaved,
+    kept_pool,
     memory_residue,
     write_groups,
 )
@@ -263,7 +263,8 @@ def write_shared(
     # the chunk store hashes (CPU) while the archive's writes wait on the disk: a
     # LoRA-shaped save takes the longer of the two, not their sum
     run = contextvars.copy_context().run
-    storing = _background().submit(run, shared.store, db, offered)
+    # a kept thread runs one node's store, which waits only on threads of its own
+    storing = kept_pool("ckptstore-shared", 64).submit(run, shared.store, db, offered)
     try:
         written = write_archives(db, _shares(db, first, archived, members_of))
     except BaseException:
@@ -274,21 +275,6 @@ def write_shared(
     if stored.keys() != large.keys():
         raise RuntimeError(f"the chunk store stored {sorted(stored)}, not {sorted(large)}")
     return WrittenDB({**written.blobs, **stored}, written.files)
-
-
-_BACKGROUND: dict[int, ThreadPoolExecutor] = {}
-_BACKGROUND_LOCK = threading.Lock()
-
-
-def _background() -> ThreadPoolExecutor:
-    """This process's threads running chunk stores beside archive writes (kept: a new
-    thread cost 10-40 ms of a save on a loaded machine; a forked child makes its own).
-    A thread runs one node's store, which waits only on threads of its own."""
-    with _BACKGROUND_LOCK:
-        pool = _BACKGROUND.get(os.getpid())
-        if pool is None:
-            pool = _BACKGROUND[os.getpid()] = ThreadPoolExecutor(64, "ckptstore-shared")
-        return pool
 
 
 def _shares(

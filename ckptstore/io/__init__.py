@@ -42,6 +42,7 @@ from ckptstore.io._engine import (
     WriteResult,
 )
 from ckptstore.io._gc import paused_gc
+from ckptstore.io._pools import borrowed_pool, kept_pool
 from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.io._settings import IOSettings, usable_cpus
@@ -109,6 +110,7 @@ __all__ = [
     "archive_shares",
     "array_bytes",
     "array_chunks",
+    "borrowed_pool",
     "byte_view",
     "check_archive",
     "checksum_of",
@@ -123,6 +125,7 @@ __all__ = [
     "grid_chunk_shape",
     "interleaved",
     "is_shared_key",
+    "kept_pool",
     "lower_thread_priority",
     "memory_residue",
     "paused_gc",

@@ -21,11 +21,9 @@ Example (``storage`` is any path type, here a local directory)::
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -34,6 +32,7 @@ from ckptstore._types import Buffer, byte_view
 from ckptstore.errors import CkptStoreError, CorruptCheckpointError
 from ckptstore.io._budget import MemoryBudget
 from ckptstore.io._checksum import CHECKSUM_ALGORITHM, ChecksumFunction, checksum_of, crc32_of
+from ckptstore.io._pools import borrowed_pool
 from ckptstore.io._progress import ByteProgress
 from ckptstore.io._settings import IOSettings
 from ckptstore.io._shared_keys import resolve_key
@@ -280,7 +279,7 @@ class ParallelIO:
             budget.release(nbytes)
             slots.release()
 
-        with _borrowed_pool(settings.concurrency, futures) as pool:
+        with borrowed_pool("ckptstore-io", settings.concurrency, futures) as pool:
 
             def submit(batch: list[RequestT], nbytes: int) -> bool:
                 slots.acquire()
@@ -330,40 +329,6 @@ class ParallelIO:
         order = [positions[id(request)] for batch in submitted for request in batch]
         results = [result for future in futures for result in future.result()]
         return [result for _, result in sorted(zip(order, results, strict=True), key=_first)]
-
-
-_IDLE_POOLS: dict[tuple[int, int], list[ThreadPoolExecutor]] = {}
-"""Pools of I/O threads no call uses now, by (process, threads)."""
-_IDLE_POOLS_LOCK = threading.Lock()
-_KEPT_POOLS = 4
-"""Idle pools kept per size; one given back beyond that is shut down."""
-
-
-@contextmanager
-def _borrowed_pool(threads: int, futures: list[Future[Any]]) -> Iterator[ThreadPoolExecutor]:
-    """A pool of ``threads`` I/O threads for one call, taken from this process's idle
-    ones (or made), given back once every one of ``futures`` is done. A call's pool is
-    its own while it runs, as a pool made per call was (a call from inside another
-    call's request gets another pool, never waits on a busy one), but the next call
-    does not start its threads again: a small save started 2-3, 1.5 ms of its time, and
-    on the loaded 2-core VM a new thread first ran 30-50 ms after it was started."""
-    place = (os.getpid(), threads)
-    with _IDLE_POOLS_LOCK:
-        idle = _IDLE_POOLS.get(place)
-        pool = idle.pop() if idle else None
-    if pool is None:
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="ckptstore-io")
-    try:
-        yield pool
-    finally:
-        wait(futures)  # as leaving a pool's `with` did: nothing of the call runs on
-        with _IDLE_POOLS_LOCK:
-            kept = _IDLE_POOLS.setdefault(place, [])
-            if len(kept) < _KEPT_POOLS:
-                kept.append(pool)
-                pool = None
-        if pool is not None:
-            pool.shutdown(wait=False)
 
 
 VERIFY_WINDOW = 1 << 20

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ckptstore._types import Array
+from ckptstore.io._pools import kept_pool
 from ckptstore.io._settings import usable_cpus
 
 __all__ = ["COPY_PIECE", "StagingPool", "StagingSlot", "copy_all", "default_copy_threads"]
@@ -46,19 +46,6 @@ _Pair = tuple[Array, Array]
 def default_copy_threads() -> int:
     """Threads copying one snapshot: the CPUs this process may run on, at most 4."""
     return max(1, min(4, usable_cpus()))
-
-
-_copiers_lock = threading.Lock()
-_copiers: ThreadPoolExecutor | None = None
-
-
-def _copier_pool() -> ThreadPoolExecutor:
-    """The process's snapshot copy threads (created on first use, kept for later)."""
-    global _copiers
-    with _copiers_lock:
-        if _copiers is None:
-            _copiers = ThreadPoolExecutor(4, thread_name_prefix="ckptstore-stage-copy")
-        return _copiers
 
 
 def _pieces(pairs: Sequence[_Pair]) -> list[_Pair]:
@@ -98,7 +85,7 @@ def copy_all(pairs: Sequence[_Pair], threads: int) -> None:
             filled = 0
         groups[-1].append(piece)
         filled += piece[1].nbytes
-    pool = _copier_pool()
+    pool = kept_pool("ckptstore-stage-copy", 4)
     others = [pool.submit(_copy, group) for group in groups[1:]]
     try:
         _copy(groups[0])

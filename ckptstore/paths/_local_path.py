@@ -39,7 +39,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from functools import partial
 from typing import IO, Any, ClassVar
 
@@ -54,7 +54,7 @@ from ckptstore.errors import (
     StorageNotWritableError,
     storage_error,
 )
-from ckptstore.io import DIRECT_FROM, IOSettings, usable_cpus
+from ckptstore.io import DIRECT_FROM, IOSettings, kept_pool, usable_cpus
 from ckptstore.paths._file_io import (
     EARLY_WRITEBACK_BYTES,
     _directory_in_memory,
@@ -674,9 +674,6 @@ def _create_at(parent: int, name: str) -> int:
         return os.open(name, _CREATE_FLAGS, 0o644, dir_fd=parent)
 
 
-_SYNC_POOLS: dict[int, ThreadPoolExecutor] = {}
-"""Threads syncing directories, by process (a forked child makes its own)."""
-_SYNC_POOLS_LOCK = threading.Lock()
 _SYNC_THREADS = 8
 
 
@@ -690,10 +687,7 @@ def _fsync_dirs(directories: Sequence[str]) -> None:
         for directory in directories:
             _fsync_dir_if_there(directory)
         return
-    with _SYNC_POOLS_LOCK:
-        pool = _SYNC_POOLS.get(os.getpid())
-        if pool is None:
-            pool = _SYNC_POOLS[os.getpid()] = ThreadPoolExecutor(_SYNC_THREADS, "ckptstore-fsync")
+    pool = kept_pool("ckptstore-fsync", _SYNC_THREADS)
     others = [pool.submit(_fsync_dir_if_there, directory) for directory in directories[1:]]
     try:
         _fsync_dir_if_there(directories[0])

@@ -38,7 +38,6 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -60,6 +59,7 @@ from ckptstore.io import (
     chunk_object_key,
     crc32_of,
     is_shared_key,
+    kept_pool,
     shared_key,
 )
 from ckptstore.plugin import DBLocation, PathType
@@ -147,9 +147,6 @@ _WARNED: set[tuple[str, str]] = set()
 """(root, marker) of the collections saves were told about."""
 _CHECKED: dict[tuple[str, str], int] = {}
 """Per (root, node), the saves that checked a chunk of a blob declared frozen."""
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
-"""This process's writing threads, by (process, threads): kept between saves, as
-starting 16 threads took 10-40 ms of a save on the loaded VM."""
 _MEMORY_LOCK = threading.Lock()
 _REMEMBER_NODES = 64
 _SCRATCH = threading.local()
@@ -272,7 +269,7 @@ class ChunkStore:
         # one file per chunk, each synced when closed: waiting on a sync each, more
         # writers keep the disk busy (1 GiB in 4 MiB chunks on this VM: 1.35 s with 4,
         # 0.61 s with 16, one 1 GiB file 0.65 s)
-        pool = _pool(max(db.io.settings.concurrency, WRITERS))
+        pool = kept_pool("ckptstore-chunks", max(db.io.settings.concurrency, WRITERS))
         try:
             # named, and (on local disk) changed chunks written to temporary files;
             # those of blobs declared frozen take their names here, unread
@@ -456,17 +453,6 @@ def _warn_of(storage: PathType, markers: Sequence[str]) -> None:
             storage.display_url,
             key,
         )
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """This process's pool of ``threads`` writing threads (a forked child makes its
-    own: the parent's threads are not in it)."""
-    place = (os.getpid(), threads)
-    with _MEMORY_LOCK:
-        pool = _POOLS.get(place)
-        if pool is None:
-            pool = _POOLS[place] = ThreadPoolExecutor(threads, "ckptstore-chunks")
-        return pool
 
 
 def _trust(piece: _Piece, previous: Mapping[str, _Remembered]) -> bool:

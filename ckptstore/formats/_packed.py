@@ -584,14 +584,13 @@ def _piece_requests(
         first = group[0][1].start
         nbytes = sum(chunk.nbytes for _, chunk in group)
 
-        def produce(group: list[tuple[int, ArrayChunk]] = group) -> list[Buffer]:
+        def produce(
+            group: list[tuple[int, ArrayChunk]] = group, first: int = first, nbytes: int = nbytes
+        ) -> list[Buffer]:
             for number, chunk in group:
                 data = byte_view(chunk_data(array, chunk, chunk_shape))
                 found.piece(index, number, base + chunk.start, data)
-            if flat is None:
-                return [data]  # a copied chunk: alone in its batch
-            start = group[0][1].start
-            return [flat[start : start + sum(chunk.nbytes for _, chunk in group)]]
+            return [data] if flat is None else [flat[first : first + nbytes]]  # copied: alone
 
         yield WriteRequest(
             archive,

@@ -48,7 +48,6 @@ import hashlib
 import io
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -88,7 +87,7 @@ from ckptstore.errors import (
     JobConfigurationError,
     UnsupportedBlobError,
 )
-from ckptstore.io import paused_gc
+from ckptstore.io import kept_pool, paused_gc
 from ckptstore.protocol import (
     CheckpointLocation,
     CommitListing,
@@ -205,24 +204,15 @@ def _done(value: T) -> Future[T]:
     return future
 
 
-_RELEASING: dict[int, list[threading.Thread]] = {}
-"""Per process: the threads releasing the writer leases of committed saves."""
-
-
-def _release_later(lease: WriterLease) -> None:
-    """Release ``lease`` in a thread of its own: once the commit exists, ``dcp.save``
-    need not wait for it (three round trips on an object store). The thread is not a
-    daemon, so the release ends before the process exits; the next save of this process
-    waits for it before taking the lease (:func:`_released_before`)."""
-    thread = threading.Thread(target=lease.release, name="ckptstore-dcp-release")
-    _RELEASING.setdefault(os.getpid(), []).append(thread)
-    thread.start()
+LEASE_THREAD = "ckptstore-dcp-lease"
+"""The one thread of a process that takes and releases DCP writer leases, in the order
+asked (:func:`~ckptstore.io.kept_pool`): a save's take runs after every earlier save's
+release, and the thread ends a release before the process exits."""
 
 
 def _released_before() -> None:
     """Wait for this process's lease releases still in flight."""
-    for thread in _RELEASING.pop(os.getpid(), []):
-        thread.join()
+    kept_pool(LEASE_THREAD, 1).submit(lambda: None).result()
 
 
 @contextmanager
@@ -313,28 +303,16 @@ class Writer(StorageWriter):
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         """On the coordinator: start taking the root's DCP writer lease, then checking
-        again, under it, that the epoch is not committed, in a thread of its own while
+        again, under it, that the epoch is not committed, on the lease thread while
         the ranks write (on an object store these are six round trips in a row, 0.36 s
         of a 2.3 s save to moto +20 ms). The coordinator's ``write_data`` waits for it
         before handing its results on, so nothing is committed without it, and a
         failure (``LeaseHeldError``, ``AlreadyCommittedError``) fails the save there;
         the data written meanwhile is never visible (an attempt no record names)."""
-        taking: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def take() -> None:
-            try:
-                self._take_lease()
-            except BaseException as error:  # raised by the coordinator's write_data
-                taking.set_exception(error)
-            else:
-                taking.set_result(None)
-
-        self._taking = taking
-        threading.Thread(target=take, name="ckptstore-dcp-lease", daemon=True).start()
+        self._taking = kept_pool(LEASE_THREAD, 1).submit(self._take_lease)
         return plans
 
     def _take_lease(self) -> None:
-        _released_before()
         lease = WriterLease(self.location, [METADATA_NODE])
         lease.acquire()
         self._lease = lease
@@ -445,7 +423,7 @@ class Writer(StorageWriter):
             raise
         lease, self._lease = self._lease, None
         if lease is not None:  # committed: the save is done; the lease goes meanwhile
-            _release_later(lease)
+            kept_pool(LEASE_THREAD, 1).submit(lease.release)
 
     def _release(self) -> None:
         lease, self._lease = self._lease, None

@@ -582,14 +582,16 @@ def collect_chunks(
     (counting the node checkpoints ``deleting``, ``(epoch, node)``, as gone: what a
     retention about to run would delete).
 
-    One listing of the root, then every committed node's manifest and every intent.
-    The safety argument (docs/design.md, "Collecting chunks"): the collection records
-    itself before it lists; a save records its intent before it looks at the store,
-    then looks for collections; so of the two, at least one sees the other. A
-    collection that sees an intent keeps the chunks it names (and the save's own
-    copies); a save that sees a collection reuses nothing and writes its chunks under
-    names of its own, which no listing taken before could hold. A manifest that cannot
-    be read stops the collection before it deletes anything."""
+    It lists the chunk store, then the intents (and reads them), then the control
+    directory (commit records), and reads every committed node's manifest. The safety
+    argument (docs/design.md, "Collecting chunks"): the collection records itself
+    before it lists; a save records its intent before it looks at the store, then
+    looks for collections; so of the two, at least one sees the other. A collection
+    that sees an intent keeps the chunks it names (and the save's own copies); a save
+    that sees a collection reuses nothing and writes its chunks under names of its
+    own, created after the chunk store was listed. A save whose intent is gone by the
+    time the intents are listed was committed before the commit records are listed.
+    A manifest that cannot be read stops the collection before it deletes anything."""
     storage = storage_of(where)
     from ckptstore.protocol._commit import open_node  # the commit path imports this module
 
@@ -600,15 +602,19 @@ def collect_chunks(
         body = {"host": socket.gethostname(), "pid": os.getpid()}
         storage.create_document(marker, encode_document(_MARKER_KIND, body))
     try:
-        keys = storage.list_keys("")
-        prefix = CHUNK_STORE_DIR + "/"
-        chunks = [key for key in keys if key.startswith(prefix) and _is_object(key)]
+        # three listings, in this order: the chunk store, the intents (read at once),
+        # the control directory (commit records, markers). A listing takes time, and a
+        # save creates its intent, then its chunks, then its commit record, then
+        # deletes its intent: listed in any other order, a save running meanwhile can
+        # slip between them (docs/design.md, "Collecting chunks")
+        stored = storage.list_keys(CHUNK_STORE_DIR)
+        chunks = [key for key in stored if _is_object(key)]
+        listed_intents = storage.list_keys(INTENTS_DIR)
         intents: list[str] = []
         creating: list[str] = []  # ".<name>.tmp-...": an intent being created
-        for key in sorted(keys):
-            if key.startswith(INTENTS_DIR + "/"):
-                hidden = key.rpartition("/")[2].startswith(".")
-                (creating if hidden else intents).append(key)
+        for key in listed_intents:
+            hidden = key.rpartition("/")[2].startswith(".")
+            (creating if hidden else intents).append(key)
         kept: set[str] = set()
         tokens: set[str] = set()
         dead: list[str] = []  # left by saves killed on this host: they never commit
@@ -622,14 +628,21 @@ def collect_chunks(
         for key in creating:  # its save looks for markers after: it sees this one
             if _left_by_dead_process(storage, key, INTENT_KIND):
                 dead.append(key)  # left by a save killed on this host as it wrote it
-        for key in keys:  # markers of collections killed on this host
-            if key.startswith(COLLECTIONS_DIR + "/") and key != marker:
-                if _left_by_dead_process(storage, key, _MARKER_KIND):
-                    dead.append(key)
-            elif key.startswith(f"{CHUNK_STORE_DIR}/tmp-") and _temporary_of_dead_save(key):
-                dead.append(key)
+        dead += (
+            key
+            for key in stored
+            if key.startswith(f"{CHUNK_STORE_DIR}/tmp-") and _temporary_of_dead_save(key)
+        )
+        control = storage.list_keys(CONTROL_DIR)
+        dead += (  # markers of collections killed on this host
+            key
+            for key in control
+            if key.startswith(COLLECTIONS_DIR + "/")
+            and key != marker
+            and _left_by_dead_process(storage, key, _MARKER_KIND)
+        )
         gone = set(deleting)
-        for epoch, nodes in _committed(storage, keys).items():
+        for epoch, nodes in _committed(storage, control).items():
             for node in sorted(nodes):
                 if (epoch, node) in gone:
                     continue

@@ -394,6 +394,65 @@ def test_collections_running_beside_saves_never_free_a_referenced_chunk(tmp_path
     assert set(chunk_objects(tmp_path)) == referenced  # all garbage went, nothing else
 
 
+class ListingHook(LocalPath):
+    """A local root that runs ``during`` once, as a collection lists ``prefix`` (just
+    before the listing, or with ``after`` just after it): a save that slips into the
+    time a collection's listings take."""
+
+    def __init__(self, root: Path, prefix: str, during: Any, *, after: bool = False) -> None:
+        super().__init__(str(root))
+        self.prefix = prefix
+        self.during = during
+        self.after = after
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        during = self.during if prefix == self.prefix else None
+        if during is not None:
+            self.during = None
+            if not self.after:
+                during()
+        keys = super().list_keys(prefix)
+        if during is not None and self.after:
+            during()
+        return keys
+
+
+def test_a_save_starting_after_a_collection_listed_the_intents_keeps_its_chunks(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(8)
+    save(tmp_path, 0, {"w": rng.standard_normal(MiB // 8)})
+    blobs = {"w": rng.standard_normal(MiB // 8)}
+    commits = []
+
+    def write() -> None:  # sees the marker: its chunks go under names of its own
+        storage = LocalPath(str(tmp_path))
+        commits.append(write_node(storage, "t", 1, blobs, ZarrDB(), ParallelIO(), incremental=True))
+
+    hooked = ListingHook(tmp_path, _chunks.INTENTS_DIR, write, after=True)
+    assert collect_chunks(hooked).freed == ()  # not listed: written after the chunk store was
+    assert any("." in key.rpartition("/")[2] for key in chunk_objects(tmp_path))
+    commit_epoch(LocalPath(str(tmp_path)), 1, commits)
+    np.testing.assert_array_equal(load(tmp_path, 1)["w"], blobs["w"])
+    assert_every_committed_node_verifies(tmp_path)
+
+
+def test_a_save_committed_while_a_collection_lists_the_intents_keeps_its_chunks(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(9)
+    blobs = {"w": rng.standard_normal(MiB // 8)}
+    storage = LocalPath(str(tmp_path))
+    # written before the collection starts (its intent names the chunk), committed and
+    # its intent deleted just before the collection lists the intents
+    commit = write_node(storage, "t", 0, blobs, ZarrDB(), ParallelIO(), incremental=True)
+    hooked = ListingHook(tmp_path, _chunks.INTENTS_DIR, lambda: commit_epoch(storage, 0, [commit]))
+    assert storage.list_keys(_chunks.INTENTS_DIR) != []
+    assert collect_chunks(hooked).freed == ()
+    assert storage.list_keys(_chunks.INTENTS_DIR) == []  # released at commit
+    np.testing.assert_array_equal(load(tmp_path, 0)["w"], blobs["w"])
+
+
 def test_a_damaged_shared_chunk_is_named_in_every_epoch_that_uses_it(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     shared = rng.standard_normal(MiB // 8)

@@ -130,6 +130,11 @@ class RequestCountingPath(CountingLocalPath):
             self.listings.append(prefix)
         return super().list_keys(prefix)
 
+    def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        with self._count_lock:
+            self.listings.append(prefix)
+        return super().list_keys_except(prefix, skip)
+
     def get_document(self, key: str) -> bytes | None:
         epoch = parse_commit_record_key(key)
         if epoch is not None:

@@ -248,15 +248,20 @@ def test_retention_lists_the_control_directory_once(
     storage: LocalPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     listed: list[str] = []
-    original = LocalPath.list_keys
+    original, original_except = LocalPath.list_keys, LocalPath.list_keys_except
 
     def counting(self: LocalPath, prefix: str = "") -> list[str]:
         listed.append(prefix)
         return original(self, prefix)
 
+    def counting_except(self: LocalPath, prefix: str, skip: str) -> list[str]:
+        listed.append(f"{prefix} but {skip}")
+        return original_except(self, prefix, skip)
+
     monkeypatch.setattr(LocalPath, "list_keys", counting)
+    monkeypatch.setattr(LocalPath, "list_keys_except", counting_except)
     enforce(storage, KeepLast(2), upto=7, protect={7}, nodes=list(NODES))
-    assert listed == ["_ckptstore"]
+    assert listed == ["_ckptstore but _ckptstore/chunks"]  # never the chunk store
 
 
 RETENTION_CHILD = Path(__file__).with_name("retention_crash_child.py")

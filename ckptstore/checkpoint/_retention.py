@@ -219,7 +219,7 @@ def plan_retention(
     left unfinished. Lists the control directory once."""
     owned = None if nodes is None else set(nodes)
     protected = set(protect)
-    keys = storage.list_keys(CONTROL_DIR)
+    keys = protocol.control_keys(storage)
     removals = [
         removal
         for removal in (_unfinished(storage, key, epoch) for key, epoch in _tombstones(keys))

@@ -280,6 +280,12 @@ class ObjectStoreClient(ABC):
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (a listing: never on save or resume)."""
 
+    async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        """Every object key under ``prefix`` but those starting with ``skip`` (which
+        ends with ``/``). Here, :meth:`list_keys` filtered; a client whose store lists
+        from a given key lists the two sides of ``skip`` only."""
+        return [key for key in await self.list_keys(prefix) if not key.startswith(skip)]
+
     @abstractmethod
     def multipart(self, key: str) -> MultipartUpload:
         """A new upload of ``key`` in parts."""

@@ -293,6 +293,16 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
         cut = len(self.prefix) + 1 if self.prefix else 0
         return sorted(name[cut:] for name in names)
 
+    def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        base = self._object(prefix) if prefix else self.prefix
+        around = self._object(skip.rstrip("/")) + "/"
+        with self._errors("list", prefix or None):
+            names = self.client.run(
+                lambda: self.client.list_keys_except(f"{base}/" if base else "", around)
+            )
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(name[cut:] for name in names)
+
     # -- the rest ---------------------------------------------------------------------
 
     def accessible(self) -> bool:

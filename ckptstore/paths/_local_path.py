@@ -416,16 +416,23 @@ class LocalPath(PathType):
     def list_keys(self, prefix: str = "") -> list[str]:
         """Regular files under ``prefix``; links (and what they point to) are left out,
         and never opened."""
+        return self._list(prefix, None)
+
+    def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        """:meth:`list_keys` without walking the directory ``skip``."""
+        return self._list(prefix, skip.rstrip("/"))
+
+    def _list(self, prefix: str, skip: str | None) -> list[str]:
         keys: list[str] = []
         with self._errors("list", prefix or None):
             try:
                 if prefix:
                     with self._parent(f"{prefix}/-") as (parent, _):
-                        _collect_regular(parent, prefix, keys)
+                        _collect_regular(parent, prefix, keys, skip)
                 else:
                     fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
                     try:
-                        _collect_regular(fd, "", keys)
+                        _collect_regular(fd, "", keys, skip)
                     finally:
                         os.close(fd)
             except (FileNotFoundError, NotADirectoryError, CorruptCheckpointError):
@@ -587,9 +594,10 @@ _GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 replaced by a file, or by a link (``O_NOFOLLOW``)."""
 
 
-def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
+def _collect_regular(fd: int, relative: str, keys: list[str], skip: str | None = None) -> None:
     """Append the regular files under directory ``fd`` (named ``relative``) to ``keys``,
-    descending only into real directories, each opened with ``O_NOFOLLOW``."""
+    descending only into real directories (but ``skip``), each opened with
+    ``O_NOFOLLOW``."""
     with os.scandir(fd) as entries:
         found = [
             (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
@@ -599,7 +607,7 @@ def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
         key = f"{relative}/{name}" if relative else name
         if is_file:
             keys.append(key)
-        elif is_dir:
+        elif is_dir and key != skip:
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as error:
@@ -607,7 +615,7 @@ def _collect_regular(fd: int, relative: str, keys: list[str]) -> None:
                     continue  # gone, or replaced by a file or a link since it was listed
                 raise  # a directory that cannot be read is not an empty one
             try:
-                _collect_regular(child, key, keys)
+                _collect_regular(child, key, keys, skip)
             finally:
                 os.close(child)
 

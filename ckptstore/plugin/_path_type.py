@@ -225,6 +225,15 @@ class PathType(ABC):
         """Every key under ``prefix`` (recursive, sorted). Used by operator tools, and by
         resume and retention on the control directory only."""
 
+    def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        """Every key under ``prefix`` but those under ``skip`` (a prefix inside it),
+        sorted: the control directory without its chunk store, which holds as many
+        objects as the incremental saves kept. Here, :meth:`list_keys` filtered; a path
+        type that can leave ``skip`` unlisted does (local disk: not walked; S3 and GCS:
+        listed around)."""
+        inside = skip.rstrip("/") + "/"
+        return [key for key in self.list_keys(prefix) if not key.startswith(inside)]
+
     @abstractmethod
     def open_write(self, key: str) -> IO[bytes]:
         """A binary stream that creates ``key``; the object exists once it is closed."""

@@ -69,7 +69,7 @@ from ckptstore.protocol._lease_document import (
     read_lease_document,
 )
 from ckptstore.protocol._listing import CommitListing, newest_complete
-from ckptstore.protocol._location import CheckpointLocation, storage_of
+from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [
@@ -102,6 +102,7 @@ __all__ = [
     "committed_epochs",
     "committed_epochs_in",
     "committed_nodes",
+    "control_keys",
     "copy_node",
     "copy_node_task",
     "corrupt_in_node",

@@ -64,7 +64,7 @@ from ckptstore.io import (
 )
 from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol._lease_document import _process_alive
-from ckptstore.protocol._location import CheckpointLocation, storage_of
+from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     BlobRecord,
@@ -633,7 +633,7 @@ def collect_chunks(
             for key in stored
             if key.startswith(f"{CHUNK_STORE_DIR}/tmp-") and _temporary_of_dead_save(key)
         )
-        control = storage.list_keys(CONTROL_DIR)
+        control = control_keys(storage)
         dead += (  # markers of collections killed on this host
             key
             for key in control

@@ -38,7 +38,7 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.execution import DEFAULT_NODE
 from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
-from ckptstore.protocol._location import CheckpointLocation, storage_of
+from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     MANIFEST_NAME,
@@ -193,8 +193,7 @@ class RunEntry:
 def committed_epochs(where: CheckpointLocation | PathType, prefix: str = "") -> list[int]:
     """The epochs with a commit record under ``prefix``, ascending (lists the control
     directory only: one LIST, what resume and retention afford once per call)."""
-    storage = storage_of(where)
-    return committed_epochs_in(storage.list_keys(_join(prefix, CONTROL_DIR)), prefix)
+    return committed_epochs_in(control_keys(where, prefix), prefix)
 
 
 def committed_epochs_in(keys: Iterable[str], prefix: str = "") -> list[int]:

@@ -37,8 +37,8 @@ from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
 from ckptstore.protocol._lease_document import fenced_out, read_lease_document
-from ckptstore.protocol._location import CheckpointLocation, storage_of
-from ckptstore.records import CONTROL_DIR, LEASE_DIR, parse_commit_record_key, parse_node_commit_key
+from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
+from ckptstore.records import LEASE_DIR, parse_commit_record_key, parse_node_commit_key
 
 __all__ = ["CommitListing", "newest_complete"]
 
@@ -72,9 +72,9 @@ class CommitListing:
 
     @classmethod
     def of(cls, where: CheckpointLocation | PathType) -> CommitListing:
-        """List ``where``'s control directory (one LIST request, nothing read)."""
-        storage = storage_of(where)
-        return cls.from_keys(storage, storage.list_keys(CONTROL_DIR))
+        """List ``where``'s control directory (one LIST request, nothing read; not
+        its chunk store)."""
+        return cls.from_keys(where, control_keys(where))
 
     @classmethod
     def from_keys(cls, where: CheckpointLocation | PathType, keys: Iterable[str]) -> CommitListing:

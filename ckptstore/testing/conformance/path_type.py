@@ -255,6 +255,19 @@ class PathTypeConformance:
         assert storage.list_keys("b") == ["b/2", "b/sub/3"]
         assert storage.list_keys("nothing-here") == []
 
+    def test_list_keys_except_leaves_out_one_prefix_only(self, storage: PathType) -> None:
+        keys = ["c/a", "c/chunks-x/1", "c/chunks/1", "c/chunks/sub/2", "c/chunks0", "c/d/3"]
+        for key in keys:
+            storage.write_bytes(key, b"x")
+        assert storage.list_keys_except("c", "c/chunks") == [
+            "c/a",
+            "c/chunks-x/1",
+            "c/chunks0",
+            "c/d/3",
+        ]
+        assert storage.list_keys_except("c", "c/missing") == keys
+        assert storage.list_keys_except("nothing-here", "nothing-here/x") == []
+
     def test_open_write_streams_an_object(self, storage: PathType) -> None:
         with storage.open_write("stream/object") as stream:
             for i in range(50):

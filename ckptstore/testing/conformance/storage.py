@@ -79,6 +79,9 @@ class CountingPath(PathType):
     def list_keys(self, prefix: str = "") -> list[str]:
         return self.inner.list_keys(prefix)
 
+    def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        return self.inner.list_keys_except(prefix, skip)
+
     def open_write(self, key: str) -> IO[bytes]:
         return self.inner.open_write(key)
 

@@ -285,10 +285,26 @@ class GCSClient(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object name under ``prefix`` (a listing: never on save or resume)."""
+        return await self._list({"prefix": prefix})
+
+    async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        """Every name under ``prefix`` but those starting with ``skip`` (ending with
+        ``/``): the names before it (``endOffset``), then those from the first name
+        after every name under it (``startOffset``: ``skip`` with its ``/`` made the
+        next character, ``0``). The answers are filtered here too: a server that
+        ignores the offsets (the emulator) still gives the right names."""
+        after = skip[:-1] + "0"
+        below = await self._list({"prefix": prefix, "endOffset": skip})
+        above = await self._list({"prefix": prefix, "startOffset": after})
+        return [name for name in below if name < skip] + [name for name in above if name >= after]
+
+    async def _list(self, query: dict[str, str]) -> list[str]:
+        """The names a listing with ``query`` answers, page by page."""
+        prefix = query["prefix"]
         names: list[str] = []
         token = ""
         while True:
-            params = {"prefix": prefix}
+            params = dict(query)
             if token:
                 params["pageToken"] = token
             raw = await self.request(

@@ -38,6 +38,9 @@ from ckptstore_s3.options import S3Options
 __all__ = ["S3Client"]
 
 T = TypeVar("T")
+_LAST_CHARACTER = "\U0010ffff"
+"""The largest code point: ``skip`` followed by it sorts after every key under ``skip``
+that ckptstore writes (UTF-8 order is code point order)."""
 _DELETE_BATCH = 1000
 _CONFLICT_ATTEMPTS = 5
 
@@ -264,16 +267,35 @@ class S3Client(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (a LIST: never on save or resume)."""
+        return await self._list(prefix)
+
+    async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        """Every key under ``prefix`` but those starting with ``skip``: the keys before
+        ``skip`` (pages stop at it), then those after it (``StartAfter``), in UTF-8
+        order, which S3 lists in."""
+        below = await self._list(prefix, stop=skip)
+        above = await self._list(prefix, start_after=skip + _LAST_CHARACTER)
+        return below + [key for key in above if not key.startswith(skip)]
+
+    async def _list(
+        self, prefix: str, *, start_after: str | None = None, stop: str | None = None
+    ) -> list[str]:
+        """Keys under ``prefix``, after ``start_after``, before ``stop``, page by page."""
         keys: list[str] = []
         token: str | None = None
         while True:
             params: dict[str, Any] = {"Prefix": prefix}
             if token:
                 params["ContinuationToken"] = token
+            elif start_after is not None:
+                params["StartAfter"] = start_after
             response = await self.call(
                 "list_objects_v2", f"LIST s3://{self.bucket}/{prefix}", **params
             )
-            keys.extend(item["Key"] for item in response.get("Contents", []))
+            for item in response.get("Contents", []):
+                if stop is not None and item["Key"] >= stop:
+                    return keys
+                keys.append(item["Key"])
             if not response.get("IsTruncated"):
                 return keys
             token = response.get("NextContinuationToken")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
 from ckptstore_s3 import S3Path
+from ckptstore_s3.client import S3Client
+
+from ckptstore.protocol import control_keys
 
 
 def test_a_closed_path_opens_a_new_session_when_used_again(s3_url: str) -> None:
@@ -14,3 +21,36 @@ def test_a_closed_path_opens_a_new_session_when_used_again(s3_url: str) -> None:
     assert storage.read_bytes("a") == b"first"
     assert storage.read_bytes("b") == b"second"
     storage.close()
+
+
+PAGE = 100
+
+
+def test_listing_the_control_directory_leaves_the_chunk_store_unlisted(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = S3Path(s3_url)
+    chunks = [f"_ckptstore/chunks/{number:032x}" for number in range(250)]  # 3 pages
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: storage.write_bytes(key, b"c"), chunks))
+    others = ["_ckptstore/epoch-1/t.commit.json", "_ckptstore/a", "_ckptstore/lease/t.json"]
+    for key in others:
+        storage.write_bytes(key, b"{}")
+    listed: list[int] = []
+    real = S3Client.call
+
+    async def counted(self: S3Client, operation: str, *args: Any, **params: Any) -> Any:
+        if operation == "list_objects_v2":
+            params["MaxKeys"] = PAGE  # pages of 100 keys, not 1,000
+        response = await real(self, operation, *args, **params)
+        if operation == "list_objects_v2":
+            listed.append(len(response.get("Contents", [])))
+        return response
+
+    monkeypatch.setattr(S3Client, "call", counted)
+    assert control_keys(storage) == sorted(others)
+    assert len(listed) == 2  # one page each side of the store (the whole: 3 pages)
+    assert sum(listed) <= PAGE + len(others)
+    listed.clear()
+    assert len(storage.list_keys("_ckptstore")) == len(chunks) + len(others)
+    assert len(listed) == 3

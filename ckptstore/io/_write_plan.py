@@ -61,6 +61,8 @@ under the file's lock either way, no faster."""
 ARCHIVE_BYTES = 256 << 20
 """A node checkpoint's large blobs (``DIRECT_FROM`` and up) are shared among one archive
 per this many bytes of them..."""
+SMALL_RUN_BYTES = PIECED_FROM
+"""Small blobs placed among archives go in runs of consecutive blobs of this size."""
 MAX_ARCHIVES = 4
 """...and at most this many archives. tmpfs lets one writer at a time into a file (it
 holds the file's lock through each write): two files written in parallel take half the
@@ -78,7 +80,10 @@ def archive_shares(
     archive holding the fewest bytes. Each share keeps the blobs' order. One archive
     per ``archive_bytes`` of large blobs, at most ``max_archives`` (a storage's choice,
     :attr:`ckptstore.plugin.PathType.archive_bytes`; ``None``: :data:`ARCHIVE_BYTES`,
-    :data:`MAX_ARCHIVES`).
+    :data:`MAX_ARCHIVES`). Small blobs that hold more than an archive's fair share of
+    the bytes (shards of many tensors of about 1 MiB: DCP on 2 ranks) are placed too,
+    in runs of consecutive blobs of :data:`SMALL_RUN_BYTES`, so that no archive holds
+    them all.
 
     Example::
 
@@ -89,27 +94,49 @@ def archive_shares(
         [['tiny', 'w2'], ['w1', 'w3']]
         >>> archive_shares({"tiny": 4, "w1": 48 << 20, "w2": 48 << 20}, 16 << 20, 16)
         [['tiny'], ['w1'], ['w2']]
+        >>> halves = {f"h{i}": 512 << 10 for i in range(64)}  # 32 MiB of small blobs
+        >>> shares = archive_shares({**halves, "w1": 24 << 20, "w2": 24 << 20}, 16 << 20, 4)
+        >>> [len(share) for share in shares]  # 8 runs of 4 MiB beside w1, w2: 28, 28, 24 MiB
+        [9, 9, 48]
     """
-    large = sorted(
-        ((nbytes, name) for name, nbytes in sizes.items() if nbytes >= DIRECT_FROM),
-        key=lambda pair: -pair[0],
-    )
+    large = [(nbytes, [name]) for name, nbytes in sizes.items() if nbytes >= DIRECT_FROM]
     archive_bytes = ARCHIVE_BYTES if archive_bytes is None else archive_bytes
     max_archives = MAX_ARCHIVES if max_archives is None else max_archives
     count = min(max_archives, sum(nbytes for nbytes, _ in large) // archive_bytes)
     if count <= 1:
         return [list(sizes)]
+    small = [(name, nbytes) for name, nbytes in sizes.items() if nbytes < DIRECT_FROM]
+    small_bytes = sum(nbytes for _, nbytes in small)
     loads = [0] * count
-    loads[0] = sum(nbytes for nbytes in sizes.values() if nbytes < DIRECT_FROM)
+    if small_bytes * count > sum(sizes.values()):  # more than a fair share: placed too
+        large += _runs(small, SMALL_RUN_BYTES)
+    else:
+        loads[0] = small_bytes
     where: dict[str, int] = {}
-    for nbytes, name in large:
+    for nbytes, names in sorted(large, key=lambda pair: -pair[0]):
         number = loads.index(min(loads))
-        where[name] = number
+        where.update(dict.fromkeys(names, number))
         loads[number] += nbytes
     shares: list[list[str]] = [[] for _ in range(count)]
     for name in sizes:
         shares[where.get(name, 0)].append(name)
     return [share for share in shares if share]
+
+
+def _runs(blobs: Sequence[tuple[str, int]], most: int) -> list[tuple[int, list[str]]]:
+    """``blobs`` (name, bytes) in runs of consecutive blobs of about ``most`` bytes."""
+    runs: list[tuple[int, list[str]]] = []
+    names: list[str] = []
+    nbytes = 0
+    for name, size in blobs:
+        names.append(name)
+        nbytes += size
+        if nbytes >= most:
+            runs.append((nbytes, names))
+            names, nbytes = [], 0
+    if names:
+        runs.append((nbytes, names))
+    return runs
 
 
 def interleaved(streams: Sequence[Iterator[WriteRequest]], late: int = 0) -> Iterator[WriteRequest]:

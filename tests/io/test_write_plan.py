@@ -21,6 +21,27 @@ def test_shares_keep_small_blobs_first_and_balance_the_large_ones() -> None:
     assert _write_plan.archive_shares({}) == [[]]
 
 
+def test_small_blobs_beyond_a_fair_share_spread_in_runs_of_consecutive_blobs() -> None:
+    # one DCP rank's half of the 1 GiB mix on an object store: 8 shards of 48 MiB, 100
+    # half-MiB shards and 1000 small ones, in 16 archives of 16 MiB or more
+    sizes = {f"big{i}": 48 << 20 for i in range(8)}
+    sizes |= {f"half{i}": (512 << 10) + i for i in range(100)}
+    sizes |= {f"tiny{i}": 8 << 10 for i in range(1000)}
+    shares = _write_plan.archive_shares(sizes, 16 << 20, 16)
+    assert [name for share in shares for name in share if name not in sizes] == []
+    assert sorted(name for share in shares for name in share) == sorted(sizes)
+    loads = [sum(sizes[name] for name in share) for share in shares]
+    assert max(loads) == 48 << 20  # was 108 MiB: every small blob in the first archive
+    order = list(sizes)
+    for share in shares:  # each share keeps the blobs' order...
+        assert share == sorted(share, key=order.index)
+        small = [order.index(name) for name in share if not name.startswith("big")]
+        # ...and its small blobs come in runs of consecutive ones (SMALL_RUN_BYTES each)
+        stretches = len([i for i in small if i == 0 or order[i - 1] not in share])
+        nbytes = sum(sizes[order[i]] for i in small)
+        assert stretches <= -(-nbytes // _write_plan.SMALL_RUN_BYTES)
+
+
 def test_a_group_never_spans_a_pieced_member_nor_exceeds_its_limits() -> None:
     spans = [1] * (GROUP_MEMBERS + 10) + [100, 5, 5, 5]
     pieced = {GROUP_MEMBERS + 10}

@@ -22,7 +22,7 @@ Example::
 
 from ckptstore.io import slice_views
 from ckptstore.object_store._aio import gather_all
-from ckptstore.object_store._body import Body, PartsReader, request_body
+from ckptstore.object_store._body import Body, PartsReader, StreamedBody, request_body
 from ckptstore.object_store._client import ObjectInfo, ObjectStoreClient
 from ckptstore.object_store._failures import (
     ErrorRules,
@@ -63,6 +63,7 @@ __all__ = [
     "Read",
     "RequestError",
     "RetryPolicy",
+    "StreamedBody",
     "call_with_retries",
     "credential_values",
     "declared_size",

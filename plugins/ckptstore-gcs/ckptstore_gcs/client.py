@@ -30,8 +30,10 @@ from ckptstore.object_store import (
     MissingObjectError,
     ObjectInfo,
     ObjectStoreClient,
+    PartsReader,
     Read,
     RequestError,
+    StreamedBody,
     declared_size,
     gather_all,
 )
@@ -41,7 +43,7 @@ from ckptstore_gcs.errors import GCSErrorRules, HttpStatusError
 if TYPE_CHECKING:  # aiohttp is imported when a session opens (0.2 s: not at registration)
     import aiohttp
 
-__all__ = ["GCSClient"]
+__all__ = ["GCSClient", "streamed"]
 
 T = TypeVar("T")
 
@@ -115,15 +117,14 @@ class GCSClient(ObjectStoreClient):
         """One request (not retried); ``read`` consumes a successful response."""
         import aiohttp
 
-        from ckptstore_gcs.payload import as_payload
-
         session = await self._http()
+        body, headers = streamed(data, headers)
         async with session.request(
             method,
             url,
             params=self._params(params or {}),
             headers=self._headers(headers),
-            data=as_payload(data),
+            data=body,
             json=json_body,
             timeout=aiohttp.ClientTimeout(
                 sock_connect=self.options.connect_timeout, sock_read=self.options.read_timeout
@@ -360,3 +361,22 @@ async def _reason(response: aiohttp.ClientResponse) -> str:
         return f"{reasons[0]}: {message}" if reasons else message
     except (ValueError, KeyError, TypeError, AttributeError):
         return text[:200]
+
+
+def streamed(
+    data: Body | None, headers: dict[str, str] | None
+) -> tuple[bytes | bytearray | StreamedBody | None, dict[str, str] | None]:
+    """What to hand aiohttp for ``data``: a :class:`PartsReader` as a
+    :class:`~ckptstore.object_store.StreamedBody` (from its start: a retry sends it
+    all again) with its length announced, so not sent in chunked encoding; other
+    bodies as they are.
+
+    Example::
+
+        >>> body, headers = streamed(PartsReader([memoryview(b"ab")]), {"X": "1"})
+        >>> type(body).__name__, headers
+        ('StreamedBody', {'X': '1', 'Content-Length': '2'})
+    """
+    if not isinstance(data, PartsReader):
+        return data, headers
+    return StreamedBody(data), {**(headers or {}), "Content-Length": str(len(data))}

@@ -1,5 +1,6 @@
-"""Upload bodies streamed from the arrays' memory reach the server whole, with their
-length announced (no chunked encoding), and again in full when a request is retried."""
+"""Upload bodies streamed from the arrays' memory (:func:`ckptstore_gcs.client.streamed`)
+reach the server whole, with their length announced (no chunked encoding), and again in
+full when a request is retried."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import asyncio
 import aiohttp
 import numpy as np
 from aiohttp import web
-from ckptstore_gcs.payload import ViewsPayload, as_payload
+from ckptstore_gcs.client import streamed
 
 from ckptstore.object_store._body import PartsReader
 
 
-async def post_twice(payloads: list[ViewsPayload]) -> list[tuple[str | None, str | None, bytes]]:
-    """POST each payload to a local server; what the server saw of each."""
+async def post_twice(reader: PartsReader) -> list[tuple[str | None, str | None, bytes]]:
+    """POST ``reader`` twice to a local server, as the client sends it; what the server
+    saw each time."""
     seen: list[tuple[str | None, str | None, bytes]] = []
 
     async def receive(request: web.Request) -> web.Response:
@@ -33,8 +35,10 @@ async def post_twice(payloads: list[ViewsPayload]) -> list[tuple[str | None, str
     port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession() as session:
-            for payload in payloads:
-                async with session.post(f"http://127.0.0.1:{port}/upload", data=payload) as answer:
+            for _ in range(2):
+                body, headers = streamed(reader, None)
+                url = f"http://127.0.0.1:{port}/upload"
+                async with session.post(url, data=body, headers=headers) as answer:
                     assert answer.status == 200
     finally:
         await runner.cleanup()
@@ -45,13 +49,10 @@ def test_a_streamed_body_arrives_whole_with_its_length_every_time() -> None:
     array = np.arange(300_000, dtype=np.float32)  # 1.2 MiB: several pieces
     reader = PartsReader([memoryview(b"header"), memoryview(array).cast("B")])
     expected = b"header" + array.tobytes()
-    seen = asyncio.run(post_twice([ViewsPayload(reader), ViewsPayload(reader)]))
+    seen = asyncio.run(post_twice(reader))
     assert seen == [(str(len(expected)), None, expected)] * 2
 
 
 def test_only_streamed_bodies_are_wrapped() -> None:
-    reader = PartsReader([memoryview(b"abc")])
-    assert isinstance(as_payload(reader), ViewsPayload)
-    assert as_payload(b"abc") == b"abc"
-    assert as_payload(None) is None
-    assert ViewsPayload(reader).decode() == "abc"
+    assert streamed(b"abc", None) == (b"abc", None)
+    assert streamed(None, {"X": "1"}) == (None, {"X": "1"})

@@ -28,6 +28,7 @@ from ckptstore.object_store import (
     PartsReader,
     Read,
     RequestError,
+    StreamedBody,
     declared_size,
 )
 from ckptstore_s3.errors import S3ErrorRules
@@ -134,13 +135,12 @@ class S3Client(ObjectStoreClient):
         body = params.get("Body")
 
         async def attempt() -> dict[str, Any]:
-            if isinstance(body, PartsReader):
-                body.seek(0)  # a retry sends the whole body again
+            sent = params
+            if isinstance(body, PartsReader):  # from its start at each attempt, streamed
+                sent = {**params, "Body": StreamedBody(body)}
             client = await self._s3_client(describe)
             with _refuse_mock_aws(describe):
-                response: dict[str, Any] = await getattr(client, method)(
-                    Bucket=self.bucket, **params
-                )
+                response: dict[str, Any] = await getattr(client, method)(Bucket=self.bucket, **sent)
             return response
 
         return await self.retried(attempt, describe)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
 from ckptstore_s3 import S3Path
 from ckptstore_s3.client import S3Client
 
+from ckptstore.object_store import PartsReader
 from ckptstore.protocol import control_keys
 
 
@@ -54,3 +56,22 @@ def test_listing_the_control_directory_leaves_the_chunk_store_unlisted(
     listed.clear()
     assert len(storage.list_keys("_ckptstore")) == len(chunks) + len(others)
     assert len(listed) == 3
+
+
+def test_a_large_upload_is_streamed_from_memory_not_read_into_copies(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = S3Path(s3_url)
+    data = np.random.default_rng(1).integers(0, 255, 3 << 20, dtype=np.uint8)
+    copied: list[int] = []
+    real_read = PartsReader.read
+
+    def read(self: PartsReader, size: int | None = -1) -> bytes:
+        copied.append(size or -1)
+        return real_read(self, size)
+
+    monkeypatch.setattr(PartsReader, "read", read)
+    monkeypatch.setattr(PartsReader, "readinto", None)  # never read into a buffer either
+    storage.write_parts("big", [memoryview(data)[: 1 << 20], memoryview(data)[1 << 20 :]])
+    assert copied == []
+    assert storage.read_bytes("big") == data.tobytes()

@@ -65,7 +65,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -112,6 +112,11 @@ __all__ = [
     "write_archives",
     "write_shared",
 ]
+
+
+CLOSING_THREADS = 16
+"""Threads of the process's pools that close a save's archives (an object store's
+upload each) and ask their sizes, all at once: object stores take up to 16 archives."""
 
 
 def archive_name(first: str, number: int) -> str:
@@ -342,8 +347,9 @@ def _close_all(targets: Sequence[PositionalWriter]) -> None:
     if len(targets) == 1:
         targets[0].close()
         return
-    with ThreadPoolExecutor(len(targets), thread_name_prefix="ckptstore-close") as pool:
-        closes = [pool.submit(target.close) for target in targets]
+    pool = kept_pool("ckptstore-close", CLOSING_THREADS)
+    closes = [pool.submit(target.close) for target in targets]
+    wait(closes)
     for close in closes:
         close.result()
 
@@ -702,8 +708,8 @@ def _sizes(storage: PathType, files: Sequence[str]) -> dict[str, int | None]:
 
     if len(files) < 2 or storage.batches_small_requests:
         return {file: size(file) for file in files}
-    with ThreadPoolExecutor(min(len(files), 16), thread_name_prefix="ckptstore-size") as pool:
-        return dict(zip(files, pool.map(size, files), strict=True))
+    pool = kept_pool("ckptstore-size", CLOSING_THREADS)
+    return dict(zip(files, pool.map(size, files), strict=True))
 
 
 def _check_spans(spans: list[_Span], size: int, url: str, file: str) -> None:

@@ -50,7 +50,6 @@ import logging
 import os
 import weakref
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -640,8 +639,7 @@ class Reader(StorageReader):
         """Open the manifests of ``nodes`` not yet open, at once (each is a few reads)."""
         missing = [node for node in nodes if node not in self._manifests]
         if len(missing) > 1:
-            with ThreadPoolExecutor(min(len(missing), 8), "ckptstore-dcp") as pool:
-                list(pool.map(self._manifest, missing))
+            list(kept_pool("ckptstore-dcp-manifests", 8).map(self._manifest, missing))
 
     def _manifest(self, node: str) -> NodeManifest:
         manifest = self._manifests.get(node)

@@ -286,21 +286,28 @@ class GCSClient(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object name under ``prefix`` (a listing: never on save or resume)."""
-        return await self._list({"prefix": prefix})
+        names, _ = await self._list({"prefix": prefix})
+        return names
 
     async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
         """Every name under ``prefix`` but those starting with ``skip`` (ending with
-        ``/``): the names before it (``endOffset``), then those from the first name
-        after every name under it (``startOffset``: ``skip`` with its ``/`` made the
-        next character, ``0``). The answers are filtered here too: a server that
-        ignores the offsets (the emulator) still gives the right names."""
-        after = skip[:-1] + "0"
-        below = await self._list({"prefix": prefix, "endOffset": skip})
-        above = await self._list({"prefix": prefix, "startOffset": after})
-        return [name for name in below if name < skip] + [name for name in above if name >= after]
+        ``/``): one listing up to the first name under ``skip`` (all of them if there
+        is none), then one from the first name after every name under it
+        (``startOffset``: ``skip`` with its ``/`` made the next character, ``0``).
+        Names are filtered here too: a server that ignores the offset (the emulator)
+        still gives the right ones."""
+        names, reached = await self._list({"prefix": prefix}, skip=skip)
+        if reached:
+            after = skip[:-1] + "0"
+            rest, _ = await self._list({"prefix": prefix, "startOffset": after})
+            names += (name for name in rest if name >= after)
+        return names
 
-    async def _list(self, query: dict[str, str]) -> list[str]:
-        """The names a listing with ``query`` answers, page by page."""
+    async def _list(
+        self, query: dict[str, str], *, skip: str | None = None
+    ) -> tuple[list[str], bool]:
+        """The names a listing with ``query`` answers, page by page, up to the first
+        name under ``skip``; and whether one was reached."""
         prefix = query["prefix"]
         names: list[str] = []
         token = ""
@@ -315,10 +322,13 @@ class GCSClient(ObjectStoreClient):
                 params=params,
             )
             document = json.loads(raw)
-            names.extend(item["name"] for item in document.get("items", []))
+            for item in document.get("items", []):
+                if skip is not None and item["name"].startswith(skip):
+                    return names, True
+                names.append(item["name"])
             token = document.get("nextPageToken") or ""
             if not token:
-                return names
+                return names, False
 
     def close(self) -> None:
         session, self._session = self._session, None

@@ -267,20 +267,25 @@ class S3Client(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (a LIST: never on save or resume)."""
-        return await self._list(prefix)
+        keys, _ = await self._list(prefix)
+        return keys
 
     async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
-        """Every key under ``prefix`` but those starting with ``skip``: the keys before
-        ``skip`` (pages stop at it), then those after it (``StartAfter``), in UTF-8
-        order, which S3 lists in."""
-        below = await self._list(prefix, stop=skip)
-        above = await self._list(prefix, start_after=skip + _LAST_CHARACTER)
-        return below + [key for key in above if not key.startswith(skip)]
+        """Every key under ``prefix`` but those starting with ``skip``: one listing up
+        to the first key under ``skip`` (all of them if there is none), then one from
+        after them (``StartAfter``). S3 lists in UTF-8 order, that is code point
+        order."""
+        keys, reached = await self._list(prefix, skip=skip)
+        if reached:
+            after, _ = await self._list(prefix, start_after=skip + _LAST_CHARACTER)
+            keys += (key for key in after if not key.startswith(skip))
+        return keys
 
     async def _list(
-        self, prefix: str, *, start_after: str | None = None, stop: str | None = None
-    ) -> list[str]:
-        """Keys under ``prefix``, after ``start_after``, before ``stop``, page by page."""
+        self, prefix: str, *, start_after: str | None = None, skip: str | None = None
+    ) -> tuple[list[str], bool]:
+        """Keys under ``prefix`` after ``start_after``, page by page, up to the first
+        key under ``skip``; and whether one was reached."""
         keys: list[str] = []
         token: str | None = None
         while True:
@@ -293,11 +298,11 @@ class S3Client(ObjectStoreClient):
                 "list_objects_v2", f"LIST s3://{self.bucket}/{prefix}", **params
             )
             for item in response.get("Contents", []):
-                if stop is not None and item["Key"] >= stop:
-                    return keys
+                if skip is not None and item["Key"].startswith(skip):
+                    return keys, True
                 keys.append(item["Key"])
             if not response.get("IsTruncated"):
-                return keys
+                return keys, False
             token = response.get("NextContinuationToken")
 
     def close(self) -> None:

@@ -56,6 +56,10 @@ def test_listing_the_control_directory_leaves_the_chunk_store_unlisted(
     listed.clear()
     assert len(storage.list_keys("_ckptstore")) == len(chunks) + len(others)
     assert len(listed) == 3
+    listed.clear()
+    storage.delete(chunks)
+    assert control_keys(storage) == sorted(others)
+    assert len(listed) == 1  # no chunk store (no incremental save): one LIST, as before
 
 
 def test_a_large_upload_is_streamed_from_memory_not_read_into_copies(

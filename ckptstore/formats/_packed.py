@@ -114,9 +114,9 @@ __all__ = [
 ]
 
 
-CLOSING_THREADS = 16
-"""Threads of the process's pools that close a save's archives (an object store's
-upload each) and ask their sizes, all at once: object stores take up to 16 archives."""
+ARCHIVE_THREADS = 16
+"""Threads of the process's pools that work on a node's archives all at once (close
+each, an object store's upload; ask their sizes): object stores take up to 16."""
 
 
 def archive_name(first: str, number: int) -> str:
@@ -347,7 +347,7 @@ def _close_all(targets: Sequence[PositionalWriter]) -> None:
     if len(targets) == 1:
         targets[0].close()
         return
-    pool = kept_pool("ckptstore-close", CLOSING_THREADS)
+    pool = kept_pool("ckptstore-close", ARCHIVE_THREADS)
     closes = [pool.submit(target.close) for target in targets]
     wait(closes)
     for close in closes:
@@ -708,7 +708,7 @@ def _sizes(storage: PathType, files: Sequence[str]) -> dict[str, int | None]:
 
     if len(files) < 2 or storage.batches_small_requests:
         return {file: size(file) for file in files}
-    pool = kept_pool("ckptstore-size", CLOSING_THREADS)
+    pool = kept_pool("ckptstore-size", ARCHIVE_THREADS)
     return dict(zip(files, pool.map(size, files), strict=True))
 
 

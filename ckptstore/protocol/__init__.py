@@ -49,6 +49,7 @@ from ckptstore.protocol._commit import (
     verify_node,
     write_node,
 )
+from ckptstore.protocol._control import control_keys
 from ckptstore.protocol._garbage import collect_garbage, find_garbage
 from ckptstore.protocol._incremental import check_frozen, check_incremental
 from ckptstore.protocol._inventory import (
@@ -69,7 +70,7 @@ from ckptstore.protocol._lease_document import (
     read_lease_document,
 )
 from ckptstore.protocol._listing import CommitListing, newest_complete
-from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.protocol._transfer import copy_node, copy_node_task
 
 __all__ = [

@@ -63,8 +63,9 @@ from ckptstore.io import (
     shared_key,
 )
 from ckptstore.plugin import DBLocation, PathType
+from ckptstore.protocol._control import control_keys
 from ckptstore.protocol._lease_document import _process_alive
-from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     BlobRecord,

@@ -38,7 +38,8 @@ from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.execution import DEFAULT_NODE
 from ckptstore.plugin import PathType
 from ckptstore.protocol import _commit as protocol
-from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
+from ckptstore.protocol._control import control_keys
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import (
     CONTROL_DIR,
     MANIFEST_NAME,

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from ckptstore.errors import CorruptCheckpointError
 from ckptstore.plugin import PathType
 from ckptstore.protocol._commit import EpochCommit, read_commit, read_listed_commit
+from ckptstore.protocol._control import control_keys
 from ckptstore.protocol._lease_document import fenced_out, read_lease_document
-from ckptstore.protocol._location import CheckpointLocation, control_keys, storage_of
+from ckptstore.protocol._location import CheckpointLocation, storage_of
 from ckptstore.records import LEASE_DIR, parse_commit_record_key, parse_node_commit_key
 
 __all__ = ["CommitListing", "newest_complete"]

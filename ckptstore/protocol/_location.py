@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from ckptstore.io import CHUNK_STORE_DIR, IOSettings, ParallelIO
+from ckptstore.io import IOSettings, ParallelIO
 from ckptstore.plugin import DBType, PathType, get_registry
 from ckptstore.protocol._incremental import check_frozen, check_incremental
-from ckptstore.records import CONTROL_DIR, NodeManifest, db_name
+from ckptstore.records import NodeManifest, db_name
 
-__all__ = ["CheckpointLocation", "control_keys", "storage_of"]
+__all__ = ["CheckpointLocation", "storage_of"]
 
 
 @dataclass(frozen=True)
@@ -127,23 +127,3 @@ def _protocol(url: str) -> str:
 def storage_of(where: CheckpointLocation | PathType) -> PathType:
     """The path type under ``where``: a location's storage, or ``where`` itself."""
     return where.storage if isinstance(where, CheckpointLocation) else where
-
-
-def control_keys(where: CheckpointLocation | PathType, prefix: str = "") -> list[str]:
-    """The keys of the control directory (of the run at ``prefix``) but those of its
-    chunk store: commit records, leases, tombstones, intents, markers. The chunk store
-    holds an object per chunk that incremental saves kept (thousands), which resume and
-    retention never need (:meth:`PathType.list_keys_except` leaves it unlisted).
-
-    Example::
-
-        >>> from ckptstore.builtin import LocalPath
-        >>> storage = LocalPath("control")
-        >>> storage.write_bytes("_ckptstore/chunks/" + "0" * 32, b"x")  # a chunk
-        >>> storage.write_bytes("_ckptstore/epoch-1/t.commit.json", b"{}")
-        >>> control_keys(storage)
-        ['_ckptstore/epoch-1/t.commit.json']
-    """
-    storage = storage_of(where)
-    inside = f"{prefix}/" if prefix else ""
-    return storage.list_keys_except(inside + CONTROL_DIR, inside + CHUNK_STORE_DIR)

@@ -31,6 +31,7 @@ from ckptstore.object_store._failures import (
     RangeNotSatisfiableError,
     RequestError,
 )
+from ckptstore.object_store._listing import KeysAfter, keys_around
 from ckptstore.object_store._masking import (
     MIN_SECRET_LENGTH,
     credential_values,
@@ -51,6 +52,7 @@ __all__ = [
     "Body",
     "ErrorRules",
     "Failure",
+    "KeysAfter",
     "MissingObjectError",
     "MultipartUpload",
     "MultipartWriter",
@@ -69,6 +71,7 @@ __all__ = [
     "declared_size",
     "gather_all",
     "is_credential_name",
+    "keys_around",
     "mask",
     "masking_logs",
     "request_body",

@@ -287,19 +287,21 @@ class ObjectStorePath(FsspecPath, Generic[OptionsT, ClientT]):
             return self.client.run(lambda: self.client.size(name))
 
     def list_keys(self, prefix: str = "") -> list[str]:
-        base = self._object(prefix) if prefix else self.prefix
-        with self._errors("list", prefix or None):
-            names = self.client.run(lambda: self.client.list_keys(f"{base}/" if base else ""))
-        cut = len(self.prefix) + 1 if self.prefix else 0
-        return sorted(name[cut:] for name in names)
+        return self._list(prefix, None)
 
     def list_keys_except(self, prefix: str, skip: str) -> list[str]:
+        return self._list(prefix, self._object(skip.rstrip("/")) + "/")
+
+    def _list(self, prefix: str, skip: str | None) -> list[str]:
+        """Keys under ``prefix``, but the objects whose names start with ``skip``."""
         base = self._object(prefix) if prefix else self.prefix
-        around = self._object(skip.rstrip("/")) + "/"
+        under = f"{base}/" if base else ""
+        client = self.client
         with self._errors("list", prefix or None):
-            names = self.client.run(
-                lambda: self.client.list_keys_except(f"{base}/" if base else "", around)
-            )
+            if skip is None:
+                names = client.run(lambda: client.list_keys(under))
+            else:
+                names = client.run(lambda: client.list_keys_except(under, skip))
         cut = len(self.prefix) + 1 if self.prefix else 0
         return sorted(name[cut:] for name in names)
 

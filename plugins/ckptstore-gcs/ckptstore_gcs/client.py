@@ -21,7 +21,7 @@ import contextlib
 import json
 import urllib.parse
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +36,7 @@ from ckptstore.object_store import (
     StreamedBody,
     declared_size,
     gather_all,
+    keys_around,
 )
 from ckptstore_gcs.composite import GCSCompositeUpload
 from ckptstore_gcs.errors import GCSErrorRules, HttpStatusError
@@ -286,33 +287,20 @@ class GCSClient(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object name under ``prefix`` (a listing: never on save or resume)."""
-        names, _ = await self._list({"prefix": prefix})
-        return names
+        return [name async for name in self._names(prefix, None)]
 
     async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
-        """Every name under ``prefix`` but those starting with ``skip`` (ending with
-        ``/``): one listing up to the first name under ``skip`` (all of them if there
-        is none), then one from the first name after every name under it
-        (``startOffset``: ``skip`` with its ``/`` made the next character, ``0``).
-        Names are filtered here too: a server that ignores the offset (the emulator)
-        still gives the right ones."""
-        names, reached = await self._list({"prefix": prefix}, skip=skip)
-        if reached:
-            after = skip[:-1] + "0"
-            rest, _ = await self._list({"prefix": prefix, "startOffset": after})
-            names += (name for name in rest if name >= after)
-        return names
+        return await keys_around(partial(self._names, prefix), skip)
 
-    async def _list(
-        self, query: dict[str, str], *, skip: str | None = None
-    ) -> tuple[list[str], bool]:
-        """The names a listing with ``query`` answers, page by page, up to the first
-        name under ``skip``; and whether one was reached."""
-        prefix = query["prefix"]
-        names: list[str] = []
+    async def _names(self, prefix: str, past: str | None) -> AsyncGenerator[str, None]:
+        """Names under ``prefix``, page by page; with ``past`` (ending with ``/``),
+        from the first name after every name under it (``startOffset``: ``past`` with
+        its ``/`` made the next character, ``0``; the emulator ignores it)."""
         token = ""
         while True:
-            params = dict(query)
+            params = {"prefix": prefix}
+            if past is not None:
+                params["startOffset"] = past[:-1] + "0"
             if token:
                 params["pageToken"] = token
             raw = await self.request(
@@ -323,12 +311,10 @@ class GCSClient(ObjectStoreClient):
             )
             document = json.loads(raw)
             for item in document.get("items", []):
-                if skip is not None and item["name"].startswith(skip):
-                    return names, True
-                names.append(item["name"])
+                yield item["name"]
             token = document.get("nextPageToken") or ""
             if not token:
-                return names, False
+                return
 
     def close(self) -> None:
         session, self._session = self._session, None

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from ckptstore.errors import InProcessMockError
@@ -30,6 +31,7 @@ from ckptstore.object_store import (
     RequestError,
     StreamedBody,
     declared_size,
+    keys_around,
 )
 from ckptstore_s3.errors import S3ErrorRules
 from ckptstore_s3.moto_mock import intercepted, mock_aws_active, server_endpoint
@@ -267,42 +269,28 @@ class S3Client(ObjectStoreClient):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (a LIST: never on save or resume)."""
-        keys, _ = await self._list(prefix)
-        return keys
+        return [key async for key in self._keys(prefix, None)]
 
     async def list_keys_except(self, prefix: str, skip: str) -> list[str]:
-        """Every key under ``prefix`` but those starting with ``skip``: one listing up
-        to the first key under ``skip`` (all of them if there is none), then one from
-        after them (``StartAfter``). S3 lists in UTF-8 order, that is code point
-        order."""
-        keys, reached = await self._list(prefix, skip=skip)
-        if reached:
-            after, _ = await self._list(prefix, start_after=skip + _LAST_CHARACTER)
-            keys += (key for key in after if not key.startswith(skip))
-        return keys
+        return await keys_around(partial(self._keys, prefix), skip)
 
-    async def _list(
-        self, prefix: str, *, start_after: str | None = None, skip: str | None = None
-    ) -> tuple[list[str], bool]:
-        """Keys under ``prefix`` after ``start_after``, page by page, up to the first
-        key under ``skip``; and whether one was reached."""
-        keys: list[str] = []
+    async def _keys(self, prefix: str, past: str | None) -> AsyncGenerator[str, None]:
+        """Keys under ``prefix``, page by page; with ``past``, from after every key
+        under it (``StartAfter``)."""
         token: str | None = None
         while True:
             params: dict[str, Any] = {"Prefix": prefix}
             if token:
                 params["ContinuationToken"] = token
-            elif start_after is not None:
-                params["StartAfter"] = start_after
+            elif past is not None:
+                params["StartAfter"] = past + _LAST_CHARACTER
             response = await self.call(
                 "list_objects_v2", f"LIST s3://{self.bucket}/{prefix}", **params
             )
             for item in response.get("Contents", []):
-                if skip is not None and item["Key"].startswith(skip):
-                    return keys, True
-                keys.append(item["Key"])
+                yield item["Key"]
             if not response.get("IsTruncated"):
-                return keys, False
+                return
             token = response.get("NextContinuationToken")
 
     def close(self) -> None:

@@ -6,19 +6,21 @@ After the client committed an epoch, each node's worker reads its just-committed
 checkpoint back through the commit protocol (:func:`capture_replica`, after dropping
 the node's older replicas); Dask moves that copy to each of the ``k`` peers, where
 :func:`keep_replica` scatters it from the peer itself (held there only, with no task
-Dask could recompute it from), in pieces no larger than a frame of Dask's comm, one key
-each, and publishes them as a Dask dataset named after the root, the node and the
+Dask could recompute it from), in pieces, one key each (each large blob's bytes in a
+piece of its own, the rest in pieces no larger than a frame of Dask's comm), and
+publishes them as a Dask dataset named after the root, the node and the
 copy's number, so it outlives the session and the client that made it. Keys of each
 peer's own, not keys replicated ``k`` times: Dask's active memory manager drops extra
 replicas of a key, never a key a dataset holds.
 
 A restore on any worker (:class:`WorkerPeerCopies`, used by the node tasks through
 :mod:`ckptstore.checkpoint._peer_copies`) starts receiving the pieces of a surviving
-peer's copy, two at a time, while it reads the root's commit record of the node and
-epoch (one small GET): no record, no replica. It reads the copy through the commit
-protocol's checks, each piece as soon as it arrives (a read waits only for the pieces
-it needs), so checking and placing the bytes overlaps their transfer. A missing or
-refused copy means a read from the root, as without replicas.
+peer's copy, two at a time, each in one frame (:mod:`._piece_transfer`), while it
+reads the root's commit record of the node and epoch (one small GET): no record, no
+replica. It reads the copy through the commit protocol's checks, each piece as soon
+as it arrives (a read waits only for the pieces it needs), so checking and placing the
+bytes overlaps their transfer. A missing or refused copy means a read from the root,
+as without replicas.
 
 Example::
 
@@ -41,6 +43,7 @@ from typing import Any
 from distributed import Client, Future, get_client, get_worker, wait
 
 from ckptstore import protocol
+from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
 from ckptstore.dask_session._replica_storage import (
     ArrivingPiece,
     NodeReplica,
@@ -72,8 +75,6 @@ log = logging.getLogger(__name__)
 DATASET_PREFIX = "ckptstore-peer-replica/"
 FETCH_TIMEOUT = 600.0
 """Seconds a restore waits for a piece of a replica from a peer before reading the root."""
-PIECES_IN_FLIGHT = 2
-"""Pieces of one replica a restore receives at once (while it checks those arrived)."""
 
 
 def replica_dataset(root: str, node: str) -> str:
@@ -163,20 +164,6 @@ class WorkerPeerCopies:
         self._fetched.clear()
 
 
-class _Arrivals:
-    """The pieces of one replica on their way from a peer: fetched in order, at most
-    :data:`PIECES_IN_FLIGHT` at a time, each one its own Dask message."""
-
-    def __init__(self, client: Client, futures: Sequence[Future[Any]]) -> None:
-        self._pool = ThreadPoolExecutor(PIECES_IN_FLIGHT, thread_name_prefix="ckptstore-peer")
-        self.pieces = [self._pool.submit(client.gather, future, direct=True) for future in futures]
-        self._pool.shutdown(wait=False)  # its threads end with the last piece
-
-    def cancel(self) -> None:
-        for piece in self.pieces:
-            piece.cancel()
-
-
 def _arriving(
     url: str, key: str, nbytes: int, arrival: ConcurrentFuture[Any], future: Future[Any]
 ) -> ArrivingPiece:
@@ -191,7 +178,7 @@ def _arriving(
 
 def _fetch(
     names: Sequence[str], node: str, epoch: int
-) -> tuple[_Arrivals, dict[str, tuple[Piece, ...]], bool] | None:
+) -> tuple[PieceArrivals, dict[str, tuple[Piece, ...]], bool] | None:
     """Start receiving a replica of ``node``'s ``epoch`` among the datasets ``names``
     that a surviving peer still holds: the pieces on their way, the objects made of
     them, and whether they come from another worker (a copy of this restore's own, not
@@ -206,19 +193,28 @@ def _fetch(
             not isinstance(layout, ReplicaLayout)
             or (layout.node, layout.epoch) != (node, epoch)
             or len(futures) != layout.count
+            or not layout.valid()
         ):
             continue
         holders = client.who_has(futures)  # type: ignore[no-untyped-call]
         if not all(holders.get(future.key) for future in futures):
             continue  # its peer left: the scheduler lost it (a fetch would wait forever)
-        arrivals = _Arrivals(client, futures)
+        worker = get_worker()
+        here = worker.address
+        sources = [
+            (here if here in holders[future.key] else holders[future.key][0], future.key)
+            for future in futures
+        ]
+        arrivals = PieceArrivals(worker, sources)
         url = f"peer replica of {node}.{epoch}"
-        arriving = iter(zip(arrivals.pieces, futures, strict=True))
-        files: dict[str, tuple[Piece, ...]] = {
-            key: tuple(_arriving(url, key, nbytes, *next(arriving)) for nbytes in sizes)
-            for key, sizes in layout.files.items()
-        }
-        here = get_worker().address
+        owners = layout.owners()
+        pieces = [
+            _arriving(url, owners.get(index, ""), nbytes, arrival, future)
+            for index, (nbytes, arrival, future) in enumerate(
+                zip(layout.pieces, arrivals.pieces, futures, strict=True)
+            )
+        ]
+        files = layout.objects(pieces)
         received = all(here not in holders[future.key] for future in futures)
         return arrivals, files, received
     return None
@@ -248,9 +244,11 @@ def keep_replica(replica: NodeReplica, index: int) -> int:
     """On a peer: keep ``replica`` in this worker's memory (scattered from here, so it
     is held on this worker only, and has no task Dask could recompute from the root)
     and publish it as copy ``index`` of its node; returns its size. Each piece of it is
-    a key of its own, no larger than this worker's comm frames, so a restore receives
-    them one message at a time and checks each one while the next travels."""
+    a key of its own (a large blob's bytes, or other bytes up to this worker's comm
+    frame), so a restore receives them one message at a time, each in one frame, and
+    checks each one while the next travels."""
     client = get_client()
+    serve_pieces(get_worker())
     layout, pieces = replica_pieces(replica, frame_limit())
     held = client.scatter(pieces, hash=False)  # type: ignore[no-untyped-call]
     name = f"{replica_dataset(replica.root, replica.node)}{index}"

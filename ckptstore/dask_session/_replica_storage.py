@@ -10,7 +10,9 @@ came from, so :func:`~ckptstore.protocol.open_node` and
 the manifest's CRC-32C against the root's commit record, every chunk against the
 manifest. A key the copy lacks is missing: it is never read from the root. A copy
 received for one restore lends its bytes (:meth:`ReplicaPath.lend`): a load of every
-blob keeps each blob stored as one run of bytes as a view of them, checked, not copied.
+blob keeps each blob whose chunks a piece holds one after another (:func:`replica_pieces`
+puts each large blob's chunks in a piece of their own) as a view of them, checked, not
+copied.
 
 Example::
 
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import IO, ClassVar
 
 import numpy as np
@@ -57,36 +60,43 @@ __all__ = [
 ]
 
 
+Span = tuple[int, int]
+"""``(offset, nbytes)``: a range of an object's bytes."""
+
+Run = tuple[Span, ...]
+"""The spans of one blob's chunks in one object, in order: its bytes, once the bytes
+between them (a format's headers) are left out."""
+
+
 @dataclass(frozen=True)
 class NodeReplica:
     """A copy of one committed node checkpoint: its stored objects by key, each as
     consecutive ``uint8`` pieces (so Dask sends them without a pickled copy), taken from
-    ``root``. ``runs``: for each object, the byte ranges of its large blobs
-    (:func:`blob_runs`), which start pieces of their own."""
+    ``root``. ``runs``: for each object, its large blobs (:func:`blob_runs`), which a
+    peer keeps in pieces of their own."""
 
     root: str
     node: str
     epoch: int
     files: dict[str, tuple[np.ndarray, ...]]
-    runs: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    runs: Mapping[str, tuple[Run, ...]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
         return sum(piece.nbytes for pieces in self.files.values() for piece in pieces)
 
     def pieces(self, key: str, limit: int) -> tuple[np.ndarray, ...]:
-        """Object ``key`` in pieces of at most ``limit`` bytes, a large blob starting
-        each of its own (:func:`cut_ends`): views where the pieces held allow."""
-        pieces = self.files[key]
-        size = sum(piece.nbytes for piece in pieces)
-        return carve(pieces, cut_ends(size, self.runs.get(key, ()), limit))
+        """Object ``key`` in pieces of at most ``limit`` bytes: views where the pieces
+        held allow."""
+        size = sum(piece.nbytes for piece in self.files[key])
+        return carve(self.files[key], [*range(limit, size, limit), size])
 
     def __reduce__(self) -> tuple[object, ...]:
         # a small array pickled first: Dask's TCP comm reads the first array of a
         # message into the buffer of the message's header, at any address; each later
-        # one lands alone in an aligned buffer, which a restore can keep as its blobs.
-        # No piece is larger than the comm's shard size: a larger one would arrive in
-        # shards, each in a buffer of its own, that Dask joins by copying them all.
+        # one lands alone in an aligned buffer. No piece is larger than the comm's shard
+        # size: a larger one would arrive in shards, each in a buffer of its own, that
+        # Dask joins by copying them all.
         limit = frame_limit()
         files = {key: self.pieces(key, limit) for key in self.files}
         return (_rebuilt, (_LEAD, self.root, self.node, self.epoch, files, dict(self.runs)))
@@ -101,7 +111,7 @@ def _rebuilt(
     node: str,
     epoch: int,
     files: dict[str, tuple[np.ndarray, ...]],
-    runs: dict[str, tuple[tuple[int, int], ...]],
+    runs: dict[str, tuple[Run, ...]],
 ) -> NodeReplica:
     return NodeReplica(root, node, epoch, files, runs)
 
@@ -115,62 +125,50 @@ def frame_limit() -> int:
 
 
 LENT_FROM = 8 << 20
-"""A blob stored as one run of this many bytes or more starts a piece of its own,
-which a restore keeps as the blob; smaller blobs are copied, cheaper than one message
-more each (Dask moved 1 GiB as well in pieces of 8 MiB as in pieces of 64 MiB)."""
+"""A blob of this many bytes or more, stored unpadded in one object, travels in a piece
+of its own, which a restore keeps as the blob; smaller blobs are copied, cheaper than
+one message more each (Dask moved 1 GiB as well in pieces of 8 MiB as in pieces of
+64 MiB)."""
+
+LENT_UP_TO = 512 << 20
+"""The largest blob that travels in one piece: larger ones are cut, and copied."""
 
 
-def blob_runs(manifest: NodeManifest) -> dict[str, tuple[tuple[int, int], ...]]:
-    """For each stored object of ``manifest``'s node, the byte ranges ``(start, end)``
-    of the blobs stored there as one run of unpadded bytes, :data:`LENT_FROM` bytes
-    or more (those a restore can keep as they land), sorted."""
-    runs: dict[str, list[tuple[int, int]]] = {}
-    for record in manifest.blobs.values():
-        chunks = record.chunks
-        if not chunks or any(chunk.stored != chunk.size for chunk in chunks):
-            continue
-        key, start = chunks[0].key, chunks[0].offset
-        end = start
-        for chunk in chunks:
-            if chunk.key != key or chunk.offset != end:
-                break
-            end += chunk.stored
-        else:
-            if end - start >= LENT_FROM:
-                runs.setdefault(resolve_key(manifest.data_key, key), []).append((start, end))
-    return {key: tuple(sorted(found)) for key, found in runs.items()}
-
-
-def cut_ends(size: int, runs: Sequence[tuple[int, int]], limit: int) -> list[int]:
-    """Where the pieces of an object of ``size`` bytes end, none longer than ``limit``:
-    each of ``runs`` (sorted, apart) starts a piece, and one no longer than ``limit``
-    fills it alone.
+def blob_runs(manifest: NodeManifest) -> dict[str, tuple[Run, ...]]:
+    """For each stored object of ``manifest``'s node, the blobs stored there unpadded,
+    in order, between :data:`LENT_FROM` and :data:`LENT_UP_TO` bytes (those a restore can
+    keep as they land): each as the spans of its chunks, sorted by their first byte.
+    The bytes between a blob's chunks (zarr's ZIP headers) are not part of it.
 
     Example::
 
-        >>> cut_ends(10, [(1, 3), (5, 9)], 4)
-        [1, 3, 5, 9, 10]
-        >>> cut_ends(10, [(2, 8)], 4)
-        [2, 6, 8, 10]
-        >>> cut_ends(0, [], 4)
-        [0]
+        >>> from ckptstore.records import BlobRecord, ChunkRecord
+        >>> chunks = [ChunkRecord("a.zip", 100 + i * (LENT_FROM + 50), LENT_FROM, LENT_FROM, 0)
+        ...           for i in range(2)]
+        >>> manifest = NodeManifest("n", 1, "data", {"w": BlobRecord("w", "uint8",
+        ...     (2 * LENT_FROM,), chunks=tuple(chunks))})
+        >>> blob_runs(manifest)
+        {'data/a.zip': (((100, 8388608), (8388758, 8388608)),)}
     """
-    starts = [start for start, _ in runs]
-    run_ends = [end for _, end in runs]
-    ends: list[int] = []
-    position = 0
-    while position < size or not ends:
-        reach = min(position + limit, size)
-        after = bisect.bisect_right(starts, position)
-        within = bisect.bisect_right(run_ends, reach) - 1
-        if after < len(starts) and starts[after] < reach:
-            ends.append(starts[after])  # a run starts a piece
-        elif within >= 0 and position < run_ends[within] < reach:
-            ends.append(run_ends[within])
-        else:
-            ends.append(reach)
-        position = ends[-1]
-    return ends
+    runs: dict[str, list[Run]] = {}
+    for record in manifest.blobs.values():
+        chunks = record.chunks
+        if not chunks or any(
+            chunk.stored != chunk.size or chunk.key != chunks[0].key for chunk in chunks
+        ):
+            continue
+        spans = tuple((chunk.offset, chunk.size) for chunk in chunks)
+        ordered = all(
+            start + size <= following for (start, size), (following, _) in pairwise(spans)
+        )
+        if ordered and spans[0][0] >= 0 and LENT_FROM <= sum(n for _, n in spans) <= LENT_UP_TO:
+            runs.setdefault(resolve_key(manifest.data_key, chunks[0].key), []).append(spans)
+    return {key: tuple(sorted(found)) for key, found in runs.items()}
+
+
+Segment = tuple[int, int, int]
+"""``(piece, start, stop)``: the bytes ``start:stop`` of a replica's piece number
+``piece``, a part of one of its objects."""
 
 
 def carve(pieces: Sequence[np.ndarray], ends: Sequence[int]) -> tuple[np.ndarray, ...]:
@@ -202,10 +200,117 @@ def carve(pieces: Sequence[np.ndarray], ends: Sequence[int]) -> tuple[np.ndarray
     return tuple(carved)
 
 
+def gathered(pieces: Sequence[np.ndarray], spans: Sequence[Span]) -> np.ndarray:
+    """The bytes of ``spans`` of the object made of ``pieces``, one after another: a
+    view where they are consecutive in one of ``pieces``, else joined.
+
+    Example::
+
+        >>> data = np.arange(8, dtype=np.uint8)
+        >>> gathered([data], [(1, 2), (5, 2)]).tolist()
+        [1, 2, 5, 6]
+        >>> np.shares_memory(gathered([data], [(1, 2), (3, 2)]), data)
+        True
+    """
+    parts = [part for start, n in spans for part in _spans_of(pieces, start, start + n)]
+    joined = _consecutive(parts)
+    if joined is not None:
+        return joined
+    return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def _spans_of(pieces: Sequence[Piece], offset: int, end: int) -> Iterable[np.ndarray]:
+    """The views of the consecutive ``pieces`` that hold their bytes ``offset:end``,
+    in order (waiting for those still on their way)."""
+    start = 0
+    for piece in pieces:
+        stop = start + piece.nbytes
+        if offset < stop and start < end:
+            yield _data(piece)[max(offset - start, 0) : min(end, stop) - start]
+        start = stop
+
+
+def _owner(view: np.ndarray) -> np.ndarray:
+    """The array whose memory ``view`` is a view of (following ``base`` to the last
+    array)."""
+    while isinstance(view.base, np.ndarray):
+        view = view.base
+    return view
+
+
+def _consecutive(views: Sequence[np.ndarray]) -> np.ndarray | None:
+    """``views`` as one view, if they are 1-d ``uint8`` views of one array's memory,
+    each starting where the one before ends; else ``None``."""
+    if not views or any(view.ndim != 1 or view.dtype != np.uint8 for view in views):
+        return None
+    owner = _owner(views[0])
+    if owner.ndim != 1 or owner.dtype != np.uint8 or not owner.flags.c_contiguous:
+        return None
+    base = owner.ctypes.data
+    start = position = views[0].ctypes.data
+    for view in views:
+        if view.ctypes.data != position or _owner(view) is not owner:
+            return None
+        if not view.flags.c_contiguous:
+            return None
+        position += view.nbytes
+    return owner[start - base : position - base]
+
+
+def cut_into_segments(
+    size: int, runs: Sequence[Run], limit: int
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """How an object of ``size`` bytes with ``runs`` travels: each run's spans in a piece
+    of its own, the other bytes in pieces of at most ``limit`` bytes, in the order the
+    object holds them. Returns, per piece, the index of its run (``-1``: other bytes),
+    and the object's bytes in order as ``(piece, start, stop)``.
+
+    Example::
+
+        >>> kinds, segments = cut_into_segments(10, [((2, 2), (5, 2))], 4)
+        >>> kinds
+        [-1, 0, -1]
+        >>> segments
+        [(0, 0, 2), (1, 0, 2), (0, 2, 3), (1, 2, 4), (0, 3, 4), (2, 0, 2)]
+    """
+    labelled = sorted((start, n, run) for run, spans in enumerate(runs) for start, n in spans)
+    kinds: list[int] = []
+    segments: list[tuple[int, int, int]] = []
+    filled: dict[int, int] = {}  # piece -> bytes placed in it so far
+    run_piece: dict[int, int] = {}
+    loose = -1  # the piece taking other bytes now
+
+    def place_loose(start: int, stop: int) -> None:
+        nonlocal loose
+        while start < stop:
+            if loose < 0 or filled[loose] >= limit:
+                loose = len(kinds)
+                kinds.append(-1)
+                filled[loose] = 0
+            take = min(stop - start, limit - filled[loose])
+            segments.append((loose, filled[loose], filled[loose] + take))
+            filled[loose] += take
+            start += take
+
+    position = 0
+    for offset, nbytes, run in labelled:
+        place_loose(position, offset)
+        if run not in run_piece:
+            run_piece[run] = len(kinds)
+            kinds.append(run)
+            filled[run_piece[run]] = 0
+        piece = run_piece[run]
+        segments.append((piece, filled[piece], filled[piece] + nbytes))
+        filled[piece] += nbytes
+        position = offset + nbytes
+    place_loose(position, size)
+    return kinds, segments
+
+
 @dataclass(frozen=True)
 class ReplicaPiece:
-    """One piece of a replica's object as a peer keeps it: a Dask key of its own, so a
-    restore receives the pieces one message at a time and reads each one on arrival."""
+    """One piece of a replica as a peer keeps it: a Dask key of its own, so a restore
+    receives the pieces one message at a time and reads each one on arrival."""
 
     data: np.ndarray
 
@@ -219,39 +324,75 @@ def _piece(lead: np.ndarray, data: np.ndarray) -> ReplicaPiece:
 
 @dataclass(frozen=True)
 class ReplicaLayout:
-    """Where a replica's pieces go: the size of each piece of each object, in order
-    (the pieces of all objects, in this order, are the peer's keys)."""
+    """Where a replica's pieces go: the size of each piece (in order: the peer's keys),
+    and each object's bytes in order as segments of them."""
 
     root: str
     node: str
     epoch: int
-    files: dict[str, tuple[int, ...]]
+    pieces: tuple[int, ...]
+    files: dict[str, tuple[Segment, ...]]
 
     @property
     def count(self) -> int:
-        return sum(len(sizes) for sizes in self.files.values())
+        return len(self.pieces)
+
+    def owners(self) -> dict[int, str]:
+        """The object each piece is part of."""
+        return {piece: key for key, segments in self.files.items() for piece, _, _ in segments}
+
+    def objects(self, pieces: Sequence[ArrivingPiece]) -> dict[str, tuple[Piece, ...]]:
+        """The objects made of ``pieces`` (one per piece, in order), as they arrive."""
+        return {
+            key: tuple(pieces[piece].window(start, stop) for piece, start, stop in segments)
+            for key, segments in self.files.items()
+        }
+
+    def valid(self) -> bool:
+        """Whether every segment lies inside its piece and every piece is used."""
+        used = [0] * len(self.pieces)
+        for segments in self.files.values():
+            for piece, start, stop in segments:
+                if not (0 <= piece < len(self.pieces) and 0 <= start <= stop <= self.pieces[piece]):
+                    return False
+                used[piece] += stop - start
+        return used == list(self.pieces)
 
 
 def replica_pieces(replica: NodeReplica, limit: int) -> tuple[ReplicaLayout, list[ReplicaPiece]]:
-    """``replica`` as pieces of at most ``limit`` bytes, cut where blobs start or end
-    (:meth:`NodeReplica.pieces`), and their layout: the smallest objects first, so a
-    restore has the manifest at once."""
+    """``replica`` as pieces and their layout: each large blob's bytes in a piece of its
+    own (:func:`blob_runs`: a restore keeps the piece as the blob), the other bytes in
+    pieces of at most ``limit`` bytes; the smallest objects first, so a restore has the
+    manifest at once."""
     order = sorted(replica.files, key=lambda key: (sum(p.nbytes for p in replica.files[key]), key))
-    files = {key: replica.pieces(key, limit) for key in order}
-    layout = ReplicaLayout(
-        replica.root,
-        replica.node,
-        replica.epoch,
-        {key: tuple(piece.nbytes for piece in pieces) for key, pieces in files.items()},
-    )
-    return layout, [ReplicaPiece(piece) for pieces in files.values() for piece in pieces]
+    sizes: list[int] = []
+    pieces: list[ReplicaPiece] = []
+    files: dict[str, tuple[Segment, ...]] = {}
+    for key in order:
+        held = replica.files[key]
+        runs = replica.runs.get(key, ())
+        kinds, segments = cut_into_segments(sum(p.nbytes for p in held), runs, limit)
+        first = len(sizes)
+        parts: dict[int, list[Span]] = {}
+        position = 0
+        for piece, start, stop in segments:
+            parts.setdefault(piece, []).append((position, stop - start))
+            position += stop - start
+        for piece in range(len(kinds)):
+            data = gathered(held, parts.get(piece, []))
+            sizes.append(data.nbytes)
+            pieces.append(ReplicaPiece(data))
+        files[key] = tuple((first + piece, start, stop) for piece, start, stop in segments)
+    layout = ReplicaLayout(replica.root, replica.node, replica.epoch, tuple(sizes), files)
+    return layout, pieces
 
 
 class ArrivingPiece:
-    """A piece of a replica on its way from a peer: its size is known at once, its
-    bytes are waited for when a read first needs them (for at most ``timeout`` s, and
-    no longer once ``lost()`` says the peer holding it left). A piece that never
-    arrives is a missing object; one of another size, damage."""
+    """A piece of a replica on its way from a peer, or its bytes ``start:stop`` (a part
+    of an object): its size is known at once, its bytes are waited for when a read
+    first needs them (for at most ``timeout`` s, and no longer once ``lost()`` says the
+    peer holding it left). A piece that never arrives is a missing object; one of
+    another size, damage."""
 
     POLL = 0.5
     """Seconds between two looks at ``lost()`` while the piece is awaited."""
@@ -264,9 +405,21 @@ class ArrivingPiece:
         arrival: Future[object],
         timeout: float,
         lost: Callable[[], bool] = lambda: False,
+        window: tuple[int, int] | None = None,
     ) -> None:
-        self.url, self.key, self.nbytes = url, key, nbytes
+        self.url, self.key, self.size = url, key, nbytes
+        self.start, self.stop = (0, nbytes) if window is None else window
         self._arrival, self._timeout, self._lost = arrival, timeout, lost
+
+    @property
+    def nbytes(self) -> int:
+        return self.stop - self.start
+
+    def window(self, start: int, stop: int) -> ArrivingPiece:
+        """The bytes ``start:stop`` of this piece, arriving with it."""
+        return ArrivingPiece(
+            self.url, self.key, self.size, self._arrival, self._timeout, self._lost, (start, stop)
+        )
 
     def _received(self) -> object:
         deadline = time.monotonic() + self._timeout
@@ -291,14 +444,14 @@ class ArrivingPiece:
             not isinstance(data, np.ndarray)
             or data.dtype != np.uint8
             or data.ndim != 1
-            or data.nbytes != self.nbytes
+            or data.nbytes != self.size
         ):
             raise CorruptCheckpointError(
-                f"a piece of the peer replica is not the {self.nbytes} bytes its layout says",
+                f"a piece of the peer replica is not the {self.size} bytes its layout says",
                 url=self.url,
                 file=self.key,
             )
-        return data
+        return data[self.start : self.stop]
 
 
 Piece = np.ndarray | ArrivingPiece
@@ -339,12 +492,7 @@ class _MemoryObjects(PathType):
     def _spans(self, key: str, offset: int, end: int) -> Iterable[np.ndarray]:
         """The views of ``key``'s pieces that hold its bytes ``offset:end``, in order
         (waiting for those still on their way)."""
-        start = 0
-        for piece in self._object(key):
-            stop = start + piece.nbytes
-            if offset < stop and start < end:
-                yield _data(piece)[max(offset - start, 0) : min(end, stop) - start]
-            start = stop
+        return _spans_of(self._object(key), offset, end)
 
     def read_into(self, key: str, offset: int, targets: Sequence[memoryview]) -> None:
         size = self.size(key)
@@ -442,17 +590,26 @@ class ReplicaPath(_MemoryObjects):
         self._documents: dict[str, bytes | None] = {}
         self._lent: dict[str, list[tuple[int, int]]] = {}
 
-    def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
-        if not self.lends or key not in self.files or offset < 0:
+    def lend(self, key: str, spans: Sequence[Span]) -> memoryview | None:
+        if not self.lends or key not in self.files or not spans:
             return None
-        spans = list(self._spans(key, offset, offset + nbytes))
-        if len(spans) != 1 or spans[0].nbytes != nbytes:
-            return None  # beyond the object, or across two pieces: copied
+        ends = [(offset, offset + nbytes) for offset, nbytes in spans]
+        if any(start < 0 or start >= end for start, end in ends):
+            return None
+        views: list[np.ndarray] = []
+        for start, end in ends:
+            found = list(self._spans(key, start, end))
+            if len(found) != 1 or found[0].nbytes != end - start:
+                return None  # beyond the object, or across two parts: copied
+            views.append(found[0])
+        joined = _consecutive(views)
+        if joined is None:
+            return None  # not one run of one received piece: copied
         ranges = self._lent.setdefault(key, [])
-        if any(offset < end and start < offset + nbytes for start, end in ranges):
+        if any(low < end and start < high for start, end in ends for low, high in ranges):
             return None  # lent before: two blobs never share memory
-        ranges.append((offset, offset + nbytes))
-        return spans[0].data
+        ranges.extend(ends)
+        return joined.data
 
     def get_document(self, key: str) -> bytes | None:
         if key in self.files:

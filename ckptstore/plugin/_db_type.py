@@ -279,21 +279,19 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
 def _lent_blob(db: DBLocation, record: BlobRecord, dtype: np.dtype[Any]) -> Array | None:
     """``record``'s blob as a view of memory the storage lends (:meth:`PathType.lend`),
     every chunk checked against its checksum whatever the settings say; ``None`` when
-    the read is not :attr:`~DBLocation.whole`, the storage does not lend the bytes or
-    they are not one aligned, unpadded, writable run."""
+    the read is not :attr:`~DBLocation.whole`, the blob's chunks are padded or in
+    several objects, or the storage does not lend their bytes as one aligned,
+    writable run."""
     chunks = record.chunks
     nbytes = math.prod(record.shape) * dtype.itemsize
     if not chunks or nbytes == 0 or any(chunk.stored != chunk.size for chunk in chunks):
         return None
-    start = position = chunks[0].offset
-    for chunk in chunks:
-        if chunk.key != chunks[0].key or chunk.offset != position:
-            return None
-        position += chunk.size
-    if position - start != nbytes:
+    if any(chunk.key != chunks[0].key for chunk in chunks):
+        return None
+    if sum(chunk.size for chunk in chunks) != nbytes:
         return None
     key = db.key(chunks[0].key)
-    view = db.storage.lend(key, start, nbytes) if db.whole else None
+    view = db.storage.lend(key, [(c.offset, c.size) for c in chunks]) if db.whole else None
     if view is None:
         return None
     data = np.frombuffer(view, dtype=np.uint8)

@@ -244,10 +244,11 @@ class PathType(ABC):
         """Store ``data`` as ``key``."""
         self.write_parts(key, [data])
 
-    def lend(self, key: str, offset: int, nbytes: int) -> memoryview | None:
-        """``nbytes`` bytes of ``key`` from ``offset`` on, as a writable view of memory
-        this storage holds and gives up for good, for a read to make it the blob itself
-        instead of copying it (the read still checks its checksum); ``None``: copy.
+    def lend(self, key: str, spans: Sequence[tuple[int, int]]) -> memoryview | None:
+        """The bytes of ``key``'s ``spans`` (``(offset, nbytes)`` each, in order: a
+        blob's chunks), one after another, as a writable view of memory this storage
+        holds and gives up for good, for a read to make it the blob itself instead of
+        copying it (the read still checks its checksums); ``None``: copy.
         Only storages holding objects in memory that nothing reads again lend (a peer
         replica being restored); each byte is lent at most once."""
         return None

@@ -12,7 +12,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
-from functools import partial
+from functools import partial, wraps
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,10 @@ import pytest
 from dask_session.jobs import NODES, expected_state, kept_in_place, state_job
 from distributed import Client
 
-from ckptstore import JobRunner, MultiNodeCheckpointManager, Node, Task
+from ckptstore import IOSettings, JobRunner, MultiNodeCheckpointManager, Node, Task
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
-from ckptstore.dask_session._replica_storage import ReplicaPiece
+from ckptstore.dask_session._replica_storage import LENT_FROM, ReplicaPiece
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
 from ckptstore.records import NodeStats
@@ -41,11 +41,13 @@ def replicas(client: Client) -> Iterator[Client]:
     DaskSession(client).drop_peer_replicas()
 
 
-def train(client: Client, ckpt: str, **options: Any) -> tuple[JobRunner, DaskSession]:
+def train(
+    client: Client, ckpt: str, *, values: int = VALUES, io: IOSettings | None = None, **options: Any
+) -> tuple[JobRunner, DaskSession]:
     """Train the job for :data:`EPOCHS` in a new session with ``options``; returns the
     runner and the (closed) session."""
-    manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
-    runner = JobRunner(state_job(VALUES, EPOCHS), manager)
+    manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json", io=io)
+    runner = JobRunner(state_job(values, EPOCHS), manager)
     with DaskSession(client, **options) as session:
         assert runner.train(session) == EPOCHS
         shipped = session.wait_for_peer_replicas(timeout=60)
@@ -58,18 +60,18 @@ def train(client: Client, ckpt: str, **options: Any) -> tuple[JobRunner, DaskSes
     return runner, session
 
 
-def restore(client: Client, ckpt: str) -> DaskSession:
+def restore(client: Client, ckpt: str, values: int = VALUES) -> DaskSession:
     """Re-run the finished job in a new session (it restores epoch EPOCHS on every
     node), check each node's bytes, and return the session (still open)."""
     client.wait_for_workers(3, timeout=60)
     manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
     session = DaskSession(client, peer_replicas=1)
-    runner = JobRunner(state_job(VALUES, EPOCHS), manager)
+    runner = JobRunner(state_job(values, EPOCHS), manager)
     assert runner.train(session) == EPOCHS
     assert runner.resumed_from_epoch == EPOCHS
     for node in NODES:
         np.testing.assert_array_equal(
-            session.fetch_blob(node, f"{node}/w"), expected_state(node, VALUES, EPOCHS)
+            session.fetch_blob(node, f"{node}/w"), expected_state(node, values, EPOCHS)
         )
     return session
 
@@ -151,6 +153,56 @@ def test_a_replica_held_in_many_pieces_restores_the_node(replicas: Client, tmp_p
             assert ("trainer_1", EPOCHS) in session.restored_from_peers()
     finally:
         replicas.run(_set_frame_limit, None)
+
+
+def _spy_on_frames(on: bool) -> int:
+    """Record the largest frame this worker's TCP comm writes (``on``), or stop and
+    return it."""
+    import distributed.comm.tcp as tcp
+
+    original = getattr(tcp.to_frames, "__wrapped__", tcp.to_frames)
+    if not on:
+        tcp.to_frames = original
+        return int(getattr(tcp, "largest_frame_written", 0))
+    tcp.largest_frame_written = 0  # type: ignore[attr-defined]
+
+    @wraps(original)
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        frames = await original(*args, **kwargs)
+        largest = max((memoryview(frame).nbytes for frame in frames), default=0)
+        tcp.largest_frame_written = max(tcp.largest_frame_written, largest)  # type: ignore[attr-defined]
+        return frames
+
+    tcp.to_frames = spy
+    return 0
+
+
+@LOST_DATA
+def test_a_blob_larger_than_a_comm_frame_travels_in_one_frame_and_becomes_the_blob(
+    replicas: Client, tmp_path: Path
+) -> None:
+    """Frames of 1 MiB, 8 MiB blobs in chunks of 1 MiB (a ZIP header before each): the
+    peer keeps each blob's bytes in a piece of its own, sent in one frame of 8 MiB (Dask
+    would cut it in 8 and join them by copying), which the restore keeps as the blob."""
+    ckpt, values = str(tmp_path / "ckpt"), LENT_FROM // 8
+    replicas.run(_set_frame_limit, 1 << 20)
+    replicas.run(_spy_on_frames, True)
+    try:
+        _, trained = train(
+            replicas, ckpt, values=values, io=IOSettings(chunk_bytes=1 << 20), peer_replicas=1
+        )
+        kill_worker(replicas, trained.node_to_worker()["trainer_1"])
+        replicas.run(_set_frame_limit, 1 << 20)  # on the new worker too
+        hide_node_data(ckpt, "trainer_1")
+        with restore(replicas, ckpt, values) as session:
+            assert ("trainer_1", EPOCHS) in session.restored_from_peers()
+            with Node("trainer_1"):
+                [in_place] = session.run(Task(partial(kept_in_place, name="trainer_1/w")))
+            assert in_place
+    finally:
+        replicas.run(_set_frame_limit, None)
+        largest = max(replicas.run(_spy_on_frames, False).values())
+    assert largest >= LENT_FROM
 
 
 def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Path) -> None:

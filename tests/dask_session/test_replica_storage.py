@@ -16,11 +16,11 @@ from ckptstore.dask_session._replica_storage import (
     LENT_FROM,
     ArrivingPiece,
     NodeReplica,
+    ReplicaLayout,
     ReplicaPath,
     ReplicaPiece,
     capture_node,
     carve,
-    cut_ends,
     replica_pieces,
 )
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
@@ -151,46 +151,80 @@ def test_a_replica_in_pieces_reads_the_same_bytes_and_lends_within_a_piece(
         location.storage,
         lends=True,
     )
-    assert single.lend("k", 4, 4) is not None  # one piece: lent
-    assert single.lend("k", 2, 4) is None  # across two: copied
+    assert single.lend("k", [(4, 4)]) is not None  # one piece: lent
+    assert single.lend("k", [(2, 4)]) is None  # across two: copied
     assert single.read_bytes("k", 2, 5) == bytes(range(2, 7))
 
 
-def test_pieces_end_where_blobs_do_so_each_blob_no_larger_than_a_piece_is_lent(
+def test_spans_consecutive_in_one_piece_are_lent_as_one_view_around_the_bytes_between(
     tmp_path: Path,
 ) -> None:
-    """Blobs of 8 MiB (one npz member each) share an object; pieces of at most 12 MiB,
-    each starting where a blob does, hold each of them whole, kept as the blobs on a
-    restore (checked, not copied). Pieces cut every 12 MiB split one of them."""
+    """A zarr blob's chunks have ZIP headers between them in the object; a peer keeps the
+    chunks' bytes together in one piece, the headers in another, and lends the former."""
+    headers, run = np.arange(100, 104, dtype=np.uint8), np.arange(6, dtype=np.uint8)
+    objects = {"k": (headers[:2], run[:3], headers[2:], run[3:])}
+    storage = ReplicaPath(
+        NodeReplica("root", NODE, EPOCH, objects), saved(tmp_path, "npz").storage, lends=True
+    )
+    assert storage.read_bytes("k") == bytes([100, 101, 0, 1, 2, 102, 103, 3, 4, 5])
+    assert storage.lend("k", [(2, 2), (7, 1)]) is None  # a gap inside the piece: copied
+    lent = storage.lend("k", [(2, 3), (7, 3)])
+    assert lent is not None
+    assert np.shares_memory(np.asarray(lent), run)
+    assert np.asarray(lent).tolist() == list(range(6))
+    assert storage.lend("k", [(2, 3), (7, 3)]) is None  # lent once
+
+
+def received(layout: ReplicaLayout, pieces: list[ReplicaPiece]) -> dict[str, tuple]:
+    """The objects a restore reads: ``layout``'s, made of ``pieces`` as they arrived."""
+    return layout.objects(
+        [arriving(piece, piece.data.nbytes) for piece in pieces]  # each its own buffer
+    )
+
+
+def save_large_blobs(tmp_path: Path, db_type: str, **settings: int) -> tuple[Path, LocalSession]:
     session = LocalSession()
     ws = session.workspace(NODE)
     for name in "abc":
         ws[name] = np.full(LENT_FROM // 8, ord(name), dtype=np.float64)
-    manager = CheckpointManager(str(tmp_path / "ckpt"), NODE, "npz")
+    ws["small"] = np.arange(100, dtype=np.int64)
+    manager = CheckpointManager(str(tmp_path / "ckpt"), NODE, db_type, io=IOSettings(**settings))
     session.run(manager.init([NODE]))
     session.run(manager.save(EPOCH))
-    whole = capture_node(manager.location, NODE, EPOCH)
-    key = max(whole.files, key=lambda name: whole.files[name][0].nbytes)
-    assert whole.files[key][0].nbytes > 3 * LENT_FROM  # the three blobs in one object
-    replica = NodeReplica(
-        whole.root, NODE, EPOCH, {name: whole.pieces(name, 12 << 20) for name in whole.files}
-    )
-    assert len(replica.files[key]) > 2
-    arrays = read(manager.location, ReplicaPath(replica, manager.location.storage, lends=True))
-    for name in "abc":
+    return tmp_path / "ckpt", session
+
+
+@pytest.mark.parametrize(
+    ("db_type", "chunk_bytes"), [("npz", 16 << 20), ("zarr", 16 << 20), ("zarr", 1 << 20)]
+)
+def test_a_peer_keeps_each_large_blob_in_a_piece_of_its_own_which_a_restore_keeps(
+    tmp_path: Path, db_type: str, chunk_bytes: int
+) -> None:
+    """Blobs of 8 MiB share an object (with 1 MiB chunks, zarr puts a ZIP header before
+    each chunk). The peer keeps each blob's bytes in a piece of its own, the other bytes
+    in pieces of at most 1 MiB; a restore keeps each of those pieces as its blob (checked,
+    not copied). Pieces cut every 1 MiB instead split every blob: each is copied."""
+    root, session = save_large_blobs(tmp_path, db_type, chunk_bytes=chunk_bytes)
+    location = CheckpointManager(str(root), NODE, db_type).location
+    whole = capture_node(location, NODE, EPOCH)
+    assert sum(len(runs) for runs in whole.runs.values()) == 3
+    layout, pieces = replica_pieces(whole, 1 << 20)
+    assert layout.valid()
+    assert layout.count == len(pieces)
+    large = [piece for piece in pieces if piece.data.nbytes > 1 << 20]
+    assert [piece.data.nbytes for piece in large] == [LENT_FROM] * 3
+    storage = ReplicaPath(NodeReplica(whole.root, NODE, EPOCH, {}), location.storage, lends=True)
+    storage.files = received(layout, pieces)
+    arrays = read(location, storage)
+    ws = session.workspace(NODE)
+    for name in ["a", "b", "c", "small"]:
         np.testing.assert_array_equal(arrays[name], ws[name])
-        assert shares(arrays[name], replica)
-    evenly = NodeReplica(
-        whole.root,
-        NODE,
-        EPOCH,
-        {
-            name: carve(data, cut_ends(sum(p.nbytes for p in data), (), 12 << 20))
-            for name, data in whole.files.items()
-        },
-    )  # pieces cut every 12 MiB: no blob starts a piece
-    arrays = read(manager.location, ReplicaPath(evenly, manager.location.storage, lends=True))
-    assert not all(shares(arrays[name], evenly) for name in "abc")
+    for name in "abc":
+        assert any(np.shares_memory(arrays[name], piece.data) for piece in large)
+    cut = {key: whole.pieces(key, 1 << 20) for key in whole.files}
+    evenly = NodeReplica(whole.root, NODE, EPOCH, cut)
+    arrays = read(location, ReplicaPath(evenly, location.storage, lends=True))
+    assert not any(shares(arrays[name], evenly) for name in "abc")
 
 
 def test_carving_anew_joins_only_the_pieces_that_straddle() -> None:
@@ -257,14 +291,19 @@ def test_a_peer_keeps_a_replica_as_pieces_of_at_most_a_frame_each(tmp_path: Path
     location = saved(tmp_path, "zarr")
     replica = capture_node(location, NODE, EPOCH)
     layout, pieces = replica_pieces(replica, 100_000)
+    assert layout.valid()
     assert layout.count == len(pieces) > len(replica.files)
     assert all(0 < piece.data.nbytes <= 100_000 for piece in pieces)
-    assert sum(sum(sizes) for sizes in layout.files.values()) == replica.nbytes
-    arrived = iter(pieces)
+    assert sum(layout.pieces) == replica.nbytes
     storage = ReplicaPath(NodeReplica(replica.root, NODE, EPOCH, {}), location.storage)
-    storage.files = {
-        key: tuple(arriving(next(arrived), nbytes) for nbytes in sizes)
-        for key, sizes in layout.files.items()
-    }
+    storage.files = received(layout, pieces)
     arrays = read(location, storage)
     np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
+
+
+def test_a_layout_whose_segments_leave_their_pieces_is_refused() -> None:
+    good = ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 2), (1, 0, 2), (0, 2, 4))})
+    assert good.valid()
+    assert not ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 5), (1, 0, 2))}).valid()
+    assert not ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 4),)}).valid()  # unused
+    assert not ReplicaLayout("root", NODE, EPOCH, (4,), {"k": ((1, 0, 4),)}).valid()

@@ -45,7 +45,7 @@ from benchmarks.report import publish
 from ckptstore import CheckpointManager, MultiNodeCheckpointManager, Node, Task, TaskGroup
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
-from ckptstore.dask_session._replica_storage import ReplicaPiece
+from ckptstore.dask_session._replica_pieces import ReplicaPiece
 from ckptstore.execution import Workspace, WorkspaceType
 from ckptstore.io import crc32c_of
 

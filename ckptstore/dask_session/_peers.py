@@ -44,15 +44,14 @@ from distributed import Client, Future, get_client, get_worker, wait
 
 from ckptstore import protocol
 from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
+from ckptstore.dask_session._replica_pieces import ReplicaLayout, replica_pieces
 from ckptstore.dask_session._replica_storage import (
     ArrivingPiece,
     NodeReplica,
     Piece,
-    ReplicaLayout,
     ReplicaPath,
     capture_node,
     frame_limit,
-    replica_pieces,
 )
 from ckptstore.errors import JobConfigurationError
 from ckptstore.plugin import PathType
@@ -214,7 +213,7 @@ def _fetch(
                 zip(layout.pieces, arrivals.pieces, futures, strict=True)
             )
         ]
-        files = layout.objects(pieces)
+        files: dict[str, tuple[Piece, ...]] = dict(layout.objects(pieces))
         received = all(here not in holders[future.key] for future in futures)
         return arrivals, files, received
     return None

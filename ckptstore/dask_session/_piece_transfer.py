@@ -23,7 +23,7 @@ from distributed.comm.core import Comm
 from distributed.core import Status, send_recv
 from distributed.protocol.serialize import to_serialize
 
-from ckptstore.dask_session._replica_storage import ReplicaPiece
+from ckptstore.dask_session._replica_pieces import ReplicaPiece
 
 __all__ = ["PIECES_IN_FLIGHT", "SERVE_PIECE", "PieceArrivals", "serve_pieces"]
 

@@ -24,7 +24,7 @@ from distributed import Client
 from ckptstore import IOSettings, JobRunner, MultiNodeCheckpointManager, Node, Task
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._peers import PeerReplicas, peer_order, replica_dataset
-from ckptstore.dask_session._replica_storage import LENT_FROM, ReplicaPiece
+from ckptstore.dask_session._replica_pieces import LENT_FROM, ReplicaPiece
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
 from ckptstore.records import NodeStats

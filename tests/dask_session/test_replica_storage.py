@@ -12,16 +12,18 @@ import numpy as np
 import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
-from ckptstore.dask_session._replica_storage import (
+from ckptstore.dask_session._replica_pieces import (
     LENT_FROM,
-    ArrivingPiece,
-    NodeReplica,
     ReplicaLayout,
-    ReplicaPath,
     ReplicaPiece,
-    capture_node,
     carve,
     replica_pieces,
+)
+from ckptstore.dask_session._replica_storage import (
+    ArrivingPiece,
+    NodeReplica,
+    ReplicaPath,
+    capture_node,
 )
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
 from ckptstore.protocol import CheckpointLocation, open_node, read_blobs
@@ -227,16 +229,6 @@ def test_a_peer_keeps_each_large_blob_in_a_piece_of_its_own_which_a_restore_keep
     assert not any(shares(arrays[name], evenly) for name in "abc")
 
 
-def test_carving_anew_joins_only_the_pieces_that_straddle() -> None:
-    first, second = np.arange(6, dtype=np.uint8), np.arange(6, 12, dtype=np.uint8)
-    carved = carve([first, second], [3, 8, 12])
-    assert [piece.tolist() for piece in carved] == [[0, 1, 2], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
-    assert np.shares_memory(carved[0], first)
-    assert np.shares_memory(carved[2], second)
-    assert not np.shares_memory(carved[1], first)
-    assert not np.shares_memory(carved[1], second)
-
-
 def arriving(
     data: object, nbytes: int, *, failed: bool = False, lost: bool = False
 ) -> ArrivingPiece:
@@ -299,11 +291,3 @@ def test_a_peer_keeps_a_replica_as_pieces_of_at_most_a_frame_each(tmp_path: Path
     storage.files = received(layout, pieces)
     arrays = read(location, storage)
     np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
-
-
-def test_a_layout_whose_segments_leave_their_pieces_is_refused() -> None:
-    good = ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 2), (1, 0, 2), (0, 2, 4))})
-    assert good.valid()
-    assert not ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 5), (1, 0, 2))}).valid()
-    assert not ReplicaLayout("root", NODE, EPOCH, (4, 2), {"k": ((0, 0, 4),)}).valid()  # unused
-    assert not ReplicaLayout("root", NODE, EPOCH, (4,), {"k": ((1, 0, 4),)}).valid()

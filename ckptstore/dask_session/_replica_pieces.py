@@ -94,7 +94,7 @@ def blob_runs(manifest: NodeManifest) -> dict[str, tuple[Run, ...]]:
         >>> manifest = NodeManifest("n", 1, "data", {"w": BlobRecord("w", "uint8",
         ...     (2 * LENT_FROM,), chunks=tuple(chunks))})
         >>> blob_runs(manifest)
-        {'data/a.zip': (((100, 8388608), (8388758, 8388608)),)}
+        {'n.1/a.zip': (((100, 8388608), (8388758, 8388608)),)}
     """
     runs: dict[str, list[Run]] = {}
     for record in manifest.blobs.values():

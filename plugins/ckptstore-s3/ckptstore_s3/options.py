@@ -33,6 +33,7 @@ from typing import Any
 
 from ckptstore.object_store import ObjectStoreOptions
 from ckptstore_s3.redaction import protect
+from ckptstore_s3.sessions import shared_session
 
 __all__ = ["MIN_PART_SIZE", "S3Options"]
 
@@ -198,6 +199,7 @@ class S3Options(ObjectStoreOptions):
             "config_kwargs": config,
             "skip_instance_cache": True,
             "max_concurrency": self.max_concurrency,
+            "session": shared_session(self.profile or None),
             **self.passthrough,
         }
         if self.profile:

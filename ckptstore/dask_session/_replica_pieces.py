@@ -209,13 +209,34 @@ def consecutive(views: Sequence[np.ndarray]) -> np.ndarray | None:
     return owner[start - base : position - base]
 
 
+def _apart(runs: Sequence[Run], size: int) -> set[int]:
+    """The indices of ``runs`` whose spans lie inside ``size`` bytes, each nonempty, and
+    share no byte with another run's."""
+    inside = [
+        run
+        for run, spans in enumerate(runs)
+        if spans and all(start >= 0 and n > 0 and start + n <= size for start, n in spans)
+    ]
+    spans = sorted((start, start + n, run) for run in inside for start, n in runs[run])
+    clashing: set[int] = set()
+    reach, owner = -1, -1  # the furthest end so far, and its run
+    for start, end, run in spans:
+        if start < reach:
+            clashing.update((run, owner))
+        if end > reach:
+            reach, owner = end, run
+    return set(inside) - clashing
+
+
 def cut_into_segments(
     size: int, runs: Sequence[Run], limit: int
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """How an object of ``size`` bytes with ``runs`` travels: each run's spans in a piece
     of its own, the other bytes in pieces of at most ``limit`` bytes, in the order the
-    object holds them. Returns, per piece, the index of its run (``-1``: other bytes),
-    and the object's bytes in order as ``(piece, start, stop)``.
+    object holds them. Returns, per piece, the index of its run in ``runs`` (``-1``:
+    other bytes), and the object's bytes in order as ``(piece, start, stop)``. Runs
+    reaching past the object or sharing a byte with another (a forged manifest's) are
+    other bytes: every byte travels once.
 
     Example::
 
@@ -224,8 +245,13 @@ def cut_into_segments(
         [-1, 0, -1]
         >>> segments
         [(0, 0, 2), (1, 0, 2), (0, 2, 3), (1, 2, 4), (0, 3, 4), (2, 0, 2)]
+        >>> cut_into_segments(10, [((2, 4),), ((4, 4),)], 10)  # overlapping: other bytes
+        ([-1], [(0, 0, 10)])
     """
-    labelled = sorted((start, n, run) for run, spans in enumerate(runs) for start, n in spans)
+    kept = _apart(runs, size)
+    labelled = sorted(
+        (start, n, run) for run, spans in enumerate(runs) if run in kept for start, n in spans
+    )
     kinds: list[int] = []
     segments: list[tuple[int, int, int]] = []
     filled: dict[int, int] = {}  # piece -> bytes placed in it so far

@@ -199,7 +199,9 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
     arrays: dict[str, Array] = {}
     buffers: list[memoryview] = []
     copied: list[BlobRecord] = []
-    for record in records:
+    # in the order the bytes are stored: a peer replica's pieces arrive in that order,
+    # so each lent blob is checked as soon as its piece lands
+    for record in sorted(records, key=_stored_at):
         if record.codec != "raw":
             raise UnsupportedBlobError(
                 record.name, f"codec {record.codec!r} needs a DB type that can decode it"
@@ -273,7 +275,12 @@ def read_raw_blobs(db: DBLocation, records: Sequence[BlobRecord]) -> dict[str, A
         yield from coalesced_reads(db, spans)
 
     db.read(requests())
-    return arrays
+    return {record.name: arrays[record.name] for record in records}
+
+
+def _stored_at(record: BlobRecord) -> tuple[str, int]:
+    """Where ``record``'s first chunk is stored: its file and offset."""
+    return (record.chunks[0].key, record.chunks[0].offset) if record.chunks else ("", 0)
 
 
 def _lent_blob(db: DBLocation, record: BlobRecord, dtype: np.dtype[Any]) -> Array | None:

@@ -4,7 +4,9 @@ a copy this worker keeps for others, or bytes lent twice, are copied instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -291,3 +293,34 @@ def test_a_peer_keeps_a_replica_as_pieces_of_at_most_a_frame_each(tmp_path: Path
     storage.files = received(layout, pieces)
     arrays = read(location, storage)
     np.testing.assert_array_equal(arrays["w"], np.arange(1 << 15, dtype=np.float64))
+
+
+class _LendOrder(ReplicaPath):
+    """Records the first offset of every lend asked for."""
+
+    asked: list[int]
+
+    def lend(self, key: str, spans: Sequence[tuple[int, int]]) -> memoryview | None:
+        self.asked.append(spans[0][0])
+        return super().lend(key, spans)
+
+
+def test_a_load_takes_lent_blobs_in_the_order_their_bytes_are_stored(tmp_path: Path) -> None:
+    """A peer copy's pieces arrive in stored order: each blob is checked as its piece
+    lands, not after the last one, whatever order the manifest lists the blobs in."""
+    root, session = save_large_blobs(tmp_path, "zarr", chunk_bytes=1 << 20)
+    location = CheckpointManager(str(root), NODE, "zarr").location
+    whole = capture_node(location, NODE, EPOCH)
+    storage = _LendOrder(NodeReplica(whole.root, NODE, EPOCH, {}), location.storage, lends=True)
+    storage.asked = []
+    layout, pieces = replica_pieces(whole, 1 << 20)
+    storage.files = received(layout, pieces)
+    manifest = open_node(storage, NODE, EPOCH)
+    backwards = sorted(manifest.blobs.values(), key=lambda r: -r.chunks[0].offset)
+    manifest = dataclasses.replace(manifest, blobs={r.name: r for r in backwards})
+    arrays = read_blobs(storage, manifest, None, location.reader_for(manifest), location.engine())
+    assert list(arrays) == [record.name for record in backwards]  # as the manifest lists them
+    assert len(storage.asked) == 4
+    assert storage.asked == sorted(storage.asked)
+    for name in "abc":
+        np.testing.assert_array_equal(arrays[name], session.workspace(NODE)[name])

@@ -221,6 +221,24 @@ def test_a_damaged_replica_falls_back_to_the_root(replicas: Client, tmp_path: Pa
         assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
 
 
+def test_keys_holding_something_else_than_a_replica_piece_are_not_served(
+    replicas: Client, tmp_path: Path
+) -> None:
+    """A peer serves a restore only the replica pieces it holds: another value under a
+    replica's key is refused, and the node is read from the root."""
+    ckpt = str(tmp_path / "ckpt")
+    train(replicas, ckpt, peer_replicas=1)
+    name = replica_dataset(ckpt, "trainer_1") + "0"
+    epoch, layout, futures = replicas.get_dataset(name)
+    raw = [piece.data.copy() for piece in replicas.gather(futures)]  # right bytes, not pieces
+    forged = replicas.scatter(raw)
+    replicas.unpublish_dataset(name)
+    replicas.publish_dataset((epoch, layout, forged), name=name)
+    del futures, forged
+    with restore(replicas, ckpt) as session:
+        assert ("trainer_1", EPOCHS) not in session.restored_from_peers()
+
+
 @LOST_DATA
 def test_with_no_surviving_replica_the_node_is_read_from_the_root(
     replicas: Client, tmp_path: Path

@@ -11,7 +11,6 @@ one array's memory.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -118,32 +117,15 @@ Segment = tuple[int, int, int]
 
 
 def carve(pieces: Sequence[np.ndarray], ends: Sequence[int]) -> tuple[np.ndarray, ...]:
-    """The consecutive bytes of ``pieces``, cut anew to end at ``ends``: each a view
-    where it lies in one of ``pieces``, else joined into memory of its own.
+    """The consecutive bytes of ``pieces``, cut anew to end at ``ends``
+    (:func:`gathered`: a view where a cut lies in one piece, else joined).
 
     Example::
 
         >>> [p.tolist() for p in carve([np.arange(3, dtype=np.uint8)] * 2, [2, 4, 6])]
         [[0, 1], [2, 0], [1, 2]]
     """
-    starts = [0]
-    for piece in pieces:
-        starts.append(starts[-1] + piece.nbytes)
-    carved: list[np.ndarray] = []
-    start = 0
-    for end in ends:
-        index = min(max(bisect.bisect_right(starts, start) - 1, 0), max(len(pieces) - 1, 0))
-        if pieces and end <= starts[index + 1]:
-            carved.append(pieces[index][start - starts[index] : end - starts[index]])
-        else:
-            joined = np.empty(end - start, np.uint8)
-            for piece, first in zip(pieces, starts, strict=False):
-                low, high = max(start, first), min(end, first + piece.nbytes)
-                if low < high:
-                    joined[low - start : high - start] = piece[low - first : high - first]
-            carved.append(joined)
-        start = end
-    return tuple(carved)
+    return tuple(gathered(pieces, [(start, end - start)]) for start, end in pairwise([0, *ends]))
 
 
 def gathered(pieces: Sequence[np.ndarray], spans: Sequence[Span]) -> np.ndarray:
@@ -159,6 +141,8 @@ def gathered(pieces: Sequence[np.ndarray], spans: Sequence[Span]) -> np.ndarray:
         True
     """
     parts = [part for start, n in spans for part in spans_of(pieces, start, start + n, _itself)]
+    if len(parts) == 1:
+        return parts[0]
     joined = consecutive(parts)
     if joined is not None:
         return joined

@@ -65,7 +65,6 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -94,6 +93,7 @@ from ckptstore.io import (
     interleaved,
     kept_pool,
     memory_residue,
+    run_together,
     write_groups,
 )
 from ckptstore.io import crc32_buffer as _crc32
@@ -344,14 +344,7 @@ def _close_all(targets: Sequence[PositionalWriter]) -> None:
     """Close every archive, all at once: an object store uploads each one on close (one
     PUT each, under its multipart threshold), a local disk syncs each file. Raises the
     first failure once every close has ended; the caller deletes the attempt."""
-    if len(targets) == 1:
-        targets[0].close()
-        return
-    pool = kept_pool("ckptstore-close", ARCHIVE_THREADS)
-    closes = [pool.submit(target.close) for target in targets]
-    wait(closes)
-    for close in closes:
-        close.result()
+    run_together("ckptstore-close", ARCHIVE_THREADS, [target.close for target in targets])
 
 
 @dataclass

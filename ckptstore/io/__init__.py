@@ -42,7 +42,7 @@ from ckptstore.io._engine import (
     WriteResult,
 )
 from ckptstore.io._gc import paused_gc
-from ckptstore.io._pools import borrowed_pool, kept_pool
+from ckptstore.io._pools import borrowed_pool, kept_pool, run_together
 from ckptstore.io._priority import lower_thread_priority
 from ckptstore.io._progress import ByteProgress, NodeProgress
 from ckptstore.io._settings import IOSettings, usable_cpus
@@ -131,6 +131,7 @@ __all__ = [
     "paused_gc",
     "plan_direct",
     "resolve_key",
+    "run_together",
     "shared_key",
     "slice_views",
     "usable_cpus",

@@ -7,6 +7,8 @@ started). A forked child makes its own pools: the parent's threads are not in it
 * :func:`borrowed_pool`: a pool of a call's own while it runs, taken from the idle ones
   and given back (for a call whose work may start another call: it never waits on a
   busy pool).
+* :func:`run_together`: calls run at once on a kept pool, the first on the caller's
+  thread; returns once all ended, raising the first failure.
 
 Example::
 
@@ -15,18 +17,22 @@ Example::
     >>> with borrowed_pool("ckptstore-example", 2, []) as pool:
     ...     pool.submit(sum, [1, 2]).result()
     3
+    >>> done = []
+    >>> run_together("ckptstore-example", 2, [lambda: done.append(1), lambda: done.append(2)])
+    >>> sorted(done)
+    [1, 2]
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["borrowed_pool", "kept_pool"]
+__all__ = ["borrowed_pool", "kept_pool", "run_together"]
 
 _KEPT: dict[tuple[int, str, int], ThreadPoolExecutor] = {}
 _IDLE: dict[tuple[int, str, int], list[ThreadPoolExecutor]] = {}
@@ -45,6 +51,24 @@ def kept_pool(name: str, threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _KEPT[place] = ThreadPoolExecutor(threads, thread_name_prefix=name)
         return pool
+
+
+def run_together(name: str, threads: int, calls: Sequence[Callable[[], object]]) -> None:
+    """Run ``calls`` at once: the first on this thread, the others on the kept pool
+    ``name`` of ``threads`` threads. Returns once every one has ended (none is left
+    running), raising the first failure in their order."""
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    pool = kept_pool(name, threads)
+    others = [pool.submit(call) for call in calls[1:]]
+    try:
+        calls[0]()
+    finally:
+        wait(others)
+    for future in others:
+        future.result()
 
 
 @contextmanager

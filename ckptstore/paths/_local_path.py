@@ -39,7 +39,6 @@ import shutil
 import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import wait
 from functools import partial
 from typing import IO, Any, ClassVar
 
@@ -54,7 +53,7 @@ from ckptstore.errors import (
     StorageNotWritableError,
     storage_error,
 )
-from ckptstore.io import DIRECT_FROM, IOSettings, kept_pool, usable_cpus
+from ckptstore.io import DIRECT_FROM, IOSettings, run_together, usable_cpus
 from ckptstore.paths._file_io import (
     EARLY_WRITEBACK_BYTES,
     _directory_in_memory,
@@ -691,18 +690,8 @@ def _fsync_dirs(directories: Sequence[str]) -> None:
     other waited for a commit each (a save's attempt, node and root directories: three).
     A directory gone meanwhile (the staging of a failed save) has nothing to make
     durable. Returns once every one is synced; raises the first error."""
-    if len(directories) <= 1:
-        for directory in directories:
-            _fsync_dir_if_there(directory)
-        return
-    pool = kept_pool("ckptstore-fsync", _SYNC_THREADS)
-    others = [pool.submit(_fsync_dir_if_there, directory) for directory in directories[1:]]
-    try:
-        _fsync_dir_if_there(directories[0])
-    finally:
-        wait(others)
-    for future in others:
-        future.result()
+    calls = [partial(_fsync_dir_if_there, directory) for directory in directories]
+    run_together("ckptstore-fsync", _SYNC_THREADS, calls)
 
 
 def _fsync_dir_if_there(directory: str) -> None:

@@ -57,9 +57,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import wait
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 
 from ckptstore._types import Array
 from ckptstore.errors import (
@@ -72,7 +72,7 @@ from ckptstore.errors import (
     ObjectNotFoundError,
 )
 from ckptstore.execution import as_blob
-from ckptstore.io import ParallelIO, crc32c_of, is_shared_key, kept_pool, paused_gc
+from ckptstore.io import ParallelIO, crc32c_of, is_shared_key, paused_gc, run_together
 from ckptstore.plugin import DBLocation, DBType, PathType
 from ckptstore.protocol._bounds import check_decodable, check_pieces_fit, corrupt_in_node
 from ckptstore.protocol._chunks import ChunkStore, release_intents
@@ -445,12 +445,8 @@ def commit_epoch(
 
     try:
         firsts = commits[:-1]
-        if len(firsts) > 1 and not storage.batches_small_requests:  # round trips: at once
-            pool = kept_pool("ckptstore-commit", 16)
-            done = [pool.submit(create, commit) for commit in firsts]
-            wait(done)
-            for future in done:
-                future.result()
+        if not storage.batches_small_requests:  # round trips: at once
+            run_together("ckptstore-commit", 16, [partial(create, commit) for commit in firsts])
         else:
             for commit in firsts:
                 create(commit)

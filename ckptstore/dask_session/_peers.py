@@ -43,7 +43,7 @@ from typing import Any
 from distributed import Client, Future, get_client, get_worker, wait
 
 from ckptstore import protocol
-from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
+from ckptstore.dask_session._piece_transfer import PieceArrivals, frame_limit, serve_pieces
 from ckptstore.dask_session._replica_pieces import ReplicaLayout, replica_pieces
 from ckptstore.dask_session._replica_storage import (
     ArrivingPiece,
@@ -51,7 +51,6 @@ from ckptstore.dask_session._replica_storage import (
     Piece,
     ReplicaPath,
     capture_node,
-    frame_limit,
 )
 from ckptstore.errors import JobConfigurationError
 from ckptstore.plugin import PathType

@@ -25,13 +25,21 @@ from distributed.protocol.serialize import to_serialize
 
 from ckptstore.dask_session._replica_pieces import ReplicaPiece
 
-__all__ = ["PIECES_IN_FLIGHT", "SERVE_PIECE", "PieceArrivals", "serve_pieces"]
+__all__ = ["PIECES_IN_FLIGHT", "SERVE_PIECE", "PieceArrivals", "frame_limit", "serve_pieces"]
 
 SERVE_PIECE = "ckptstore_replica_piece"
 """The worker handler answering a request for one replica piece."""
 
 PIECES_IN_FLIGHT = 2
 """Pieces of one replica a restore receives at once (while it checks those arrived)."""
+
+
+def frame_limit() -> int:
+    """The largest buffer Dask's TCP comm sends as one frame in this process
+    (``distributed.comm.shard`` when the comm was imported)."""
+    from distributed.comm.tcp import TCP
+
+    return max(1, int(TCP.max_shard_size))
 
 
 def serve_pieces(worker: Worker) -> None:

@@ -42,6 +42,7 @@ from typing import IO, ClassVar
 import numpy as np
 
 from ckptstore._types import Buffer
+from ckptstore.dask_session._piece_transfer import frame_limit
 from ckptstore.dask_session._replica_pieces import (
     LEAD,
     ReplicaPiece,
@@ -108,14 +109,6 @@ def _rebuilt(
     runs: dict[str, tuple[Run, ...]],
 ) -> NodeReplica:
     return NodeReplica(root, node, epoch, files, runs)
-
-
-def frame_limit() -> int:
-    """The largest buffer Dask's TCP comm sends as one frame in this process
-    (``distributed.comm.shard`` when the comm was imported)."""
-    from distributed.comm.tcp import TCP
-
-    return max(1, int(TCP.max_shard_size))
 
 
 class ArrivingPiece:

@@ -212,22 +212,34 @@ def check(expected: dict[str, np.ndarray[Any, Any]], found: Any) -> None:
 # -- scenarios ---------------------------------------------------------------------------
 
 
+IN_MEMORY = {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(1 << 40)}
+"""moto's environment to keep every object in memory: by default it writes each object
+over 5 MiB to a temporary file, on the disk the benchmark's local saves use."""
+
+
 @contextlib.contextmanager
-def loopback_server(niceness: int = 0) -> Iterator[str]:
-    with MotoServer(command_prefix=_nice(niceness)) as server:
+def loopback_server(niceness: int = 0, *, in_memory: bool = False) -> Iterator[str]:
+    with MotoServer(command_prefix=_nice(niceness), env=IN_MEMORY if in_memory else None) as server:
         server.create_bucket("bench")
         yield server.endpoint_url
 
 
 @contextlib.contextmanager
 def delayed_server(
-    network: NetworkNamespace, delay_ms: float, port: int, niceness: int = 0
+    network: NetworkNamespace,
+    delay_ms: float,
+    port: int,
+    niceness: int = 0,
+    *,
+    in_memory: bool = False,
 ) -> Iterator[str]:
-    """moto in ``network`` (and the latency relay, without netem), both at ``niceness``."""
+    """moto in ``network`` (and the latency relay, without netem), both at ``niceness``;
+    ``in_memory``: moto writes no object to disk (:data:`IN_MEMORY`)."""
     server = MotoServer(
         host=network.inner_address,
         port=port,
         command_prefix=[*network.exec_prefix, *_nice(niceness)],
+        env=IN_MEMORY if in_memory else None,
     )
     with server:
         server.create_bucket("bench")

@@ -260,18 +260,25 @@ def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def s3_link(latency_ms: float, rate_mibps: float, *, no_latency: bool) -> Iterator[tuple[str, str]]:
-    """The S3 endpoint and a description of its link."""
+def s3_link(
+    latency_ms: float, rate_mibps: float, *, no_latency: bool, in_memory: bool = False
+) -> Iterator[tuple[str, str]]:
+    """The S3 endpoint and a description of its link (``in_memory``: moto writes no
+    object to a temporary file)."""
+    kept = ", objects in memory" if in_memory else ""
     if no_latency:
-        with loopback_server() as endpoint:
-            yield endpoint, "moto on loopback, no added latency or cap"
+        with loopback_server(in_memory=in_memory) as endpoint:
+            yield endpoint, f"moto on loopback, no added latency or cap{kept}"
         return
     with NetworkNamespace("ckptpeers", delay_ms=latency_ms, rate_mibps=rate_mibps) as network:
         how = "tc netem" if network.netem else "a user-space relay (no sch_netem here)"
         how += "; the cap by netem's rate" if network.netem else "; the cap by tbf"
         port = 9600 + os.getpid() % 300
-        with delayed_server(network, latency_ms, port) as endpoint:
-            yield endpoint, f"moto, +{latency_ms:g} ms per request and {rate_mibps:g} MiB/s ({how})"
+        with delayed_server(network, latency_ms, port, in_memory=in_memory) as endpoint:
+            yield (
+                endpoint,
+                (f"moto, +{latency_ms:g} ms per request and {rate_mibps:g} MiB/s ({how}){kept}"),
+            )
 
 
 def report(result: dict[str, Any], args: argparse.Namespace, link: str) -> str:
@@ -331,12 +338,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--rate-mibps", type=float, default=250.0)
     parser.add_argument("--no-latency", action="store_true", help="moto on loopback")
+    parser.add_argument(
+        "--moto-in-memory",
+        action="store_true",
+        help="moto keeps its objects in memory, not in temporary files (as in benchmarks.tiers)",
+    )
     parser.add_argument("--docs", action="store_true", help="update docs/benchmarks-tables.md")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.smoke:
         args.mib, args.repeat = 8, 1
-    with s3_link(args.latency_ms, args.rate_mibps, no_latency=args.no_latency) as (endpoint, link):
+    with s3_link(
+        args.latency_ms, args.rate_mibps, no_latency=args.no_latency, in_memory=args.moto_in_memory
+    ) as (endpoint, link):
         print(f"S3: {link}", flush=True)
         result = measure(endpoint, args.mib * MiB, args.repeat)
     publish(

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -451,9 +452,11 @@ class ManagerBase(ABC):
                     log.error("after-commit work of epoch %d failed", epoch, exc_info=True)
             return results
 
-        return self._saver.submit(
-            epoch, session, lambda: self._stage_group(epoch, options), finish, max_in_flight
-        )
+        # with pause_during_saves, a copy's process waits while the training does
+        with self.tiers.paused() if self.tiers is not None else contextlib.nullcontext():
+            return self._saver.submit(
+                epoch, session, lambda: self._stage_group(epoch, options), finish, max_in_flight
+            )
 
     def wait_for_saves(self, timeout: float | None = None) -> None:
         """Wait for every asynchronous save to finish; raises the first failure nobody

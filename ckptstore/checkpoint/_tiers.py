@@ -44,10 +44,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
@@ -247,20 +247,21 @@ class Tiers:
                 self._thread.start()
         self._queue.put((epoch, tuple(nodes)))
 
-    def pause(self) -> None:
+    def pause(self) -> bool:
         """A save starts: stop the copy's child process (with ``pause_during_saves``
-        and ``copy_in_process``; otherwise nothing)."""
+        and ``copy_in_process``; otherwise nothing). Whether this call stopped it."""
         if not (self.pause_during_saves and self.copy_in_process):
-            return
+            return False
         with self._lock:
             child = self._child
             if child is None or self._paused is not None:
-                return
+                return False
             self._paused = threading.Timer(PAUSE_LIMIT, self.resume)
             self._paused.daemon = True
             self._paused.start()
         with suppress(ProcessLookupError):
             os.kill(child, signal.SIGSTOP)
+        return True
 
     def resume(self) -> None:
         """A save ended: let a copy :meth:`pause` stopped go on."""
@@ -273,6 +274,17 @@ class Tiers:
         if child is not None:
             with suppress(ProcessLookupError):
                 os.kill(child, signal.SIGCONT)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """:meth:`pause` for the ``with`` block (an asynchronous save's snapshot: what
+        the training waits for), then :meth:`resume` if this block paused."""
+        stopped = self.pause()
+        try:
+            yield
+        finally:
+            if stopped:
+                self.resume()
 
     def in_transit(self) -> set[int]:
         """Epochs committed on the first root and not yet copied (or given up on): the

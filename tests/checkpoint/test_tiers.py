@@ -388,6 +388,32 @@ def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> Non
     assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
 
 
+def test_an_async_save_stops_the_copy_process_only_while_it_copies_the_state(
+    tmp_path: Path,
+) -> None:
+    manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
+    tiers = manager.tiers
+    tiers.copy_in_process = tiers.pause_during_saves = True
+    session.run(manager.save(1))
+    tiers.wait()
+    child = tiers._child
+    assert child is not None
+    seen: list[str] = []
+    resume = tiers.resume
+
+    def seen_then_resume() -> None:
+        seen.append(_process_state(child))
+        resume()
+
+    tiers.resume = seen_then_resume  # type: ignore[method-assign]
+    future = manager.save_async(2, session)  # returns once the state is staged
+    assert seen[:1] == ["T"]  # stopped while the state was copied
+    assert _process_state(child) != "T"  # going on while the write runs
+    future.result(timeout=60)
+    tiers.wait()
+    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
+
+
 _KILLED_JOB = """
 import os, signal, sys
 import numpy as np

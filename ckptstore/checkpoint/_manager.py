@@ -304,9 +304,13 @@ class ManagerBase(ABC):
             legacy=epoch in self._legacy_epochs,
         )
 
-    def _commit_hook(self, epoch: int) -> Callable[[list[object]], list[NodeStats]]:
+    def _commit_hook(
+        self, epoch: int, *, ends_pause: bool = True
+    ) -> Callable[[list[object]], list[NodeStats]]:
         """The commit after every node's part of the save of ``epoch``; with several
-        roots, it then queues the epoch's copy to the later ones."""
+        roots, it then queues the epoch's copy to the later ones. ``ends_pause``: it
+        lets a copy the save paused go on (an asynchronous save's commit does not: its
+        pause ended with the snapshot, and another save's may be running)."""
         commit = partial(commit_saves, storage=self.location, epoch=epoch, fence=self.writer_fence)
         tiers = self.tiers
         if tiers is None:
@@ -317,7 +321,8 @@ class ManagerBase(ABC):
             try:
                 committed = commit(results)
             finally:
-                tiers.resume()
+                if ends_pause:
+                    tiers.resume()
             tiers.after_commit(epoch, nodes)
             return committed
 
@@ -478,7 +483,7 @@ class ManagerBase(ABC):
     def _finish_group(self, epoch: int, tickets: list[Any]) -> Task | TaskGroup:
         """What waits for the staged writes, then commits as a synchronous save does."""
         by_node = dict(zip(self.node_names(), tickets, strict=True))
-        commit = Hooks(after=self._commit_hook(epoch))
+        commit = Hooks(after=self._commit_hook(epoch, ends_pause=False))
         return self._on_every_node(
             lambda manager: manager._await_work(epoch, by_node[manager.node_name]),
             "checkpoint_await_save",

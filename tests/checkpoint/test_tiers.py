@@ -406,12 +406,14 @@ def test_an_async_save_stops_the_copy_process_only_while_it_copies_the_state(
         resume()
 
     tiers.resume = seen_then_resume  # type: ignore[method-assign]
-    future = manager.save_async(2, session)  # returns once the state is staged
-    assert seen[:1] == ["T"]  # stopped while the state was copied
+    manager.save_async(2, session)  # returns once the state is staged
     assert _process_state(child) != "T"  # going on while the write runs
-    future.result(timeout=60)
+    # waits for epoch 2's commit first (one save in flight): the copy stays stopped
+    manager.save_async(3, session).result(timeout=60)
+
+    assert seen == ["T", "T"]  # only the snapshots ended the pauses, each while stopped
     tiers.wait()
-    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
+    assert tiers.holding(3, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
 
 
 _KILLED_JOB = """

@@ -324,17 +324,14 @@ def table(rows: list[Row], size: int) -> list[str]:
 
 
 @contextmanager
-def moto(latency_ms: float | None, *, in_memory: bool = False) -> Iterator[str]:
-    """A fresh moto server (``in_memory``: it writes no object to a temporary file)."""
+def moto(latency_ms: float | None) -> Iterator[str]:
     if latency_ms is None:
-        with loopback_server(in_memory=in_memory) as endpoint:
+        with loopback_server() as endpoint:
             yield endpoint
         return
     with (
         NetworkNamespace("ckptdcp", delay_ms=latency_ms) as network,
-        delayed_server(
-            network, latency_ms, 9600 + os.getpid() % 300, in_memory=in_memory
-        ) as endpoint,
+        delayed_server(network, latency_ms, 9600 + os.getpid() % 300) as endpoint,
     ):
         yield endpoint
 
@@ -407,7 +404,7 @@ def s3_lines(
 ) -> list[str]:
     """The moto rows: ckptstore against DCP's fsspec storage with ``best`` threads."""
     latency = None if args.smoke else args.latency_ms
-    with moto(latency, in_memory=args.moto_in_memory) as endpoint:
+    with moto(latency) as endpoint:
         options = s3_options(endpoint)
         storages = [
             Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
@@ -421,7 +418,6 @@ def s3_lines(
         ]
         s3_rows = measure_paired(storages, args.repeat, work)
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
-    label += ", objects in memory" if args.moto_in_memory else ""
     lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
     return lines + table(s3_rows, size)
 
@@ -434,11 +430,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--no-s3", action="store_true", help="local disk only")
     parser.add_argument("--only-s3", action="store_true", help="moto only (no disk rows)")
-    parser.add_argument(
-        "--moto-in-memory",
-        action="store_true",
-        help="moto keeps its objects in memory, not in temporary files on this disk",
-    )
     parser.add_argument(
         "--threads",
         type=int,

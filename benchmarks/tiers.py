@@ -25,7 +25,9 @@ bandwidth cap of ``--mibps`` MiB/s (250; netem's ``delay`` and ``rate``, from
   process, paused during saves, save_async``: ``manager.save_async``, which returns once
   the state is copied into staging buffers (the write, the commit and the copy's start
   follow in the background; the pause lasts while the state is copied); these rows are
-  judged against the local-only ``save_async`` loop.
+  judged against the local-only ``save_async`` loop;
+* ``local then local, save_async``: the copy goes to a second root on the local disk,
+  not to moto (whose process shares the 2 cores and the memory).
 
 moto keeps its objects in memory (``--moto-on-disk``: in temporary files, its default):
 a remote store does not write to the disk the local saves use.
@@ -33,7 +35,8 @@ a remote store does not write to the disk the local saves use.
 Reported: time blocked per save (median), the loop's wall time (including, for the
 tiered rows, the wait at the end until S3 holds the last epoch), and the durable tier's
 lag: how many epochs S3 was behind the local root right after each save returned (1 is
-the least possible: the copy of the epoch just saved has only started).
+the least possible: the copy of the epoch just saved has only started; after a
+``save_async``, the epoch just staged counts though its write is still running).
 
     python -m benchmarks.tiers           # full run: benchmarks/results/tiers.md
     python -m benchmarks.tiers --lag     # 32 MiB per epoch, 8 s compute: the uplink outpaces the state
@@ -81,6 +84,8 @@ class Row:
     server_niceness: int = 0
     pause: bool = False
     async_save: bool = False
+    second_local: bool = False
+    """A second root on the local disk instead of S3 (the copy without the fake S3)."""
 
 
 ROWS = [
@@ -114,6 +119,7 @@ ROWS = [
         pause=True,
         async_save=True,
     ),
+    Row("local then local, save_async", second_local=True, async_save=True),
 ]
 ASYNC = {row.name for row in ROWS if row.async_save}
 LAG_ROWS = [
@@ -423,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             limits = where
             roots: list[str | CheckpointLocation] = [f"{local}/run"] if row.local else []
             roots += [s3_root(endpoint)] if row.s3 else []
+            roots += [f"{local}/second"] if row.second_local else []
             loop = run_loop(row, roots, make_state(args.mib), args, number)
             loops.append(loop)
             print(

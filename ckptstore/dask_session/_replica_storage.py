@@ -268,7 +268,10 @@ class _ClosingWriter(io.BytesIO):
 
     def close(self) -> None:
         if not self.closed:
-            self._storage.write_parts(self._key, [self.getbuffer()])
+            # getvalue, not getbuffer: an export of the buffer outlives write_parts
+            # whenever something holds its frame (Dask's profiler samples every thread),
+            # and the close below then fails (BufferError); the bytes share the buffer
+            self._storage.write_parts(self._key, [self.getvalue()])
         super().close()
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ckptstore import CheckpointManager, IOSettings, LocalSession
+from ckptstore._types import Buffer
 from ckptstore.dask_session._replica_pieces import (
     LENT_FROM,
     ReplicaLayout,
@@ -25,6 +26,7 @@ from ckptstore.dask_session._replica_storage import (
     ArrivingPiece,
     NodeReplica,
     ReplicaPath,
+    _MemoryObjects,
     capture_node,
 )
 from ckptstore.errors import CorruptCheckpointError, ObjectNotFoundError
@@ -324,3 +326,20 @@ def test_a_load_takes_lent_blobs_in_the_order_their_bytes_are_stored(tmp_path: P
     assert storage.asked == sorted(storage.asked)
     for name in "abc":
         np.testing.assert_array_equal(arrays[name], session.workspace(NODE)[name])
+
+
+def test_a_written_stream_closes_while_something_still_holds_what_it_handed_over() -> None:
+    memory = _MemoryObjects("peer-replica:trainer_0")
+    held: list[Sequence[Buffer]] = []
+    write_parts = memory.write_parts
+
+    def holding(key: str, parts: Sequence[Buffer]) -> None:  # as a profiler's frame does
+        held.append(parts)
+        write_parts(key, parts)
+
+    memory.write_parts = holding  # type: ignore[method-assign]
+    with memory.open_write("archive") as out:
+        out.write(b"abc")
+
+    assert memory.read_bytes("archive") == b"abc"
+    assert held  # still held: the stream closed all the same

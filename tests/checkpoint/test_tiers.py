@@ -365,32 +365,9 @@ def _process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> None:
-    manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
-    tiers = manager.tiers
-    tiers.copy_in_process = tiers.pause_during_saves = True
-    session.run(manager.save(1))
-    tiers.wait()
-    child = tiers._child
-    assert child is not None
-    seen: list[str] = []
-    resume = tiers.resume
-
-    def seen_then_resume() -> None:  # called once the save committed
-        seen.append(_process_state(child))
-        resume()
-
-    tiers.resume = seen_then_resume  # type: ignore[method-assign]
-    session.run(manager.save(2))
-    assert seen == ["T"]  # stopped while the save ran
-    assert _process_state(child) != "T"
-    tiers.wait()
-    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
-
-
-def test_an_async_save_stops_the_copy_process_only_while_it_copies_the_state(
-    tmp_path: Path,
-) -> None:
+def _pausing_copy(tmp_path: Path) -> tuple[Any, LocalSession, int, list[str]]:
+    """A manager whose copies run in a child process paused during saves, epoch 1 copied,
+    and the child's state (``T``: stopped) noted at each :meth:`Tiers.resume` call."""
     manager, session = _saving(tmp_path / "fast", tmp_path / "durable", 1.0)
     tiers = manager.tiers
     tiers.copy_in_process = tiers.pause_during_saves = True
@@ -406,6 +383,24 @@ def test_an_async_save_stops_the_copy_process_only_while_it_copies_the_state(
         resume()
 
     tiers.resume = seen_then_resume  # type: ignore[method-assign]
+    return manager, session, child, seen
+
+
+def test_a_save_stops_the_copy_process_until_it_committed(tmp_path: Path) -> None:
+    manager, session, child, seen = _pausing_copy(tmp_path)
+    tiers = manager.tiers
+    session.run(manager.save(2))
+    assert seen == ["T"]  # stopped while the save ran
+    assert _process_state(child) != "T"
+    tiers.wait()
+    assert tiers.holding(2, ["trainer_0"]) == [str(tmp_path / "fast"), str(tmp_path / "durable")]
+
+
+def test_an_async_save_stops_the_copy_process_only_while_it_copies_the_state(
+    tmp_path: Path,
+) -> None:
+    manager, session, child, seen = _pausing_copy(tmp_path)
+    tiers = manager.tiers
     manager.save_async(2, session)  # returns once the state is staged
     assert _process_state(child) != "T"  # going on while the write runs
     # waits for epoch 2's commit first (one save in flight): the copy stays stopped

@@ -14,7 +14,9 @@ Storages: ckptstore's ``Writer`` / ``Reader`` against DCP's ``FileSystemWriter``
 ``FileSystemReader`` on local disk (the writer's ``thread_count`` swept over 1, 2, 4, 8
 and the fastest median save used, named in the table), and against DCP's
 ``FsspecWriter`` / ``FsspecReader`` (s3fs) on a moto S3 server with +20 ms per request
-(the network namespace of :mod:`benchmarks.object_store`). A time is the slowest rank's,
+(the network namespace of :mod:`benchmarks.object_store`), keeping its objects in memory
+(``--moto-on-disk``: in temporary files on this disk, moto's default), each storage's
+older epochs deleted after each save so that moto holds at most two. A time is the slowest rank's,
 between barriers; page caches are dropped before each disk load when allowed (root).
 ``dcp.async_save``: the time the call blocks the training loop (staging), and in total.
 Bytes read are the loading ranks' ``rchar`` (every byte a read syscall returned, disk
@@ -46,17 +48,20 @@ import torch
 import torch._dynamo  # DTensor's first use imports it: once here, not in every fork
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from fsspec.core import url_to_fs
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 from benchmarks.measure import _rchar
 from benchmarks.network import NetworkNamespace
-from benchmarks.object_store import delayed_server, loopback_server
+from benchmarks.object_store import delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
 from benchmarks.system import drop_caches
 from benchmarks.workload import make_workload
+from ckptstore.checkpoint import KeepLast, carry_out, plan_retention
 from ckptstore.plugin import get_registry
+from ckptstore.protocol import CheckpointLocation, storage_of
 from ckptstore.torch.dcp import Reader, Writer
 
 GiB = float(1 << 30)
@@ -90,6 +95,19 @@ class Storage:
         if self.kind == "fs":
             return dcp.FileSystemReader(f"{self.root}/e{epoch}")
         return FsspecReader(f"{self.root}/e{epoch}", **self.options)
+
+    def keep_only(self, epoch: int) -> None:
+        """Delete every saved epoch but ``epoch``, the newest (ckptstore: its own
+        retention, what ``ckptstore gc --keep-last 1`` does)."""
+        if self.kind == "ckptstore":
+            location = CheckpointLocation.open(self.root, "zarr", storage_options=self.options)
+            storage = storage_of(location)
+            carry_out(storage, plan_retention(storage, KeepLast(1)))
+            return
+        fs, root = url_to_fs(self.root, **self.options)
+        for path in fs.ls(root, detail=False):
+            if path.rstrip("/").rsplit("/", 1)[-1] != f"e{epoch}":
+                fs.rm(path, recursive=True)
 
 
 def sharded(mesh: Any, empty: bool) -> dict[str, Any]:
@@ -127,9 +145,9 @@ def async_save(state: dict[str, Any], writer: Any, blocked: list[float]) -> None
 def rank_main(
     rank: int, world: int, port: int, storages: list[Storage], plan: list[Any], out: str
 ) -> None:
-    """Run ``plan`` (``[op, epoch]`` pairs: save, async, load; ``[op, epoch, which]``:
-    on ``storages[which]``, else the first) on this rank; append one result per
-    operation to ``out.<rank>``."""
+    """Run ``plan`` (``[op, epoch]`` pairs: save, async, load, keep; ``[op, epoch,
+    which]``: on ``storages[which]``, else the first) on this rank; append one result per
+    operation but keep (every epoch but this one deleted) to ``out.<rank>``."""
     os.environ["OMP_NUM_THREADS"] = "1"
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
@@ -150,6 +168,10 @@ def rank_main(
             results.append(
                 {"op": op, "seconds": timed(save), "blocked": blocked[0], "which": which}
             )
+        elif op == "keep":  # untimed, no result
+            if rank == 0:
+                storage.keep_only(epoch)
+            dist.barrier()
         else:
             state = sharded(mesh, empty=True)
             load = partial(dcp.load, state, storage_reader=storage.reader(epoch))
@@ -236,14 +258,22 @@ def measure_storage(
     return row
 
 
-def measure_paired(storages: list[Storage], repeat: int, work: Path) -> list[Row]:
+def measure_paired(
+    storages: list[Storage], repeat: int, work: Path, *, keep_one: bool = False
+) -> list[Row]:
     """Saves, async saves and loads on 2 ranks of every storage, in one job, each
-    operation on every storage back to back (their ratios see the same load)."""
+    operation on every storage back to back (their ratios see the same load).
+    ``keep_one``: after each save, every older epoch is deleted (untimed; a moto keeping
+    its objects in memory would hold every repeat's), and the loads read the newest."""
     rows = [Row(storage.name) for storage in storages]
     which = range(len(storages))
-    plan = [["save", epoch, n] for epoch in range(1, repeat + 1) for n in which]
-    plan += [["async", epoch, n] for epoch in range(101, 101 + repeat) for n in which]
-    plan += [["load", 1, n] for _ in range(repeat) for n in which]
+    saves = [["save", epoch, n] for epoch in range(1, repeat + 1) for n in which]
+    saves += [["async", epoch, n] for epoch in range(101, 101 + repeat) for n in which]
+    plan = []
+    for save in saves:
+        plan += [save, ["keep", *save[1:]]] if keep_one else [save]
+    loaded = 100 + repeat if keep_one else 1
+    plan += [["load", loaded, n] for _ in range(repeat) for n in which]
     for result in run_job(storages, 2, plan, work):
         row, storage = rows[result["which"]], storages[result["which"]]
         if result["op"] == "save":
@@ -324,14 +354,15 @@ def table(rows: list[Row], size: int) -> list[str]:
 
 
 @contextmanager
-def moto(latency_ms: float | None) -> Iterator[str]:
+def moto(latency_ms: float | None, in_memory: bool) -> Iterator[str]:
     if latency_ms is None:
-        with loopback_server() as endpoint:
+        with loopback_server(in_memory=in_memory) as endpoint:
             yield endpoint
         return
+    port = 9600 + os.getpid() % 300
     with (
         NetworkNamespace("ckptdcp", delay_ms=latency_ms) as network,
-        delayed_server(network, latency_ms, 9600 + os.getpid() % 300) as endpoint,
+        delayed_server(network, latency_ms, port, in_memory=in_memory) as endpoint,
     ):
         yield endpoint
 
@@ -404,7 +435,8 @@ def s3_lines(
 ) -> list[str]:
     """The moto rows: ckptstore against DCP's fsspec storage with ``best`` threads."""
     latency = None if args.smoke else args.latency_ms
-    with moto(latency) as endpoint:
+    in_memory = not args.moto_on_disk
+    with moto(latency, in_memory) as endpoint:
         options = s3_options(endpoint)
         storages = [
             Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
@@ -416,8 +448,9 @@ def s3_lines(
                 best,
             ),
         ]
-        s3_rows = measure_paired(storages, args.repeat, work)
+        s3_rows = measure_paired(storages, args.repeat, work, keep_one=in_memory)
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
+    label += f", {moto_storage(in_memory)}"
     lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
     return lines + table(s3_rows, size)
 
@@ -435,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="DCP's writer threads (default: the disk sweep's best, 1 with --only-s3)",
+    )
+    parser.add_argument(
+        "--moto-on-disk",
+        action="store_true",
+        help="let moto keep objects over 5 MiB in temporary files on this disk (its "
+        "default; the runs before 2026-11-29), and every epoch saved",
     )
     parser.add_argument("--workloads", default="mixed-1g,gpt2-adam")
     parser.add_argument("--directory", type=Path, default=None, help="on the disk to measure")

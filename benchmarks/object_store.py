@@ -217,6 +217,11 @@ IN_MEMORY = {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(1 << 40)}
 over 5 MiB to a temporary file, on the disk the benchmark's local saves use."""
 
 
+def moto_storage(in_memory: bool) -> str:
+    """Where moto keeps its objects, as the benchmarks' tables say it."""
+    return "objects in memory" if in_memory else "objects in temporary files on this disk"
+
+
 @contextlib.contextmanager
 def loopback_server(niceness: int = 0, *, in_memory: bool = False) -> Iterator[str]:
     with MotoServer(command_prefix=_nice(niceness), env=IN_MEMORY if in_memory else None) as server:

@@ -40,7 +40,7 @@ import numpy as np
 from distributed import Client, LocalCluster, get_worker, wait
 
 from benchmarks.network import NetworkNamespace
-from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server
+from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
 from ckptstore import CheckpointManager, MultiNodeCheckpointManager, Node, Task, TaskGroup
 from ckptstore.dask_session import DaskSession
@@ -265,7 +265,7 @@ def s3_link(
 ) -> Iterator[tuple[str, str]]:
     """The S3 endpoint and a description of its link (``in_memory``: moto writes no
     object to a temporary file)."""
-    kept = ", objects in memory" if in_memory else ""
+    kept = f", {moto_storage(True)}" if in_memory else ""
     if no_latency:
         with loopback_server(in_memory=in_memory) as endpoint:
             yield endpoint, f"moto on loopback, no added latency or cap{kept}"

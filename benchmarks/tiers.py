@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.network import NetworkNamespace
-from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server
+from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
 from ckptstore import LocalSession, Node
 from ckptstore.checkpoint import CheckpointManager
@@ -262,7 +262,7 @@ def server(args: argparse.Namespace, niceness: int = 0) -> Iterator[tuple[str, s
     write to the disk the local saves use, and moto's temporary files there (each object
     over 5 MiB) were flushed by the kernel while later saves ran."""
     in_memory = not args.moto_on_disk
-    where = "objects in memory" if in_memory else "objects in temporary files on the saves' disk"
+    where = moto_storage(in_memory)
     if args.smoke:
         with loopback_server(niceness, in_memory=in_memory) as endpoint:
             yield endpoint, f"loopback, no limits, {where}"

@@ -2,8 +2,10 @@
 thread pool, a bytes-in-flight memory budget, chunking of arrays, checksums (CRC-32 for
 chunks; CRC-32C for documents and for the chunks of manifests written before).
 
-The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors`. What it needs
-from a path type is the :class:`EngineStorage` protocol.
+The bottom layer: imports nothing of ckptstore but :mod:`ckptstore.errors` (and the
+package's shared helpers: types, environment variables). What it needs from a path type
+is the :class:`EngineStorage` protocol. :func:`write_watch` tells incremental saves
+which memory was written since they last read it.
 """
 
 from ckptstore._types import Buffer, byte_view
@@ -69,6 +71,8 @@ from ckptstore.io._write_plan import (
     interleaved,
     write_groups,
 )
+from ckptstore.io._write_watch import ENV as WRITE_WATCH_ENV
+from ckptstore.io._write_watch import Ends, Look, WriteWatch, write_watch
 from ckptstore.io._zip import ZipLayout
 from ckptstore.io._zip_check import ArchiveBounds, UnsafeArchiveError, check_archive
 
@@ -86,12 +90,15 @@ __all__ = [
     "PIECED_FROM",
     "SHARED_MARK",
     "VERIFY_WINDOW",
+    "WRITE_WATCH_ENV",
     "ArchiveBounds",
     "ArrayChunk",
     "Buffer",
     "ByteProgress",
+    "Ends",
     "EngineStorage",
     "IOSettings",
+    "Look",
     "MemoryBudget",
     "NodeProgress",
     "ParallelIO",
@@ -104,6 +111,7 @@ __all__ = [
     "UnsafeArchiveError",
     "WriteRequest",
     "WriteResult",
+    "WriteWatch",
     "ZipLayout",
     "aligned_buffer",
     "aligned_pieces",
@@ -137,4 +145,5 @@ __all__ = [
     "usable_cpus",
     "windows",
     "write_groups",
+    "write_watch",
 ]

@@ -55,12 +55,16 @@ from ckptstore.errors import (
 from ckptstore.io import (
     CHUNK_STORE_DIR,
     SHARED_MARK,
+    WRITE_WATCH_ENV,
+    Ends,
+    Look,
     aligned_buffer,
     chunk_object_key,
     crc32_of,
     is_shared_key,
     kept_pool,
     shared_key,
+    write_watch,
 )
 from ckptstore.plugin import DBLocation, PathType
 from ckptstore.protocol._control import control_keys
@@ -134,6 +138,14 @@ class _Remembered:
     """Whether every chunk had changed since the save before that one (dense)."""
     archived: int = 0
     """The saves since then that wrote it to the node's archive."""
+    address: int = 0
+    """Where its bytes were in memory (0: a copy of them)."""
+    stamp: int = 0
+    """The write watch's look at that memory before that save read it (0: none)."""
+    unwatched: int = 0
+    """Saves since the watch let its memory go, written all over (0: watched)."""
+    ends: Ends | None = None
+    """Hashes of its bytes in its first and last pages (see ``Look.settle_ends``)."""
 
     def to_archive(self) -> bool:
         """Whether the next save writes the blob to the node's archive, unhashed."""
@@ -168,7 +180,10 @@ class _Piece:
     name: str = ""
     crc: int = 0
     trusted: bool = False
-    """Named after the previous save, unread (a blob declared frozen)."""
+    """Named after the previous save, unread (a blob declared frozen, or memory the
+    write watch saw no write to)."""
+    watched: bool = False
+    """Trusted because the write watch saw no write to its memory."""
     same: bool = False
     """Whether the chunk is the one the previous save had at its place."""
     staged: str | None = None
@@ -189,7 +204,13 @@ class ChunkStore:
     runs); a broken promise found there raises
     :class:`~ckptstore.errors.JobConfigurationError` and nothing is committed. A broken
     promise not found there saves the previous bytes: declare only what nothing
-    writes (a frozen base of fine-tuning)."""
+    writes (a frozen base of fine-tuning).
+
+    Without a promise, chunks of memory the kernel saw no write to since the previous
+    save read them are named the same way, unread (:class:`~ckptstore.io.WriteWatch`;
+    Linux 6.7+, else every chunk is read). They are checked as frozen ones are; a
+    changed one found there turns the watch off for the process and the save reads
+    every chunk instead."""
 
     def __init__(
         self, storage: PathType, node: str, epoch: int, *, frozen: Iterable[str] = ()
@@ -232,11 +253,16 @@ class ChunkStore:
             name: replace(previous[name], archived=previous[name].archived + 1) for name in left
         }
         blobs = {name: array for name, array in blobs.items() if name not in left}
+        looks = {name: self._look(name, array, previous) for name, array in blobs.items()}
         pieces = [
             piece
             for number, (name, array) in enumerate(blobs.items())
             for piece in _cut(name, number, array)
         ]
+        for piece in pieces:
+            look = looks[piece.blob][1]
+            if look.unchanged(piece.index * CHUNK_BYTES, piece.data.nbytes):
+                piece.watched = _trust(piece, previous)
         if pieces:
             self._store(db, pieces, previous)
         records: dict[str, BlobRecord] = {}
@@ -255,13 +281,42 @@ class ChunkStore:
                 and bool(own_pieces)
                 and not any(p.index < len(before.chunks) and p.same for p in own_pieces)
             )
+            address, look, ends = looks[name]
+            unwatched = _unwatched(before, look, changing)
+            if unwatched == 1:  # no page faults on memory written all over at each save
+                write_watch().release(address, int(array.nbytes))
             known[name] = _Remembered(
                 [_Known(p.name, p.crc, p.data.nbytes) for p in own_pieces],
                 int(array.nbytes),
                 changing,
+                address=address,
+                stamp=0 if unwatched else look.stamp,
+                unwatched=unwatched,
+                ends=ends,
             )
         self._known = known
         return records
+
+    def _look(
+        self, name: str, array: Array, previous: Mapping[str, _Remembered]
+    ) -> tuple[int, Look, Ends | None]:
+        """The blob's address in memory, the write watch's look at it (before its bytes
+        are read): which pages were written since the previous save's look, and the
+        hashes of its ends."""
+        if not array.flags.c_contiguous:
+            return 0, Look(0), None  # saved from a copy, at a new address each time
+        address, nbytes = int(array.ctypes.data), int(array.nbytes)
+        before = previous.get(name)
+        if before is not None and before.unwatched % PROBE_EVERY:
+            return address, Look(0), None  # written all over lately: every 8th save looks
+        same = before is not None and before.address == address and before.nbytes == nbytes
+        stamp = before.stamp if before is not None and same else 0
+        consumer = (self.storage.display_url, self.node, name)
+        look = write_watch().look(consumer, address, nbytes, stamp)
+        if not look.stamp:
+            return address, look, None
+        data = array.reshape(-1).view(np.uint8).data
+        return address, *look.settle_ends(data, before.ends if before and same else None)
 
     def _store(
         self, db: DBLocation, pieces: list[_Piece], previous: Mapping[str, _Remembered]
@@ -279,7 +334,11 @@ class ChunkStore:
                     _trust(piece, previous)
             rest = [piece for piece in pieces if not piece.trusted]
             list(pool.map(lambda piece: self._stage(piece, previous), rest))
-            self._check_one_trusted(pieces)
+            if not self._check_one_trusted(pieces):
+                rest = [piece for piece in pieces if piece.watched]
+                for piece in rest:
+                    piece.trusted = piece.watched = piece.same = False
+                list(pool.map(lambda piece: self._stage(piece, previous), rest))
             names = sorted({piece.name for piece in pieces})
             self._announce(names)
             # a collection running now may not have seen the intent: then every
@@ -371,23 +430,41 @@ class ChunkStore:
         return piece.name, shared_key(name)
 
     def _check_trusted(self, piece: _Piece) -> None:
-        """Raise unless a chunk of a blob declared frozen holds the bytes it is named
-        after (no-op for a chunk that was read)."""
-        if piece.trusted and xxhash.xxh3_128_hexdigest(piece.data) != piece.name:
+        """Raise unless a chunk of a blob declared frozen, or of memory the write watch
+        saw unwritten, holds the bytes it is named after (no-op for a chunk that was
+        read)."""
+        if not piece.trusted or xxhash.xxh3_128_hexdigest(piece.data) == piece.name:
+            return
+        if piece.watched:
+            write_watch().disable(f"blob {piece.blob!r} of node {self.node!r}")
             raise JobConfigurationError(
-                f"blob {piece.blob!r} of node {self.node!r} was declared frozen, but its "
-                "bytes changed since the previous save: nothing was committed. Take it out "
-                "of frozen= (its bytes are then read at every save)"
+                f"the bytes of blob {piece.blob!r} of node {self.node!r} changed since the "
+                "previous save without a write the kernel saw (a device writing into "
+                "pinned memory?): nothing was committed. The next save reads every chunk; "
+                f"set {WRITE_WATCH_ENV}=off to read them always"
             )
+        raise JobConfigurationError(
+            f"blob {piece.blob!r} of node {self.node!r} was declared frozen, but its "
+            "bytes changed since the previous save: nothing was committed. Take it out "
+            "of frozen= (its bytes are then read at every save)"
+        )
 
-    def _check_one_trusted(self, pieces: Sequence[_Piece]) -> None:
-        """Check one chunk of the blobs declared frozen, the next one at each save."""
+    def _check_one_trusted(self, pieces: Sequence[_Piece]) -> bool:
+        """Check one trusted chunk, the next one at each save; False when it was one of
+        watched memory and changed (the watch is then off for the process)."""
         trusted = [piece for piece in pieces if piece.trusted]
-        if trusted:
-            with _MEMORY_LOCK:
-                place = (self.storage.display_url, self.node)
-                turn = _CHECKED[place] = _CHECKED.get(place, -1) + 1
+        if not trusted:
+            return True
+        with _MEMORY_LOCK:
+            place = (self.storage.display_url, self.node)
+            turn = _CHECKED[place] = _CHECKED.get(place, -1) + 1
+        try:
             self._check_trusted(trusted[turn % len(trusted)])
+        except JobConfigurationError:
+            if not trusted[turn % len(trusted)].watched:
+                raise
+            return False
+        return True
 
     def remember(self) -> None:
         """After the node's save: its chunks are what the next save compares with."""
@@ -454,6 +531,19 @@ def _warn_of(storage: PathType, markers: Sequence[str]) -> None:
             storage.display_url,
             key,
         )
+
+
+def _unwatched(before: _Remembered | None, look: Look, changing: bool) -> int:
+    """The blob's saves since the watch let it go (1: let go now). Memory written all
+    over between two saves (dense updates, a buffer copied into at each save) is let go:
+    a write to a watched page costs a page fault."""
+    if look.stamp:
+        written = look.written
+        if written is not None and written.size > 2:
+            written = written[1:-1]  # its end pages may have been settled by their bytes
+        rewritten = written is not None and bool(written.all())
+        return 1 if changing or rewritten else 0
+    return before.unwatched + 1 if before is not None and before.unwatched else 0
 
 
 def _trust(piece: _Piece, previous: Mapping[str, _Remembered]) -> bool:

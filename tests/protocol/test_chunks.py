@@ -20,7 +20,7 @@ from test_values import VALUES, assert_same
 from ckptstore import CheckpointManager, JobRunner, LocalSession, MultiNodeCheckpointManager
 from ckptstore.builtin import LocalPath, NpzDB, ZarrDB
 from ckptstore.errors import CorruptCheckpointError, JobConfigurationError
-from ckptstore.io import CHUNK_STORE_DIR, ParallelIO, chunk_object_key
+from ckptstore.io import CHUNK_STORE_DIR, WRITE_WATCH_ENV, ParallelIO, chunk_object_key
 from ckptstore.protocol import (
     CheckpointLocation,
     _chunks,
@@ -96,17 +96,10 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the chunks saves hash (read), in order."""
-    sizes: list[int] = []
-    real = _chunks.xxhash.xxh3_128_hexdigest
-
-    def counted(data: memoryview) -> str:
-        sizes.append(data.nbytes)
-        return real(data)
-
-    monkeypatch.setattr(_chunks.xxhash, "xxh3_128_hexdigest", counted)
-    return sizes
+def unwatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk not declared frozen is read (no write watch: see
+    test_chunks_write_watch.py), so that the counts of reads below are frozen='s."""
+    monkeypatch.setenv(WRITE_WATCH_ENV, "off")
 
 
 @pytest.mark.parametrize("db_type", ["zarr", "npz"])
@@ -192,7 +185,7 @@ def test_a_blob_that_changes_whole_goes_to_the_archive_until_a_probe_finds_it_un
 
 
 def test_blobs_declared_frozen_are_not_read_and_a_broken_promise_is_caught(
-    tmp_path: Path, tiny_chunks: None, hashed: list[int]
+    tmp_path: Path, tiny_chunks: None, unwatched: None, hashed: list[int]
 ) -> None:
     rng = np.random.default_rng(10)
     tree = {"base": {"w": rng.standard_normal(2048)}, "head": rng.standard_normal(512)}
@@ -255,7 +248,7 @@ def test_a_save_looks_up_the_chunks_it_did_not_write_together_and_its_intent_uns
 
 
 def test_frozen_takes_paths_into_the_tree(
-    tmp_path: Path, tiny_chunks: None, hashed: list[int]
+    tmp_path: Path, tiny_chunks: None, unwatched: None, hashed: list[int]
 ) -> None:
     tree = {"model": {"base": np.ones(2048), "lora": np.zeros(512)}}
     save_tree(str(tmp_path), 0, tree, incremental=True)
@@ -268,7 +261,7 @@ def test_frozen_takes_paths_into_the_tree(
 
 
 def test_managers_take_frozen_blobs_for_every_node_holding_them(
-    tmp_path: Path, tiny_chunks: None, hashed: list[int]
+    tmp_path: Path, tiny_chunks: None, unwatched: None, hashed: list[int]
 ) -> None:
     session = LocalSession()
     session.workspace("trainer_0").update(base=np.ones(2048), head=np.zeros(512))

@@ -354,7 +354,9 @@ def table(rows: list[Row], size: int) -> list[str]:
 
 
 @contextmanager
-def moto(latency_ms: float | None, in_memory: bool) -> Iterator[str]:
+def moto(latency_ms: float | None, in_memory: bool = False) -> Iterator[str]:
+    """A moto server's endpoint: on loopback (``latency_ms`` None) or in a network
+    namespace with that latency; ``in_memory``: it writes no object to disk."""
     if latency_ms is None:
         with loopback_server(in_memory=in_memory) as endpoint:
             yield endpoint

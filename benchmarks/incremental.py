@@ -20,9 +20,10 @@ bytes written per save after the first (the growth of the root), save time and t
 process's CPU time (medians; the CPU time is the steadier measure on a loaded machine),
 the root's bytes after all epochs (the full saves' is their size times the epochs), the
 root's bytes after deleting all but the newest epoch and collecting, and the load time of
-the newest epoch against a full epoch of the same state, alternating ``--loads`` times:
-the first load (cold: saves write ``O_DIRECT``), and the medians of the later ones
-(wall-clock and CPU; the page cache may hold them, unless other jobs evict it).
+the newest epoch against a full epoch of the same state, alternating ``--loads`` times
+(each goes first in turn): the first load (cold: saves write ``O_DIRECT``), and the
+medians of the later ones (wall-clock and CPU; the page cache may hold them, unless
+other jobs evict it).
 
     python -m benchmarks.incremental              # 20 epochs, local disk (/tmp)
     python -m benchmarks.incremental --s3         # on a moto server instead
@@ -215,9 +216,12 @@ def run(workload: Workload, opened: Callable[[str], CheckpointLocation], args: A
     full_epoch = min(args.full_epochs, args.epochs) - 1
     incr_stored = stored_bytes(incremental)
     full_loads, incr_loads = [], []
-    for _ in range(args.loads):
+    for turn in range(args.loads):  # in turn first: neither gains from the other's leftovers
+        if turn % 2:
+            incr_loads.append(load_state(incremental, newest, state))
         full_loads.append(load_state(full, full_epoch, state))
-        incr_loads.append(load_state(incremental, newest, state))
+        if not turn % 2:
+            incr_loads.append(load_state(incremental, newest, state))
     enforce(incremental.storage, KeepLast(1))
     collect_chunks(incremental.storage)
     newest_only = stored_bytes(incremental)

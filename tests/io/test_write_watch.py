@@ -30,12 +30,11 @@ def own_pages(nbytes: int) -> np.ndarray[Any, Any]:
 
 
 @pytest.fixture
-def watch() -> Iterator[WriteWatch]:
-    """A watch of its own (not the process's), on a kernel that can watch."""
+def watch(write_watched: None) -> Iterator[WriteWatch]:
+    """A watch of its own (not the process's)."""
     fresh = WriteWatch()
     probe = own_pages(MiB)
-    if not fresh.look("probe", probe.ctypes.data, probe.nbytes, 0).stamp:
-        pytest.skip("this kernel cannot watch writes (userfaultfd WP_ASYNC: Linux 6.7+)")
+    assert fresh.look("probe", probe.ctypes.data, probe.nbytes, 0).stamp
     yield fresh
     fresh.close()
 

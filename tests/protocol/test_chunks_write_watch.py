@@ -13,22 +13,13 @@ import pytest
 
 from ckptstore.builtin import LocalPath, ZarrDB
 from ckptstore.errors import JobConfigurationError
-from ckptstore.io import Look, ParallelIO, WriteWatch, write_watch
+from ckptstore.io import WRITE_WATCH_ENV, Look, ParallelIO, WriteWatch
 from ckptstore.protocol import _chunks, commit_epoch, write_node
 from ckptstore.protocol._commit import open_node, read_blobs
 
 Array = np.ndarray[Any, Any]
 MiB = 1 << 20
 CHUNK = _chunks.CHUNK_BYTES
-
-
-@pytest.fixture(autouse=True)
-def watching() -> None:
-    probe = np.ones(MiB, np.uint8)
-    watched = write_watch().look("probe", probe.ctypes.data, probe.nbytes, 0).stamp
-    write_watch().release(probe.ctypes.data, probe.nbytes)
-    if not watched:
-        pytest.skip("this kernel cannot watch writes (userfaultfd WP_ASYNC: Linux 6.7+)")
 
 
 def save(root: Path, epoch: int, blobs: dict[str, Array]) -> None:
@@ -59,6 +50,7 @@ def state() -> dict[str, Array]:
     }
 
 
+@pytest.mark.usefixtures("write_watched")
 def test_a_save_reads_only_the_chunks_written_since_the_previous_one(
     tmp_path: Path, hashed: list[int]
 ) -> None:
@@ -80,6 +72,7 @@ def test_a_save_reads_only_the_chunks_written_since_the_previous_one(
             np.testing.assert_array_equal(got[name], array)
 
 
+@pytest.mark.usefixtures("write_watched")
 def test_a_save_that_failed_after_looking_makes_the_next_read_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed: list[int]
 ) -> None:
@@ -97,6 +90,7 @@ def test_a_save_that_failed_after_looking_makes_the_next_read_everything(
     assert load(tmp_path, 2)["base"][0] == 42.0
 
 
+@pytest.mark.usefixtures("write_watched")
 def test_roots_saving_the_same_memory_each_see_every_write(tmp_path: Path) -> None:
     blobs = state()
     first, second = tmp_path / "a", tmp_path / "b"
@@ -152,6 +146,7 @@ def test_an_unseen_change_to_a_chunk_to_write_again_fails_the_save(
     assert blind.disabled
 
 
+@pytest.mark.usefixtures("write_watched")
 def test_memory_written_all_over_at_each_save_is_let_go(tmp_path: Path) -> None:
     """A write to watched memory costs a page fault per page after each save; memory
     written all over since the previous save (changed, or copied into again with the
@@ -189,3 +184,17 @@ def test_memory_written_all_over_at_each_save_is_let_go(tmp_path: Path) -> None:
         remembered = _chunks._MEMORY[(LocalPath(str(tmp_path)).display_url, "t")]
         stamps.append(bool(remembered["copied"].stamp))
     assert stamps == [False] * (_chunks.PROBE_EVERY - 1) + [True]  # the 8th looks again
+
+
+def test_with_the_watch_off_every_chunk_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed: list[int]
+) -> None:
+    """What every save does where the kernel cannot watch (and what it did before)."""
+    monkeypatch.setenv(WRITE_WATCH_ENV, "off")
+    blobs = state()
+    save(tmp_path, 0, blobs)
+    blobs["base"][0] = 2.0
+    hashed.clear()
+    save(tmp_path, 1, blobs)
+    assert len(hashed) == 5
+    assert load(tmp_path, 1)["base"][0] == 2.0

@@ -24,8 +24,6 @@ from ckptstore.errors import (  # noqa: E402
     InvalidEpochError,
     JobConfigurationError,
 )
-from ckptstore.io import write_watch  # noqa: E402
-from ckptstore.protocol import _chunks  # noqa: E402
 from ckptstore.torch import load_state, restore, save, save_state  # noqa: E402
 from ckptstore.tree import save_tree  # noqa: E402
 
@@ -218,19 +216,10 @@ def test_an_incremental_save_stores_a_frozen_layer_once_and_restores_bit_for_bit
     assert torch.equal(fresh_head.weight, head.weight)
 
 
-def test_parameters_nothing_wrote_to_are_not_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("write_watched")
+def test_parameters_nothing_wrote_to_are_not_read_again(tmp_path: Path, hashed: list[int]) -> None:
     """Without frozen_keys=, the kernel's write watch (Linux 6.7+) tells the save which
     tensors' memory was written since the previous save."""
-    probe = np.ones(1 << 20, np.uint8)
-    if not write_watch().look("probe", probe.ctypes.data, probe.nbytes, 0).stamp:
-        pytest.skip("this kernel cannot watch writes (userfaultfd WP_ASYNC: Linux 6.7+)")
-    hashed: list[int] = []
-    real = _chunks.xxhash.xxh3_128_hexdigest
-    monkeypatch.setattr(
-        _chunks.xxhash, "xxh3_128_hexdigest", lambda data: hashed.append(1) or real(data)
-    )
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 4))
     model[0].requires_grad_(False)  # the frozen base: 16 MiB of weights, four chunks

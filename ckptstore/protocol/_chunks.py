@@ -259,9 +259,10 @@ class ChunkStore:
             for number, (name, array) in enumerate(blobs.items())
             for piece in _cut(name, number, array)
         ]
-        for piece in pieces:
-            look = looks[piece.blob][1]
-            if look.unchanged(piece.index * CHUNK_BYTES, piece.data.nbytes):
+        for piece in pieces:  # named after the previous save's chunk at its place, unread
+            if piece.blob in self.frozen:
+                _trust(piece, previous)
+            elif looks[piece.blob][1].unchanged(piece.index * CHUNK_BYTES, piece.data.nbytes):
                 piece.watched = _trust(piece, previous)
         if pieces:
             self._store(db, pieces, previous)
@@ -327,11 +328,7 @@ class ChunkStore:
         # 0.61 s with 16, one 1 GiB file 0.65 s)
         pool = kept_pool("ckptstore-chunks", max(db.io.settings.concurrency, WRITERS))
         try:
-            # named, and (on local disk) changed chunks written to temporary files;
-            # those of blobs declared frozen take their names here, unread
-            for piece in pieces:
-                if piece.blob in self.frozen:
-                    _trust(piece, previous)
+            # named, and (on local disk) changed chunks written to temporary files
             rest = [piece for piece in pieces if not piece.trusted]
             list(pool.map(lambda piece: self._stage(piece, previous), rest))
             if not self._check_one_trusted(pieces):
@@ -432,11 +429,10 @@ class ChunkStore:
     def _check_trusted(self, piece: _Piece) -> None:
         """Raise unless a chunk of a blob declared frozen, or of memory the write watch
         saw unwritten, holds the bytes it is named after (no-op for a chunk that was
-        read)."""
-        if not piece.trusted or xxhash.xxh3_128_hexdigest(piece.data) == piece.name:
+        read); a watched one that does not turns the watch off."""
+        if not self._broken(piece):
             return
         if piece.watched:
-            write_watch().disable(f"blob {piece.blob!r} of node {self.node!r}")
             raise JobConfigurationError(
                 f"the bytes of blob {piece.blob!r} of node {self.node!r} changed since the "
                 "previous save without a write the kernel saw (a device writing into "
@@ -449,6 +445,15 @@ class ChunkStore:
             "of frozen= (its bytes are then read at every save)"
         )
 
+    def _broken(self, piece: _Piece) -> bool:
+        """Whether ``piece`` was trusted unread and does not hold the bytes it is named
+        after; for watched memory, the watch is then turned off for the process."""
+        if not piece.trusted or xxhash.xxh3_128_hexdigest(piece.data) == piece.name:
+            return False
+        if piece.watched:
+            write_watch().disable(f"blob {piece.blob!r} of node {self.node!r}")
+        return True
+
     def _check_one_trusted(self, pieces: Sequence[_Piece]) -> bool:
         """Check one trusted chunk, the next one at each save; False when it was one of
         watched memory and changed (the watch is then off for the process)."""
@@ -458,12 +463,10 @@ class ChunkStore:
         with _MEMORY_LOCK:
             place = (self.storage.display_url, self.node)
             turn = _CHECKED[place] = _CHECKED.get(place, -1) + 1
-        try:
-            self._check_trusted(trusted[turn % len(trusted)])
-        except JobConfigurationError:
-            if not trusted[turn % len(trusted)].watched:
-                raise
-            return False
+        checked = trusted[turn % len(trusted)]
+        if checked.watched:
+            return not self._broken(checked)
+        self._check_trusted(checked)
         return True
 
     def remember(self) -> None:

@@ -87,6 +87,11 @@ class Row:
     second_local: bool = False
     """A second root on the local disk instead of S3 (the copy without the fake S3)."""
 
+    @property
+    def local_alone(self) -> bool:
+        """Saves to the local disk and nowhere else: what the other rows are judged by."""
+        return self.local and not self.s3 and not self.second_local
+
 
 ROWS = [
     Row("local only"),
@@ -121,7 +126,7 @@ ROWS = [
     ),
     Row("local then local, save_async", second_local=True, async_save=True),
 ]
-ASYNC = {row.name for row in ROWS if row.async_save}
+BY_NAME = {row.name: row for row in ROWS}
 LAG_ROWS = [
     "local only",
     "S3 only",
@@ -164,10 +169,11 @@ def merged(loops: list[Loop]) -> list[Loop]:
 def local_saves(loops: list[Loop], name: str) -> list[float]:
     """The blocked times row ``name`` is judged against: every save of the local-only
     loops saving the same way (``save`` or ``save_async``)."""
+    judged = BY_NAME[name]
     return [
         seconds
         for loop in loops
-        if loop.name.startswith("local only") and (loop.name in ASYNC) == (name in ASYNC)
+        if BY_NAME[loop.name].local_alone and BY_NAME[loop.name].async_save == judged.async_save
         for seconds in loop.blocked
     ]
 

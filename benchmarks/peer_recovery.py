@@ -28,8 +28,6 @@ import contextlib
 import logging
 import os
 import platform
-import shutil
-import signal
 import statistics
 import sys
 import time
@@ -48,6 +46,7 @@ from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
 from ckptstore.dask_session._replica_pieces import ReplicaPiece
 from ckptstore.execution import Workspace, WorkspaceType
 from ckptstore.io import crc32c_of
+from ckptstore.testing.dask_workers import kill_worker
 
 NODES = ("trainer_0", "trainer_1", "trainer_2")
 LOST = "trainer_1"
@@ -77,29 +76,6 @@ def _group(build: Any) -> TaskGroup:
         with Node(node), group:
             build(node)
     return group
-
-
-def kill_worker(client: Client, address: str) -> str:
-    """SIGKILL the worker process at ``address`` and remove its local directory; returns
-    the address of the fresh worker the nanny starts instead."""
-    before = set(client.nthreads())
-
-    def where(dask_worker: Any) -> tuple[int, str]:
-        return os.getpid(), str(dask_worker.local_directory)
-
-    pid, directory = client.run(where, workers=[address])[address]
-    os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(directory, ignore_errors=True)
-    deadline = time.monotonic() + 120
-    while True:
-        now = set(client.nthreads())
-        fresh = now - before
-        if address not in now and fresh and len(now) == len(NODES):
-            return fresh.pop()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no fresh worker replaced {address}")
-        client.wait_for_workers(len(NODES), timeout=120)
-        time.sleep(0.1)  # polling the scheduler's view of the cluster, not synchronising
 
 
 def warm_up(client: Client, worker: str, options: dict[str, str]) -> None:
@@ -228,7 +204,7 @@ def measure(endpoint: str, nbytes: int, repeat: int) -> dict[str, Any]:
         print(
             f"saved 1 epoch in {save:.2f} s; peer replicas in place {ship:.2f} s later", flush=True
         )
-        fresh = kill_worker(client, victim)
+        fresh = kill_worker(client, victim, timeout=120)
         print(f"killed {victim}; fresh worker {fresh}", flush=True)
         warm_up(client, fresh, options)
         times: dict[str, list[float]] = {"peer": [], "s3": [], "comm": [], "pieces": []}

@@ -14,6 +14,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from ckptstore.dask_session import DaskSession
+from ckptstore.testing.dask_workers import wait_for_workers
 
 WORKERS = 3
 
@@ -45,7 +46,7 @@ def session_client(cluster: LocalCluster) -> Iterator[Client]:
 @pytest.fixture
 def client(session_client: Client) -> Client:
     """The shared client, once every worker (restarted ones included) is up."""
-    session_client.wait_for_workers(WORKERS, timeout=60)
+    wait_for_workers(session_client, WORKERS)
     return session_client
 
 

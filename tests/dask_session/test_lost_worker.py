@@ -23,6 +23,7 @@ from ckptstore.errors import NodeLostError
 from ckptstore.paths._local_path import LocalPath
 from ckptstore.plugin._registry import Registry
 from ckptstore.protocol._commit import committed_nodes
+from ckptstore.testing.dask_workers import wait_for_workers
 
 ALL_NODES = set(jobs.NODES)
 
@@ -30,7 +31,7 @@ ALL_NODES = set(jobs.NODES)
 def rerun_and_check(client: Client, ckpt: str, last_committed: int | None) -> None:
     """Re-run the job in a new session: it resumes after ``last_committed`` (from
     scratch if None) and ends with every node at the right totals."""
-    client.wait_for_workers(3, timeout=60)  # the nanny restarts the killed worker
+    wait_for_workers(client, 3)  # the nanny restarts the killed worker
     manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
     runner = JobRunner(caffe2_job(), manager)
     with DaskSession(client) as session:

@@ -7,10 +7,6 @@ used, and the node is read from the root as without replicas.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import time
 from collections.abc import Iterator
 from functools import partial, wraps
 from pathlib import Path
@@ -28,6 +24,7 @@ from ckptstore.dask_session._replica_pieces import LENT_FROM, ReplicaPiece
 from ckptstore.errors import CheckpointNotFoundError, JobConfigurationError
 from ckptstore.protocol import retract_epoch
 from ckptstore.records import NodeStats
+from ckptstore.testing.dask_workers import kill_worker, wait_for_workers
 
 VALUES = 1 << 17  # 1 MiB of float64 per node
 EPOCHS = 2
@@ -63,7 +60,7 @@ def train(
 def restore(client: Client, ckpt: str, values: int = VALUES) -> DaskSession:
     """Re-run the finished job in a new session (it restores epoch EPOCHS on every
     node), check each node's bytes, and return the session (still open)."""
-    client.wait_for_workers(3, timeout=60)
+    wait_for_workers(client, 3)
     manager = MultiNodeCheckpointManager(ckpt, metadata_handler="json")
     session = DaskSession(client, peer_replicas=1)
     runner = JobRunner(state_job(values, EPOCHS), manager)
@@ -74,24 +71,6 @@ def restore(client: Client, ckpt: str, values: int = VALUES) -> DaskSession:
             session.fetch_blob(node, f"{node}/w"), expected_state(node, values, EPOCHS)
         )
     return session
-
-
-def kill_worker(client: Client, address: str) -> None:
-    """SIGKILL the worker process at ``address``, remove its local directory, and wait
-    until the scheduler dropped it and the nanny's new worker joined."""
-
-    def where(dask_worker: Any) -> tuple[int, str]:
-        return os.getpid(), str(dask_worker.local_directory)
-
-    pid, directory = client.run(where, workers=[address])[address]
-    assert pid != os.getpid()
-    os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(directory, ignore_errors=True)
-    deadline = time.monotonic() + 60
-    while address in client.nthreads():
-        assert time.monotonic() < deadline, f"the scheduler still lists {address}"
-        client.sync(lambda: __import__("asyncio").sleep(0.05))
-    client.wait_for_workers(3, timeout=60)
 
 
 def hide_node_data(manager_ckpt: str, node: str) -> Path:

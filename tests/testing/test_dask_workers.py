@@ -51,6 +51,6 @@ def test_too_few_workers_time_out_naming_how_many_run() -> None:
     with (
         LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
         Client(cluster) as client,
+        pytest.raises(TimeoutError, match="1 of 2 Dask workers running"),
     ):
-        with pytest.raises(TimeoutError, match="1 of 2 Dask workers running"):
-            wait_for_workers(client, 2, timeout=0.2)
+        wait_for_workers(client, 2, timeout=0.2)

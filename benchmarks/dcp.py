@@ -57,7 +57,7 @@ from benchmarks.measure import _rchar
 from benchmarks.network import NetworkNamespace
 from benchmarks.object_store import delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
-from benchmarks.system import drop_caches
+from benchmarks.system import drop_caches, memory_kept
 from benchmarks.workload import make_workload
 from ckptstore.checkpoint import KeepLast, carry_out, plan_retention
 from ckptstore.plugin import get_registry
@@ -112,13 +112,16 @@ class Storage:
 
 def sharded(mesh: Any, empty: bool) -> dict[str, Any]:
     """This rank's DTensor shards of every blob (zeros to load into when ``empty``);
-    each rank cuts its own shard, nothing is sent."""
+    each rank cuts its own shard, nothing is sent. The zeros are written before a load
+    is timed, as a training job's model exists before it restores."""
     state = {}
     for name, array in BLOBS.items():
         full = torch.from_numpy(array)
         if empty:
             full = torch.empty_like(full)
         state[name] = distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None)
+        if empty:
+            state[name].to_local().zero_()
     return state
 
 
@@ -484,15 +487,19 @@ def main(argv: list[str] | None = None) -> int:
         args.repeat, args.workloads = 1, "tiny"
     get_registry()  # the plugins, found once before the ranks fork
     command = " ".join(["python -m benchmarks.dcp", *(argv if argv is not None else sys.argv[1:])])
-    lines = [
-        f"Command: `{command}`. "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, torch {torch.__version__}, {platform.system()} "
-        f"{platform.release()}, load average {os.getloadavg()[0]:.1f} at the start; medians "
-        f"of {args.repeat}; times are the slowest rank's.",
-        "",
-    ]
-    with tempfile.TemporaryDirectory(dir=args.directory) as directory:
+    with (
+        memory_kept(not args.smoke) as memory,
+        tempfile.TemporaryDirectory(dir=args.directory) as directory,
+    ):
+        lines = [
+            f"Command: `{command}`. "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, torch {torch.__version__}, "
+            f"{platform.system()} {platform.release()}, load average "
+            f"{os.getloadavg()[0]:.1f} at the start; medians of {args.repeat}; times are "
+            f"the slowest rank's. {memory}".rstrip(),
+            "",
+        ]
         for workload in args.workloads.split(","):
             lines += run_workload(workload, args, Path(directory))
             lines.append("")

@@ -46,6 +46,7 @@ from torch.futures import Future
 
 from benchmarks import dcp as bench
 from benchmarks import s3_ceiling
+from benchmarks.system import memory_kept
 from ckptstore.plugin import get_registry
 
 PHASES = (
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()[0]
     with (
+        memory_kept() as memory,
         tempfile.TemporaryDirectory(dir=args.directory) as directory,
         storages_for(args, Path(directory)) as every,
     ):
@@ -308,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             best = ceiling(ENDPOINT[0], size, Path(directory), args.repeat)
     where = f"moto +{args.latency_ms:g} ms" if args.s3 else "local disk"
     print(f"{args.workload} on {where}, {started}, load {load:.1f}, medians of {args.repeat}")
+    if memory:
+        print(memory)
     print("\n".join(table([s.name for s in storages], medians)))
     if args.s3:
         print(

@@ -50,6 +50,7 @@ import numpy as np
 import xxhash
 
 from benchmarks.report import publish
+from benchmarks.system import memory_kept
 from ckptstore.checkpoint._retention import KeepLast, enforce
 from ckptstore.protocol import CheckpointLocation, collect_chunks
 from ckptstore.tree import load_tree, save_tree
@@ -333,7 +334,7 @@ def table(results: list[Result], where: str, args: Any) -> str:
         f"(full saves: the first {args.full_epochs}), scale {args.scale}; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Medians. "
         f"Load average (1 min) at the start and the end: {args.load_start:.1f}, "
-        f"{os.getloadavg()[0]:.1f}.",
+        f"{os.getloadavg()[0]:.1f}. {args.memory}".rstrip(),
         "",
         "| workload | state | written per save: full / incr. (x less) | save s: full / incr. "
         "(x faster) | save CPU s: full / incr. (x less) | stored after all epochs: "
@@ -384,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         with locations(args.s3, args.dir) as opened:
             print(floor(opened, args))
         return 0
-    with locations(args.s3, args.dir) as opened:
+    with memory_kept(not args.smoke) as args.memory, locations(args.s3, args.dir) as opened:
         results = [run(workload, opened, args) for workload in chosen]
     name = "incremental-s3" if args.s3 else "incremental"
     publish(table(results, where, args), name, name, smoke=args.smoke, docs=args.docs)

@@ -45,6 +45,7 @@ import numpy as np
 from benchmarks.network import LatencyRelay, NetworkNamespace
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
 from benchmarks.s3_ceiling import FAKE_AUTH, measure_ceiling
+from benchmarks.system import memory_kept
 from benchmarks.workload import make_workload
 from ckptstore import CheckpointManager, LocalSession, Node
 from ckptstore.plugin import get_registry
@@ -410,29 +411,30 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows, rtts = [], {}
-    scenario_rows, rtts["loopback"] = run_scenario(
-        "loopback", loopback_server, blobs, db_types, methods
-    )
-    rows.extend(scenario_rows)
-    latency_note = ""
-    if not args.no_latency:
-        label = f"+{args.latency_ms:g} ms"
-        with NetworkNamespace("ckptbench", delay_ms=args.latency_ms) as network:
-            latency_note = (
-                "tc netem on the namespace's veth"
-                if network.netem
-                else "a user-space relay (this kernel has no sch_netem for tc netem)"
-            )
-            print(f"latency: {latency_note}", flush=True)
-            port = 9100 + os.getpid() % 500
-            scenario_rows, rtts[label] = run_scenario(
-                label,
-                lambda: delayed_server(network, args.latency_ms, port),
-                blobs,
-                db_types,
-                methods,
-            )
-            rows.extend(scenario_rows)
+    with memory_kept(not args.smoke) as memory_note:
+        scenario_rows, rtts["loopback"] = run_scenario(
+            "loopback", loopback_server, blobs, db_types, methods
+        )
+        rows.extend(scenario_rows)
+        latency_note = ""
+        if not args.no_latency:
+            label = f"+{args.latency_ms:g} ms"
+            with NetworkNamespace("ckptbench", delay_ms=args.latency_ms) as network:
+                latency_note = (
+                    "tc netem on the namespace's veth"
+                    if network.netem
+                    else "a user-space relay (this kernel has no sch_netem for tc netem)"
+                )
+                print(f"latency: {latency_note}", flush=True)
+                port = 9100 + os.getpid() % 500
+                scenario_rows, rtts[label] = run_scenario(
+                    label,
+                    lambda: delayed_server(network, args.latency_ms, port),
+                    blobs,
+                    db_types,
+                    methods,
+                )
+                rows.extend(scenario_rows)
     command = " ".join(["python -m benchmarks.object_store", *(argv or sys.argv[1:])])
     text = "\n".join(
         [
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Checkpoint: {len(blobs)} float32 blobs, {nbytes / GiB:.3f} GiB. Server: moto "
             "in a subprocess, a fresh one per method. Latency: "
             + (latency_note or "none")
-            + ". ms/request: the best time of a HEAD on a new connection.",
+            + f". ms/request: the best time of a HEAD on a new connection. {memory_note}".rstrip(),
             "",
             table(rows, rtts),
             "",

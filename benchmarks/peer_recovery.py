@@ -40,6 +40,7 @@ from distributed import Client, LocalCluster, get_worker, wait
 from benchmarks.network import NetworkNamespace
 from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
+from benchmarks.system import memory_kept
 from ckptstore import CheckpointManager, MultiNodeCheckpointManager, Node, Task, TaskGroup
 from ckptstore.dask_session import DaskSession
 from ckptstore.dask_session._piece_transfer import PieceArrivals, serve_pieces
@@ -268,7 +269,8 @@ def report(result: dict[str, Any], args: argparse.Namespace, link: str) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         f"3 Dask worker processes, one node each of {args.mib} MiB ({BLOBS} float64 blobs, "
         f"zarr); S3: {link}. The lost node's worker is killed (SIGKILL, local directory "
-        f"removed) and the node restored on the fresh worker; medians of {args.repeat}.",
+        f"removed) and the node restored on the fresh worker; medians of {args.repeat}. "
+        f"{args.memory}".rstrip(),
         "",
         "| restore of the lost node | seconds | GiB/s | peer faster by |",
         "|---|---:|---:|---:|",
@@ -324,9 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     if args.smoke:
         args.mib, args.repeat = 8, 1
-    with s3_link(
-        args.latency_ms, args.rate_mibps, no_latency=args.no_latency, in_memory=args.moto_in_memory
-    ) as (endpoint, link):
+    with (
+        memory_kept(not args.smoke) as args.memory,
+        s3_link(
+            args.latency_ms,
+            args.rate_mibps,
+            no_latency=args.no_latency,
+            in_memory=args.moto_in_memory,
+        ) as (endpoint, link),
+    ):
         print(f"S3: {link}", flush=True)
         result = measure(endpoint, args.mib * MiB, args.repeat)
     publish(

@@ -41,7 +41,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 from benchmarks.report import BENCHMARKS_PAGE, update_docs_section
-from benchmarks.system import drop_caches
+from benchmarks.system import drop_caches, memory_kept
 from benchmarks.workload import MiB
 from ckptstore import MultiNodeCheckpointManager, Node, Task, TaskGroup, Workspace
 from ckptstore.dask_session import DaskSession
@@ -209,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.perf_counter()
     with (
+        memory_kept(not args.smoke) as memory,
         LocalCluster(
             n_workers=max(counts),
             threads_per_worker=1,
@@ -244,8 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Aggregate checkpoint throughput on Dask ({args.mib_per_node} MiB per node, "
         f"{args.blobs} float32 blobs each, db_type={args.db_type!r}, median of {args.repeats}; "
         f"one worker process per node; local-disk restores {cold}; {os.cpu_count()} CPUs, "
-        f"{platform.system()}; `{command}`, {time.perf_counter() - started:.0f} s)."
-    )
+        f"{platform.system()}; `{command}`, {time.perf_counter() - started:.0f} s). {memory}"
+    ).rstrip()
     table = markdown(rows, header)
     print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,7 @@ import numpy as np
 from benchmarks.network import NetworkNamespace
 from benchmarks.object_store import KEY, SECRET, delayed_server, loopback_server, moto_storage
 from benchmarks.report import publish
+from benchmarks.system import memory_kept
 from ckptstore import LocalSession, Node
 from ckptstore.checkpoint import CheckpointManager
 from ckptstore.protocol import CheckpointLocation
@@ -307,7 +308,7 @@ def table(runs: list[Loop], args: argparse.Namespace, limits: str) -> str:
     lines = [
         f"`{command}`, {when}, load average {args.load:.1f} at the start (2 CPUs shared "
         f"with other work). {args.epochs} epochs of {args.compute_seconds:g} s compute, "
-        f"{args.mib} MiB of state saved after each; moto S3: {limits}."
+        f"{args.mib} MiB of state saved after each; moto S3: {limits}. {args.memory}".rstrip()
         + (
             f" {args.rounds} rounds: the rows ran in turn {args.rounds} times; each row's "
             "saves of every round together."
@@ -427,21 +428,22 @@ def main(argv: list[str] | None = None) -> int:
     loops: list[Loop] = []
     limits = ""
     selected = [row for row in ROWS if row.name in wanted]
-    for number, row in ((n, row) for n in range(args.rounds) for row in selected):
-        with (
-            server(args, row.server_niceness) as (endpoint, where),
-            tempfile.TemporaryDirectory() as local,
-        ):
-            limits = where
-            roots: list[str | CheckpointLocation] = [f"{local}/run"] if row.local else []
-            roots += [s3_root(endpoint)] if row.s3 else []
-            roots += [f"{local}/second"] if row.second_local else []
-            loop = run_loop(row, roots, make_state(args.mib), args, number)
-            loops.append(loop)
-            print(
-                f"round {number + 1}, {row.name}: median blocked {statistics.median(loop.blocked):.3f} s",
-                flush=True,
-            )
+    with memory_kept(not args.smoke) as args.memory:
+        for number, row in ((n, row) for n in range(args.rounds) for row in selected):
+            with (
+                server(args, row.server_niceness) as (endpoint, where),
+                tempfile.TemporaryDirectory() as local,
+            ):
+                limits = where
+                roots: list[str | CheckpointLocation] = [f"{local}/run"] if row.local else []
+                roots += [s3_root(endpoint)] if row.s3 else []
+                roots += [f"{local}/second"] if row.second_local else []
+                loop = run_loop(row, roots, make_state(args.mib), args, number)
+                loops.append(loop)
+                print(
+                    f"round {number + 1}, {row.name}: median blocked {statistics.median(loop.blocked):.3f} s",
+                    flush=True,
+                )
     name = "tiers-lag" if args.lag else "tiers"
     publish(
         table(loops, args, limits), name.replace("-", "_"), name, smoke=args.smoke, docs=args.docs

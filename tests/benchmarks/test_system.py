@@ -151,3 +151,21 @@ def test_an_environment_variable_is_set_meanwhile_then_as_it_was(
         failing_tool()
     assert seen == ["1"]
     assert os.environ.get(name) == before
+
+
+HELPERS = {"network"}
+"""Benchmark modules with a ``main`` that measure nothing themselves (a relay)."""
+
+
+def test_every_benchmark_keeps_freed_memory_while_it_measures() -> None:
+    # docs/benchmarks.md, "Reading these numbers": the benchmarks switch reporting off
+    benchmarks = Path(system.__file__).parent
+    measuring = [
+        path.stem
+        for path in sorted(benchmarks.glob("*.py"))
+        if "def main(" in path.read_text() and path.stem not in HELPERS
+    ]
+    assert len(measuring) >= 10
+    assert [
+        name for name in measuring if "memory_kept(" not in (benchmarks / f"{name}.py").read_text()
+    ] == []

@@ -470,13 +470,14 @@ class Reader(StorageReader):
         self.bytes_read = 0
         """Bytes of stored pieces this reader read (each checked against its CRC)."""
         self._manifests: dict[str, NodeManifest] = {}
-        if epoch is None:
-            self.epoch, self._decoded = self._newest()
-        else:
-            self.epoch = _epoch(epoch)
-            if not committed_nodes(self.location, self.epoch, [METADATA_NODE]):
-                raise self._not_found(f"epoch {self.epoch} is not committed")
-            self._decoded = self._read_metadata(self.epoch)
+        with paused_gc():  # decoding makes tens of thousands of small objects
+            if epoch is None:
+                self.epoch, self._decoded = self._newest()
+            else:
+                self.epoch = _epoch(epoch)
+                if not committed_nodes(self.location, self.epoch, [METADATA_NODE]):
+                    raise self._not_found(f"epoch {self.epoch} is not committed")
+                self._decoded = self._read_metadata(self.epoch)
 
     def _not_found(self, detail: str) -> CheckpointNotFoundError:
         url = self.storage.display_url

@@ -13,7 +13,8 @@ a job of 4 ranks saves and loads them (4 -> 4), and one of 2 loads that (4 -> 2)
 Storages: ckptstore's ``Writer`` / ``Reader`` against DCP's ``FileSystemWriter`` /
 ``FileSystemReader`` on local disk (the writer's ``thread_count`` swept over 1, 2, 4, 8
 and the fastest median save used, named in the table), and against DCP's
-``FsspecWriter`` / ``FsspecReader`` (s3fs) on a moto S3 server with +20 ms per request
+``FsspecWriter`` / ``FsspecReader`` (s3fs, its thread count swept the same way) on a moto
+S3 server with +20 ms per request
 (the network namespace of :mod:`benchmarks.object_store`), keeping its objects in memory
 (``--moto-on-disk``: in temporary files on this disk, moto's default), each storage's
 older epochs deleted after each save so that moto holds at most two. A time is the slowest rank's,
@@ -105,6 +106,7 @@ class Storage:
             carry_out(storage, plan_retention(storage, KeepLast(1)))
             return
         fs, root = url_to_fs(self.root, **self.options)
+        fs.invalidate_cache(root)  # the listing as it is now, not as cached before the save
         for path in fs.ls(root, detail=False):
             if path.rstrip("/").rsplit("/", 1)[-1] != f"e{epoch}":
                 fs.rm(path, recursive=True)
@@ -294,13 +296,20 @@ def measure_paired(
 def fastest_threads(
     make: Callable[[int], Storage], counts: list[int], repeat: int, work: Path
 ) -> tuple[int, dict[int, float]]:
-    """The writer thread count with the fastest median save (2 ranks)."""
+    """The writer thread count with the fastest median save (2 ranks); on an object
+    store, each older epoch deleted after each save (untimed), and the last at the end."""
     medians = {}
     for count in counts:
         storage = make(count)
-        plan = [["save", epoch] for epoch in range(1, repeat + 1)]
+        remote = "://" in storage.root
+        plan: list[Any] = []
+        for epoch in range(1, repeat + 1):
+            plan += [["save", epoch], ["keep", epoch]] if remote else [["save", epoch]]
         medians[count] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
-        remove(storage.root)
+        if remote:
+            storage.keep_only(0)  # no epoch 0: every one goes
+        else:
+            remove(storage.root)
         print(f"  {storage.name}: save {medians[count]:.2f} s", flush=True)
     return min(medians, key=medians.__getitem__), medians
 
@@ -387,7 +396,7 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     size = sum(array.nbytes for array in BLOBS.values())
     print(f"{workload}: {len(BLOBS)} blobs, {size / GiB:.3f} GiB", flush=True)
     if args.only_s3:
-        return s3_lines(workload, args, size, args.threads or 1, work)
+        return s3_lines(workload, args, size, work)
     disk = work / "disk"
     counts = [2] if args.smoke else [1, 2, 4, 8]  # smoke: no sweep, one job less
     if args.threads or args.smoke:
@@ -432,17 +441,27 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     )
     if args.no_s3:
         return lines
-    return lines + s3_lines(workload, args, size, best, work)
+    return lines + s3_lines(workload, args, size, work)
 
 
-def s3_lines(
-    workload: str, args: argparse.Namespace, size: int, best: int, work: Path
-) -> list[str]:
-    """The moto rows: ckptstore against DCP's fsspec storage with ``best`` threads."""
+def s3_lines(workload: str, args: argparse.Namespace, size: int, work: Path) -> list[str]:
+    """The moto rows: ckptstore against DCP's fsspec storage at its fastest thread count
+    on this moto (``--threads``: that one; smoke: 2)."""
     latency = None if args.smoke else args.latency_ms
     in_memory = not args.moto_on_disk
     with moto(latency, in_memory) as endpoint:
         options = s3_options(endpoint)
+        if args.threads or args.smoke:
+            best, sweep = args.threads or 2, {}
+        else:
+            best, sweep = fastest_threads(
+                lambda n: Storage(
+                    f"DCP FsspecWriter, {n} threads", "fsspec", f"s3://bench/sweep{n}", options, n
+                ),
+                [1, 2, 4, 8],
+                args.repeat,
+                work,
+            )
         storages = [
             Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
             Storage(
@@ -457,7 +476,13 @@ def s3_lines(
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
     label += f", {moto_storage(in_memory)}"
     lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
-    return lines + table(s3_rows, size)
+    lines += table(s3_rows, size)
+    if sweep:
+        lines.append(
+            "* DCP FsspecWriter thread sweep (median save s): "
+            + ", ".join(f"{n}: {s:.2f}" for n, s in sweep.items())
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -472,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         "--threads",
         type=int,
         default=0,
-        help="DCP's writer threads (default: the disk sweep's best, 1 with --only-s3)",
+        help="DCP's writer threads (default: the fastest of 1, 2, 4, 8 on each storage)",
     )
     parser.add_argument(
         "--moto-on-disk",

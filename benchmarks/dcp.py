@@ -433,7 +433,7 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
             flush=True,
         )
     remove(str(disk))
-    lines = [f"### {workload} on local disk ({size / GiB:.2f} GiB, 2 ranks)", ""]
+    lines = [f"#### {workload} on local disk ({size / GiB:.2f} GiB, 2 ranks)", ""]
     lines += table(rows, size)
     lines.append(
         "* DCP FileSystemWriter thread sweep (median save s): "
@@ -475,7 +475,7 @@ def s3_lines(workload: str, args: argparse.Namespace, size: int, work: Path) -> 
         s3_rows = measure_paired(storages, args.repeat, work, keep_one=in_memory)
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
     label += f", {moto_storage(in_memory)}"
-    lines = ["", f"### {workload} on moto S3, {label} (2 ranks)", ""]
+    lines = ["", f"#### {workload} on moto S3, {label} (2 ranks)", ""]
     lines += table(s3_rows, size)
     if sweep:
         lines.append(

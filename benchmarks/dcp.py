@@ -97,6 +97,20 @@ class Storage:
             return dcp.FileSystemReader(f"{self.root}/e{epoch}")
         return FsspecReader(f"{self.root}/e{epoch}", **self.options)
 
+    @property
+    def remote(self) -> bool:
+        """Whether the root is on moto (a URL), not on this disk."""
+        return "://" in self.root
+
+    def clear(self) -> None:
+        """Delete everything saved under the root."""
+        if not self.remote:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        fs, root = url_to_fs(self.root, **self.options)
+        fs.invalidate_cache(root)
+        fs.rm(root, recursive=True)
+
     def keep_only(self, epoch: int) -> None:
         """Delete every saved epoch but ``epoch``, the newest (ckptstore: its own
         retention, what ``ckptstore gc --keep-last 1`` does)."""
@@ -288,7 +302,7 @@ def measure_paired(
             row.async_total.append(result["seconds"])
         else:
             row.loads.setdefault("2>2", []).append(result["seconds"])
-            if "://" not in storage.root:  # rchar misses socket recv(): disk only
+            if not storage.remote:  # rchar misses socket recv(): disk only
                 row.read["2>2"] = result["read"] / result["needed"]
     return rows
 
@@ -301,22 +315,13 @@ def fastest_threads(
     medians = {}
     for count in counts:
         storage = make(count)
-        remote = "://" in storage.root
         plan: list[Any] = []
         for epoch in range(1, repeat + 1):
-            plan += [["save", epoch], ["keep", epoch]] if remote else [["save", epoch]]
+            plan += [["save", epoch], ["keep", epoch]] if storage.remote else [["save", epoch]]
         medians[count] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
-        if remote:
-            storage.keep_only(0)  # no epoch 0: every one goes
-        else:
-            remove(storage.root)
+        storage.clear()
         print(f"  {storage.name}: save {medians[count]:.2f} s", flush=True)
     return min(medians, key=medians.__getitem__), medians
-
-
-def remove(root: str) -> None:
-    if "://" not in root:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 TOPOLOGIES = ("2>2", "2>1", "2>4", "4>4", "4>2")
@@ -432,7 +437,7 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
             f"load {median(row.loads['2>2']):.2f} s",
             flush=True,
         )
-    remove(str(disk))
+    shutil.rmtree(disk, ignore_errors=True)
     lines = [f"#### {workload} on local disk ({size / GiB:.2f} GiB, 2 ranks)", ""]
     lines += table(rows, size)
     lines.append(

@@ -13,11 +13,13 @@ a job of 4 ranks saves and loads them (4 -> 4), and one of 2 loads that (4 -> 2)
 Storages: ckptstore's ``Writer`` / ``Reader`` against DCP's ``FileSystemWriter`` /
 ``FileSystemReader`` on local disk (the writer's ``thread_count`` swept over 1, 2, 4, 8
 and the fastest median save used, named in the table), and against DCP's
-``FsspecWriter`` / ``FsspecReader`` (s3fs, its thread count swept the same way) on a moto
-S3 server with +20 ms per request
+``FsspecWriter`` / ``FsspecReader`` (s3fs) on a moto S3 server with +20 ms per request
 (the network namespace of :mod:`benchmarks.object_store`), keeping its objects in memory
 (``--moto-on-disk``: in temporary files on this disk, moto's default), each storage's
-older epochs deleted after each save so that moto holds at most two. A time is the slowest rank's,
+older epochs deleted after each save so that moto holds at most two. There, each
+storage's writer settings are swept and its fastest used, named in the table: DCP's
+thread count (1, 2, 4, 8) with s3fs's default 50 MiB blocks or whole files, and
+ckptstore's default or whole objects (:data:`WHOLE_OBJECTS`). A time is the slowest rank's,
 between barriers; page caches are dropped before each disk load when allowed (root).
 ``dcp.async_save``: the time the call blocks the training loop (staging), and in total.
 Bytes read are the loading ranks' ``rchar`` (every byte a read syscall returned, disk
@@ -42,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -66,6 +68,12 @@ from ckptstore.protocol import CheckpointLocation, storage_of
 from ckptstore.torch.dcp import Reader, Writer
 
 GiB = float(1 << 30)
+T = TypeVar("T")
+WHOLE_OBJECTS = 5 << 30
+"""S3's largest single PUT. As ckptstore's ``multipart_threshold`` or s3fs's
+``default_block_size``, it makes each storage send every object whole, in one PUT:
+moto joins the parts of a multipart upload by copying them, on this machine's cores
+(a 77 MiB object: 1.1 s), which real S3 does on its own."""
 KEY, SECRET = "bench", "bench-secret"
 BLOBS: dict[str, np.ndarray[Any, Any]] = {}
 """The workload, made before the ranks fork (they inherit it, copy-on-write)."""
@@ -80,15 +88,18 @@ class Storage:
     root: str
     options: dict[str, Any] = field(default_factory=dict)
     threads: int = 1
+    write_options: dict[str, Any] = field(default_factory=dict)
+    """Options of the writer only (how it uploads), beside ``options``."""
 
     def writer(self, epoch: int) -> Any:
+        options = {**self.options, **self.write_options}
         if self.kind == "ckptstore":
-            return Writer(self.root, epoch=epoch, storage_options=self.options or None)
+            return Writer(self.root, epoch=epoch, storage_options=options or None)
         if self.kind == "fs":
             return dcp.FileSystemWriter(
                 f"{self.root}/e{epoch}", thread_count=self.threads, sync_files=True
             )
-        return FsspecWriter(f"{self.root}/e{epoch}", thread_count=self.threads, **self.options)
+        return FsspecWriter(f"{self.root}/e{epoch}", thread_count=self.threads, **options)
 
     def reader(self, epoch: int) -> Any:
         if self.kind == "ckptstore":
@@ -307,20 +318,21 @@ def measure_paired(
     return rows
 
 
-def fastest_threads(
-    make: Callable[[int], Storage], counts: list[int], repeat: int, work: Path
-) -> tuple[int, dict[int, float]]:
-    """The writer thread count with the fastest median save (2 ranks); on an object
-    store, each older epoch deleted after each save (untimed), and the last at the end."""
+def fastest(
+    make: Callable[[T], Storage], choices: list[T], repeat: int, work: Path
+) -> tuple[T, dict[T, float]]:
+    """The writer setting (a thread count, say) with the fastest median save (2 ranks);
+    on an object store, each older epoch deleted after each save (untimed), and the
+    last at the end."""
     medians = {}
-    for count in counts:
-        storage = make(count)
+    for choice in choices:
+        storage = make(choice)
         plan: list[Any] = []
         for epoch in range(1, repeat + 1):
             plan += [["save", epoch], ["keep", epoch]] if storage.remote else [["save", epoch]]
-        medians[count] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
+        medians[choice] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
         storage.clear()
-        print(f"  {storage.name}: save {medians[count]:.2f} s", flush=True)
+        print(f"  {storage.name}: save {medians[choice]:.2f} s", flush=True)
     return min(medians, key=medians.__getitem__), medians
 
 
@@ -407,7 +419,7 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
     if args.threads or args.smoke:
         best, sweep = args.threads or 2, {}
     else:
-        best, sweep = fastest_threads(
+        best, sweep = fastest(
             lambda n: Storage(
                 f"DCP FileSystemWriter, {n} threads", "fs", str(disk / f"fs{n}"), threads=n
             ),
@@ -450,33 +462,42 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
 
 
 def s3_lines(workload: str, args: argparse.Namespace, size: int, work: Path) -> list[str]:
-    """The moto rows: ckptstore against DCP's fsspec storage at its fastest thread count
-    on this moto (``--threads``: that one; smoke: 2)."""
+    """The moto rows: ckptstore and DCP's fsspec storage, each at its fastest writer
+    settings on this moto (``--threads``, or smoke: DCP at that thread count, both
+    storages at their defaults): ckptstore's default ``multipart_threshold`` or whole
+    objects; DCP's thread count, with s3fs's default blocks or whole files."""
     latency = None if args.smoke else args.latency_ms
     in_memory = not args.moto_on_disk
     with moto(latency, in_memory) as endpoint:
         options = s3_options(endpoint)
-        if args.threads or args.smoke:
-            best, sweep = args.threads or 2, {}
-        else:
-            best, sweep = fastest_threads(
-                lambda n: Storage(
-                    f"DCP FsspecWriter, {n} threads", "fsspec", f"s3://bench/sweep{n}", options, n
-                ),
-                [1, 2, 4, 8],
-                args.repeat,
-                work,
-            )
-        storages = [
-            Storage("ckptstore Writer/Reader", "ckptstore", "s3://bench/ours", options),
-            Storage(
-                f"DCP FsspecWriter/Reader (s3fs), {best} threads",
+
+        def ours(whole: bool) -> Storage:
+            extra = {"multipart_threshold": WHOLE_OBJECTS} if whole else {}
+            label = ", whole objects" if whole else ""
+            root = f"s3://bench/ours{'-whole' if whole else ''}"
+            return Storage(f"ckptstore Writer/Reader{label}", "ckptstore", root, options, 1, extra)
+
+        def theirs(setting: tuple[int, bool]) -> Storage:
+            threads, whole = setting
+            extra = {"default_block_size": WHOLE_OBJECTS} if whole else {}
+            label = ", whole files" if whole else ""
+            return Storage(
+                f"DCP FsspecWriter/Reader (s3fs), {threads} threads{label}",
                 "fsspec",
-                "s3://bench/fsspec",
+                f"s3://bench/fsspec-{threads}{'-whole' if whole else ''}",
                 options,
-                best,
-            ),
-        ]
+                threads,
+                extra,
+            )
+
+        if args.threads or args.smoke:
+            best, sweep = (args.threads or 2, False), {}
+            whole, own_sweep = False, {}
+        else:
+            settings = [(n, whole) for whole in (False, True) for n in (1, 2, 4, 8)]
+            best, sweep = fastest(theirs, settings, args.repeat, work)
+            whole, own_sweep = fastest(ours, [False, True], args.repeat, work)
+        storages = [ours(whole), theirs(best)]
         s3_rows = measure_paired(storages, args.repeat, work, keep_one=in_memory)
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
     label += f", {moto_storage(in_memory)}"
@@ -484,8 +505,14 @@ def s3_lines(workload: str, args: argparse.Namespace, size: int, work: Path) -> 
     lines += table(s3_rows, size)
     if sweep:
         lines.append(
-            "* DCP FsspecWriter thread sweep (median save s): "
-            + ", ".join(f"{n}: {s:.2f}" for n, s in sweep.items())
+            "* writer settings swept (median save s): DCP FsspecWriter "
+            + ", ".join(
+                f"{n} threads{' whole files' if w else ''}: {s:.2f}" for (n, w), s in sweep.items()
+            )
+            + "; ckptstore "
+            + ", ".join(
+                f"{'whole objects' if w else 'default'}: {s:.2f}" for w, s in own_sweep.items()
+            )
         )
     return lines
 

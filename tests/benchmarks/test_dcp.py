@@ -21,3 +21,23 @@ def test_the_table_gives_medians_and_ratios() -> None:
     assert "2 -> 4: 1.50x the time of the 2 -> 2 load, reading 1.50x" in lines[7]
     assert "4 -> 2: 1.20x the time of the 4 -> 4 load, reading 1.05x" in lines[8]
     assert lines[3].endswith("| -, -, -, -, - |")  # bytes read not measured for the peer
+
+
+def test_write_options_reach_the_writer_only() -> None:
+    """The sweep's upload settings (whole files for s3fs, whole objects for ckptstore)
+    are the writers' own; the readers get the shared options alone."""
+    import boto3
+
+    from benchmarks.dcp import WHOLE_OBJECTS, Storage, s3_options
+    from ckptstore.testing import in_process_moto
+
+    with in_process_moto() as moto:
+        boto3.client("s3", endpoint_url=moto.endpoint_url).create_bucket(Bucket="bench")
+        options = s3_options(moto.endpoint_url)
+        theirs = Storage("DCP", "fsspec", "s3://bench/x", options, 2, {"default_block_size": 7})
+        assert theirs.writer(1).fs.fs.default_block_size == 7
+        assert theirs.reader(1).fs.fs.default_block_size != 7
+        whole = {"multipart_threshold": WHOLE_OBJECTS}
+        ours = Storage("ckptstore", "ckptstore", "s3://bench/ours", options, 1, whole)
+        assert ours.writer(1).storage.options.multipart_threshold == WHOLE_OBJECTS
+        assert "multipart_threshold" not in options

@@ -4,6 +4,7 @@ DCP on 2 ranks").
 
     python -m benchmarks.dcp_phases --workload gpt2-adam-narrow           # local disk
     python -m benchmarks.dcp_phases --workload gpt2-adam-narrow --s3      # moto +20 ms
+    python -m benchmarks.dcp_phases --workload mixed-1g --loads --repeat 8  # loads' floor
 
 Each rank times DCP's steps by wrapping them (in the forked ranks only): the planner's
 ``set_up_planner`` + ``create_local_plan`` and, on the coordinator,
@@ -15,6 +16,11 @@ shown apart) and ``finish``; DCP's collectives (``gather_object``, ``scatter_obj
 returns at once): its saves are DCP's own cost alone. The common part is what both storages spend
 outside the storage methods. Medians of ``--repeat`` saves; the storages' saves
 alternate in one job, so they see the same load.
+
+``--loads``: the same for 2 -> 2 loads on disk, in whole jobs: ckptstore's ``Reader``,
+:class:`NullReader` (DCP's own cost: it plans and reads the metadata, but no data) and
+DCP's ``FileSystemReader`` (of a save with ``--threads`` writer threads), alternating,
+each value printed beside the medians.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.distributed.checkpoint.utils import _DistWrapper
 from torch.distributed.device_mesh import init_device_mesh
@@ -48,6 +54,7 @@ from benchmarks import dcp as bench
 from benchmarks import s3_ceiling
 from benchmarks.system import memory_kept
 from ckptstore.plugin import get_registry
+from ckptstore.torch.dcp import Reader
 
 PHASES = (
     "local plan (planner)",
@@ -99,9 +106,51 @@ class NullWriter(StorageWriter):
         return False
 
 
+class NullReader(Reader):
+    """ckptstore's ``Reader`` that reads no data: a load through it is DCP's own cost
+    (its planner and collectives, and the metadata) alone."""
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+
 class NullStorage(bench.Storage):
+    """Stores nothing; loads, from ckptstore's checkpoint at ``root``, read nothing."""
+
     def writer(self, epoch: int) -> Any:
         return NullWriter()
+
+    def reader(self, epoch: int) -> Any:
+        return NullReader(self.root, epoch)
+
+
+def load_lines(args: argparse.Namespace, work: Path) -> list[str]:
+    """``--loads``: 2 -> 2 loads on disk through ckptstore's ``Reader``, one that reads
+    nothing, and DCP's ``FileSystemReader``, alternating (caches dropped before each)."""
+    disk = work / "loads"
+    ours = bench.Storage("ckptstore Reader", "ckptstore", str(disk / "ours"))
+    theirs = bench.Storage(
+        f"DCP FileSystemReader ({args.threads} writer threads)",
+        "fs",
+        str(disk / "fs"),
+        threads=args.threads,
+    )
+    null = NullStorage("a reader that reads nothing (DCP's own cost)", "null", ours.root)
+    for storage in (ours, theirs):
+        bench.run_job(storage, 2, [["save", 1]], work)
+    storages = [ours, null, theirs]
+    times: dict[str, list[float]] = {storage.name: [] for storage in storages}
+    for round_ in range(args.repeat):
+        for storage in storages if round_ % 2 == 0 else storages[::-1]:
+            [result] = bench.run_job(storage, 2, [["load", 1]], work)
+            times[storage.name].append(result["seconds"])
+    return [
+        f"* {name}: median {statistics.median(seconds):.2f} s "
+        f"({', '.join(f'{s:.2f}' for s in seconds)})"
+        for name, seconds in times.items()
+    ]
 
 
 class Clock:
@@ -289,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--directory", type=Path, default=None)
     parser.add_argument(
+        "--loads", action="store_true", help="2 -> 2 loads on disk against DCP's own cost"
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated names of the storages to run (for profiling)"
     )
     args = parser.parse_args(argv)
@@ -297,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     get_registry()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()[0]
+    if args.loads:
+        with memory_kept() as memory, tempfile.TemporaryDirectory(dir=args.directory) as work:
+            lines = load_lines(args, Path(work))
+        print(f"{args.workload}, 2 -> 2 loads on local disk, {started}, load {load:.1f}")
+        print("\n".join([memory, *lines] if memory else lines))
+        return 0
     with (
         memory_kept() as memory,
         tempfile.TemporaryDirectory(dir=args.directory) as directory,

@@ -320,20 +320,31 @@ def measure_paired(
 
 def fastest(
     make: Callable[[T], Storage], choices: list[T], repeat: int, work: Path
-) -> tuple[T, dict[T, float]]:
-    """The writer setting (a thread count, say) with the fastest median save (2 ranks);
-    on an object store, each older epoch deleted after each save (untimed), and the
-    last at the end."""
-    medians = {}
+) -> tuple[T, dict[str, float]]:
+    """The writer setting (a thread count, say) with the fastest median save (2 ranks),
+    and each setting's median by its storage's name; on an object store, each older
+    epoch deleted after each save (untimed), and the last at the end."""
+    medians: dict[T, float] = {}
+    swept: dict[str, float] = {}
     for choice in choices:
         storage = make(choice)
         plan: list[Any] = []
         for epoch in range(1, repeat + 1):
             plan += [["save", epoch], ["keep", epoch]] if storage.remote else [["save", epoch]]
         medians[choice] = statistics.median(r["seconds"] for r in run_job(storage, 2, plan, work))
+        swept[storage.name] = medians[choice]
         storage.clear()
         print(f"  {storage.name}: save {medians[choice]:.2f} s", flush=True)
-    return min(medians, key=medians.__getitem__), medians
+    return min(medians, key=medians.__getitem__), swept
+
+
+def sweep_lines(swept: dict[str, float]) -> list[str]:
+    """The report's line of the settings swept (none if nothing was)."""
+    if not swept:
+        return []
+    return [
+        "* settings swept (median save s): " + "; ".join(f"{n}: {s:.2f}" for n, s in swept.items())
+    ]
 
 
 TOPOLOGIES = ("2>2", "2>1", "2>4", "4>4", "4>2")
@@ -451,11 +462,7 @@ def run_workload(workload: str, args: argparse.Namespace, work: Path) -> list[st
         )
     shutil.rmtree(disk, ignore_errors=True)
     lines = [f"#### {workload} on local disk ({size / GiB:.2f} GiB, 2 ranks)", ""]
-    lines += table(rows, size)
-    lines.append(
-        "* DCP FileSystemWriter thread sweep (median save s): "
-        + ", ".join(f"{n}: {s:.2f}" for n, s in sweep.items())
-    )
+    lines += table(rows, size) + sweep_lines(sweep)
     if args.no_s3:
         return lines
     return lines + s3_lines(workload, args, size, work)
@@ -502,19 +509,7 @@ def s3_lines(workload: str, args: argparse.Namespace, size: int, work: Path) -> 
     label = "loopback" if latency is None else f"+{latency:g} ms per request"
     label += f", {moto_storage(in_memory)}"
     lines = ["", f"#### {workload} on moto S3, {label} (2 ranks)", ""]
-    lines += table(s3_rows, size)
-    if sweep:
-        lines.append(
-            "* writer settings swept (median save s): DCP FsspecWriter "
-            + ", ".join(
-                f"{n} threads{' whole files' if w else ''}: {s:.2f}" for (n, w), s in sweep.items()
-            )
-            + "; ckptstore "
-            + ", ".join(
-                f"{'whole objects' if w else 'default'}: {s:.2f}" for w, s in own_sweep.items()
-            )
-        )
-    return lines
+    return lines + table(s3_rows, size) + sweep_lines({**sweep, **own_sweep})
 
 
 def main(argv: list[str] | None = None) -> int:

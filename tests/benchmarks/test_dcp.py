@@ -41,3 +41,13 @@ def test_write_options_reach_the_writer_only() -> None:
         ours = Storage("ckptstore", "ckptstore", "s3://bench/ours", options, 1, whole)
         assert ours.writer(1).storage.options.multipart_threshold == WHOLE_OBJECTS
         assert "multipart_threshold" not in options
+
+
+def test_the_settings_swept_make_one_line_named_by_storage() -> None:
+    from benchmarks.dcp import sweep_lines
+
+    assert sweep_lines({}) == []  # nothing swept (smoke, or --threads): no line
+    swept = {"DCP, 1 threads": 2.0, "ckptstore, whole objects": 1.234}
+    assert sweep_lines(swept) == [
+        "* settings swept (median save s): DCP, 1 threads: 2.00; ckptstore, whole objects: 1.23"
+    ]
